@@ -1,0 +1,87 @@
+// Package fileuri converts the protocol's file: URIs to local absolute paths
+// and back. Every path a client names goes through Parse before anything
+// touches the disk.
+package fileuri
+
+import (
+	"net/url"
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/execgo/exec-server/protocol"
+)
+
+// Parse returns the clean absolute local path named by a file: URI.
+// "file:///abs" and "file://localhost/abs" are accepted; percent escapes are
+// decoded and "." and ".." segments resolved lexically (never above "/").
+// Relative strings and native paths are -32602, other schemes -32602, a
+// foreign host -32600; NUL bytes and invalid UTF-8 are -32602.
+func Parse(uri string) (string, error) {
+	if !utf8.ValidString(uri) {
+		return "", protocol.InvalidParams("invalid URI: not valid UTF-8")
+	}
+	colon := strings.IndexByte(uri, ':')
+	slash := strings.IndexByte(uri, '/')
+	if colon <= 0 || (slash >= 0 && slash < colon) {
+		return "", protocol.InvalidParams("invalid URI: relative URL without a base")
+	}
+	scheme := strings.ToLower(uri[:colon])
+	if !validScheme(scheme) {
+		return "", protocol.InvalidParams("invalid URI: relative URL without a base")
+	}
+	if scheme != "file" {
+		return "", protocol.InvalidParams("unsupported path URI scheme `%s`", scheme)
+	}
+	rest := uri[colon+1:]
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	var host, p string
+	if strings.HasPrefix(rest, "//") {
+		rest = rest[2:]
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			host, p = rest, "/"
+		} else {
+			host, p = rest[:i], rest[i:]
+		}
+	} else {
+		p = rest
+	}
+	if host != "" && !strings.EqualFold(host, "localhost") {
+		return "", protocol.InvalidRequest("'%s' is invalid on 'linux'", uri)
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	decoded, err := url.PathUnescape(p)
+	if err != nil {
+		return "", protocol.InvalidParams("invalid URI: %v", err)
+	}
+	if strings.IndexByte(decoded, 0) >= 0 {
+		return "", protocol.InvalidParams("invalid URI: path contains a NUL byte")
+	}
+	if !utf8.ValidString(decoded) {
+		return "", protocol.InvalidParams("invalid URI: path is not valid UTF-8")
+	}
+	return path.Clean(decoded), nil
+}
+
+func validScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.') {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// FromPath renders an absolute local path as a file: URI, escaping what a
+// URI cannot carry literally.
+func FromPath(p string) string {
+	u := url.URL{Scheme: "file", Path: p}
+	return "file://" + u.EscapedPath()
+}

@@ -1,0 +1,291 @@
+// Package jsonrpc implements the exec-server's JSON-RPC dialect (no "jsonrpc"
+// member, string or int64 ids echoed with their JSON type, no batches) and a
+// framing-agnostic connection. It knows nothing about processes or files, and
+// nothing about how messages are framed on the wire: a Stream moves whole
+// messages, a Conn turns them into calls and replies.
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// Limits bound what a single incoming message may contain.
+type Limits struct {
+	MaxDepth  int // nesting depth of arrays and objects (default 128)
+	MaxValues int // JSON values in one message (default 262144)
+}
+
+// DefaultLimits are the reference's limits.
+var DefaultLimits = Limits{MaxDepth: 128, MaxValues: 262144}
+
+// Kind classifies a decoded message.
+type Kind int
+
+// Message kinds.
+const (
+	KindRequest Kind = iota
+	KindNotification
+	KindResponse // a response or error from the client
+)
+
+// Message is one decoded client message. Its raw slices alias the buffer it
+// was decoded from.
+type Message struct {
+	Kind   Kind
+	ID     json.RawMessage // canonical id bytes (a JSON string or integer); nil for notifications
+	Method string
+	Params json.RawMessage
+}
+
+// NoID is the id used to answer a message whose own id is unusable.
+var NoID = json.RawMessage("-1")
+
+// DecodeError describes an incoming message that could not be used. The
+// connection answers it with id -1 and code -32600 and stays open.
+type DecodeError struct{ Detail string }
+
+func (e *DecodeError) Error() string { return e.Detail }
+
+// Decode parses one message. It checks nesting depth and value count before
+// the full parse so hostile input cannot make it spend unbounded time or
+// memory, and it returns sub-slices of data rather than copies.
+func Decode(data []byte, lim Limits) (*Message, error) {
+	if lim.MaxDepth == 0 {
+		lim = DefaultLimits
+	}
+	if err := prescan(data, lim); err != nil {
+		return nil, err
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		if !json.Valid(data) {
+			return nil, syntaxError(data)
+		}
+		return nil, &DecodeError{"expected a JSON-RPC object"}
+	}
+	if !json.Valid(data) {
+		return nil, syntaxError(data)
+	}
+	var m Message
+	var id, method, params, result, errv []byte
+	err := eachMember(data, func(key, value []byte) {
+		switch string(key) {
+		case "id":
+			id = value
+		case "method":
+			method = value
+		case "params":
+			params = value
+		case "result":
+			result = value
+		case "error":
+			errv = value
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if method != nil {
+		var name string
+		if err := json.Unmarshal(method, &name); err != nil {
+			return nil, &DecodeError{"invalid type for `method`: expected a string"}
+		}
+		m.Method = name
+		m.Params = params
+		if id == nil {
+			m.Kind = KindNotification
+			return &m, nil
+		}
+		cid, err := canonicalID(id)
+		if err != nil {
+			return nil, err
+		}
+		m.Kind = KindRequest
+		m.ID = cid
+		return &m, nil
+	}
+	if id != nil && (result != nil || errv != nil) {
+		m.Kind = KindResponse
+		m.ID = id
+		return &m, nil
+	}
+	if id != nil {
+		return nil, &DecodeError{"missing field `method`"}
+	}
+	return nil, &DecodeError{"missing field `method` or `id`"}
+}
+
+// canonicalID accepts a JSON string or an integer that fits in int64.
+func canonicalID(raw []byte) (json.RawMessage, error) {
+	bad := &DecodeError{"data did not match any variant of untagged enum RequestId"}
+	if len(raw) == 0 {
+		return nil, bad
+	}
+	if raw[0] == '"' {
+		return raw, nil
+	}
+	if _, err := strconv.ParseInt(string(raw), 10, 64); err != nil {
+		return nil, bad
+	}
+	return raw, nil
+}
+
+func syntaxError(data []byte) error {
+	var v any
+	err := json.Unmarshal(data, &v)
+	if se, ok := err.(*json.SyntaxError); ok {
+		line, col := position(data, se.Offset)
+		return &DecodeError{fmt.Sprintf("%s at line %d column %d", se.Error(), line, col)}
+	}
+	if err == nil {
+		err = fmt.Errorf("invalid JSON")
+	}
+	return &DecodeError{err.Error()}
+}
+
+func position(data []byte, off int64) (line, col int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	line = 1 + bytes.Count(data[:off], []byte{'\n'})
+	col = int(off) - bytes.LastIndexByte(data[:off], '\n') - 1
+	return line, col
+}
+
+// prescan bounds nesting depth and value count in one pass over the bytes.
+// It is deliberately loose about syntax (json.Valid checks that next); it only
+// has to make sure the real parser never sees pathological input.
+func prescan(data []byte, lim Limits) error {
+	depth, values := 0, 0
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			values++
+			// Skip the string quickly: strings are where the bulk of a big
+			// message lives (base64 payloads).
+			for i++; i < len(data); i++ {
+				j := bytes.IndexAny(data[i:], `"\`)
+				if j < 0 {
+					i = len(data)
+					break
+				}
+				i += j
+				if data[i] == '\\' {
+					i++
+					continue
+				}
+				break
+			}
+		case '{', '[':
+			depth++
+			values++
+			if depth > lim.MaxDepth {
+				line, col := position(data, int64(i))
+				return &DecodeError{fmt.Sprintf("recursion limit exceeded at line %d column %d", line, col)}
+			}
+		case '}', ']':
+			depth--
+		case ':':
+			values-- // the key before it was counted as a string value
+		case 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			values++
+			for i+1 < len(data) && isScalarByte(data[i+1]) {
+				i++
+			}
+		}
+		if values > lim.MaxValues {
+			line, col := position(data, int64(i))
+			return &DecodeError{fmt.Sprintf("JSON-RPC message exceeds the limit of %d JSON values at line %d column %d", lim.MaxValues, line, col)}
+		}
+	}
+	return nil
+}
+
+func isScalarByte(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '-' || c == '+'
+}
+
+// eachMember calls f for every top-level member of a valid JSON object.
+func eachMember(data []byte, f func(key, value []byte)) error {
+	i := skipWS(data, 1)
+	if i < len(data) && data[i] == '}' {
+		return nil
+	}
+	for i < len(data) {
+		i = skipWS(data, i)
+		ks := i
+		i = skipString(data, i)
+		key := data[ks+1 : i-1]
+		i = skipWS(data, i) + 1 // ':'
+		i = skipWS(data, i)
+		vs := i
+		i = skipValue(data, i)
+		f(key, data[vs:i])
+		i = skipWS(data, i)
+		if i >= len(data) || data[i] == '}' {
+			return nil
+		}
+		i++ // ','
+	}
+	return nil
+}
+
+func skipWS(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at data[i].
+func skipString(data []byte, i int) int {
+	for i++; i < len(data); {
+		j := bytes.IndexAny(data[i:], `"\`)
+		if j < 0 {
+			return len(data)
+		}
+		i += j
+		if data[i] == '\\' {
+			i += 2
+			continue
+		}
+		return i + 1
+	}
+	return len(data)
+}
+
+// skipValue returns the index just past the (valid) value starting at data[i].
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return i
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(data) && isScalarByte(data[i]) {
+		i++
+	}
+	return i
+}

@@ -1,0 +1,264 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DecodeParams decodes a request's params into v, a pointer to a struct, and
+// checks that every name in required is present at the top level. typeName
+// appears in the message for null or missing params, as the reference words
+// it ("invalid type: null, expected struct ReadParams"). Every failure is an
+// -32602 error that names the offending field.
+func DecodeParams(raw json.RawMessage, v any, typeName string, required ...string) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return InvalidParams("invalid type: null, expected struct %s", typeName)
+	}
+	if raw[0] != '{' {
+		return InvalidParams("invalid type: %s, expected struct %s", jsonKind(raw[0]), typeName)
+	}
+	if len(required) > 0 {
+		present, err := TopLevelKeys(raw, required)
+		if err != nil {
+			return InvalidParams("%v", err)
+		}
+		for i, name := range required {
+			if !present[i] {
+				return InvalidParams("missing field `%s`", name)
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return InvalidParams("%s", describeJSONError(err))
+	}
+	return nil
+}
+
+// DecodeNoParams accepts absent, null or {} params, as the reference does for
+// methods that take none.
+func DecodeNoParams(raw json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	switch raw[0] {
+	case '{':
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return InvalidParams("%s", describeJSONError(err))
+		}
+		if len(m) == 0 {
+			return nil
+		}
+		return InvalidParams("invalid type: map, expected unit")
+	case '[':
+		return InvalidParams("invalid type: sequence, expected unit")
+	}
+	return InvalidParams("invalid type: %s, expected unit", jsonKind(raw[0]))
+}
+
+func jsonKind(c byte) string {
+	switch c {
+	case '{':
+		return "map"
+	case '[':
+		return "sequence"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// describeJSONError turns encoding/json's errors into short texts that name
+// the field and the expected type.
+func describeJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if field == "" {
+			return fmt.Sprintf("invalid type: %s, expected %s", te.Value, goKind(te.Type.String()))
+		}
+		return fmt.Sprintf("invalid type: %s, expected %s for field `%s`", te.Value, goKind(te.Type.String()), field)
+	}
+	var ce base64.CorruptInputError
+	if errors.As(err, &ce) {
+		return fmt.Sprintf("invalid base64: illegal data at input byte %d", int64(ce))
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s at offset %d", se.Error(), se.Offset)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func goKind(t string) string {
+	switch {
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "a boolean"
+	case strings.HasPrefix(t, "uint"):
+		return "a non-negative integer"
+	case strings.HasPrefix(t, "int"):
+		return "an integer"
+	case strings.HasPrefix(t, "map"):
+		return "a map"
+	case t == "[]uint8":
+		return "a base64 string"
+	case strings.HasPrefix(t, "[]"):
+		return "a sequence"
+	}
+	return t
+}
+
+// TopLevelKeys reports, for each name, whether the JSON object raw has that
+// key at its top level with a non-null value. It scans without allocating
+// and without decoding values, so it is cheap even for a message carrying
+// tens of megabytes of base64. raw must start with '{'.
+func TopLevelKeys(raw []byte, names []string) ([]bool, error) {
+	present := make([]bool, len(names))
+	s := scanner{b: raw}
+	s.ws()
+	if !s.eat('{') {
+		return nil, errors.New("expected an object")
+	}
+	s.ws()
+	if s.eat('}') {
+		return present, nil
+	}
+	for {
+		s.ws()
+		kStart := s.i
+		if !s.skipString() {
+			return nil, errors.New("key must be a string")
+		}
+		key := raw[kStart+1 : s.i-1]
+		s.ws()
+		if !s.eat(':') {
+			return nil, errors.New("expected `:` after a key")
+		}
+		s.ws()
+		isNull := bytes.HasPrefix(raw[s.i:], []byte("null"))
+		if !s.skipValue(0) {
+			return nil, errors.New("invalid value")
+		}
+		if !isNull {
+			for i, n := range names {
+				if string(key) == n {
+					present[i] = true
+				}
+			}
+		}
+		s.ws()
+		if s.eat(',') {
+			continue
+		}
+		if s.eat('}') {
+			return present, nil
+		}
+		return nil, errors.New("expected `,` or `}`")
+	}
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) eat(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+func (s *scanner) skipString() bool {
+	if !s.eat('"') {
+		return false
+	}
+	for s.i < len(s.b) {
+		j := bytes.IndexAny(s.b[s.i:], `"\`)
+		if j < 0 {
+			return false
+		}
+		s.i += j
+		if s.b[s.i] == '"' {
+			s.i++
+			return true
+		}
+		s.i += 2 // backslash and the escaped byte
+	}
+	return false
+}
+
+func (s *scanner) skipValue(depth int) bool {
+	if depth > 512 || s.i >= len(s.b) {
+		return false
+	}
+	switch c := s.b[s.i]; c {
+	case '"':
+		return s.skipString()
+	case '{', '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		s.i++
+		s.ws()
+		if s.eat(closer) {
+			return true
+		}
+		for {
+			s.ws()
+			if c == '{' {
+				if !s.skipString() {
+					return false
+				}
+				s.ws()
+				if !s.eat(':') {
+					return false
+				}
+				s.ws()
+			}
+			if !s.skipValue(depth + 1) {
+				return false
+			}
+			s.ws()
+			if s.eat(',') {
+				continue
+			}
+			return s.eat(closer)
+		}
+	default:
+		start := s.i
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return s.i > start
+			}
+			s.i++
+		}
+		return s.i > start
+	}
+}

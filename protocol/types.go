@@ -1,0 +1,189 @@
+package protocol
+
+import "encoding/json"
+
+// Method names, client to server.
+const (
+	MethodInitialize        = "initialize"
+	MethodInitialized       = "initialized" // notification
+	MethodEnvironmentInfo   = "environment/info"
+	MethodEnvironmentStatus = "environment/status"
+
+	MethodProcessStart     = "process/start"
+	MethodProcessRead      = "process/read"
+	MethodProcessWrite     = "process/write"
+	MethodProcessSignal    = "process/signal"
+	MethodProcessTerminate = "process/terminate"
+
+	MethodFsReadFile        = "fs/readFile"
+	MethodFsWriteFile       = "fs/writeFile"
+	MethodFsCreateDirectory = "fs/createDirectory"
+	MethodFsGetMetadata     = "fs/getMetadata"
+	MethodFsCanonicalize    = "fs/canonicalize"
+	MethodFsReadDirectory   = "fs/readDirectory"
+	MethodFsRemove          = "fs/remove"
+	MethodFsCopy            = "fs/copy"
+	MethodFsWalk            = "fs/walk"
+	MethodFsOpen            = "fs/open"
+	MethodFsReadBlock       = "fs/readBlock"
+	MethodFsWriteBlock      = "fs/writeBlock"
+	MethodFsClose           = "fs/close"
+)
+
+// Notification names, server to client.
+const (
+	NotifyProcessOutput = "process/output"
+	NotifyProcessExited = "process/exited"
+	NotifyProcessClosed = "process/closed"
+)
+
+// Output stream names.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamPTY    = "pty"
+)
+
+// InitializeParams are the params of initialize.
+type InitializeParams struct {
+	ClientName      string  `json:"clientName"`
+	ResumeSessionID *string `json:"resumeSessionId,omitempty"`
+}
+
+// InitializeResult is the result of initialize.
+type InitializeResult struct {
+	SessionID       string          `json:"sessionId"`
+	EnvironmentInfo EnvironmentInfo `json:"environmentInfo"`
+}
+
+// Shell names the user's default shell.
+type Shell struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// EnvironmentInfo describes the machine the server runs on.
+type EnvironmentInfo struct {
+	Shell                Shell           `json:"shell"`
+	ExecutorVersion      string          `json:"executorVersion"`
+	ProviderID           string          `json:"providerId,omitempty"`
+	Cwd                  string          `json:"cwd"`
+	UserHomeDir          string          `json:"userHomeDir"`
+	PlatformOS           string          `json:"platformOs"`
+	PrependPathDirs      []string        `json:"prependPathDirs"`
+	TemporaryDirectories []string        `json:"temporaryDirectories"`
+	TempDir              string          `json:"tempDir"`
+	Capabilities         map[string]bool `json:"capabilities"`
+}
+
+// EnvironmentStatus is the result of environment/status.
+type EnvironmentStatus struct {
+	Status string `json:"status"`
+}
+
+// StartParams are the params of process/start.
+type StartParams struct {
+	ProcessID string            `json:"processId"`
+	Argv      []string          `json:"argv"`
+	Cwd       string            `json:"cwd"`
+	Env       map[string]string `json:"env"`
+	TTY       bool              `json:"tty"`
+	PipeStdin bool              `json:"pipeStdin,omitempty"`
+	Arg0      *string           `json:"arg0,omitempty"`
+	EnvPolicy json.RawMessage   `json:"envPolicy,omitempty"`
+	Sandbox   json.RawMessage   `json:"sandbox,omitempty"`
+}
+
+// StartResult is the result of process/start.
+type StartResult struct {
+	ProcessID   string `json:"processId"`
+	SandboxType string `json:"sandboxType"`
+}
+
+// ReadParams are the params of process/read.
+type ReadParams struct {
+	ProcessID string  `json:"processId"`
+	AfterSeq  *uint64 `json:"afterSeq,omitempty"`
+	MaxBytes  *uint64 `json:"maxBytes,omitempty"`
+	WaitMs    *uint64 `json:"waitMs,omitempty"`
+}
+
+// Chunk is one retained output chunk. Data is base64 on the wire.
+type Chunk struct {
+	Seq    uint64 `json:"seq"`
+	Stream string `json:"stream"`
+	Chunk  []byte `json:"chunk"`
+}
+
+// ReadResult is the result of process/read.
+type ReadResult struct {
+	Chunks        []Chunk `json:"chunks"`
+	NextSeq       uint64  `json:"nextSeq"`
+	Exited        bool    `json:"exited"`
+	ExitCode      *int    `json:"exitCode"`
+	Closed        bool    `json:"closed"`
+	Failure       *string `json:"failure"`
+	SandboxDenied bool    `json:"sandboxDenied"`
+}
+
+// WriteParams are the params of process/write. WriteID is required by the
+// reference; this server accepts its absence.
+type WriteParams struct {
+	ProcessID string  `json:"processId"`
+	Chunk     []byte  `json:"chunk"`
+	WriteID   *string `json:"writeId,omitempty"`
+}
+
+// Write statuses.
+const (
+	WriteAccepted       = "accepted"
+	WriteUnknownProcess = "unknownProcess"
+	WriteStdinClosed    = "stdinClosed"
+	WriteStarting       = "starting"
+)
+
+// WriteResult is the result of process/write.
+type WriteResult struct {
+	Status string `json:"status"`
+}
+
+// SignalParams are the params of process/signal.
+type SignalParams struct {
+	ProcessID string `json:"processId"`
+	Signal    string `json:"signal"`
+}
+
+// TerminateParams are the params of process/terminate.
+type TerminateParams struct {
+	ProcessID string `json:"processId"`
+}
+
+// TerminateResult is the result of process/terminate.
+type TerminateResult struct {
+	Running bool `json:"running"`
+}
+
+// OutputNotification is process/output.
+type OutputNotification struct {
+	ProcessID string `json:"processId"`
+	Seq       uint64 `json:"seq"`
+	Stream    string `json:"stream"`
+	Chunk     []byte `json:"chunk"`
+}
+
+// ExitedNotification is process/exited.
+type ExitedNotification struct {
+	ProcessID     string `json:"processId"`
+	Seq           uint64 `json:"seq"`
+	ExitCode      int    `json:"exitCode"`
+	SandboxDenied *bool  `json:"sandboxDenied,omitempty"`
+}
+
+// ClosedNotification is process/closed.
+type ClosedNotification struct {
+	ProcessID string `json:"processId"`
+	Seq       uint64 `json:"seq"`
+}
+
+// Empty is the {} result.
+type Empty struct{}
