@@ -1,0 +1,87 @@
+// Package server is the exec-server as a library: Run serves the protocol
+// on a websocket listener or on stdio until its context ends. cmd/exec-server
+// is a thin wrapper around it.
+package server
+
+import (
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Config configures a server. The zero value of every field is a sensible
+// default, documented on the field.
+type Config struct {
+	// Listen is "ws://IP:PORT", "stdio" or "stdio://". Default
+	// "ws://127.0.0.1:0".
+	Listen string
+	// ConcurrentRequests bounds the requests handled at once per
+	// connection; 1 gives strict arrival order. Default 64.
+	ConcurrentRequests int
+	// SessionTTL is how long a detached websocket session (and its
+	// processes) outlives its connection. Default 90s.
+	SessionTTL time.Duration
+	// MaxMessageBytes bounds one incoming message. Default 64 MiB.
+	MaxMessageBytes int64
+	// MaxFileBytes bounds fs/readFile and fs/writeFile. Default 512 MiB.
+	MaxFileBytes int64
+	// MaxHandles bounds open fs handles per connection. Default 128.
+	MaxHandles int
+	// MaxProcesses bounds live processes per session. Default 4096.
+	MaxProcesses int
+	// MaxSessions bounds sessions per server. Default 1024.
+	MaxSessions int
+	// MaxConnections bounds concurrent websocket connections. Default 10240.
+	MaxConnections int
+	// Logger receives structured logs; default discards.
+	Logger *slog.Logger
+	// Stdin and Stdout carry the stdio transport (default os.Stdin/os.Stdout).
+	Stdin  io.Reader
+	Stdout io.Writer
+	// OnListen is called once with the bound "ws://IP:PORT" (or
+	// "wss://...") URL when a websocket listener is up.
+	OnListen func(url string)
+	// Authenticate, when set, checks every websocket upgrade request (not
+	// /readyz). A non-nil error refuses it with 401 and the error's text
+	// as a plain-text body.
+	Authenticate func(r *http.Request) error
+	// TLSConfig, when set, serves wss:// and https /readyz.
+	TLSConfig *tls.Config
+}
+
+func (c *Config) withDefaults() Config {
+	d := *c
+	if d.Listen == "" {
+		d.Listen = "ws://127.0.0.1:0"
+	}
+	if d.ConcurrentRequests <= 0 {
+		d.ConcurrentRequests = 64
+	}
+	if d.SessionTTL <= 0 {
+		d.SessionTTL = 90 * time.Second
+	}
+	if d.MaxMessageBytes <= 0 {
+		d.MaxMessageBytes = 64 << 20
+	}
+	if d.MaxFileBytes <= 0 {
+		d.MaxFileBytes = 512 << 20
+	}
+	if d.MaxHandles <= 0 {
+		d.MaxHandles = 128
+	}
+	if d.MaxProcesses <= 0 {
+		d.MaxProcesses = 4096
+	}
+	if d.MaxSessions <= 0 {
+		d.MaxSessions = 1024
+	}
+	if d.MaxConnections <= 0 {
+		d.MaxConnections = 10240
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	return d
+}
