@@ -1,10 +1,10 @@
 module github.com/execgo/exec-server
 
-go 1.26
+go 1.26.0
 
 require (
-	github.com/coder/websocket v1.8.15 // indirect
-	github.com/creack/pty v1.1.24 // indirect
-	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/coder/websocket v1.8.15
+	github.com/creack/pty v1.1.24
+	github.com/golang-jwt/jwt/v5 v5.3.1
+	golang.org/x/sys v0.49.0
 )

@@ -1,0 +1,260 @@
+// Package process runs and tracks one session's processes: spawning with
+// pipes or a PTY, numbering every output/exit/close event with a per-process
+// sequence, retaining recent output for process/read, long-poll reads, stdin
+// writes and signals. It knows the protocol's types but nothing of
+// connections or framing: events go to a Sink.
+package process
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/execgo/exec-server/protocol"
+)
+
+// EventKind tells the three kinds of process events apart.
+type EventKind int
+
+// Event kinds.
+const (
+	EventOutput EventKind = iota
+	EventExited
+	EventClosed
+)
+
+// Event is one sequenced process event, in the order it must be pushed.
+type Event struct {
+	Kind          EventKind
+	ProcessID     string
+	Seq           uint64
+	Stream        string // output only
+	Data          []byte // output only; must not be modified
+	ExitCode      int    // exited only
+	SandboxDenied bool   // exited only
+}
+
+// Sink receives every event of every process, per process in seq order.
+// Deliver may block to apply back-pressure (the process's output is not read
+// meanwhile); it must return once the events can no longer be delivered.
+type Sink interface {
+	Deliver(Event)
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(Event)
+
+// Deliver calls f.
+func (f SinkFunc) Deliver(ev Event) { f(ev) }
+
+// Options configure a Manager. Zero values take the defaults shown.
+type Options struct {
+	MaxProcesses  int           // live processes at once (4096)
+	Retention     time.Duration // how long a closed process stays readable (30s)
+	RetainBytes   int           // retained output per process (1 MiB)
+	RetainChunks  int           // retained chunks per process (50000)
+	ReadSize      int           // largest output chunk (64 KiB)
+	StdinBuffered int           // stdin bytes queued per process (8 MiB)
+	Logger        *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxProcesses <= 0 {
+		o.MaxProcesses = 4096
+	}
+	if o.Retention <= 0 {
+		o.Retention = 30 * time.Second
+	}
+	if o.RetainBytes <= 0 {
+		o.RetainBytes = 1 << 20
+	}
+	if o.RetainChunks <= 0 {
+		o.RetainChunks = 50000
+	}
+	if o.ReadSize <= 0 {
+		o.ReadSize = 64 << 10
+	}
+	if o.StdinBuffered <= 0 {
+		o.StdinBuffered = 8 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Manager owns one session's processes. It is safe for concurrent use.
+type Manager struct {
+	opts Options
+	sink Sink
+
+	mu     sync.Mutex
+	procs  map[string]*Proc
+	live   int
+	closed bool
+
+	wg sync.WaitGroup // every goroutine of every process
+}
+
+// NewManager returns a Manager that sends events to sink.
+func NewManager(opts Options, sink Sink) *Manager {
+	return &Manager{opts: opts.withDefaults(), sink: sink, procs: make(map[string]*Proc)}
+}
+
+// Start spawns a process. The id is reserved while spawning, so a request
+// for it in the meantime is told it is starting; a failed spawn frees it.
+func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
+	if len(p.Argv) == 0 {
+		return nil, protocol.InvalidParams("argv must not be empty")
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, protocol.InvalidRequest("session is closed")
+	}
+	if _, ok := m.procs[p.ProcessID]; ok {
+		m.mu.Unlock()
+		return nil, protocol.InvalidRequest("process %s already exists", p.ProcessID)
+	}
+	if m.live >= m.opts.MaxProcesses {
+		m.mu.Unlock()
+		return nil, protocol.InvalidRequest("too many processes: this session already runs %d (limit %d)", m.live, m.opts.MaxProcesses)
+	}
+	proc := newProc(m, p.ProcessID)
+	m.procs[p.ProcessID] = proc
+	m.live++
+	m.mu.Unlock()
+
+	if err := proc.spawn(p); err != nil {
+		m.mu.Lock()
+		delete(m.procs, p.ProcessID)
+		m.live--
+		m.mu.Unlock()
+		return nil, err
+	}
+	return &protocol.StartResult{ProcessID: p.ProcessID, SandboxType: "none"}, nil
+}
+
+func (m *Manager) get(id string) *Proc {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.procs[id]
+}
+
+// lookup finds a process that has finished starting.
+func (m *Manager) lookup(id string) (*Proc, error) {
+	p := m.get(id)
+	if p == nil {
+		return nil, protocol.InvalidRequest("unknown process id %s", id)
+	}
+	if !p.started() {
+		return nil, protocol.InvalidRequest("process id %s is starting", id)
+	}
+	return p, nil
+}
+
+// Read returns retained output after p.AfterSeq, waiting up to p.WaitMs for
+// something new when there is nothing yet.
+func (m *Manager) Read(ctx context.Context, p protocol.ReadParams) (*protocol.ReadResult, error) {
+	proc, err := m.lookup(p.ProcessID)
+	if err != nil {
+		return nil, err
+	}
+	return proc.read(ctx, p)
+}
+
+// Write queues bytes for the process's stdin.
+func (m *Manager) Write(p protocol.WriteParams) (*protocol.WriteResult, error) {
+	proc := m.get(p.ProcessID)
+	if proc == nil {
+		return &protocol.WriteResult{Status: protocol.WriteUnknownProcess}, nil
+	}
+	if !proc.started() {
+		return &protocol.WriteResult{Status: protocol.WriteStarting}, nil
+	}
+	return proc.write(p)
+}
+
+// Signals maps the protocol's signal names to the signals sent.
+var Signals = map[string]syscall.Signal{
+	"interrupt": syscall.SIGINT,
+	"terminate": syscall.SIGTERM,
+	"kill":      syscall.SIGKILL,
+	"hangup":    syscall.SIGHUP,
+	"quit":      syscall.SIGQUIT,
+	"user1":     syscall.SIGUSR1,
+	"user2":     syscall.SIGUSR2,
+}
+
+// Signal sends a named signal to the process's group. Unknown or finished
+// processes are not an error, as on the reference.
+func (m *Manager) Signal(p protocol.SignalParams) error {
+	sig, ok := Signals[p.Signal]
+	if !ok {
+		return protocol.InvalidParams("unknown variant `%s`, expected one of `interrupt`, `terminate`, `kill`, `hangup`, `quit`, `user1`, `user2`", p.Signal)
+	}
+	if proc := m.get(p.ProcessID); proc != nil && proc.started() {
+		proc.signal(sig)
+	}
+	return nil
+}
+
+// Terminate kills the process's whole group with SIGKILL. It reports
+// whether the process was still running.
+func (m *Manager) Terminate(p protocol.TerminateParams) *protocol.TerminateResult {
+	proc := m.get(p.ProcessID)
+	if proc == nil || !proc.started() {
+		return &protocol.TerminateResult{Running: false}
+	}
+	return &protocol.TerminateResult{Running: proc.signal(syscall.SIGKILL)}
+}
+
+// Close kills every process, waits for their goroutines to end and frees
+// everything. The sink must no longer block by then (a detached session
+// drops events).
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	procs := make([]*Proc, 0, len(m.procs))
+	for _, p := range m.procs {
+		procs = append(procs, p)
+	}
+	m.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+	m.wg.Wait()
+	m.mu.Lock()
+	for _, p := range m.procs {
+		p.stopRetention()
+	}
+	clear(m.procs)
+	m.mu.Unlock()
+}
+
+// Live reports the number of processes not yet closed.
+func (m *Manager) Live() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live
+}
+
+// closedProc is called once a process has emitted its closed event: the
+// process no longer counts as live, and its id is freed after Retention.
+func (m *Manager) closedProc(p *Proc) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.live--
+	if m.closed {
+		return
+	}
+	p.retention = time.AfterFunc(m.opts.Retention, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.procs[p.id] == p {
+			delete(m.procs, p.id)
+		}
+	})
+}

@@ -1,0 +1,438 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
+)
+
+// rawEvent travels from a producer (an output reader or the reaper) to the
+// process's emitter, which numbers it.
+type rawEvent struct {
+	kind     EventKind
+	stream   string
+	data     []byte
+	exitCode int
+}
+
+// Proc is one managed process.
+type Proc struct {
+	id string
+	m  *Manager
+
+	ready chan struct{} // closed once spawn has finished (either way)
+
+	// Set by spawn, read-only afterwards.
+	pid   int
+	tty   bool
+	stdin *stdinWriter // nil when stdin is not writable
+
+	events chan rawEvent
+
+	mu        sync.Mutex
+	nextSeq   uint64
+	win       window
+	exited    bool
+	exitSeq   uint64
+	exitCode  int
+	closed    bool
+	changed   chan struct{} // closed and replaced on every event
+	writeIDs  map[string]struct{}
+	writeFIFO []string
+	retention *time.Timer
+}
+
+func newProc(m *Manager, id string) *Proc {
+	return &Proc{
+		id:      id,
+		m:       m,
+		ready:   make(chan struct{}),
+		nextSeq: 1,
+		win:     window{maxBytes: m.opts.RetainBytes, maxChunks: m.opts.RetainChunks},
+		changed: make(chan struct{}),
+	}
+}
+
+func (p *Proc) started() bool {
+	select {
+	case <-p.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *Proc) spawn(sp protocol.StartParams) error {
+	defer close(p.ready)
+	if err := sandbox.Check(sp.Sandbox); err != nil {
+		return err
+	}
+	dir, err := fileuri.Parse(sp.Cwd)
+	if err != nil {
+		return err
+	}
+	env, err := buildEnv(sp.Env, sp.EnvPolicy)
+	if err != nil {
+		return err
+	}
+	path, err := resolveProgram(sp.Argv[0], dir, env)
+	if err != nil {
+		return protocol.SpawnError(err)
+	}
+	args := append([]string(nil), sp.Argv...)
+	if sp.Arg0 != nil {
+		args[0] = *sp.Arg0
+	}
+	attr := &syscall.SysProcAttr{
+		Setsid: true, // own session and process group: signals reach the whole tree
+		// If the server dies without cleaning up, the kernel kills the child.
+		Pdeathsig: syscall.SIGKILL,
+	}
+
+	var files [3]*os.File
+	var parentEnds []*os.File // closed in the parent after start
+	var readers []*os.File
+	var streams []string
+	closeAll := func() {
+		for _, f := range parentEnds {
+			f.Close()
+		}
+		for _, f := range readers {
+			f.Close()
+		}
+		if p.stdin != nil {
+			p.stdin.f.Close()
+		}
+	}
+
+	if sp.TTY {
+		master, slave, err := pty.Open()
+		if err != nil {
+			return protocol.SpawnError(err)
+		}
+		_ = pty.Setsize(master, &pty.Winsize{Rows: 24, Cols: 80})
+		files = [3]*os.File{slave, slave, slave}
+		parentEnds = append(parentEnds, slave)
+		attr.Setctty = true
+		attr.Ctty = 0
+		readers = append(readers, master)
+		streams = append(streams, protocol.StreamPTY)
+		p.tty = true
+		p.stdin = newStdinWriter(master, p.m.opts.StdinBuffered, false)
+	} else {
+		if sp.PipeStdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return protocol.SpawnError(err)
+			}
+			files[0] = r
+			parentEnds = append(parentEnds, r)
+			p.stdin = newStdinWriter(w, p.m.opts.StdinBuffered, true)
+		} else {
+			null, err := os.Open(os.DevNull)
+			if err != nil {
+				return protocol.SpawnError(err)
+			}
+			files[0] = null
+			parentEnds = append(parentEnds, null)
+		}
+		for _, name := range []string{protocol.StreamStdout, protocol.StreamStderr} {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeAll()
+				return protocol.SpawnError(err)
+			}
+			// A larger pipe means fewer wake-ups for chatty children;
+			// best effort.
+			_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, 1<<20)
+			files[1+len(readers)] = w
+			parentEnds = append(parentEnds, w)
+			readers = append(readers, r)
+			streams = append(streams, name)
+		}
+	}
+
+	proc, err := os.StartProcess(path, args, &os.ProcAttr{
+		Dir:   dir,
+		Env:   env,
+		Files: files[:],
+		Sys:   attr,
+	})
+	for _, f := range parentEnds {
+		f.Close()
+	}
+	parentEnds = nil
+	if err != nil {
+		closeAll()
+		return protocol.SpawnError(err)
+	}
+	p.pid = proc.Pid
+	// The reaper uses wait4 directly; the os.Process must not be used to
+	// wait, so release it.
+	_ = proc.Release()
+
+	p.events = make(chan rawEvent, 4)
+	var producers sync.WaitGroup
+	readersDone := make(chan struct{})
+	var readerWG sync.WaitGroup
+	for i, r := range readers {
+		producers.Add(1)
+		readerWG.Add(1)
+		p.m.wg.Add(1)
+		go func() {
+			defer p.m.wg.Done()
+			defer producers.Done()
+			defer readerWG.Done()
+			p.pump(r, streams[i])
+		}()
+	}
+	go func() { readerWG.Wait(); close(readersDone) }()
+	producers.Add(1)
+	p.m.wg.Add(1)
+	go func() {
+		defer p.m.wg.Done()
+		defer producers.Done()
+		p.reap(readersDone)
+	}()
+	p.m.wg.Add(1)
+	go func() {
+		defer p.m.wg.Done()
+		p.emit(&producers)
+	}()
+	if p.stdin != nil {
+		p.m.wg.Add(1)
+		go func() {
+			defer p.m.wg.Done()
+			p.stdin.run()
+		}()
+	}
+	return nil
+}
+
+// pump reads one output stream until EOF and hands each read to the
+// emitter. When the emitter is blocked (the client is not keeping up) the
+// pump blocks too and the child's writes stall: back-pressure, not loss.
+func (p *Proc) pump(f *os.File, stream string) {
+	defer f.Close()
+	size := p.m.opts.ReadSize
+	buf := make([]byte, size)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			var data []byte
+			if n >= size/2 {
+				// Hand the buffer over; at most half of it is slack.
+				data = buf[:n]
+				buf = make([]byte, size)
+			} else {
+				data = append([]byte(nil), buf[:n]...)
+			}
+			p.events <- rawEvent{kind: EventOutput, stream: stream, data: data}
+		}
+		if err != nil {
+			// EOF on a pipe, EIO on a PTY whose other side is gone.
+			return
+		}
+	}
+}
+
+// reap waits for the child to exit and reports its status. It gives the
+// readers a brief moment to drain what the child wrote before it exited,
+// so output usually precedes the exit event; late output is still
+// possible when a descendant keeps the stream open.
+func (p *Proc) reap(readersDone <-chan struct{}) {
+	var status syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(p.pid, &status, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			p.events <- rawEvent{kind: EventExited, exitCode: -1}
+			return
+		}
+		break
+	}
+	code := status.ExitStatus()
+	if status.Signaled() {
+		code = 128 + int(status.Signal())
+	}
+	p.mu.Lock()
+	p.pid = -p.pid // reaped: never signal this pid again, it may be reused
+	p.mu.Unlock()
+	t := time.NewTimer(20 * time.Millisecond)
+	select {
+	case <-readersDone:
+	case <-t.C:
+	}
+	t.Stop()
+	p.events <- rawEvent{kind: EventExited, exitCode: code}
+}
+
+// emit numbers events, records them, and delivers them in order. Once every
+// producer is done it emits closed, the last event.
+func (p *Proc) emit(producers *sync.WaitGroup) {
+	go func() { producers.Wait(); close(p.events) }()
+	for ev := range p.events {
+		p.mu.Lock()
+		seq := p.nextSeq
+		p.nextSeq++
+		switch ev.kind {
+		case EventOutput:
+			p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data})
+		case EventExited:
+			p.exited, p.exitSeq, p.exitCode = true, seq, ev.exitCode
+		}
+		p.broadcastLocked()
+		p.mu.Unlock()
+		p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode})
+	}
+	if p.stdin != nil {
+		p.stdin.close()
+	}
+	p.mu.Lock()
+	seq := p.nextSeq
+	p.nextSeq++
+	p.closed = true
+	p.broadcastLocked()
+	p.mu.Unlock()
+	p.m.sink.Deliver(Event{Kind: EventClosed, ProcessID: p.id, Seq: seq})
+	p.m.closedProc(p)
+}
+
+func (p *Proc) broadcastLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *Proc) read(ctx context.Context, rp protocol.ReadParams) (*protocol.ReadResult, error) {
+	var after uint64
+	if rp.AfterSeq != nil {
+		after = *rp.AfterSeq
+	}
+	budget := -1
+	if rp.MaxBytes != nil {
+		budget = int(min(*rp.MaxBytes, 1<<40))
+	}
+	var timer *time.Timer
+	if rp.WaitMs != nil && *rp.WaitMs > 0 {
+		timer = time.NewTimer(time.Duration(min(*rp.WaitMs, 1<<40)) * time.Millisecond)
+		defer timer.Stop()
+	}
+	for {
+		p.mu.Lock()
+		chunks := p.win.after(after, budget)
+		ready := len(chunks) > 0 || p.closed || (p.exited && p.exitSeq > after)
+		if ready || timer == nil {
+			res := p.resultLocked(chunks, rp.MaxBytes != nil)
+			p.mu.Unlock()
+			return res, nil
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			timer = nil // one last look, then answer
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (p *Proc) resultLocked(chunks []chunk, budgeted bool) *protocol.ReadResult {
+	res := &protocol.ReadResult{
+		Chunks:  make([]protocol.Chunk, len(chunks)),
+		NextSeq: p.nextSeq,
+		Exited:  p.exited,
+		Closed:  p.closed,
+	}
+	for i, c := range chunks {
+		res.Chunks[i] = protocol.Chunk{Seq: c.seq, Stream: c.stream, Chunk: c.data}
+	}
+	if budgeted && len(chunks) > 0 {
+		res.NextSeq = chunks[len(chunks)-1].seq + 1
+	}
+	if p.exited {
+		code := p.exitCode
+		res.ExitCode = &code
+	}
+	return res
+}
+
+func (p *Proc) write(wp protocol.WriteParams) (*protocol.WriteResult, error) {
+	if p.stdin == nil {
+		return &protocol.WriteResult{Status: protocol.WriteStdinClosed}, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if wp.WriteID != nil {
+		if *wp.WriteID == "" {
+			return nil, protocol.InvalidParams("writeId must not be empty")
+		}
+		if _, dup := p.writeIDs[*wp.WriteID]; dup {
+			return &protocol.WriteResult{Status: protocol.WriteAccepted}, nil
+		}
+	}
+	if p.exited || p.closed {
+		return nil, protocol.Internal("failed to write to process stdin")
+	}
+	if err := p.stdin.enqueue(wp.Chunk); err != nil {
+		return nil, err
+	}
+	if wp.WriteID != nil {
+		p.rememberWriteID(*wp.WriteID)
+	}
+	return &protocol.WriteResult{Status: protocol.WriteAccepted}, nil
+}
+
+// rememberWriteID keeps the last 4096 write ids for idempotent retries.
+func (p *Proc) rememberWriteID(id string) {
+	if p.writeIDs == nil {
+		p.writeIDs = make(map[string]struct{})
+	}
+	p.writeIDs[id] = struct{}{}
+	p.writeFIFO = append(p.writeFIFO, id)
+	if len(p.writeFIFO) > 4096 {
+		delete(p.writeIDs, p.writeFIFO[0])
+		p.writeFIFO = p.writeFIFO[1:]
+	}
+}
+
+// signal sends sig to the process group; it reports whether the process had
+// not been reaped yet.
+func (p *Proc) signal(sig syscall.Signal) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pid <= 0 {
+		return false
+	}
+	// The group id is the pid (Setsid). Fall back to the pid alone if the
+	// group is gone but the process is not (it cannot leave its session).
+	if err := syscall.Kill(-p.pid, sig); errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(p.pid, sig)
+	}
+	return !p.exited
+}
+
+// kill is used at session end: the whole group dies.
+func (p *Proc) kill() {
+	<-p.ready
+	p.signal(syscall.SIGKILL)
+}
+
+func (p *Proc) stopRetention() {
+	if p.retention != nil {
+		p.retention.Stop()
+	}
+}

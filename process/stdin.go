@@ -1,0 +1,95 @@
+package process
+
+import (
+	"os"
+	"sync"
+
+	"github.com/execgo/exec-server/protocol"
+)
+
+// stdinWriter feeds a child's stdin (a pipe or the PTY master) from a
+// bounded queue on its own goroutine, so a child that does not read its
+// input never blocks the connection that writes to it.
+type stdinWriter struct {
+	f        *os.File
+	ownsFile bool // a pipe's write end is ours to close; a PTY master is closed by its reader
+	limit    int
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    [][]byte
+	queued   int
+	done     bool
+	broken   bool
+}
+
+func newStdinWriter(f *os.File, limit int, ownsFile bool) *stdinWriter {
+	w := &stdinWriter{f: f, limit: limit, ownsFile: ownsFile}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// enqueue queues data; it fails when the queue is full or stdin is gone.
+func (w *stdinWriter) enqueue(data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done || w.broken {
+		return protocol.Internal("failed to write to process stdin")
+	}
+	if w.queued+len(data) > w.limit {
+		return protocol.Internal("failed to write to process stdin: %d bytes already queued and not yet read by the process (limit %d)", w.queued, w.limit)
+	}
+	w.queue = append(w.queue, data)
+	w.queued += len(data)
+	w.cond.Signal()
+	return nil
+}
+
+// run writes queued data until close is called.
+func (w *stdinWriter) run() {
+	defer func() {
+		if w.ownsFile {
+			w.f.Close()
+		}
+	}()
+	for {
+		w.mu.Lock()
+		for len(w.queue) == 0 && !w.done {
+			w.cond.Wait()
+		}
+		if w.done {
+			w.mu.Unlock()
+			return
+		}
+		data := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+
+		_, err := w.f.Write(data)
+
+		w.mu.Lock()
+		w.queued -= len(data)
+		if err != nil {
+			w.broken = true
+			w.queue, w.queued = nil, 0
+		}
+		w.mu.Unlock()
+	}
+}
+
+// close stops the writer. A write blocked on a full pipe ends when the
+// child dies (EPIPE), which is when close is called.
+func (w *stdinWriter) close() {
+	w.mu.Lock()
+	w.done = true
+	w.cond.Signal()
+	w.mu.Unlock()
+	if w.ownsFile {
+		// Unblocks a pending write whose reader is a surviving
+		// descendant.
+		w.f.Close()
+	}
+}
