@@ -139,20 +139,32 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 	}
 	// Cancel handlers, let them finish, then give the writer a moment to
 	// flush what they queued before the stream is closed under it.
+	// A handler or the writer may be stuck on a peer that stopped
+	// reading; after a grace period the stream is closed under them.
 	c.cancel()
-	c.handlers.Wait()
+	handlersDone := make(chan struct{})
+	go func() { c.handlers.Wait(); close(handlersDone) }()
+	c.waitOrAbort(handlersDone)
 	close(c.flush)
-	select {
-	case <-writerDone:
-	case <-time.After(time.Second):
-		c.markDead()
-	}
+	c.waitOrAbort(writerDone)
 	c.stream.Close()
-	<-writerDone
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+func (c *Conn) waitOrAbort(done <-chan struct{}) {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	c.markDead()
+	c.stream.Close()
+	<-done
 }
 
 func (c *Conn) replyDecodeError(de *DecodeError) {

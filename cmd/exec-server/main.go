@@ -1,0 +1,127 @@
+// Command exec-server runs the exec-server: a JSON-RPC server that starts
+// and controls processes and touches files for a remote agent, over a
+// websocket (default ws://127.0.0.1:0) or stdio.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/execgo/exec-server/server"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `usage: exec-server [flags]
+       exec-server exec|cp|ls|cat [flags] ...   (client subcommands; see exec-server SUBCOMMAND -h)
+
+Serves the exec-server protocol on a websocket (default ws://127.0.0.1:0; the
+bound URL is printed as the first line of stdout) or on stdio.
+
+flags:
+`
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if code, ok := runSubcommand(args[0], args[1:], stdin, stdout, stderr); ok {
+			return code
+		}
+	}
+	fs := flag.NewFlagSet("exec-server", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	listen := fs.String("listen", "ws://127.0.0.1:0", "`URL` to serve: ws://IP:PORT, stdio or stdio://")
+	concurrent := fs.Int("concurrent-requests", 64, "requests handled at once per connection; 1 gives strict arrival order")
+	ttl := fs.Duration("session-ttl", 90*time.Second, "how long a disconnected websocket session and its processes are kept for resume")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
+	sec := addSecurityFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, usage)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "exec-server: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *concurrent < 1 {
+		fmt.Fprintf(stderr, "exec-server: --concurrent-requests must be at least 1, got %d\n", *concurrent)
+		return 2
+	}
+	if *ttl <= 0 {
+		fmt.Fprintf(stderr, "exec-server: --session-ttl must be positive, got %s\n", *ttl)
+		return 2
+	}
+	logger, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+		return 2
+	}
+	if _, _, err := server.ParseListen(*listen); err != nil {
+		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+		return 2
+	}
+	cfg := server.Config{
+		Listen:             *listen,
+		ConcurrentRequests: *concurrent,
+		SessionTTL:         *ttl,
+		Logger:             logger,
+		Stdin:              stdin,
+		Stdout:             stdout,
+		OnListen:           func(url string) { fmt.Fprintln(stdout, url) },
+	}
+	if err := sec.apply(*listen, &cfg); err != nil {
+		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+		return 2
+	}
+	raiseFileLimit()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := server.Run(ctx, cfg); err != nil {
+		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: expected debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("invalid --log-format %q: expected text or json", format)
+}
+
+// raiseFileLimit lifts the soft open-file limit to the hard one: every
+// connection and every child's pipes cost descriptors.
+func raiseFileLimit() {
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/protocol"
+)
+
+// Method families, as the reference names them in lifecycle errors.
+const (
+	familyExec        = "exec"
+	familyFilesystem  = "filesystem"
+	familyEnvironment = "environment info"
+)
+
+// method describes how one request is served.
+type method struct {
+	family string
+	// inline methods run on the read loop, in arrival order, so a request
+	// pipelined behind them sees their effect. They must not block for
+	// long. Others run on the connection's handler pool.
+	inline bool
+	// decode parses and validates params; it runs before lifecycle checks
+	// (the reference reports bad params first).
+	decode func(raw json.RawMessage) (any, error)
+	call   func(ctx context.Context, cs *connState, params any) (any, error)
+}
+
+// connState is one connection's view: its lifecycle and its session.
+type connState struct {
+	srv               *Server
+	conn              *jsonrpc.Conn
+	endSessionOnClose bool
+	handles           fsHandles
+
+	mu          sync.Mutex
+	initStarted bool // initialize received (and not failed)
+	initDone    bool // initialized notification received
+	session     *session
+}
+
+func (cs *connState) dispatch(msg *jsonrpc.Message) {
+	switch msg.Kind {
+	case jsonrpc.KindNotification:
+		cs.notification(msg)
+		return
+	case jsonrpc.KindResponse:
+		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("unexpected response with id %s: the server sent no request", string(msg.ID)))
+		return
+	}
+	m, ok := cs.srv.methods[msg.Method]
+	if !ok {
+		cs.conn.ReplyError(msg.ID, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", msg.Method))
+		return
+	}
+	params, err := m.decode(msg.Params)
+	if err != nil {
+		cs.conn.Reply(msg.ID, nil, err)
+		return
+	}
+	if err := cs.checkLifecycle(m.family); err != nil {
+		cs.conn.Reply(msg.ID, nil, err)
+		return
+	}
+	run := func() {
+		res, err := m.call(cs.conn.Context(), cs, params)
+		cs.conn.Reply(msg.ID, res, err)
+	}
+	if m.inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !isLongPoll(params)) {
+		run()
+		return
+	}
+	cs.conn.Go(run)
+}
+
+func isLongPoll(params any) bool {
+	p, ok := params.(*protocol.ReadParams)
+	return ok && p.WaitMs != nil && *p.WaitMs > 0
+}
+
+func (cs *connState) notification(msg *jsonrpc.Message) {
+	if msg.Method != protocol.MethodInitialized {
+		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("unexpected notification `%s`: only `initialized` may be sent as a notification", msg.Method))
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if !cs.initStarted || cs.session == nil {
+		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("received `initialized` notification before `initialize`"))
+		return
+	}
+	cs.initDone = true
+}
+
+func (cs *connState) checkLifecycle(family string) error {
+	if family == "" {
+		return nil
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.session == nil {
+		return protocol.InvalidRequest("client must call initialize before using %s methods", family)
+	}
+	if !cs.initDone {
+		return protocol.InvalidRequest("client must send initialized before using %s methods", family)
+	}
+	return nil
+}
+
+func (cs *connState) sess() *session {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.session
+}
+
+// close runs after the connection has ended.
+func (cs *connState) close() {
+	if cs.handles != nil {
+		cs.handles.CloseAll()
+	}
+	if ss := cs.sess(); ss != nil {
+		ss.detach(cs.conn, cs.endSessionOnClose)
+	}
+}
+
+// decodeInto returns a decoder for a params struct with required fields.
+func decodeInto[T any](typeName string, required ...string) func(json.RawMessage) (any, error) {
+	return func(raw json.RawMessage) (any, error) {
+		v := new(T)
+		if err := protocol.DecodeParams(raw, v, typeName, required...); err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+}
+
+func decodeNone(raw json.RawMessage) (any, error) { return nil, protocol.DecodeNoParams(raw) }
+
+func decodeRaw(raw json.RawMessage) (any, error) { return raw, nil }
+
+func (s *Server) buildMethods() map[string]method {
+	m := map[string]method{
+		protocol.MethodInitialize: {
+			inline: true,
+			decode: decodeInto[protocol.InitializeParams]("InitializeParams", "clientName"),
+			call: func(_ context.Context, cs *connState, p any) (any, error) {
+				return cs.initialize(p.(*protocol.InitializeParams))
+			},
+		},
+		protocol.MethodEnvironmentInfo: {
+			family: familyEnvironment, inline: true, decode: decodeNone,
+			call: func(_ context.Context, cs *connState, _ any) (any, error) { return cs.srv.envInfo(), nil },
+		},
+		protocol.MethodEnvironmentStatus: {
+			family: familyEnvironment, inline: true, decode: decodeNone,
+			call: func(context.Context, *connState, any) (any, error) {
+				return protocol.EnvironmentStatus{Status: "ready"}, nil
+			},
+		},
+		protocol.MethodProcessStart: {
+			family: familyExec, inline: true,
+			decode: decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty"),
+			call: func(_ context.Context, cs *connState, p any) (any, error) {
+				return cs.sess().procs.Start(*p.(*protocol.StartParams))
+			},
+		},
+		protocol.MethodProcessRead: {
+			family: familyExec,
+			decode: decodeInto[protocol.ReadParams]("ReadParams", "processId"),
+			call: func(ctx context.Context, cs *connState, p any) (any, error) {
+				res, err := cs.sess().procs.Read(ctx, *p.(*protocol.ReadParams))
+				if err != nil {
+					return nil, err
+				}
+				return readResult{res}, nil
+			},
+		},
+		protocol.MethodProcessWrite: {
+			family: familyExec, inline: true,
+			decode: decodeInto[protocol.WriteParams]("WriteParams", "processId", "chunk"),
+			call: func(_ context.Context, cs *connState, p any) (any, error) {
+				return cs.sess().procs.Write(*p.(*protocol.WriteParams))
+			},
+		},
+		protocol.MethodProcessSignal: {
+			family: familyExec, inline: true,
+			decode: decodeInto[protocol.SignalParams]("SignalParams", "processId", "signal"),
+			call: func(_ context.Context, cs *connState, p any) (any, error) {
+				return protocol.Empty{}, cs.sess().procs.Signal(*p.(*protocol.SignalParams))
+			},
+		},
+		protocol.MethodProcessTerminate: {
+			family: familyExec, inline: true,
+			decode: decodeInto[protocol.TerminateParams]("TerminateParams", "processId"),
+			call: func(_ context.Context, cs *connState, p any) (any, error) {
+				return cs.sess().procs.Terminate(*p.(*protocol.TerminateParams)), nil
+			},
+		},
+	}
+	for _, name := range s.fs.methods() {
+		m[name] = method{
+			family: familyFilesystem,
+			inline: name == protocol.MethodFsOpen || name == protocol.MethodFsClose,
+			decode: decodeRaw,
+			call: func(ctx context.Context, cs *connState, p any) (any, error) {
+				return cs.srv.fs.call(ctx, cs.handles, name, p.(json.RawMessage))
+			},
+		}
+	}
+	return m
+}
+
+func (cs *connState) initialize(p *protocol.InitializeParams) (any, error) {
+	cs.mu.Lock()
+	if cs.initStarted {
+		cs.mu.Unlock()
+		return nil, protocol.InvalidRequest("initialize may only be sent once per connection")
+	}
+	cs.initStarted = true
+	cs.mu.Unlock()
+
+	var ss *session
+	var err error
+	if p.ResumeSessionID != nil {
+		ss, err = cs.srv.resume(*p.ResumeSessionID, cs.conn)
+	} else {
+		ss, err = cs.srv.newSession(cs.conn)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if err != nil {
+		cs.initStarted = false // a failed initialize may be retried
+		return nil, err
+	}
+	cs.session = ss
+	return protocol.InitializeResult{SessionID: ss.id, EnvironmentInfo: cs.srv.envInfo()}, nil
+}

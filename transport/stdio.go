@@ -1,0 +1,125 @@
+// Package transport moves whole JSON-RPC messages over concrete carriers:
+// newline-delimited JSON on stdio and websocket messages. It implements
+// jsonrpc.Stream and the HTTP side of the websocket listener; it knows
+// nothing about what the messages mean.
+package transport
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/execgo/exec-server/jsonrpc"
+)
+
+// Stdio frames messages as lines: one compact JSON message per line, both
+// ways. Blank lines are skipped and a trailing CR is dropped.
+type Stdio struct {
+	r     *bufio.Reader
+	limit int
+	name  string
+
+	wmu sync.Mutex
+	w   *bufio.Writer
+	c   io.Closer
+}
+
+// NewStdio reads messages from r and writes them to w. limit bounds one
+// message; a longer line is read through to its end and reported as a
+// *jsonrpc.DecodeError so the connection can answer it and go on. closer,
+// if not nil, is closed by Close.
+func NewStdio(r io.Reader, w io.Writer, closer io.Closer, limit int) *Stdio {
+	return &Stdio{
+		r:     bufio.NewReaderSize(r, 64<<10),
+		w:     bufio.NewWriterSize(w, 64<<10),
+		c:     closer,
+		limit: limit,
+		name:  "exec-server stdio",
+	}
+}
+
+// Read returns the next non-blank line without its line ending.
+func (s *Stdio) Read(ctx context.Context) ([]byte, error) {
+	for {
+		line, tooLong, n, err := s.readLine()
+		if tooLong {
+			return nil, &jsonrpc.DecodeError{Detail: fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, s.limit)}
+		}
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if len(trimSpace(line)) > 0 {
+			return line, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readLine reads through the next newline (or EOF). It keeps at most limit
+// bytes; the rest of an over-long line is read and dropped.
+func (s *Stdio) readLine() (line []byte, tooLong bool, n int, err error) {
+	for {
+		frag, e := s.r.ReadSlice('\n')
+		n += len(frag)
+		if !tooLong {
+			if n-1 > s.limit || (e != nil && n > s.limit) {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, frag...)
+			}
+		}
+		if e == bufio.ErrBufferFull {
+			continue
+		}
+		if e == nil {
+			line = line[:max(len(line)-1, 0)] // drop '\n'
+			return line, tooLong, n - 1, nil
+		}
+		if n == 0 || (!tooLong && len(line) == 0) {
+			return nil, false, 0, e
+		}
+		// A last line without a newline still counts; the error comes
+		// on the next call.
+		return line, tooLong, n, nil
+	}
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
+	return b
+}
+
+// Write writes msg and a newline, flushing unless more is coming.
+func (s *Stdio) Write(_ context.Context, msg []byte, more bool) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if _, err := s.w.Write(msg); err != nil {
+		return err
+	}
+	if err := s.w.WriteByte('\n'); err != nil {
+		return err
+	}
+	if more && s.w.Buffered() < 32<<10 {
+		return nil
+	}
+	return s.w.Flush()
+}
+
+// Close closes the underlying closer, if any. It does not flush: Write
+// flushes whenever no message is queued behind it, and a writer blocked on
+// a stalled reader must not hold Close up.
+func (s *Stdio) Close() error {
+	if s.c != nil {
+		return s.c.Close()
+	}
+	return nil
+}
+
+// Describe names the transport for error messages.
+func (s *Stdio) Describe() string { return s.name }

@@ -1,0 +1,175 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// WebSocket is a jsonrpc.Stream over one websocket connection: one JSON
+// message per websocket message. Text and binary messages are both read;
+// text messages are sent.
+type WebSocket struct {
+	c    *websocket.Conn
+	name string
+}
+
+// NewWebSocket wraps an accepted (or dialled) websocket connection.
+func NewWebSocket(c *websocket.Conn, peer string) *WebSocket {
+	return &WebSocket{c: c, name: "exec-server websocket " + peer}
+}
+
+// Read returns the next message.
+func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
+	_, data, err := w.c.Read(ctx)
+	return data, err
+}
+
+// Write sends msg as one text message.
+func (w *WebSocket) Write(ctx context.Context, msg []byte, _ bool) error {
+	return w.c.Write(ctx, websocket.MessageText, msg)
+}
+
+// Close closes the websocket with a normal closure, without waiting long
+// for the peer's reply.
+func (w *WebSocket) Close() error {
+	return w.c.CloseNow()
+}
+
+// Describe names the peer for error messages.
+func (w *WebSocket) Describe() string { return w.name }
+
+// HandlerOptions configure the websocket HTTP handler.
+type HandlerOptions struct {
+	// MaxMessageBytes bounds one incoming message.
+	MaxMessageBytes int64
+	// MaxConnections bounds concurrent websocket connections; more get 503.
+	MaxConnections int
+	// PingInterval is how often the server pings (default 30s). A missing
+	// pong does not close the connection.
+	PingInterval time.Duration
+	// Authenticate, when set, checks upgrade requests; an error is a 401
+	// with the error's text.
+	Authenticate func(*http.Request) error
+	// Serve runs one connection until it ends. It is called on the
+	// request's goroutine; ctx ends when the server shuts down.
+	Serve  func(ctx context.Context, s *WebSocket)
+	Logger *slog.Logger
+}
+
+// NewHandler returns the HTTP handler of the websocket listener: upgrades on
+// "/", GET/HEAD "/readyz", 404 elsewhere. Requests with an Origin header
+// are refused: no web page may drive this server from a browser.
+func NewHandler(opts HandlerOptions) http.Handler {
+	if opts.PingInterval <= 0 {
+		opts.PingInterval = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	var active atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET,HEAD")
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			return
+		case "/":
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		if r.Header.Get("Origin") != "" {
+			http.Error(w, "websocket requests with an Origin header are refused", http.StatusForbidden)
+			return
+		}
+		if r.Method != http.MethodGet {
+			http.Error(w, "Request method must be `GET`", http.StatusMethodNotAllowed)
+			return
+		}
+		if opts.Authenticate != nil {
+			if err := opts.Authenticate(r); err != nil {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(err.Error()))
+				return
+			}
+		}
+		if opts.MaxConnections > 0 && active.Add(1) > int64(opts.MaxConnections) {
+			active.Add(-1)
+			http.Error(w, "too many websocket connections", http.StatusServiceUnavailable)
+			return
+		} else if opts.MaxConnections <= 0 {
+			active.Add(1)
+		}
+		defer active.Add(-1)
+
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+			CompressionMode:    websocket.CompressionDisabled,
+			InsecureSkipVerify: true, // Origin is refused above, whatever its value
+		})
+		if err != nil {
+			opts.Logger.Debug("websocket upgrade failed", "peer", r.RemoteAddr, "err", err)
+			return
+		}
+		c.SetReadLimit(opts.MaxMessageBytes)
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go pinger(ctx, c, opts.PingInterval)
+		opts.Serve(ctx, NewWebSocket(c, r.RemoteAddr))
+	})
+}
+
+// pinger keeps intermediaries from closing an idle connection.
+func pinger(ctx context.Context, c *websocket.Conn, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, every)
+			_ = c.Ping(pctx)
+			cancel()
+		}
+	}
+}
+
+// Listen opens a TCP listener whose connections have TCP_NODELAY set:
+// every message is latency-sensitive and is written in one piece.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return noDelayListener{l}, nil
+}
+
+type noDelayListener struct{ net.Listener }
+
+func (l noDelayListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	return c, nil
+}
+
+// IsClosed reports whether err only says the peer went away.
+func IsClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || websocket.CloseStatus(err) != -1
+}
