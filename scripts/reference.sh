@@ -39,7 +39,7 @@ log="$dir/npm-install.log"
 # --no-audit/--no-fund keep npm from calling anything but the registry;
 # the timeouts make an unreachable registry fail in seconds, not minutes.
 if ! npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error \
-      --fetch-retries=1 --fetch-timeout=20000 --fetch-retry-maxtimeout=5000 \
+      --fetch-retries=1 --fetch-timeout=20000 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=5000 \
       "@openai/codex@$version" >"$log" 2>&1; then
   echo "reference.sh: npm could not install @openai/codex@$version into $dir (registry unreachable?); see $log:" >&2
   tail -n 5 "$log" >&2 || true
