@@ -122,6 +122,7 @@ func goKind(t string) string {
 
 // TopLevelKeys reports, for each name, whether the JSON object raw has that
 // key at its top level with a non-null value. It scans without allocating
+// (keys written with escapes are decoded before they are compared)
 // and without decoding values, so it is cheap even for a message carrying
 // tens of megabytes of base64. raw must start with '{'.
 func TopLevelKeys(raw []byte, names []string) ([]bool, error) {
@@ -142,6 +143,15 @@ func TopLevelKeys(raw []byte, names []string) ([]bool, error) {
 			return nil, errors.New("key must be a string")
 		}
 		key := raw[kStart+1 : s.i-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			// An escaped key ("process\u0049d") names the same member as
+			// its plain spelling; compare the decoded text.
+			var k string
+			if err := json.Unmarshal(raw[kStart:s.i], &k); err != nil {
+				return nil, errors.New("invalid escape in a key")
+			}
+			key = []byte(k)
+		}
 		s.ws()
 		if !s.eat(':') {
 			return nil, errors.New("expected `:` after a key")

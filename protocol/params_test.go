@@ -1,0 +1,179 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// wantError checks that err is a *Error with the given code whose message
+// contains want.
+func wantError(t *testing.T, err error, code int, want string) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("got error %v (%T), want *protocol.Error with code %d", err, err, code)
+	}
+	if e.Code != code {
+		t.Errorf("code = %d, want %d (message %q)", e.Code, code, e.Message)
+	}
+	if !strings.Contains(e.Message, want) {
+		t.Errorf("message = %q, want it to contain %q", e.Message, want)
+	}
+}
+
+func TestDecodeParams(t *testing.T) {
+	type params struct {
+		ProcessID string            `json:"processId"`
+		AfterSeq  *uint64           `json:"afterSeq,omitempty"`
+		Argv      []string          `json:"argv"`
+		Env       map[string]string `json:"env"`
+		TTY       bool              `json:"tty"`
+		Chunk     []byte            `json:"chunk"`
+	}
+	u := func(v uint64) *uint64 { return &v }
+	tests := []struct {
+		name     string
+		raw      string
+		required []string
+		want     params
+		errMsg   string // non-empty: the call must fail with -32602 and this text
+	}{
+		{name: "all fields", raw: `{"processId":"p1","afterSeq":7,"argv":["a","b"],"env":{"K":"V"},"tty":true,"chunk":"aGk="}`,
+			required: []string{"processId", "argv"},
+			want:     params{ProcessID: "p1", AfterSeq: u(7), Argv: []string{"a", "b"}, Env: map[string]string{"K": "V"}, TTY: true, Chunk: []byte("hi")}},
+		{name: "whitespace around", raw: " \n{ \"processId\" : \"p\" }\n ", required: []string{"processId"}, want: params{ProcessID: "p"}},
+		{name: "extra fields ignored", raw: `{"processId":"p","extra":1,"nested":{"processId":5,"x":[1,{"y":null}]}}`,
+			required: []string{"processId"}, want: params{ProcessID: "p"}},
+		{name: "empty processId is present", raw: `{"processId":""}`, required: []string{"processId"}, want: params{}},
+		{name: "missing required", raw: `{"argv":["x"]}`, required: []string{"processId"}, errMsg: "missing field `processId`"},
+		{name: "missing second required", raw: `{"processId":"p"}`, required: []string{"processId", "argv"}, errMsg: "missing field `argv`"},
+		{name: "empty object", raw: `{}`, required: []string{"processId"}, errMsg: "missing field `processId`"},
+		{name: "required only nested", raw: `{"x":{"processId":"p"}}`, required: []string{"processId"}, errMsg: "missing field `processId`"},
+		{name: "required only inside a string", raw: `{"x":"\"processId\":\"p\""}`, required: []string{"processId"}, errMsg: "missing field `processId`"},
+		{name: "null counts as absent", raw: `{"processId":null}`, required: []string{"processId"}, errMsg: "missing field `processId`"},
+		{name: "null params", raw: `null`, required: []string{"processId"}, errMsg: "invalid type: null, expected struct ReadParams"},
+		{name: "absent params", raw: ``, required: []string{"processId"}, errMsg: "invalid type: null, expected struct ReadParams"},
+		{name: "array params", raw: `[1]`, errMsg: "invalid type: sequence, expected struct ReadParams"},
+		{name: "string params", raw: `"x"`, errMsg: "invalid type: string, expected struct ReadParams"},
+		{name: "number params", raw: `12`, errMsg: "invalid type: number, expected struct ReadParams"},
+		{name: "bool params", raw: `true`, errMsg: "invalid type: boolean, expected struct ReadParams"},
+		{name: "number for string", raw: `{"processId":5}`, required: []string{"processId"}, errMsg: "invalid type: number, expected a string for field `processId`"},
+		{name: "string for uint", raw: `{"processId":"p","afterSeq":"x"}`, errMsg: "expected a non-negative integer for field `afterSeq`"},
+		{name: "negative uint", raw: `{"processId":"p","afterSeq":-1}`, errMsg: "for field `afterSeq`"},
+		{name: "string for bool", raw: `{"tty":"yes"}`, errMsg: "expected a boolean for field `tty`"},
+		{name: "number in string array", raw: `{"argv":["a",1]}`, errMsg: "for field `argv`"},
+		{name: "number in string map", raw: `{"env":{"a":1}}`, errMsg: "for field `env`"},
+		{name: "bad base64", raw: `{"chunk":"!!!!"}`, errMsg: "invalid base64"},
+		{name: "syntax error", raw: `{"processId":"p",}`, errMsg: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got params
+			err := DecodeParams(json.RawMessage(tt.raw), &got, "ReadParams", tt.required...)
+			if tt.errMsg != "" || strings.HasPrefix(tt.name, "syntax") {
+				wantError(t, err, CodeInvalidParams, tt.errMsg)
+				return
+			}
+			if err != nil {
+				t.Fatalf("DecodeParams(%s): %v", tt.raw, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("DecodeParams(%s) = %+v, want %+v", tt.raw, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeParamsEscapedKey(t *testing.T) {
+	// "process\u0049d" is the key processId spelled with an escape; it is
+	// the same JSON object as {"processId":"p"} and must be accepted.
+	var got struct {
+		ProcessID string `json:"processId"`
+	}
+	if err := DecodeParams(json.RawMessage(`{"process\u0049d":"p"}`), &got, "X", "processId"); err != nil {
+		t.Fatalf("escaped key: %v", err)
+	}
+	if got.ProcessID != "p" {
+		t.Errorf("processId = %q, want p", got.ProcessID)
+	}
+}
+
+func TestDecodeNoParams(t *testing.T) {
+	tests := []struct {
+		raw    string
+		errMsg string
+	}{
+		{``, ""},
+		{`null`, ""},
+		{` null `, ""},
+		{`{}`, ""},
+		{` { } `, ""},
+		{`{"a":1}`, "invalid type: map, expected unit"},
+		{`{"a":null}`, "invalid type: map, expected unit"},
+		{`[]`, "invalid type: sequence, expected unit"},
+		{`[1,2]`, "invalid type: sequence, expected unit"},
+		{`"s"`, "invalid type: string, expected unit"},
+		{`1`, "invalid type: number, expected unit"},
+		{`false`, "invalid type: boolean, expected unit"},
+		{`{"a":`, ""}, // malformed: some -32602
+	}
+	for _, tt := range tests {
+		err := DecodeNoParams(json.RawMessage(tt.raw))
+		if tt.errMsg == "" && !strings.HasPrefix(tt.raw, `{"a":`) {
+			if err != nil {
+				t.Errorf("DecodeNoParams(%q) = %v, want nil", tt.raw, err)
+			}
+			continue
+		}
+		t.Run(tt.raw, func(t *testing.T) { wantError(t, err, CodeInvalidParams, tt.errMsg) })
+	}
+}
+
+func TestTopLevelKeys(t *testing.T) {
+	names := []string{"a", "b", `q"k`}
+	tests := []struct {
+		raw  string
+		want []bool
+	}{
+		{`{}`, []bool{false, false, false}},
+		{` { "a" : 1 , "b" : 2 } `, []bool{true, true, false}},
+		{"{\n\t\"a\":\r\n{}}", []bool{true, false, false}},
+		{`{"a":null,"b":0}`, []bool{false, true, false}},
+		{`{"a":null}`, []bool{false, false, false}},
+		{`{"a":"null"}`, []bool{true, false, false}},
+		{`{"a":false,"b":""}`, []bool{true, true, false}},
+		{`{"x":{"a":1,"b":2}}`, []bool{false, false, false}},
+		{`{"x":[{"a":1},"b"],"b":[]}`, []bool{false, true, false}},
+		{`{"x":"\"a\":1,\"b\":2","a":[]}`, []bool{true, false, false}},
+		{`{"x\"":1,"a":{"b":{"c":[1,2,{"d":"}"}]}}}`, []bool{true, false, false}},
+		{`{"q\"k":1}`, []bool{false, false, true}},
+		{`{"\u0061":1}`, []bool{true, false, false}},
+		{`{"x":"a\\","b":1}`, []bool{false, true, false}},
+		{`{"a":-1.5e3,"b":true}`, []bool{true, true, false}},
+	}
+	for _, tt := range tests {
+		got, err := TopLevelKeys([]byte(tt.raw), names)
+		if err != nil {
+			t.Errorf("TopLevelKeys(%s): %v", tt.raw, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("TopLevelKeys(%s) = %v, want %v", tt.raw, got, tt.want)
+		}
+	}
+}
+
+func TestTopLevelKeysMalformed(t *testing.T) {
+	for _, raw := range []string{
+		``, `[]`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1 "b":2}`, `{a:1}`,
+		`{"a":"unterminated}`, `{"a":{"b":1}`, `{"a":[1,2}`, `{"a\`,
+		`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,
+	} {
+		if got, err := TopLevelKeys([]byte(raw), []string{"a"}); err == nil {
+			t.Errorf("TopLevelKeys(%.40s) = %v, nil; want an error", raw, got)
+		}
+	}
+}
