@@ -93,10 +93,14 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if sp.Arg0 != nil {
 		args[0] = *sp.Arg0
 	}
+	pidfd := -1
 	attr := &syscall.SysProcAttr{
 		Setsid: true, // own session and process group: signals reach the whole tree
 		// If the server dies without cleaning up, the kernel kills the child.
 		Pdeathsig: syscall.SIGKILL,
+		// A pidfd lets the reaper wait in the netpoller instead of
+		// parking an OS thread in wait4 for every live child.
+		PidFD: &pidfd,
 	}
 
 	var files [3]*os.File
@@ -177,8 +181,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		return protocol.SpawnError(err)
 	}
 	p.pid = proc.Pid
-	// The reaper uses wait4 directly; the os.Process must not be used to
-	// wait, so release it.
+	// The reaper waits itself; the os.Process is not used again.
 	_ = proc.Release()
 
 	p.events = make(chan rawEvent, 4)
@@ -202,7 +205,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	go func() {
 		defer p.m.wg.Done()
 		defer producers.Done()
-		p.reap(readersDone)
+		p.reap(pidfd, readersDone)
 	}()
 	p.m.wg.Add(1)
 	go func() {
@@ -250,18 +253,11 @@ func (p *Proc) pump(f *os.File, stream string) {
 // readers a brief moment to drain what the child wrote before it exited,
 // so output usually precedes the exit event; late output is still
 // possible when a descendant keeps the stream open.
-func (p *Proc) reap(readersDone <-chan struct{}) {
-	var status syscall.WaitStatus
-	for {
-		_, err := syscall.Wait4(p.pid, &status, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			p.events <- rawEvent{kind: EventExited, exitCode: -1}
-			return
-		}
-		break
+func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
+	status, err := waitExit(p.pid, pidfd)
+	if err != nil {
+		p.events <- rawEvent{kind: EventExited, exitCode: -1}
+		return
 	}
 	code := status.ExitStatus()
 	if status.Signaled() {
@@ -435,4 +431,45 @@ func (p *Proc) stopRetention() {
 	if p.retention != nil {
 		p.retention.Stop()
 	}
+}
+
+// waitExit reaps pid. With a pidfd it waits in the netpoller (the pidfd
+// turns readable when the child exits), so thousands of live children do
+// not cost thousands of blocked threads; without one it falls back to a
+// blocking wait4.
+func waitExit(pid, pidfd int) (syscall.WaitStatus, error) {
+	var status syscall.WaitStatus
+	reap := func(flags int) (bool, error) {
+		for {
+			wpid, err := syscall.Wait4(pid, &status, flags, nil)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err != nil:
+				return true, err
+			}
+			return wpid == pid, nil
+		}
+	}
+	if pidfd >= 0 {
+		if err := unix.SetNonblock(pidfd, true); err == nil {
+			f := os.NewFile(uintptr(pidfd), "pidfd")
+			defer f.Close()
+			if rc, err := f.SyscallConn(); err == nil {
+				var werr error
+				rerr := rc.Read(func(uintptr) bool {
+					done, err := reap(syscall.WNOHANG)
+					werr = err
+					return done
+				})
+				if rerr == nil {
+					return status, werr
+				}
+			}
+		} else {
+			syscall.Close(pidfd)
+		}
+	}
+	_, err := reap(0)
+	return status, err
 }
