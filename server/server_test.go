@@ -505,3 +505,20 @@ func TestResultEncodings(t *testing.T) {
 		t.Errorf("readResult encodes\n%s\nencoding/json says\n%s", got, std)
 	}
 }
+
+// Over websocket an over-limit message may close that connection, but the
+// server and every other connection go on.
+func TestWebsocketOverLimitMessage(t *testing.T) {
+	checkGoroutines(t)
+	s := New(Config{MaxMessageBytes: 1 << 20})
+	url := wsServer(t, s)
+	other := wsPeer(t, url)
+	other.init()
+	p := wsPeer(t, url)
+	p.raw(`{"id":1,"method":"initialize","params":{"clientName":"` + strings.Repeat("x", 2<<20) + `"}}`)
+	for range p.msgs {
+	}
+	other.call("environment/status", nil)
+	again := wsPeer(t, url)
+	again.init()
+}
