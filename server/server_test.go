@@ -522,3 +522,35 @@ func TestWebsocketOverLimitMessage(t *testing.T) {
 	again := wsPeer(t, url)
 	again.init()
 }
+
+// At the session limit a new connection evicts the longest-detached session
+// rather than being refused; with every session attached it is refused.
+func TestSessionLimit(t *testing.T) {
+	checkGoroutines(t)
+	s := New(Config{MaxSessions: 2, SessionTTL: time.Minute})
+	url := wsServer(t, s)
+	a := wsPeer(t, url)
+	aID := a.init()
+	b := wsPeer(t, url)
+	b.init()
+	c := wsPeer(t, url)
+	if code, msg := c.callErr("initialize", map[string]any{"clientName": "c"}); code != -32600 || !strings.Contains(msg, "too many sessions") {
+		t.Errorf("all attached: %d %q", code, msg)
+	}
+	a.stop()
+	var w wire
+	for i := 0; i < 100; i++ {
+		w = c.response(c.request("initialize", map[string]any{"clientName": "c"}))
+		if w.Error == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if w.Error != nil {
+		t.Fatalf("after a detach: %s", w.raw)
+	}
+	d := wsPeer(t, url)
+	if code, _ := d.callErr("initialize", map[string]any{"clientName": "d", "resumeSessionId": aID}); code != -32600 {
+		t.Errorf("the evicted session can still be resumed: %d", code)
+	}
+}
