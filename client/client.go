@@ -1,0 +1,617 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/protocol"
+)
+
+// Error is a JSON-RPC error from the server, carrying the wire code. Get it
+// with errors.As:
+//
+//	var e *client.Error
+//	if errors.As(err, &e) && e.Code == protocol.CodeNotFound { ... }
+type Error = protocol.Error
+
+var (
+	// ErrClosed is returned by calls on a Client after Close.
+	ErrClosed = errors.New("exec-server client: closed")
+	// ErrConnectionLost is returned when the connection ended and could not
+	// be (or, for stdio, cannot be) re-established, and by requests that are
+	// not safe to repeat when the connection dropped while they were in
+	// flight (the server may or may not have acted on them).
+	ErrConnectionLost = errors.New("exec-server client: connection lost")
+	// ErrSessionLost is returned when a reconnect found that the server no
+	// longer knows the session (it expired or the server restarted); the
+	// session's processes are gone.
+	ErrSessionLost = errors.New("exec-server client: session lost")
+)
+
+// Options configure a Client. The zero value is usable.
+type Options struct {
+	// ClientName is sent in initialize. Default "exec-server-go".
+	ClientName string
+	// Token, when set, is sent as "Authorization: Bearer <token>" on the
+	// websocket upgrade (and on every reconnect).
+	Token string
+	// Header holds extra HTTP headers for the websocket upgrade.
+	Header http.Header
+	// HTTPClient dials websocket connections (custom TLS roots for wss://,
+	// proxies). Default http.DefaultClient.
+	HTTPClient *http.Client
+	// ReconnectTimeout bounds how long a dropped websocket connection is
+	// retried (with exponential back-off) before the Client gives up with
+	// ErrConnectionLost. Default 60s, below the server's default 90s session
+	// TTL. Negative disables reconnecting.
+	ReconnectTimeout time.Duration
+	// KeepAlive is the interval of websocket pings that detect a dead
+	// connection (a failed ping triggers a reconnect). Default 20s; negative
+	// disables them.
+	KeepAlive time.Duration
+	// IdleProbe is how long Process.Wait waits without hearing from its
+	// process before it checks the process's state with one process/read,
+	// in case a final event was lost. Default 10s; negative disables it.
+	IdleProbe time.Duration
+	// Logger receives debug logs about reconnects and recovery. Default
+	// discards.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.ClientName == "" {
+		o.ClientName = "exec-server-go"
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = http.DefaultClient
+	}
+	if o.ReconnectTimeout == 0 {
+		o.ReconnectTimeout = 60 * time.Second
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = 20 * time.Second
+	}
+	if o.IdleProbe == 0 {
+		o.IdleProbe = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Client is a connection to an exec-server with one session. It is safe for
+// concurrent use. Over websocket it reconnects transparently when the
+// connection drops and resumes its session; over stdio a lost connection
+// is final.
+type Client struct {
+	opts   Options
+	dialer func(ctx context.Context) (stream, error) // nil: cannot reconnect
+	cmd    *exec.Cmd                                 // DialStdio's server, waited for by Close
+
+	ctx    context.Context // ends at Close; parent of background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines: connection watchers, recoveries, stdin pumps
+
+	idPrefix string
+	nextProc atomic.Uint64
+	nextWID  atomic.Uint64
+	reads    atomic.Uint64 // process/read requests sent, for tests
+
+	mu        sync.Mutex
+	conn      *rpcConn      // nil while reconnecting
+	gen       uint64        // incremented per installed connection
+	ready     chan struct{} // closed when conn is installed or err is set
+	readyDone bool          // ready is closed
+	err       error         // terminal: ErrClosed, ErrConnectionLost, ErrSessionLost
+	sessionID string
+	info      protocol.EnvironmentInfo
+	procs     map[string]*Process
+	unsupport map[string]bool // extension methods the server answered -32601
+}
+
+// Dial connects to a websocket exec-server ("ws://host:port" or
+// "wss://..."), performs the initialize handshake and returns the Client.
+// ctx bounds the dial and the handshake only.
+func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
+	if !strings.HasPrefix(url, "ws://") && !strings.HasPrefix(url, "wss://") {
+		return nil, fmt.Errorf("exec-server client: url %q: want ws://HOST:PORT or wss://HOST:PORT", url)
+	}
+	opts = opts.withDefaults()
+	header := opts.Header.Clone()
+	if header == nil {
+		header = http.Header{}
+	}
+	if opts.Token != "" {
+		header.Set("Authorization", "Bearer "+opts.Token)
+	}
+	dial := func(ctx context.Context) (stream, error) {
+		conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: opts.HTTPClient, HTTPHeader: header})
+		if err != nil {
+			if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+				return nil, &AuthError{Status: resp.StatusCode, Message: readBody(resp)}
+			}
+			return nil, fmt.Errorf("exec-server client: dial %s: %w", url, err)
+		}
+		return newWSStream(conn), nil
+	}
+	s, err := dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(opts)
+	if opts.ReconnectTimeout > 0 {
+		c.dialer = dial
+	}
+	if err := c.start(ctx, s); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// AuthError reports a websocket upgrade refused with 401.
+type AuthError struct {
+	Status  int
+	Message string
+}
+
+func (e *AuthError) Error() string {
+	return fmt.Sprintf("exec-server client: authentication refused (HTTP %d): %s", e.Status, e.Message)
+}
+
+func readBody(resp *http.Response) string {
+	if resp.Body == nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	return strings.TrimSpace(string(b))
+}
+
+// DialStdio starts cmd (an exec-server listening on stdio, e.g.
+// exec.Command("exec-server", "--listen", "stdio")) and connects to it
+// through its stdin and stdout. cmd must not have Stdin or Stdout set. Close
+// closes the server's stdin and waits for it to exit; the server then kills
+// every process it started.
+func DialStdio(ctx context.Context, cmd *exec.Cmd, opts Options) (*Client, error) {
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec-server client: %w", err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec-server client: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("exec-server client: starting %s: %w", cmd.Path, err)
+	}
+	c := newClient(opts.withDefaults())
+	c.cmd = cmd
+	if err := c.start(ctx, newStdioStream(out, in, in)); err != nil {
+		c.waitCmd()
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewConn runs the protocol over rwc with newline-delimited JSON (the stdio
+// framing): use it for a server reached through a pipe, an SSH channel or a
+// net.Conn. Close closes rwc.
+func NewConn(ctx context.Context, rwc io.ReadWriteCloser, opts Options) (*Client, error) {
+	c := newClient(opts.withDefaults())
+	if err := c.start(ctx, newStdioStream(rwc, rwc, rwc)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func newClient(opts Options) *Client {
+	ctx, cancel := context.WithCancel(context.Background())
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &Client{
+		opts:      opts,
+		ctx:       ctx,
+		cancel:    cancel,
+		idPrefix:  "go-" + hex.EncodeToString(b[:]),
+		ready:     make(chan struct{}),
+		procs:     make(map[string]*Process),
+		unsupport: make(map[string]bool),
+	}
+}
+
+// start performs the first handshake on s and installs the connection.
+func (c *Client) start(ctx context.Context, s stream) error {
+	rc, res, err := c.handshake(ctx, s, nil)
+	if err != nil {
+		c.cancel()
+		return err
+	}
+	c.mu.Lock()
+	c.sessionID = res.SessionID
+	c.info = res.EnvironmentInfo
+	c.mu.Unlock()
+	c.install(rc)
+	return nil
+}
+
+// handshake runs initialize (resuming resume when not nil) and initialized
+// on a new connection over s. On failure s is closed.
+func (c *Client) handshake(ctx context.Context, s stream, resume *string) (*rpcConn, *protocol.InitializeResult, error) {
+	rc := newRPCConn(s, c.onNotify)
+	var res protocol.InitializeResult
+	err := rc.call(ctx, protocol.MethodInitialize, protocol.InitializeParams{ClientName: c.opts.ClientName, ResumeSessionID: resume}, &res)
+	if err == nil {
+		err = rc.notifyServer(ctx, protocol.MethodInitialized, struct{}{})
+	}
+	if err != nil {
+		rc.close()
+		<-rc.done
+		if errors.Is(err, errConnLost) {
+			err = fmt.Errorf("%w during initialize: %v", ErrConnectionLost, err)
+		}
+		return nil, nil, err
+	}
+	return rc, &res, nil
+}
+
+// install makes rc the current connection and starts its watcher.
+func (c *Client) install(rc *rpcConn) {
+	c.mu.Lock()
+	c.conn = rc
+	c.gen++
+	c.signalReady()
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go c.watch(rc)
+}
+
+// watch owns one connection's lifetime: it pings it, and when it ends,
+// either reconnects or fails the client.
+func (c *Client) watch(rc *rpcConn) {
+	defer c.wg.Done()
+	var tick <-chan time.Time
+	ws, isWS := rc.s.(*wsStream)
+	if isWS && c.opts.KeepAlive > 0 {
+		t := time.NewTicker(c.opts.KeepAlive)
+		defer t.Stop()
+		tick = t.C
+	}
+loop:
+	for {
+		select {
+		case <-rc.done:
+			break loop
+		case <-c.ctx.Done():
+			// Not waiting for the read loop: over stdio it ends only when
+			// the server exits, which Close awaits (and enforces) itself.
+			rc.close()
+			return
+		case <-tick:
+			ctx, cancel := context.WithTimeout(c.ctx, c.opts.KeepAlive)
+			err := ws.c.Ping(ctx)
+			cancel()
+			if err != nil && c.ctx.Err() == nil {
+				c.opts.Logger.Debug("exec-server client: ping failed; reconnecting", "err", err)
+				rc.close()
+			}
+		}
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.conn = nil
+	c.ready, c.readyDone = make(chan struct{}), false
+	c.mu.Unlock()
+	lost := rc.loopErr()
+	if c.dialer == nil {
+		c.fail(fmt.Errorf("%w: %v", ErrConnectionLost, lost))
+		return
+	}
+	c.opts.Logger.Debug("exec-server client: connection lost; reconnecting", "err", lost)
+	c.reconnect()
+}
+
+// reconnect redials with exponential back-off and resumes the session, then
+// asks every unfinished process to recover what it missed.
+func (c *Client) reconnect() {
+	deadline := time.Now().Add(c.opts.ReconnectTimeout)
+	backoff := 50 * time.Millisecond
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 2*time.Second)
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.fail(fmt.Errorf("%w: reconnecting for %v failed: %v", ErrConnectionLost, c.opts.ReconnectTimeout, lastErr))
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+		s, err := c.dialer(ctx)
+		if err != nil {
+			cancel()
+			lastErr = err
+			continue
+		}
+		c.mu.Lock()
+		sid := c.sessionID
+		c.mu.Unlock()
+		rc, _, err := c.handshake(ctx, s, &sid)
+		cancel()
+		if err != nil {
+			lastErr = err
+			var pe *protocol.Error
+			if errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest {
+				// "unknown session id": expired or the server restarted.
+				c.fail(fmt.Errorf("%w: %s", ErrSessionLost, pe.Message))
+				return
+			}
+			// -32010 (the server has not noticed the old connection's end
+			// yet) and transport errors are worth another try.
+			continue
+		}
+		c.opts.Logger.Debug("exec-server client: session resumed", "session", sid, "attempts", attempt+1)
+		c.install(rc)
+		c.mu.Lock()
+		procs := make([]*Process, 0, len(c.procs))
+		for _, p := range c.procs {
+			procs = append(procs, p)
+		}
+		c.mu.Unlock()
+		for _, p := range procs {
+			p.resync()
+		}
+		return
+	}
+}
+
+// signalReady wakes those waiting for a connection. Called with c.mu held.
+func (c *Client) signalReady() {
+	if !c.readyDone {
+		c.readyDone = true
+		close(c.ready)
+	}
+}
+
+// fail makes err the client's terminal error and fails every process.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.signalReady()
+	procs := c.procs
+	c.procs = map[string]*Process{}
+	c.mu.Unlock()
+	for _, p := range procs {
+		p.fail(err)
+	}
+}
+
+// conn returns the current connection, waiting while a reconnect is in
+// progress.
+func (c *Client) current(ctx context.Context) (*rpcConn, uint64, error) {
+	for {
+		c.mu.Lock()
+		rc, gen, ready, err := c.conn, c.gen, c.ready, c.err
+		c.mu.Unlock()
+		if err != nil {
+			return nil, 0, err
+		}
+		if rc != nil {
+			return rc, gen, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+}
+
+// call sends a request, repeating it on the next connection if the
+// connection drops before the answer and retry is set (the request is
+// idempotent). A non-retried request lost that way fails with
+// ErrConnectionLost.
+func (c *Client) call(ctx context.Context, method string, params, result any, retry bool) error {
+	for {
+		rc, _, err := c.current(ctx)
+		if err != nil {
+			return err
+		}
+		err = rc.call(ctx, method, params, result)
+		if !errors.Is(err, errConnLost) {
+			return err
+		}
+		if !retry || c.dialer == nil {
+			// Wait for the watcher to settle the client's state so the
+			// error says whether a reconnect is under way.
+			return fmt.Errorf("%w: %s: %v", ErrConnectionLost, method, err)
+		}
+	}
+}
+
+// callGen is call pinned to one connection generation: it fails with
+// errConnLost instead of retrying, and reports the generation used. File
+// handles use it because handles do not survive a reconnect.
+func (c *Client) callGen(ctx context.Context, method string, params, result any) (uint64, error) {
+	rc, gen, err := c.current(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return gen, rc.call(ctx, method, params, result)
+}
+
+// extension calls a method this project's server adds to the protocol. A
+// server without it (-32601) makes it fail with errors.ErrUnsupported from
+// then on, without asking again.
+func (c *Client) extension(ctx context.Context, method string, params, result any, retry bool) error {
+	c.mu.Lock()
+	no := c.unsupport[method]
+	c.mu.Unlock()
+	if no {
+		return fmt.Errorf("exec-server client: %s: %w by this server", method, errors.ErrUnsupported)
+	}
+	err := c.call(ctx, method, params, result, retry)
+	var pe *protocol.Error
+	if errors.As(err, &pe) && pe.Code == protocol.CodeMethodNotFound {
+		c.mu.Lock()
+		c.unsupport[method] = true
+		c.mu.Unlock()
+		return fmt.Errorf("exec-server client: %s: %w by this server (%v)", method, errors.ErrUnsupported, pe)
+	}
+	return err
+}
+
+// SessionID returns the server's session id (stable across reconnects).
+func (c *Client) SessionID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessionID
+}
+
+// Info returns the environment the server described in initialize.
+func (c *Client) Info() protocol.EnvironmentInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info
+}
+
+// EnvironmentInfo asks the server for its environment (environment/info).
+func (c *Client) EnvironmentInfo(ctx context.Context) (*protocol.EnvironmentInfo, error) {
+	var res protocol.EnvironmentInfo
+	if err := c.call(ctx, protocol.MethodEnvironmentInfo, nil, &res, true); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// EnvironmentStatus asks for the server's status (environment/status),
+// "ready" when it serves requests.
+func (c *Client) EnvironmentStatus(ctx context.Context) (string, error) {
+	var res protocol.EnvironmentStatus
+	if err := c.call(ctx, protocol.MethodEnvironmentStatus, nil, &res, true); err != nil {
+		return "", err
+	}
+	return res.Status, nil
+}
+
+// Close ends the client. Processes it started that are still running are
+// terminated first (best effort, bounded by a few seconds): a program that
+// is done with the server is done with its processes. Over stdio the server
+// then exits; its exit is awaited.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.err == ErrClosed {
+		c.mu.Unlock()
+		return nil
+	}
+	var live []*Process
+	for _, p := range c.procs {
+		live = append(live, p)
+	}
+	c.mu.Unlock()
+	if len(live) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var wg sync.WaitGroup
+		for _, p := range live {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !p.finished() {
+					_, _ = p.Terminate(ctx)
+				}
+			}()
+		}
+		wg.Wait()
+		cancel()
+	}
+	c.fail(ErrClosed)
+	c.mu.Lock()
+	if c.err != ErrClosed {
+		// The client had already failed; Close still releases it.
+		c.err = ErrClosed
+	}
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	if c.cmd != nil {
+		return c.waitCmd()
+	}
+	return nil
+}
+
+// waitCmd waits for DialStdio's server, which exits when its stdin closes;
+// it is killed if it does not within 5 s.
+func (c *Client) waitCmd() error {
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return <-done
+	}
+}
+
+// onNotify routes a server notification; it runs on the read loop.
+func (c *Client) onNotify(method string, params json.RawMessage) {
+	var kind eventKind
+	switch method {
+	case protocol.NotifyProcessOutput:
+		kind = evOutput
+	case protocol.NotifyProcessExited:
+		kind = evExited
+	case protocol.NotifyProcessClosed:
+		kind = evClosed
+	default:
+		return
+	}
+	var ev event
+	if err := json.Unmarshal(params, &ev); err != nil {
+		c.opts.Logger.Debug("exec-server client: undecodable notification", "method", method, "err", err)
+		return
+	}
+	ev.kind = kind
+	c.mu.Lock()
+	p := c.procs[ev.ProcessID]
+	c.mu.Unlock()
+	if p != nil {
+		p.push(&ev)
+	}
+}
+
+// newProcessID returns a process id unique within this client's session.
+func (c *Client) newProcessID() string {
+	return fmt.Sprintf("%s-%d", c.idPrefix, c.nextProc.Add(1))
+}
+
+// newWriteID returns a process/write id unique within this client.
+func (c *Client) newWriteID() string {
+	return fmt.Sprintf("%s-w%d", c.idPrefix, c.nextWID.Add(1))
+}

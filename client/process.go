@@ -1,0 +1,866 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/protocol"
+)
+
+// ErrOutputLost is returned by a Process's output reader at the end of its
+// output when part of the output could not be delivered: it was produced
+// while the reader was not reading (or the client was disconnected) for
+// longer than the server's retained window (1 MiB per process) covers, so
+// the server had already discarded it. The bytes that were delivered are
+// exactly the process's output minus the lost chunks, in order.
+var ErrOutputLost = errors.New("exec-server client: process output lost (evicted from the server's retained window before it was read)")
+
+// ErrStdinClosed is returned by writes to a process whose stdin is not
+// writable (not started with Stdin or TTY, or already closed).
+var ErrStdinClosed = errors.New("exec-server client: process stdin is closed")
+
+// DefaultBufferSize is the default bound on a process's unread output held
+// by the client.
+const DefaultBufferSize = 4 << 20
+
+// Signal names a signal process/signal delivers. The reference server knows
+// only Interrupt.
+type Signal string
+
+// Interrupt is SIGINT.
+const Interrupt Signal = "interrupt"
+
+// Cmd describes a process to start on the server.
+type Cmd struct {
+	// Argv is the program and its arguments; a bare argv[0] is looked up in
+	// the child environment's PATH (or the server's when it has none).
+	Argv []string
+	// Cwd is an absolute path on the server; "" is the server's working
+	// directory.
+	Cwd string
+	// Env is the child's environment. With InheritEnv "" it is the exact
+	// environment (nothing is inherited from the server).
+	Env map[string]string
+	// InheritEnv, when "all" or "core", starts the environment from the
+	// server's own ("core": HOME, PATH, USER, LANG, TERM and a few more),
+	// minus variables whose names contain KEY, SECRET or TOKEN, and then
+	// applies Env on top.
+	InheritEnv string
+	// TTY runs the process on a pseudo-terminal: its output is one stream
+	// (Process.Output) and its input is always writable.
+	TTY bool
+	// Stdin keeps a non-TTY process's stdin writable through
+	// Process.Stdin; otherwise the process reads /dev/null.
+	Stdin bool
+	// Arg0, when set, is the argv[0] the program sees.
+	Arg0 string
+	// Rows and Cols set the initial terminal size of a TTY process on
+	// servers that support sizing (the reference always uses 24x80).
+	Rows, Cols int
+	// ProcessID names the process on the wire; default a unique id.
+	ProcessID string
+	// Stdout and Stderr, when set, receive the process's output (for a TTY,
+	// Stdout receives it all) from goroutines that Wait waits for, as with
+	// os/exec. When nil, read it with Process.Stdout/Stderr/Output instead.
+	Stdout, Stderr io.Writer
+	// BufferSize bounds the unread output the client holds for this process
+	// (both streams together). Default DefaultBufferSize. See Process.
+	BufferSize int
+}
+
+// startParams adds this project's terminal size extension to process/start;
+// other servers ignore the unknown fields.
+type startParams struct {
+	protocol.StartParams
+	Rows int `json:"rows,omitempty"`
+	Cols int `json:"cols,omitempty"`
+}
+
+type resizeParams struct {
+	ProcessID string `json:"processId"`
+	Rows      int    `json:"rows"`
+	Cols      int    `json:"cols"`
+}
+
+type closeStdinParams struct {
+	ProcessID string `json:"processId"`
+}
+
+type envPolicy struct {
+	Inherit               string            `json:"inherit"`
+	IgnoreDefaultExcludes bool              `json:"ignoreDefaultExcludes"`
+	Exclude               []string          `json:"exclude"`
+	Set                   map[string]string `json:"set"`
+	IncludeOnly           []string          `json:"includeOnly"`
+}
+
+type eventKind uint8
+
+const (
+	evOutput eventKind = iota + 1
+	evExited
+	evClosed
+)
+
+// event is a process/output, process/exited or process/closed notification.
+type event struct {
+	kind          eventKind
+	ProcessID     string `json:"processId"`
+	Seq           uint64 `json:"seq"`
+	Stream        string `json:"stream"`
+	Chunk         []byte `json:"chunk"`
+	ExitCode      int    `json:"exitCode"`
+	SandboxDenied *bool  `json:"sandboxDenied"`
+}
+
+// Process is a process running on the server.
+//
+// Output is delivered from the server's pushed events, ordered by their
+// sequence number; when the pushed stream is complete and in order, reading
+// the output and Wait cost no request at all. When a sequence number is
+// missing (the server dropped a push, or the connection was lost and
+// resumed) the client fetches exactly the missing chunks with process/read;
+// no byte is duplicated or reordered.
+//
+// Memory is bounded: the client holds at most Cmd.BufferSize bytes of
+// unread output per process. When a reader falls behind and the buffer is
+// full, the client stops taking that process's pushed output (it drops it
+// on receipt) and, once the reader has drained half of the buffer, fetches
+// the rest with process/read. The server retains the newest 1 MiB of each
+// process's output; output older than that which was never read is lost,
+// and the reader then ends with ErrOutputLost instead of io.EOF. Read the
+// streams concurrently (or set Cmd.Stdout/Stderr): a stream nobody reads
+// eventually stalls the other, as with operating-system pipes.
+type Process struct {
+	c           *Client
+	id          string
+	tty         bool
+	limit       int
+	sandboxType string
+	pumps       sync.WaitGroup // Cmd.Stdout/Stderr copiers
+
+	mu           sync.Mutex
+	cond         *sync.Cond // signalled on every change readers care about
+	next         uint64     // seq of the next event to apply
+	pending      map[uint64]*event
+	pendingBytes int
+	buffered     int // bytes in outs
+	outs         [2]outQueue
+	lagging      bool // output pushes are dropped until the reader drains
+	recovering   bool // a recovery goroutine is running
+	applied      bool // closed applied in order: every output chunk is in outs or lost
+	lost         bool
+	activity     uint64 // pushes received, for Wait's idle probe
+	err          error
+
+	exitKnown   bool
+	exitCode    int
+	exitSeq     uint64
+	denied      *bool
+	closedKnown bool
+	closedSeq   uint64
+	done        chan struct{} // closed when the exit status is final, or on failure
+	doneClosed  bool
+
+	stdinMu     sync.Mutex
+	stdinClosed bool
+}
+
+type outQueue struct{ bufs [][]byte }
+
+func (q *outQueue) read(b []byte) int {
+	n := 0
+	for n < len(b) && len(q.bufs) > 0 {
+		c := copy(b[n:], q.bufs[0])
+		n += c
+		if c == len(q.bufs[0]) {
+			q.bufs[0] = nil
+			q.bufs = q.bufs[1:]
+		} else {
+			q.bufs[0] = q.bufs[0][c:]
+		}
+	}
+	return n
+}
+
+// Start starts a process. Events are buffered from the moment the request
+// is sent, so output pushed before the response is not missed. ctx bounds
+// the start request only; the process lives until it exits, is terminated,
+// or the Client is closed.
+func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
+	if len(cmd.Argv) == 0 {
+		return nil, errors.New("exec-server client: Start: empty Argv")
+	}
+	var cwd string
+	if cmd.Cwd == "" {
+		cwd = c.Info().Cwd
+	} else {
+		if !path.IsAbs(cmd.Cwd) {
+			return nil, fmt.Errorf("exec-server client: Start: Cwd %q is not an absolute path", cmd.Cwd)
+		}
+		cwd = fileuri.FromPath(cmd.Cwd)
+	}
+	env := cmd.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	params := startParams{StartParams: protocol.StartParams{
+		ProcessID: cmd.ProcessID,
+		Argv:      cmd.Argv,
+		Cwd:       cwd,
+		Env:       env,
+		TTY:       cmd.TTY,
+		PipeStdin: cmd.Stdin && !cmd.TTY,
+	}}
+	if cmd.TTY {
+		params.Rows, params.Cols = cmd.Rows, cmd.Cols
+	}
+	if cmd.Arg0 != "" {
+		params.Arg0 = &cmd.Arg0
+	}
+	if cmd.InheritEnv != "" {
+		raw, err := json.Marshal(envPolicy{Inherit: cmd.InheritEnv, Exclude: []string{}, Set: map[string]string{}, IncludeOnly: []string{}})
+		if err != nil {
+			return nil, err
+		}
+		params.EnvPolicy = raw
+	}
+	if params.ProcessID == "" {
+		params.ProcessID = c.newProcessID()
+	}
+	limit := cmd.BufferSize
+	if limit <= 0 {
+		limit = DefaultBufferSize
+	}
+	p := &Process{c: c, id: params.ProcessID, tty: cmd.TTY, limit: limit, next: 1,
+		pending: make(map[uint64]*event), done: make(chan struct{}), stdinClosed: !cmd.TTY && !cmd.Stdin}
+	p.cond = sync.NewCond(&p.mu)
+
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	if c.procs[p.id] != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("exec-server client: Start: process id %q is in use", p.id)
+	}
+	c.procs[p.id] = p
+	c.mu.Unlock()
+
+	var res protocol.StartResult
+	if err := c.startCall(ctx, &params, &res); err != nil {
+		c.forget(p)
+		return nil, err
+	}
+	p.sandboxType = res.SandboxType
+	if cmd.Stdout != nil {
+		p.pump(cmd.Stdout, p.Stdout())
+	}
+	if cmd.Stderr != nil && !cmd.TTY {
+		p.pump(cmd.Stderr, p.Stderr())
+	}
+	return p, nil
+}
+
+// startCall sends process/start, repeating it after a reconnect. A repeat
+// answered "already exists" means the first attempt reached the server.
+func (c *Client) startCall(ctx context.Context, params *startParams, res *protocol.StartResult) error {
+	repeated := false
+	for {
+		rc, _, err := c.current(ctx)
+		if err != nil {
+			return err
+		}
+		err = rc.call(ctx, protocol.MethodProcessStart, params, res)
+		if errors.Is(err, errConnLost) && c.dialer != nil {
+			repeated = true
+			continue
+		}
+		if errors.Is(err, errConnLost) {
+			return fmt.Errorf("%w: %s: %v", ErrConnectionLost, protocol.MethodProcessStart, err)
+		}
+		var pe *protocol.Error
+		if repeated && errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest && strings.HasSuffix(pe.Message, "already exists") {
+			res.ProcessID = params.ProcessID
+			return nil
+		}
+		return err
+	}
+}
+
+func (c *Client) forget(p *Process) {
+	c.mu.Lock()
+	if c.procs[p.id] == p {
+		delete(c.procs, p.id)
+	}
+	c.mu.Unlock()
+}
+
+func (p *Process) pump(w io.Writer, r io.Reader) {
+	p.pumps.Add(1)
+	go func() {
+		defer p.pumps.Done()
+		if _, err := io.Copy(w, r); err != nil {
+			// The reader's error (ErrOutputLost, a lost connection) is
+			// reported by Wait; a failing writer stops the copy, and the
+			// rest of the output is drained so the process is not stalled.
+			_, _ = io.Copy(io.Discard, r)
+		}
+	}()
+}
+
+// ID returns the process id used on the wire.
+func (p *Process) ID() string { return p.id }
+
+// SandboxType returns the sandbox the server applied ("none" without one).
+func (p *Process) SandboxType() string { return p.sandboxType }
+
+// Stdout returns the process's standard output (for a TTY process, all of
+// its output). It is the same reader on every call; do not use it when
+// Cmd.Stdout is set.
+func (p *Process) Stdout() io.Reader { return outReader{p, 0} }
+
+// Stderr returns the process's standard error (empty for a TTY process).
+func (p *Process) Stderr() io.Reader { return outReader{p, 1} }
+
+// Output returns the output of a TTY process (the same as Stdout).
+func (p *Process) Output() io.Reader { return outReader{p, 0} }
+
+type outReader struct {
+	p   *Process
+	idx int
+}
+
+// Read blocks until output is available, the output has ended (io.EOF, or
+// ErrOutputLost if some was lost), or the client failed.
+func (r outReader) Read(b []byte) (int, error) {
+	p := r.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		q := &p.outs[r.idx]
+		if len(q.bufs) > 0 {
+			if len(b) == 0 {
+				return 0, nil
+			}
+			n := q.read(b)
+			p.buffered -= n
+			if p.lagging && !p.recovering && p.buffered <= p.limit/2 {
+				p.startRecovery()
+			}
+			return n, nil
+		}
+		if p.applied {
+			if p.lost {
+				return 0, ErrOutputLost
+			}
+			return 0, io.EOF
+		}
+		if p.err != nil {
+			return 0, p.err
+		}
+		p.cond.Wait()
+	}
+}
+
+// push takes one pushed event; it runs on the connection's read loop and
+// never blocks on the network.
+func (p *Process) push(ev *event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil || p.applied {
+		return
+	}
+	p.activity++
+	p.note(ev)
+	switch {
+	case ev.Seq < p.next:
+		// Already delivered (from a read, or a repeated push).
+	case ev.kind == evOutput && p.lagging:
+		// The reader is behind: recovered later by process/read.
+	case ev.kind == evOutput && p.buffered+p.pendingBytes > 0 && p.buffered+p.pendingBytes+len(ev.Chunk) > p.limit:
+		p.lagging = true
+	case ev.Seq == p.next:
+		p.apply(ev)
+		p.drain()
+	default:
+		if p.pending[ev.Seq] == nil {
+			p.pending[ev.Seq] = ev
+			p.pendingBytes += len(ev.Chunk)
+		}
+		if !p.recovering && !p.lagging {
+			p.startRecovery() // a gap
+		}
+	}
+	p.settle()
+}
+
+// note records what an event says about the process's end, whatever its
+// order: the exit status is known as soon as any copy of it arrives.
+func (p *Process) note(ev *event) {
+	switch ev.kind {
+	case evExited:
+		if !p.exitKnown {
+			p.exitKnown, p.exitCode = true, ev.ExitCode
+		}
+		p.exitSeq = ev.Seq
+		if ev.SandboxDenied != nil {
+			p.denied = ev.SandboxDenied
+		}
+	case evClosed:
+		p.closedKnown, p.closedSeq = true, ev.Seq
+	}
+}
+
+// apply delivers the event whose seq is p.next.
+func (p *Process) apply(ev *event) {
+	switch ev.kind {
+	case evOutput:
+		if len(ev.Chunk) > 0 {
+			i := 0
+			if ev.Stream == protocol.StreamStderr {
+				i = 1
+			}
+			p.outs[i].bufs = append(p.outs[i].bufs, ev.Chunk)
+			p.buffered += len(ev.Chunk)
+		}
+	case evExited:
+		p.note(ev)
+	case evClosed:
+		p.note(ev)
+		p.applied = true
+	}
+	p.next = ev.Seq + 1
+}
+
+// drain applies pending events that have become contiguous and reports
+// whether it applied any.
+func (p *Process) drain() bool {
+	applied := false
+	for {
+		ev := p.pending[p.next]
+		if ev == nil {
+			return applied
+		}
+		delete(p.pending, p.next)
+		p.pendingBytes -= len(ev.Chunk)
+		p.apply(ev)
+		applied = true
+	}
+}
+
+// skip passes over p.next when the server no longer holds it as output: it
+// is a pending event, the exit or close event, or a lost chunk.
+func (p *Process) skip() {
+	seq := p.next
+	if ev := p.pending[seq]; ev != nil {
+		delete(p.pending, seq)
+		p.pendingBytes -= len(ev.Chunk)
+		p.apply(ev)
+		return
+	}
+	switch {
+	case p.exitKnown && p.exitSeq == seq:
+	case p.closedKnown && p.closedSeq == seq:
+		p.applied = true
+	case p.exitKnown && p.exitSeq == 0:
+		// The exit event's push was missed: this hole is taken to be it.
+		p.exitSeq = seq
+	default:
+		p.lost = true
+	}
+	p.next = seq + 1
+}
+
+// settle finishes the process when its status is final, starts the one
+// compatibility read a server that omits sandboxDenied needs, and wakes
+// readers.
+func (p *Process) settle() {
+	if !p.doneClosed && p.exitKnown && p.closedKnown && p.denied != nil {
+		p.doneClosed = true
+		close(p.done)
+	}
+	if p.exitKnown && p.closedKnown && p.denied == nil && !p.recovering {
+		p.startRecovery()
+	}
+	if p.applied {
+		for k := range p.pending {
+			delete(p.pending, k)
+		}
+		p.pendingBytes = 0
+		// No more pushes are needed; recovery, if any, reads by request.
+		p.c.forget(p)
+	}
+	p.cond.Broadcast()
+}
+
+// startRecovery starts the goroutine that fetches missing events with
+// process/read. Called with p.mu held.
+func (p *Process) startRecovery() {
+	if p.recovering || p.err != nil {
+		return
+	}
+	p.recovering = true
+	p.c.wg.Add(1)
+	go func() {
+		defer p.c.wg.Done()
+		p.recover()
+	}()
+}
+
+// recover reads what the pushed stream is missing until it has caught up
+// with the pushes (or the output has ended), the buffer is full again, or
+// the process failed.
+func (p *Process) recover() {
+	failures := 0
+	for {
+		p.mu.Lock()
+		needStatus := p.exitKnown && p.closedKnown && p.denied == nil
+		free := p.limit - p.buffered - p.pendingBytes
+		if p.err != nil || (p.applied && !needStatus) {
+			p.recovering = false
+			p.mu.Unlock()
+			return
+		}
+		if free <= 0 && !needStatus {
+			p.lagging = true
+			p.recovering = false
+			p.mu.Unlock()
+			return
+		}
+		p.lagging = false
+		after := p.next - 1
+		p.mu.Unlock()
+
+		maxBytes := uint64(max(free, 1))
+		var res protocol.ReadResult
+		p.c.reads.Add(1)
+		err := p.c.call(p.c.ctx, protocol.MethodProcessRead, protocol.ReadParams{ProcessID: p.id, AfterSeq: &after, MaxBytes: &maxBytes}, &res, true)
+		if err != nil {
+			var pe *protocol.Error
+			switch {
+			case p.c.ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrSessionLost):
+				p.fail(err)
+				return
+			case errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest && strings.HasPrefix(pe.Message, "unknown process id"):
+				p.forgotten(pe)
+				return
+			}
+			failures++
+			if failures > 5 {
+				p.fail(fmt.Errorf("exec-server client: process %s: recovering output: %w", p.id, err))
+				return
+			}
+			select {
+			case <-p.c.ctx.Done():
+			case <-time.After(time.Duration(failures) * 100 * time.Millisecond):
+			}
+			continue
+		}
+		failures = 0
+		p.mu.Lock()
+		p.c.opts.Logger.Debug("exec-server client: recovered", "process", p.id, "after", after, "chunks", len(res.Chunks), "nextSeq", res.NextSeq)
+		caughtUp := p.merge(&res)
+		p.settle()
+		// Go on while a gap remains: pushes that arrived (or were dropped
+		// because the buffer filled) while this read was in flight.
+		if caughtUp && len(p.pending) == 0 && !p.lagging && !(p.exitKnown && p.closedKnown && p.denied == nil) {
+			p.recovering = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+}
+
+// merge applies a process/read result and reports whether the client has
+// caught up with the server (nothing newer retained, or the pushed events
+// now continue where the read ended).
+func (p *Process) merge(res *protocol.ReadResult) bool {
+	if res.Exited {
+		if !p.exitKnown {
+			p.exitKnown = true
+			p.exitCode = -1
+			if res.ExitCode != nil {
+				p.exitCode = *res.ExitCode
+			}
+		}
+		if p.denied == nil {
+			d := res.SandboxDenied
+			p.denied = &d
+		}
+	}
+	for i := range res.Chunks {
+		ch := &res.Chunks[i]
+		if ch.Seq < p.next {
+			continue
+		}
+		for p.next < ch.Seq && !p.applied {
+			p.skip()
+		}
+		if p.applied {
+			break
+		}
+		if ev := p.pending[ch.Seq]; ev != nil {
+			delete(p.pending, ch.Seq)
+			p.pendingBytes -= len(ev.Chunk)
+		}
+		p.apply(&event{kind: evOutput, Seq: ch.Seq, Stream: ch.Stream, Chunk: ch.Chunk})
+	}
+	if len(res.Chunks) == 0 {
+		// Nothing is retained after the cursor: every seq before nextSeq
+		// is the exit event, the close event, or output that was evicted.
+		if res.Closed && !p.closedKnown {
+			p.closedKnown, p.closedSeq = true, res.NextSeq-1
+		}
+		for p.next < res.NextSeq && !p.applied {
+			p.skip()
+		}
+	}
+	drained := p.drain()
+	return len(res.Chunks) == 0 || drained || p.applied
+}
+
+// forgotten handles a server that no longer knows the process (its
+// retention after exit elapsed before the client read what it missed).
+func (p *Process) forgotten(pe *protocol.Error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recovering = false
+	if p.exitKnown {
+		if p.denied == nil {
+			f := false
+			p.denied = &f
+		}
+		p.closedKnown = true
+		p.lost = true
+		p.applied = true
+		p.settle()
+		return
+	}
+	p.failLocked(fmt.Errorf("exec-server client: process %s: %w", p.id, pe))
+}
+
+// resync is called after a reconnect: pushes sent while disconnected are
+// lost, so read what came after the last delivered event.
+func (p *Process) resync() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.applied && !p.lagging {
+		p.startRecovery()
+	}
+}
+
+func (p *Process) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recovering = false
+	p.failLocked(err)
+}
+
+func (p *Process) failLocked(err error) {
+	if p.err == nil && !p.applied {
+		p.err = err
+	}
+	if !p.doneClosed {
+		p.doneClosed = true
+		close(p.done)
+	}
+	p.cond.Broadcast()
+}
+
+// finished reports whether the process is known to have ended.
+func (p *Process) finished() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitKnown || p.err != nil
+}
+
+// Wait waits until the process has exited and its output streams have
+// closed, and returns its exit code (128+N when killed by signal N). A
+// non-zero exit is not an error; the error reports that the status could
+// not be learned (ctx ended, the connection was lost for good). Output not
+// yet read stays readable after Wait returns; when Cmd.Stdout or Stderr is
+// set, Wait also waits until all output was copied there.
+func (p *Process) Wait(ctx context.Context) (int, error) {
+	var probe <-chan time.Time
+	var timer *time.Timer
+	if d := p.c.opts.IdleProbe; d > 0 {
+		timer = time.NewTimer(d)
+		defer timer.Stop()
+		probe = timer.C
+	}
+	p.mu.Lock()
+	seen := p.activity
+	p.mu.Unlock()
+	for {
+		select {
+		case <-p.done:
+			p.mu.Lock()
+			code, err := p.exitCode, p.err
+			known := p.exitKnown && p.closedKnown
+			p.mu.Unlock()
+			if !known {
+				return -1, err
+			}
+			p.pumps.Wait()
+			return code, nil
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-probe:
+			// Nothing heard for a while: if a final event was lost, only
+			// asking reveals it.
+			p.mu.Lock()
+			if p.activity == seen && !p.recovering && !p.lagging {
+				p.startRecovery()
+			}
+			seen = p.activity
+			p.mu.Unlock()
+			timer.Reset(p.c.opts.IdleProbe)
+		}
+	}
+}
+
+// ExitCode returns the exit code and true once the process has exited.
+func (p *Process) ExitCode() (int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitCode, p.exitKnown
+}
+
+// SandboxDenied reports whether the server judged the exit a sandbox
+// denial; valid after Wait returned.
+func (p *Process) SandboxDenied() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.denied != nil && *p.denied
+}
+
+// Signal delivers a signal (process/signal). It is not repeated after a
+// connection loss (ErrConnectionLost then says it may not have arrived).
+func (p *Process) Signal(ctx context.Context, sig Signal) error {
+	return p.c.call(ctx, protocol.MethodProcessSignal, protocol.SignalParams{ProcessID: p.id, Signal: string(sig)}, nil, false)
+}
+
+// Terminate kills the process and its process group (process/terminate)
+// and reports whether it was still running.
+func (p *Process) Terminate(ctx context.Context) (bool, error) {
+	var res protocol.TerminateResult
+	if err := p.c.call(ctx, protocol.MethodProcessTerminate, protocol.TerminateParams{ProcessID: p.id}, &res, true); err != nil {
+		return false, err
+	}
+	return res.Running, nil
+}
+
+// Resize sets a TTY process's terminal size (process/resize, an extension
+// of this project's server). Other servers make it fail with
+// errors.ErrUnsupported.
+func (p *Process) Resize(ctx context.Context, rows, cols int) error {
+	return p.c.extension(ctx, "process/resize", resizeParams{ProcessID: p.id, Rows: rows, Cols: cols}, nil, true)
+}
+
+// maxWriteChunk bounds one process/write: big writes are split so no
+// message approaches the server's limit and each can be retried alone.
+const maxWriteChunk = 256 << 10
+
+// Write sends data to the process's stdin (process/write). Each request
+// carries a unique writeId, kept when it is repeated after a reconnect, so
+// a repeat never writes twice.
+func (p *Process) Write(ctx context.Context, data []byte) error {
+	p.stdinMu.Lock()
+	closed := p.stdinClosed
+	p.stdinMu.Unlock()
+	if closed {
+		return ErrStdinClosed
+	}
+	for len(data) > 0 {
+		n := min(len(data), maxWriteChunk)
+		if err := p.writeChunk(ctx, data[:n]); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+func (p *Process) writeChunk(ctx context.Context, chunk []byte) error {
+	wid := p.c.newWriteID()
+	backoff := 5 * time.Millisecond
+	for {
+		var res protocol.WriteResult
+		err := p.c.call(ctx, protocol.MethodProcessWrite, protocol.WriteParams{ProcessID: p.id, Chunk: chunk, WriteID: &wid}, &res, true)
+		var pe *protocol.Error
+		switch {
+		case err == nil && res.Status == protocol.WriteAccepted:
+			return nil
+		case err == nil && res.Status == protocol.WriteStarting:
+			// Still spawning: the write was not taken; try again.
+		case err == nil && res.Status == protocol.WriteStdinClosed:
+			return ErrStdinClosed
+		case err == nil:
+			return fmt.Errorf("exec-server client: process/write to %s: status %q", p.id, res.Status)
+		case errors.As(err, &pe) && pe.Code == protocol.CodeInternal && strings.Contains(pe.Message, "already queued"):
+			// The server's stdin queue is full: the child is not reading
+			// yet. Back off; the same writeId keeps the retry idempotent.
+		default:
+			if errors.As(err, &pe) && pe.Code == protocol.CodeInternal && strings.HasPrefix(pe.Message, "failed to write to process stdin") {
+				return fmt.Errorf("%w: %v", ErrStdinClosed, pe)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// CloseStdin closes the process's stdin so it reads end-of-file
+// (process/closeStdin, an extension of this project's server). On a server
+// without it, a TTY process is sent ^D (end-of-file for a terminal in
+// canonical mode) and a pipe process's stdin cannot be closed: the error
+// then wraps errors.ErrUnsupported.
+func (p *Process) CloseStdin(ctx context.Context) error {
+	p.stdinMu.Lock()
+	if p.stdinClosed {
+		p.stdinMu.Unlock()
+		return nil
+	}
+	p.stdinMu.Unlock()
+	err := p.c.extension(ctx, "process/closeStdin", closeStdinParams{ProcessID: p.id}, nil, true)
+	if errors.Is(err, errors.ErrUnsupported) && p.tty {
+		err = p.writeChunk(ctx, []byte{4})
+	}
+	if err == nil || errors.Is(err, errors.ErrUnsupported) {
+		p.stdinMu.Lock()
+		p.stdinClosed = true
+		p.stdinMu.Unlock()
+	}
+	return err
+}
+
+// Stdin returns the process's stdin as an io.WriteCloser: Write is Write
+// with no deadline and Close is CloseStdin.
+func (p *Process) Stdin() io.WriteCloser { return stdinWriter{p} }
+
+type stdinWriter struct{ p *Process }
+
+func (w stdinWriter) Write(b []byte) (int, error) {
+	if err := w.p.Write(w.p.c.ctx, b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func (w stdinWriter) Close() error { return w.p.CloseStdin(w.p.c.ctx) }

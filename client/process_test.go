@@ -1,0 +1,327 @@
+package client_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/protocol"
+)
+
+var shEnv = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}
+
+// readAll reads stdout and stderr concurrently, as a caller must.
+func readAll(t *testing.T, p *client.Process) (stdout, stderr []byte, outErr, errErr error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		stderr, errErr = io.ReadAll(p.Stderr())
+	}()
+	stdout, outErr = io.ReadAll(p.Stdout())
+	wg.Wait()
+	return
+}
+
+func TestRunOutputAndExitCode(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		cases := []struct {
+			script, stdout, stderr string
+			code                   int
+		}{
+			{"echo hi; echo err >&2", "hi\n", "err\n", 0},
+			{"printf abc; exit 7", "abc", "", 7},
+			{"kill -TERM $$", "", "", 143},
+			{"true", "", "", 0},
+		}
+		for _, tc := range cases {
+			p, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", tc.script}, Env: shEnv})
+			if err != nil {
+				t.Fatalf("Start %q: %v", tc.script, err)
+			}
+			out, errOut, e1, e2 := readAll(t, p)
+			if e1 != nil || e2 != nil {
+				t.Fatalf("%q: read errors %v, %v", tc.script, e1, e2)
+			}
+			code, err := p.Wait(ctx)
+			if err != nil {
+				t.Fatalf("%q: Wait: %v", tc.script, err)
+			}
+			if string(out) != tc.stdout || string(errOut) != tc.stderr || code != tc.code {
+				t.Errorf("%q: got stdout %q stderr %q code %d, want %q %q %d", tc.script, out, errOut, code, tc.stdout, tc.stderr, tc.code)
+			}
+			if p.SandboxDenied() {
+				t.Errorf("%q: SandboxDenied true without a sandbox", tc.script)
+			}
+		}
+		// A complete, in-order event stream needs no process/read at all.
+		if n := client.ReadRequests(c); n != 0 {
+			t.Errorf("%d process/read requests for complete pushed streams, want 0", n)
+		}
+	})
+}
+
+func TestStartErrorsCarryWireCode(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		dir := t.TempDir()
+		cases := []struct {
+			cmd  client.Cmd
+			code int
+		}{
+			{client.Cmd{Argv: []string{"true"}, Cwd: dir + "/missing"}, protocol.CodeInternal},
+			{client.Cmd{Argv: []string{dir + "/no-such-program"}, Cwd: dir}, protocol.CodeInternal},
+		}
+		for _, tc := range cases {
+			_, err := c.Start(ctx, tc.cmd)
+			var e *client.Error
+			if !errors.As(err, &e) || e.Code != tc.code {
+				t.Errorf("Start %v: error %v, want a *client.Error with code %d", tc.cmd.Argv, err, tc.code)
+			}
+		}
+		// The same id twice is refused by the server.
+		if _, err := c.Start(ctx, client.Cmd{Argv: []string{"true"}, ProcessID: "dup"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Start(ctx, client.Cmd{Argv: []string{"true"}, ProcessID: "dup"}); err == nil {
+			t.Errorf("second Start with the same ProcessID succeeded")
+		}
+	})
+}
+
+func TestLargeOutputInOrder(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		const lines = 300000 // ~2 MB
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"seq", "1", strconv.Itoa(lines)}, Env: shEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err1, err2 := readAll(t, p)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		checkSeq(t, out, 1, lines)
+		if code, err := p.Wait(ctx); code != 0 || err != nil {
+			t.Fatalf("Wait = %d, %v", code, err)
+		}
+	})
+}
+
+// checkSeq checks that out is exactly the lines from..to of seq(1).
+func checkSeq(t *testing.T, out []byte, from, to int) {
+	t.Helper()
+	var want bytes.Buffer
+	for i := from; i <= to; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	if !bytes.Equal(out, want.Bytes()) {
+		got := strings.Split(string(out), "\n")
+		t.Fatalf("output is %d bytes (%d lines), want %d bytes; first lines %q, last %q", len(out), len(got), want.Len(), got[:min(3, len(got))], got[max(0, len(got)-3):])
+	}
+}
+
+// A reader that stops reading makes the client stop taking pushes; once it
+// reads again, the client recovers exactly what it dropped with process/read.
+func TestSlowReaderRecoversWithoutLoss(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		// 3 bursts of ~200 KB, each released by one line on stdin, so the
+		// server never holds more than its retained window unread.
+		script := `for b in 1 2 3; do read x; seq $(( (b-1)*30000+1 )) $(( b*30000 )); done`
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"bash", "-c", script}, Env: shEnv, Stdin: true, BufferSize: 16 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		for b := 1; b <= 3; b++ {
+			if err := p.Write(ctx, []byte("go\n")); err != nil {
+				t.Fatal(err)
+			}
+			// Do not read until the whole burst was produced: wait for the
+			// burst's last line to be retained by the server by giving it
+			// time, then read exactly the burst.
+			time.Sleep(200 * time.Millisecond)
+			want := len(seqText((b-1)*30000+1, b*30000))
+			buf := make([]byte, want)
+			if _, err := io.ReadFull(p.Stdout(), buf); err != nil {
+				t.Fatalf("burst %d: %v after %d bytes", b, err, out.Len())
+			}
+			out.Write(buf)
+		}
+		rest, err := io.ReadAll(p.Stdout())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Write(rest)
+		checkSeq(t, out.Bytes(), 1, 90000)
+		if code, err := p.Wait(ctx); code != 0 || err != nil {
+			t.Fatalf("Wait = %d, %v", code, err)
+		}
+		if client.ReadRequests(c) == 0 {
+			t.Errorf("no process/read: the 16 KiB buffer should have forced recovery")
+		}
+	})
+}
+
+func seqText(from, to int) string {
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	return b.String()
+}
+
+// When more than the server's retained window is produced while nobody
+// reads, the reader ends with ErrOutputLost, and what it delivered is in
+// order without duplicates.
+func TestOutputLostIsReported(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"seq", "1", "600000"}, Env: shEnv, BufferSize: 16 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, err := p.Wait(ctx); code != 0 || err != nil {
+			t.Fatalf("Wait = %d, %v", code, err)
+		}
+		out, err := io.ReadAll(p.Stdout())
+		if !errors.Is(err, client.ErrOutputLost) {
+			t.Fatalf("reading 4 MB that were never read while produced: err %v, want ErrOutputLost", err)
+		}
+		// Chunks are lost whole, so what arrived is a prefix of the output
+		// followed by a suffix of it: in order, nothing duplicated.
+		full := seqText(1, 600000)
+		i := 0
+		for i < len(out) && out[i] == full[i] {
+			i++
+		}
+		if len(out) >= len(full) || !strings.HasSuffix(full, string(out[i:])) {
+			t.Fatalf("delivered %d of %d bytes: not a prefix (%d bytes) plus a suffix of the output", len(out), len(full), i)
+		}
+		if !strings.HasSuffix(string(out), "600000\n") {
+			t.Errorf("the newest output (retained by the server) is missing")
+		}
+	})
+}
+
+func TestStdinAndTTY(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		// Pipe stdin: head exits after 6 bytes, so this works without a
+		// way to close stdin.
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"head", "-c", "6"}, Env: shEnv, Stdin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(p.Stdin(), "hello\nignored"); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(p.Stdout())
+		if string(out) != "hello\n" {
+			t.Errorf("head -c 6 printed %q", out)
+		}
+		// Without Stdin, writes fail locally.
+		q, err := c.Start(ctx, client.Cmd{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Write(ctx, []byte("x")); !errors.Is(err, client.ErrStdinClosed) {
+			t.Errorf("write to a process without Stdin: %v, want ErrStdinClosed", err)
+		}
+		// TTY: one stream, a terminal, writable.
+		tp, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", `test -t 0 && echo tty; read l; echo "got $l"`}, Env: shEnv, TTY: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tp.Write(ctx, []byte("abc\n")); err != nil {
+			t.Fatal(err)
+		}
+		out, err = io.ReadAll(tp.Output())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), "tty\r\n") || !strings.Contains(string(out), "got abc\r\n") {
+			t.Errorf("tty output %q", out)
+		}
+		if code, _ := tp.Wait(ctx); code != 0 {
+			t.Errorf("tty exit %d", code)
+		}
+	})
+}
+
+func TestSignalAndTerminate(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", `trap 'echo got; exit 3' INT; echo ready; while :; do sleep 0.05; done`}, Env: shEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(p.Stdout(), buf); err != nil || string(buf) != "ready\n" {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+		if err := p.Signal(ctx, client.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		if code, err := p.Wait(ctx); code != 3 || err != nil {
+			t.Errorf("after interrupt: Wait = %d, %v; want 3", code, err)
+		}
+		q, err := c.Start(ctx, client.Cmd{Argv: []string{"sleep", "100"}, Env: shEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if running, err := q.Terminate(ctx); !running || err != nil {
+			t.Errorf("Terminate = %v, %v", running, err)
+		}
+		if code, err := q.Wait(ctx); code != 137 || err != nil {
+			t.Errorf("after terminate: Wait = %d, %v; want 137", code, err)
+		}
+	})
+}
+
+func TestManyConcurrentProcesses(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 50)
+		for i := range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", fmt.Sprintf("echo %d; exit %d", i, i%5)}, Env: shEnv})
+				if err != nil {
+					errs <- err
+					return
+				}
+				out, _ := io.ReadAll(p.Stdout())
+				code, err := p.Wait(ctx)
+				if err != nil || code != i%5 || string(out) != fmt.Sprintf("%d\n", i) {
+					errs <- fmt.Errorf("process %d: out %q code %d err %v", i, out, code, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+}
