@@ -26,10 +26,10 @@ type readItem struct {
 // closing in is EOF. Written frames are copied to out. When gate is not nil,
 // Write waits until gate is closed or the stream is.
 type fakeStream struct {
-	in      chan readItem
-	out     chan []byte
-	gate    chan struct{}
-	entered chan struct{} // receives once per Write call (buffered)
+	in       chan readItem
+	out      chan []byte
+	gate     chan struct{}
+	entered  chan struct{} // receives once per Write call (buffered)
 	writeErr error
 
 	closeOnce sync.Once

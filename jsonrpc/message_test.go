@@ -132,8 +132,8 @@ func TestDecodeLimits(t *testing.T) {
 	// Exactly at the limits is fine; one more is not.
 	lim := Limits{MaxDepth: 4, MaxValues: 10}
 	ok := []string{
-		`{"id":1,"method":"m","params":[[1]]}`,          // depth 3
-		`{"id":1,"method":"m","params":[[[1]]]}`,        // depth 4
+		`{"id":1,"method":"m","params":[[1]]}`,         // depth 3
+		`{"id":1,"method":"m","params":[[[1]]]}`,       // depth 4
 		`{"id":1,"method":"m","params":[1,2,3,4,5,6]}`, // 4 + 6 values
 		`{"id":1,"method":"m","params":{"k":"]]]]]]]]"}}`,
 		`{"id":1,"method":"m","params":"[[[[[[[[[[[[[[[[[[[["}`,
