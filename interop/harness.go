@@ -1,0 +1,682 @@
+// Package interop holds protocol scenarios written once and run against any
+// exec-server binary (ours, and the reference when EXEC_SERVER_REFERENCE
+// names it), plus the small JSON-RPC harness they speak through. The
+// harness is also what cmd/exec-bench drives both servers with, so it stays
+// deliberately small: start a server, dial it, send requests, collect
+// responses and process events.
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Transport names how a client reaches a server.
+type Transport string
+
+// The two transports every server speaks.
+const (
+	Stdio     Transport = "stdio"
+	WebSocket Transport = "ws"
+)
+
+// Server is a running exec-server child process.
+type Server struct {
+	// Name labels the server in reports ("ours", "reference").
+	Name string
+	// URL is the websocket address the server printed; empty for stdio.
+	URL string
+
+	cmd     *exec.Cmd
+	home    string
+	stdio   *Client
+	waitErr chan error
+	stderr  *tailBuffer
+}
+
+// StartServer starts bin as an exec-server on the given transport. When
+// codexHome is true the binary is run as `bin exec-server ...` with
+// CODEX_HOME set to a fresh temp dir (the reference's command line);
+// otherwise as `bin --listen ...` (ours). For stdio the single connection is
+// returned by Dial; for websocket Dial may be called many times.
+func StartServer(ctx context.Context, name, bin string, codexHome bool, tr Transport, extra ...string) (*Server, error) {
+	listen := "stdio"
+	if tr == WebSocket {
+		listen = "ws://127.0.0.1:0"
+	}
+	var args []string
+	if codexHome {
+		args = append(args, "exec-server")
+	}
+	args = append(args, "--listen", listen)
+	args = append(args, extra...)
+	s := &Server{Name: name, waitErr: make(chan error, 1), stderr: &tailBuffer{max: 8192}}
+	// The server must outlive the start-up context; it is stopped by Close.
+	cmd := exec.Command(bin, args...)
+	cmd.Env = os.Environ()
+	if codexHome {
+		home, err := os.MkdirTemp("", "exec-server-codex-home-")
+		if err != nil {
+			return nil, err
+		}
+		s.home = home
+		cmd.Env = append(cmd.Env, "CODEX_HOME="+home, "RUST_LOG=error")
+	}
+	cmd.Stderr = s.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	s.cmd = cmd
+	go func() { s.waitErr <- cmd.Wait() }()
+
+	if tr == Stdio {
+		s.stdio = newClient(&stdioConn{w: stdin, r: bufio.NewReaderSize(stdout, 1<<20), closer: stdin})
+		return s, nil
+	}
+	// The bound URL is the first stdout line; the rest of stdout is drained
+	// so the server never blocks on a full pipe.
+	lineCh := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(stdout)
+		line, _ := br.ReadString('\n')
+		lineCh <- strings.TrimSpace(line)
+		_, _ = io.Copy(io.Discard, br)
+	}()
+	select {
+	case line := <-lineCh:
+		if !strings.HasPrefix(line, "ws://") {
+			s.Close()
+			return nil, fmt.Errorf("%s did not print its ws URL (got %q); stderr: %s", name, line, s.stderr.String())
+		}
+		s.URL = line
+	case <-ctx.Done():
+		s.Close()
+		return nil, fmt.Errorf("%s: waiting for the ws URL: %w", name, ctx.Err())
+	}
+	_ = stdin // kept open: the reference may exit on stdin EOF with some flags
+	return s, nil
+}
+
+// PID is the server's process id (for /proc/PID/status).
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
+// Stderr returns the last few KiB the server wrote to stderr.
+func (s *Server) Stderr() string { return s.stderr.String() }
+
+// Exited reports whether the server process has ended.
+func (s *Server) Exited() bool {
+	select {
+	case err := <-s.waitErr:
+		s.waitErr <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// Dial opens a connection: the stdio pipe pair (once) or a new websocket.
+func (s *Server) Dial(ctx context.Context) (*Client, error) {
+	if s.stdio != nil {
+		c := s.stdio
+		s.stdio = nil
+		return c, nil
+	}
+	if s.URL == "" {
+		return nil, errors.New("stdio server: Dial may be called only once")
+	}
+	ws, _, err := websocket.Dial(ctx, s.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	ws.SetReadLimit(1 << 30)
+	return newClient(&wsConn{c: ws}), nil
+}
+
+// Close stops the server (SIGKILL: both servers kill their children when
+// their session ends or the process dies with its pipes) and removes its
+// CODEX_HOME.
+func (s *Server) Close() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		select {
+		case <-s.waitErr:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	s.cleanup()
+}
+
+func (s *Server) cleanup() {
+	if s.home != "" {
+		_ = os.RemoveAll(s.home)
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// msgConn moves whole JSON messages.
+type msgConn interface {
+	write(ctx context.Context, b []byte) error
+	read(ctx context.Context) ([]byte, error)
+	close() error
+}
+
+type stdioConn struct {
+	mu     sync.Mutex
+	w      io.Writer
+	r      *bufio.Reader
+	closer io.Closer
+}
+
+func (c *stdioConn) write(_ context.Context, b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	buf := make([]byte, 0, len(b)+1)
+	buf = append(append(buf, b...), '\n')
+	_, err := c.w.Write(buf)
+	return err
+}
+
+func (c *stdioConn) read(context.Context) ([]byte, error) {
+	for {
+		line, err := c.r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			return line, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *stdioConn) close() error { return c.closer.Close() }
+
+type wsConn struct{ c *websocket.Conn }
+
+func (c *wsConn) write(ctx context.Context, b []byte) error {
+	return c.c.Write(ctx, websocket.MessageText, b)
+}
+
+func (c *wsConn) read(ctx context.Context) ([]byte, error) {
+	_, b, err := c.c.Read(ctx)
+	return b, err
+}
+
+func (c *wsConn) close() error { return c.c.CloseNow() }
+
+// RPCError is an error response from the server.
+type RPCError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *RPCError) Error() string { return fmt.Sprintf("rpc error %d: %s", e.Code, e.Message) }
+
+// Msg is one message from the server.
+type Msg struct {
+	ID     json.RawMessage `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *RPCError       `json:"error,omitempty"`
+	// Raw is the message as received.
+	Raw []byte `json:"-"`
+}
+
+// Event is one process notification (output, exited or closed).
+type Event struct {
+	Method    string // process/output, process/exited, process/closed
+	ProcessID string
+	Seq       uint64
+	Stream    string // output only
+	Chunk     []byte // output only, decoded; nil when a Sink consumed the bytes
+	ExitCode  int    // exited only
+	Raw       []byte
+}
+
+// Client is one JSON-RPC connection to a server.
+type Client struct {
+	conn msgConn
+
+	// Sink, when set before the first event arrives, sees every process
+	// event first; returning true consumes it (it is not kept for Events).
+	// For process/output the chunk is still base64 (in Event.Raw's chunk
+	// field, passed as b64) so a bench can count bytes without keeping them.
+	Sink func(ev *Event, b64 []byte) bool
+
+	nextID atomic.Int64
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending map[string]chan *Msg
+	events  map[string][]Event
+	other   []*Msg // id -1 errors, unmatched responses, other notifications
+	err     error  // set when the read loop ends
+	paused  chan struct{}
+
+	done chan struct{}
+}
+
+func newClient(conn msgConn) *Client {
+	c := &Client{
+		conn:    conn,
+		pending: make(map[string]chan *Msg),
+		events:  make(map[string][]Event),
+		done:    make(chan struct{}),
+	}
+	c.cond = sync.NewCond(&c.mu)
+	go c.readLoop()
+	return c
+}
+
+// Done is closed when the connection has ended (the server closed it, or Close).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Close closes the connection; the read loop ends.
+func (c *Client) Close() error {
+	err := c.conn.close()
+	<-c.done
+	return err
+}
+
+// Pause stops reading from the connection (a stalled client) until Resume.
+func (c *Client) Pause() {
+	c.mu.Lock()
+	if c.paused == nil {
+		c.paused = make(chan struct{})
+	}
+	c.mu.Unlock()
+}
+
+// Resume undoes Pause.
+func (c *Client) Resume() {
+	c.mu.Lock()
+	if c.paused != nil {
+		close(c.paused)
+		c.paused = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *Client) readLoop() {
+	defer close(c.done)
+	for {
+		c.mu.Lock()
+		p := c.paused
+		c.mu.Unlock()
+		if p != nil {
+			<-p
+		}
+		b, err := c.conn.read(context.Background())
+		if err != nil {
+			c.mu.Lock()
+			c.err = err
+			for k, ch := range c.pending {
+				close(ch)
+				delete(c.pending, k)
+			}
+			c.cond.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		c.handle(b)
+	}
+}
+
+var outputPrefix = []byte(`"method":"process/output"`)
+
+func (c *Client) handle(b []byte) {
+	// process/output dominates bulk traffic; take it apart without
+	// encoding/json so the client is never the bottleneck of a bench.
+	if bytes.Contains(b[:min(len(b), 64)], outputPrefix) {
+		if ev, b64, ok := parseOutput(b); ok {
+			c.deliver(ev, b64)
+			return
+		}
+	}
+	m := &Msg{Raw: b}
+	if err := json.Unmarshal(b, m); err != nil {
+		c.keepOther(m)
+		return
+	}
+	switch {
+	case m.Method != "" && m.ID == nil:
+		if strings.HasPrefix(m.Method, "process/") {
+			var p struct {
+				ProcessID string `json:"processId"`
+				Seq       uint64 `json:"seq"`
+				Stream    string `json:"stream"`
+				Chunk     []byte `json:"chunk"`
+				ExitCode  int    `json:"exitCode"`
+			}
+			if json.Unmarshal(m.Params, &p) == nil {
+				c.deliver(&Event{Method: m.Method, ProcessID: p.ProcessID, Seq: p.Seq, Stream: p.Stream,
+					Chunk: p.Chunk, ExitCode: p.ExitCode, Raw: b}, nil)
+				return
+			}
+		}
+		c.keepOther(m)
+	case m.Method == "" && m.ID != nil:
+		c.mu.Lock()
+		ch, ok := c.pending[string(m.ID)]
+		if ok {
+			delete(c.pending, string(m.ID))
+		}
+		c.mu.Unlock()
+		if ok {
+			ch <- m
+			return
+		}
+		c.keepOther(m)
+	default:
+		c.keepOther(m)
+	}
+}
+
+func (c *Client) keepOther(m *Msg) {
+	c.mu.Lock()
+	c.other = append(c.other, m)
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+func (c *Client) deliver(ev *Event, b64 []byte) {
+	if c.Sink != nil && c.Sink(ev, b64) {
+		return
+	}
+	if b64 != nil && ev.Chunk == nil {
+		ev.Chunk = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
+		n, err := base64.StdEncoding.Decode(ev.Chunk, b64)
+		if err != nil {
+			ev.Chunk = nil
+		} else {
+			ev.Chunk = ev.Chunk[:n]
+		}
+	}
+	c.mu.Lock()
+	c.events[ev.ProcessID] = append(c.events[ev.ProcessID], *ev)
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// parseOutput extracts a compact process/output notification's fields.
+// Base64 and the ids the harness uses need no JSON unescaping; anything
+// else falls back to encoding/json.
+func parseOutput(b []byte) (*Event, []byte, bool) {
+	pid, ok := stringField(b, `"processId":"`)
+	if !ok || bytes.IndexByte(pid, '\\') >= 0 {
+		return nil, nil, false
+	}
+	stream, ok := stringField(b, `"stream":"`)
+	if !ok {
+		return nil, nil, false
+	}
+	chunk, ok := stringField(b, `"chunk":"`)
+	if !ok {
+		return nil, nil, false
+	}
+	i := bytes.Index(b, []byte(`"seq":`))
+	if i < 0 {
+		return nil, nil, false
+	}
+	j := i + len(`"seq":`)
+	k := j
+	for k < len(b) && b[k] >= '0' && b[k] <= '9' {
+		k++
+	}
+	seq, err := strconv.ParseUint(string(b[j:k]), 10, 64)
+	if err != nil {
+		return nil, nil, false
+	}
+	return &Event{Method: "process/output", ProcessID: string(pid), Seq: seq, Stream: string(stream), Raw: b}, chunk, true
+}
+
+func stringField(b []byte, key string) ([]byte, bool) {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return nil, false
+	}
+	start := i + len(key)
+	end := bytes.IndexByte(b[start:], '"')
+	if end < 0 {
+		return nil, false
+	}
+	return b[start : start+end], true
+}
+
+// SendRaw writes one message exactly as given.
+func (c *Client) SendRaw(ctx context.Context, b []byte) error { return c.conn.write(ctx, b) }
+
+// Notify sends a notification.
+func (c *Client) Notify(ctx context.Context, method string, params any) error {
+	m := map[string]any{"method": method}
+	if params != nil {
+		m["params"] = params
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return c.conn.write(ctx, b)
+}
+
+// Call sends a request and waits for its response. A server error comes
+// back as *RPCError; result (when not nil) receives the result.
+func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	m, err := c.CallMsg(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	if m.Error != nil {
+		return m.Error
+	}
+	if result != nil {
+		return json.Unmarshal(m.Result, result)
+	}
+	return nil
+}
+
+// CallMsg sends a request and returns the whole response message.
+func (c *Client) CallMsg(ctx context.Context, method string, params any) (*Msg, error) {
+	id := strconv.FormatInt(c.nextID.Add(1), 10)
+	req := struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params any             `json:"params,omitempty"`
+	}{json.RawMessage(id), method, params}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *Msg, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%s: connection closed: %w", method, c.err)
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+	if err := c.conn.write(ctx, b); err != nil {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%s: write: %w", method, err)
+	}
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			return nil, fmt.Errorf("%s: connection closed before the response", method)
+		}
+		return m, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+}
+
+// Initialize runs initialize and sends initialized; it returns the session id.
+func (c *Client) Initialize(ctx context.Context) (string, error) {
+	var r struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := c.Call(ctx, "initialize", map[string]any{"clientName": "exec-server-interop"}, &r); err != nil {
+		return "", err
+	}
+	return r.SessionID, c.Notify(ctx, "initialized", map[string]any{})
+}
+
+// waitFor blocks until cond (called with c.mu held) is true, the
+// connection ends, or ctx is done.
+func (c *Client) waitFor(ctx context.Context, cond func() bool) error {
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !cond() {
+		if c.err != nil {
+			return fmt.Errorf("connection closed: %w", c.err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c.cond.Wait()
+	}
+	return nil
+}
+
+// NextOther returns the oldest message that was neither a response to a
+// pending Call nor a process event (id -1 errors, responses to SendRaw).
+func (c *Client) NextOther(ctx context.Context) (*Msg, error) {
+	var m *Msg
+	err := c.waitFor(ctx, func() bool {
+		if len(c.other) == 0 {
+			return false
+		}
+		m = c.other[0]
+		c.other = c.other[1:]
+		return true
+	})
+	return m, err
+}
+
+// Events returns the events received so far for processID, sorted by seq.
+func (c *Client) Events(processID string) []Event {
+	c.mu.Lock()
+	evs := append([]Event(nil), c.events[processID]...)
+	c.mu.Unlock()
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+	return evs
+}
+
+// WaitClosed waits for processID's process/closed event and returns all its
+// events sorted by seq.
+func (c *Client) WaitClosed(ctx context.Context, processID string) ([]Event, error) {
+	err := c.waitFor(ctx, func() bool {
+		for _, ev := range c.events[processID] {
+			if ev.Method == "process/closed" {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return c.Events(processID), fmt.Errorf("waiting for %s to close: %w", processID, err)
+	}
+	return c.Events(processID), nil
+}
+
+// WaitOutput waits until processID's output so far contains want and
+// returns that output.
+func (c *Client) WaitOutput(ctx context.Context, processID string, want []byte) ([]byte, error) {
+	var out []byte
+	err := c.waitFor(ctx, func() bool {
+		out = out[:0]
+		evs := append([]Event(nil), c.events[processID]...)
+		sort.SliceStable(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+		for _, ev := range evs {
+			out = append(out, ev.Chunk...)
+		}
+		return bytes.Contains(out, want)
+	})
+	if err != nil {
+		return out, fmt.Errorf("waiting for %q from %s (have %q): %w", want, processID, out, err)
+	}
+	return out, nil
+}
+
+// ForgetEvents drops the events kept for processID (long benches reuse ids).
+func (c *Client) ForgetEvents(processID string) {
+	c.mu.Lock()
+	delete(c.events, processID)
+	c.mu.Unlock()
+}
+
+// Output concatenates the output chunks of evs per stream.
+func Output(evs []Event) map[string][]byte {
+	out := map[string][]byte{}
+	for _, ev := range evs {
+		if ev.Method == "process/output" {
+			out[ev.Stream] = append(out[ev.Stream], ev.Chunk...)
+		}
+	}
+	return out
+}
+
+// B64 encodes b as standard base64 (the protocol's byte encoding).
+func B64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// FileURI turns an absolute path into a file: URI.
+func FileURI(path string) string { return (&url.URL{Scheme: "file", Path: path}).String() }
