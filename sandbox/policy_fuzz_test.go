@@ -1,0 +1,71 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/execgo/exec-server/protocol"
+)
+
+// FuzzParse checks the sandbox policy parser against hostile JSON: it never
+// panics; a refusal is a -32602 error that says "invalid sandbox"; an
+// accepted policy is nil only for an absent or null parameter; and Check
+// refuses exactly the restrictive policies, so a request never runs with
+// less confinement than it asked for.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		``, `null`, `{}`, `[]`, `5`, `"x"`,
+		`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`,
+		`{"permissions":{"type":"external"},"windowsSandboxLevel":"elevated"}`,
+		`{"permissions":{"type":"managed","network":"enabled","file_system":{"type":"unrestricted"}},"windowsSandboxLevel":"disabled"}`,
+		`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"unrestricted"}},"windowsSandboxLevel":"disabled"}`,
+		`{"permissions":{"type":"managed","network":"enabled","file_system":{"type":"restricted","entries":[{"path":"/tmp","access":"write"}]}},"windowsSandboxLevel":"mxc"}`,
+		`{"permissions":{"type":"managed","network":"enabled"},"windowsSandboxLevel":"disabled"}`,
+		`{"permissions":{"type":"managed","network":"enabled","file_system":null},"windowsSandboxLevel":"disabled"}`,
+		`{"permissions":null,"windowsSandboxLevel":"disabled"}`,
+		`{"permissions":{"type":"disabled"},"windowsSandboxLevel":null}`,
+		`{"permissions":{"type":"bogus"},"windowsSandboxLevel":"disabled"}`,
+		`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"restricted-token","extra":[1,2]}`,
+		`{"permissions":"disabled","windowsSandboxLevel":"disabled"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p, err := Parse(raw)
+		absent := len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams || !strings.HasPrefix(pe.Message, "invalid sandbox") {
+				t.Fatalf("Parse(%q): error %T %v is not an -32602 invalid sandbox", raw, err, err)
+			}
+			if Check(raw) == nil {
+				t.Fatalf("Check(%q) accepts what Parse refuses", raw)
+			}
+			return
+		}
+		if (p == nil) != absent {
+			t.Fatalf("Parse(%q) = %v: nil policy must mean an absent parameter", raw, p)
+		}
+		restrictive := p.Restrictive()
+		if p != nil && p.Permissions.Type == "managed" && p.Permissions.FileSystem == nil {
+			t.Fatalf("Parse(%q): managed policy without file_system accepted", raw)
+		}
+		cerr := Check(raw)
+		if restrictive {
+			var pe *protocol.Error
+			if !errors.As(cerr, &pe) || pe.Code != protocol.CodeInternal {
+				t.Fatalf("Check(%q) = %v: a restrictive policy must be refused", raw, cerr)
+			}
+		} else if cerr != nil {
+			t.Fatalf("Check(%q) = %v for a permissive policy", raw, cerr)
+		}
+		if p != nil {
+			if _, err := json.Marshal(p); err != nil {
+				t.Fatalf("accepted policy cannot be re-encoded: %v", err)
+			}
+		}
+	})
+}
