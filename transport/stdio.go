@@ -44,11 +44,14 @@ func NewStdio(r io.Reader, w io.Writer, closer io.Closer, limit int) *Stdio {
 func (s *Stdio) Read(ctx context.Context) ([]byte, error) {
 	for {
 		line, tooLong, n, err := s.readLine()
+		if !tooLong && len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if !tooLong && len(line) > s.limit {
+			tooLong, n = true, len(line)
+		}
 		if tooLong {
 			return nil, &jsonrpc.DecodeError{Detail: fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, s.limit)}
-		}
-		if len(line) > 0 && line[len(line)-1] == '\r' {
-			line = line[:len(line)-1]
 		}
 		if len(trimSpace(line)) > 0 {
 			return line, nil
@@ -59,14 +62,16 @@ func (s *Stdio) Read(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// readLine reads through the next newline (or EOF). It keeps at most limit
-// bytes; the rest of an over-long line is read and dropped.
+// readLine reads through the next newline (or EOF). It keeps at most
+// limit+1 bytes (a CR before the newline is framing, not message); the rest
+// of an over-long line is read and dropped.
 func (s *Stdio) readLine() (line []byte, tooLong bool, n int, err error) {
+	keep := s.limit + 1
 	for {
 		frag, e := s.r.ReadSlice('\n')
 		n += len(frag)
 		if !tooLong {
-			if n-1 > s.limit || (e != nil && n > s.limit) {
+			if n-1 > keep || (e != nil && n > keep) {
 				tooLong, line = true, nil
 			} else {
 				line = append(line, frag...)
