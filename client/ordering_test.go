@@ -1,0 +1,219 @@
+package client_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/protocol"
+)
+
+// fakeServer plays a scripted process over an in-memory connection: on
+// process/start it sends the script's events (and the start response where
+// the script says), and it serves process/read from its retained chunks.
+// It lets the ordering tests make a server misbehave in exactly one way.
+type fakeServer struct {
+	script   []string // notification params templates; "RESPONSE" marks the start response
+	retained []protocol.Chunk
+	state    protocol.ReadResult // exited, exitCode, closed, sandboxDenied, nextSeq
+
+	mu    sync.Mutex
+	reads []protocol.ReadParams
+}
+
+func out(seq uint64, stream, data string) string {
+	return fmt.Sprintf(`{"method":"process/output","params":{"processId":"P","seq":%d,"stream":%q,"chunk":%q}}`, seq, stream, base64.StdEncoding.EncodeToString([]byte(data)))
+}
+
+func exited(seq uint64, code int, denied string) string {
+	if denied == "" {
+		return fmt.Sprintf(`{"method":"process/exited","params":{"processId":"P","seq":%d,"exitCode":%d}}`, seq, code)
+	}
+	return fmt.Sprintf(`{"method":"process/exited","params":{"processId":"P","seq":%d,"exitCode":%d,"sandboxDenied":%s}}`, seq, code, denied)
+}
+
+func closed(seq uint64) string {
+	return fmt.Sprintf(`{"method":"process/closed","params":{"processId":"P","seq":%d}}`, seq)
+}
+
+func (f *fakeServer) serve(conn net.Conn) {
+	defer conn.Close()
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(nil, 1<<20)
+	w := bufio.NewWriter(conn)
+	send := func(s string) {
+		w.WriteString(s + "\n")
+		w.Flush()
+	}
+	for sc.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil || len(m.ID) == 0 {
+			continue
+		}
+		reply := func(result any) {
+			b, _ := json.Marshal(result)
+			send(fmt.Sprintf(`{"id":%s,"result":%s}`, m.ID, b))
+		}
+		switch m.Method {
+		case "initialize":
+			reply(protocol.InitializeResult{SessionID: "s1", EnvironmentInfo: protocol.EnvironmentInfo{Cwd: "file:///"}})
+		case "process/start":
+			for _, s := range f.script {
+				if s == "RESPONSE" {
+					reply(protocol.StartResult{ProcessID: "P", SandboxType: "none"})
+				} else {
+					send(s)
+				}
+			}
+		case "process/read":
+			var p protocol.ReadParams
+			json.Unmarshal(m.Params, &p)
+			f.mu.Lock()
+			f.reads = append(f.reads, p)
+			f.mu.Unlock()
+			res := f.state
+			res.Chunks = []protocol.Chunk{}
+			budget := uint64(1 << 62)
+			if p.MaxBytes != nil {
+				budget = *p.MaxBytes
+			}
+			var total uint64
+			for _, ch := range f.retained {
+				if p.AfterSeq != nil && ch.Seq <= *p.AfterSeq {
+					continue
+				}
+				if len(res.Chunks) > 0 && total+uint64(len(ch.Chunk)) > budget {
+					break
+				}
+				res.Chunks = append(res.Chunks, ch)
+				total += uint64(len(ch.Chunk))
+			}
+			if p.MaxBytes != nil && len(res.Chunks) > 0 {
+				res.NextSeq = res.Chunks[len(res.Chunks)-1].Seq + 1
+			}
+			reply(res)
+		default:
+			send(fmt.Sprintf(`{"error":{"code":-32601,"message":"no %s"},"id":%s}`, m.Method, m.ID))
+		}
+	}
+}
+
+func chunk(seq uint64, data string) protocol.Chunk {
+	return protocol.Chunk{Seq: seq, Stream: "stdout", Chunk: []byte(data)}
+}
+
+func intp(i int) *int { return &i }
+
+func TestEventOrderingAndRecovery(t *testing.T) {
+	allRetained := []protocol.Chunk{chunk(1, "a"), chunk(2, "b"), chunk(3, "c")}
+	done := func(next uint64, code int) protocol.ReadResult {
+		return protocol.ReadResult{NextSeq: next, Exited: true, ExitCode: intp(code), Closed: true}
+	}
+	cases := []struct {
+		name      string
+		script    []string
+		retained  []protocol.Chunk
+		state     protocol.ReadResult
+		wantOut   string
+		wantErr   error // from reading stdout to the end
+		wantCode  int
+		wantReads int
+	}{
+		{
+			name:    "complete and in order: no read",
+			script:  []string{"RESPONSE", out(1, "stdout", "a"), out(2, "stdout", "b"), out(3, "stdout", "c"), exited(4, 0, "false"), closed(5)},
+			wantOut: "abc", wantCode: 0, wantReads: 0,
+		},
+		{
+			name:    "events before the start response",
+			script:  []string{out(1, "stdout", "a"), out(2, "stdout", "b"), out(3, "stdout", "c"), exited(4, 2, "false"), closed(5), "RESPONSE"},
+			wantOut: "abc", wantCode: 2, wantReads: 0,
+		},
+		{
+			name:    "output after exit",
+			script:  []string{"RESPONSE", out(1, "stdout", "a"), exited(2, 0, "false"), out(3, "stdout", "c"), closed(4)},
+			wantOut: "ac", wantCode: 0, wantReads: 0,
+		},
+		{
+			name:     "a gap is filled by exactly the missing chunk",
+			script:   []string{"RESPONSE", out(1, "stdout", "a"), out(3, "stdout", "c"), exited(4, 0, "false"), closed(5)},
+			retained: allRetained, state: done(6, 0),
+			wantOut: "abc", wantCode: 0, wantReads: 1,
+		},
+		{
+			name:     "pushes out of order",
+			script:   []string{"RESPONSE", out(2, "stdout", "b"), out(1, "stdout", "a"), out(3, "stdout", "c"), exited(4, 0, "false"), closed(5)},
+			retained: allRetained, state: done(6, 0),
+			wantOut: "abc", wantCode: 0, wantReads: -1, // a read may or may not happen
+		},
+		{
+			name:     "server omits sandboxDenied: one compatibility read",
+			script:   []string{"RESPONSE", out(1, "stdout", "a"), exited(2, 1, ""), closed(3)},
+			retained: allRetained[:1], state: done(4, 1),
+			wantOut: "a", wantCode: 1, wantReads: 1,
+		},
+		{
+			name:     "evicted chunk is reported lost",
+			script:   []string{"RESPONSE", out(1, "stdout", "a"), out(3, "stdout", "c"), exited(4, 0, "false"), closed(5)},
+			retained: allRetained[2:], state: done(6, 0),
+			wantOut: "ac", wantErr: client.ErrOutputLost, wantCode: 0, wantReads: 1,
+		},
+		{
+			name:     "lost exit push is recovered from the read's flags",
+			script:   []string{"RESPONSE", out(1, "stdout", "a"), closed(3)},
+			retained: allRetained[:1], state: done(4, 5),
+			wantOut: "a", wantCode: 5, wantReads: 1,
+		},
+		{
+			name:     "lost final events are found by Wait's idle probe",
+			script:   []string{"RESPONSE", out(1, "stdout", "a")},
+			retained: allRetained[:1], state: done(4, 9),
+			wantOut: "a", wantCode: 9, wantReads: 1,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeServer{script: tc.script, retained: tc.retained, state: tc.state}
+			cs, ss := net.Pipe()
+			go f.serve(ss)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c, err := client.NewConn(ctx, cs, client.Options{IdleProbe: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			p, err := c.Start(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, err := p.Wait(ctx)
+			if err != nil || code != tc.wantCode {
+				t.Fatalf("Wait = %d, %v; want %d", code, err, tc.wantCode)
+			}
+			got, err := io.ReadAll(p.Stdout())
+			if string(got) != tc.wantOut || !errors.Is(err, tc.wantErr) {
+				t.Errorf("stdout %q, %v; want %q, %v", got, err, tc.wantOut, tc.wantErr)
+			}
+			f.mu.Lock()
+			reads := f.reads
+			f.mu.Unlock()
+			if tc.wantReads >= 0 && len(reads) != tc.wantReads {
+				t.Errorf("%d process/read requests (%+v), want %d", len(reads), reads, tc.wantReads)
+			}
+		})
+	}
+}
