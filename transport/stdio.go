@@ -26,11 +26,19 @@ type Stdio struct {
 	c   io.Closer
 }
 
+// DefaultMaxMessageBytes bounds one incoming message when the caller gives
+// no limit (the project's default on both transports).
+const DefaultMaxMessageBytes = 64 << 20
+
 // NewStdio reads messages from r and writes them to w. limit bounds one
-// message; a longer line is read through to its end and reported as a
-// *jsonrpc.DecodeError so the connection can answer it and go on. closer,
-// if not nil, is closed by Close.
+// message (<= 0 means DefaultMaxMessageBytes); a longer line is read
+// through to its end and reported as a *jsonrpc.DecodeError so the
+// connection can answer it and go on. closer, if not nil, is closed by
+// Close.
 func NewStdio(r io.Reader, w io.Writer, closer io.Closer, limit int) *Stdio {
+	if limit <= 0 {
+		limit = DefaultMaxMessageBytes
+	}
 	return &Stdio{
 		r:     bufio.NewReaderSize(r, 64<<10),
 		w:     bufio.NewWriterSize(w, 64<<10),

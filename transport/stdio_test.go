@@ -117,6 +117,14 @@ func TestStdioReadReturnsWithoutWaitingForMore(t *testing.T) {
 	}
 }
 
+func TestStdioZeroLimitIsTheDefault(t *testing.T) {
+	msg := strings.Repeat("z", 1<<20)
+	s := NewStdio(strings.NewReader(msg+"\n"), io.Discard, nil, 0)
+	if got := readAll(t, s); len(got) != 1 || got[0] != msg {
+		t.Errorf("a 1 MiB line with limit 0: %d messages, first %.40q", len(got), got)
+	}
+}
+
 func TestStdioReadReturnsOwnedSlices(t *testing.T) {
 	// The Conn keeps a message while it reads the next: the slices must
 	// not share the reader's buffer.

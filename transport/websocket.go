@@ -47,7 +47,8 @@ func (w *WebSocket) Describe() string { return w.name }
 
 // HandlerOptions configure the websocket HTTP handler.
 type HandlerOptions struct {
-	// MaxMessageBytes bounds one incoming message.
+	// MaxMessageBytes bounds one incoming message (default
+	// DefaultMaxMessageBytes).
 	MaxMessageBytes int64
 	// MaxConnections bounds concurrent websocket connections; more get 503.
 	MaxConnections int
@@ -69,6 +70,10 @@ type HandlerOptions struct {
 func NewHandler(opts HandlerOptions) http.Handler {
 	if opts.PingInterval <= 0 {
 		opts.PingInterval = 30 * time.Second
+	}
+	if opts.MaxMessageBytes <= 0 {
+		// coder/websocket reads a limit of 0 as "nothing at all".
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
