@@ -1,0 +1,472 @@
+package hostile
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// binary is the exec-server built once for the whole suite.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hostile-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "exec-server")
+	build := exec.Command("go", "build", "-o", binary, "github.com/execgo/exec-server/cmd/exec-server")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building exec-server:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// full reports whether the heavier variants were asked for.
+func full() bool { return os.Getenv("HOSTILE_FULL") != "" }
+
+// server is one exec-server process under test.
+type server struct {
+	cmd    *exec.Cmd
+	url    string // ws://127.0.0.1:PORT
+	addr   string // 127.0.0.1:PORT
+	stderr *lockedBuffer
+	done   chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 1<<20 {
+		return len(p), nil // keep the log bounded
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startServer runs the binary on ws://127.0.0.1:0 with extra flags and
+// returns once it printed its URL. It is killed at the end of the test.
+func startServer(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"--listen", "ws://127.0.0.1:0", "--log-level", "warn"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-s.done
+		if t.Failed() {
+			t.Logf("server stderr:\n%s", s.stderr.String())
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		line, _ := r.ReadString('\n')
+		lines <- strings.TrimSpace(line)
+		_, _ = r.WriteTo(discard{}) // drain: a full pipe must not block the server
+	}()
+	select {
+	case line := <-lines:
+		if !strings.HasPrefix(line, "ws://") {
+			t.Fatalf("first stdout line %q is not a ws:// URL; stderr: %s", line, s.stderr.String())
+		}
+		s.url = line
+		s.addr = strings.TrimPrefix(line, "ws://")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("server printed no URL; stderr: %s", s.stderr.String())
+	}
+	return s
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+// memory returns the server's current and peak resident set, in bytes.
+func (s *server) memory() (rss, hwm int64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid()))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = n << 10
+		case "VmHWM:":
+			hwm = n << 10
+		}
+	}
+	return rss, hwm
+}
+
+// alive fails the test if the server process has exited.
+func (s *server) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.done:
+		t.Fatalf("server exited: %v; stderr: %s", s.cmd.ProcessState, s.stderr.String())
+	default:
+	}
+}
+
+// rpcError is a JSON-RPC error reply.
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *rpcError) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
+
+// client is a minimal, well-behaved websocket JSON-RPC client: it always
+// reads, matches replies to calls by id, and drops notifications.
+type client struct {
+	c      *websocket.Conn
+	nextID atomic.Int64
+	mu     sync.Mutex
+	calls  map[int64]chan reply
+	done   chan struct{}
+	err    error
+}
+
+type reply struct {
+	Result json.RawMessage
+	Err    *rpcError
+}
+
+func dial(ctx context.Context, t *testing.T, url string) *client {
+	t.Helper()
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	c.SetReadLimit(128 << 20)
+	cl := &client{c: c, calls: map[int64]chan reply{}, done: make(chan struct{})}
+	go cl.readLoop()
+	t.Cleanup(func() { cl.close() })
+	return cl
+}
+
+func (cl *client) close() {
+	_ = cl.c.CloseNow()
+	<-cl.done
+}
+
+func (cl *client) readLoop() {
+	defer close(cl.done)
+	for {
+		_, data, err := cl.c.Read(context.Background())
+		if err != nil {
+			cl.mu.Lock()
+			cl.err = err
+			for id, ch := range cl.calls {
+				close(ch)
+				delete(cl.calls, id)
+			}
+			cl.mu.Unlock()
+			return
+		}
+		var m struct {
+			ID     *int64          `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  *rpcError       `json:"error"`
+		}
+		if json.Unmarshal(data, &m) != nil || m.ID == nil {
+			continue // a notification
+		}
+		cl.mu.Lock()
+		ch := cl.calls[*m.ID]
+		delete(cl.calls, *m.ID)
+		cl.mu.Unlock()
+		if ch != nil {
+			ch <- reply{m.Result, m.Error}
+		}
+	}
+}
+
+// call sends one request and waits for its reply.
+func (cl *client) call(ctx context.Context, method string, params any, result any) error {
+	id := cl.nextID.Add(1)
+	ch := make(chan reply, 1)
+	cl.mu.Lock()
+	if cl.err != nil {
+		cl.mu.Unlock()
+		return cl.err
+	}
+	cl.calls[id] = ch
+	cl.mu.Unlock()
+	msg, _ := json.Marshal(map[string]any{"id": id, "method": method, "params": params})
+	if err := cl.c.Write(ctx, websocket.MessageText, msg); err != nil {
+		return err
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return errors.New("connection closed")
+		}
+		if r.Err != nil {
+			return r.Err
+		}
+		if result != nil {
+			return json.Unmarshal(r.Result, result)
+		}
+		return nil
+	case <-ctx.Done():
+		cl.mu.Lock()
+		delete(cl.calls, id)
+		cl.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+func (cl *client) notify(ctx context.Context, method string, params any) error {
+	msg, _ := json.Marshal(map[string]any{"method": method, "params": params})
+	return cl.c.Write(ctx, websocket.MessageText, msg)
+}
+
+// handshake runs initialize and initialized.
+func (cl *client) handshake(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	var res struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := cl.call(ctx, "initialize", map[string]any{"clientName": "hostile"}, &res); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	if err := cl.notify(ctx, "initialized", map[string]any{}); err != nil {
+		t.Fatalf("initialized: %v", err)
+	}
+	return res.SessionID
+}
+
+// startProcess starts argv with env and returns once the server accepted it.
+func (cl *client) startProcess(ctx context.Context, id string, argv []string, env map[string]string) error {
+	if env == nil {
+		env = map[string]string{}
+	}
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+	}
+	return cl.call(ctx, "process/start", map[string]any{
+		"processId": id, "argv": argv, "cwd": "file:///", "env": env, "tty": false,
+	}, nil)
+}
+
+// probe is the well-behaved second client: it measures round trips of a
+// cheap request while an attack runs.
+type probe struct {
+	mu      sync.Mutex
+	samples []time.Duration
+	errs    []error
+}
+
+// run sends environment/status every interval until ctx ends. Each call
+// has its own deadline so a stuck server shows up as an error, not a hang.
+func (p *probe) run(ctx context.Context, cl *client, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := cl.call(cctx, "environment/status", nil, nil)
+		cancel()
+		p.mu.Lock()
+		if err != nil {
+			p.errs = append(p.errs, err)
+		} else {
+			p.samples = append(p.samples, time.Since(start))
+		}
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// startProbe connects a well-behaved client and runs a probe until the
+// returned stop function is called; stop returns the probe's figures.
+func startProbe(t *testing.T, s *server) (stop func() *probe) {
+	t.Helper()
+	ctx := context.Background()
+	cl := dial(ctx, t, s.url)
+	cl.handshake(ctx, t)
+	p := &probe{}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.run(pctx, cl, 20*time.Millisecond) }()
+	return func() *probe { cancel(); <-done; return p }
+}
+
+// quantile returns the q-quantile of the samples.
+func (p *probe) quantile(q float64) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.samples) == 0 {
+		return 0
+	}
+	s := slices.Clone(p.samples)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// check fails the test if the well-behaved client saw an error or went
+// unanswered for longer than limit; limit is a liveness bound (the server
+// answered at all), not a performance target. It logs the figures.
+func (p *probe) check(t *testing.T, name string, limit time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	n, errs := len(p.samples), slices.Clone(p.errs)
+	p.mu.Unlock()
+	t.Logf("%s: well-behaved client: %d round trips, p50 %v, p99 %v, max %v", name, n, p.quantile(0.5), p.quantile(0.99), p.quantile(1))
+	if len(errs) > 0 {
+		t.Fatalf("%s: well-behaved client got %d errors, first: %v", name, len(errs), errs[0])
+	}
+	if n == 0 {
+		t.Fatalf("%s: well-behaved client got no answer", name)
+	}
+	if m := p.quantile(1); m > limit {
+		t.Fatalf("%s: well-behaved client waited %v for one answer (liveness bound %v)", name, m, limit)
+	}
+}
+
+// marker returns a random value to tag the environment of every process a
+// test starts, so /proc can tell which processes are ours, descendants
+// included.
+func marker() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "hostile-" + hex.EncodeToString(b)
+}
+
+// markedPIDs lists live (non-zombie) processes whose environment holds
+// HOSTILE_MARK=mark.
+func markedPIDs(mark string) []int {
+	needle := []byte("HOSTILE_MARK=" + mark + "\x00")
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(append(env, 0), needle) {
+			continue
+		}
+		if state(pid) == 'Z' {
+			continue // dead, waiting for a reaper: not a survivor
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// state returns the process state letter from /proc/PID/stat, or 0.
+func state(pid int) byte {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0
+	}
+	return data[i+2]
+}
+
+// waitNoMarked polls until no marked process is alive or the deadline
+// passes; it returns the survivors.
+func waitNoMarked(mark string, within time.Duration) []int {
+	deadline := time.Now().Add(within)
+	for {
+		pids := markedPIDs(mark)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitMarked polls until at least n marked processes are alive.
+func waitMarked(t *testing.T, mark string, n int, within time.Duration) []int {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		pids := markedPIDs(mark)
+		if len(pids) >= n {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d marked processes appeared", len(pids), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// describe names pids for a failure message.
+func describe(pids []int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		fmt.Fprintf(&b, "\n  pid %d state %c: %s", pid, state(pid), strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	return b.String()
+}
+
+// killMarked SIGKILLs survivors so a failing test does not leave them.
+func killMarked(mark string) {
+	for _, pid := range markedPIDs(mark) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
