@@ -80,8 +80,32 @@ func validScheme(s string) bool {
 }
 
 // FromPath renders an absolute local path as a file: URI, escaping what a
-// URI cannot carry literally.
+// URI cannot carry literally. The escaped set is the one the reference's URL
+// library uses for file paths (controls, non-ASCII bytes, space and
+// " # % < > ? ` { } and backslash); everything else stays literal, so paths
+// read the same as in the reference's replies.
 func FromPath(p string) string {
-	u := url.URL{Scheme: "file", Path: p}
-	return "file://" + u.EscapedPath()
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len("file://")+len(p)+8)
+	b = append(b, "file://"...)
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if escapeInPath(c) {
+			b = append(b, '%', hex[c>>4], hex[c&0xf])
+			continue
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+func escapeInPath(c byte) bool {
+	if c < 0x20 || c >= 0x7f {
+		return true
+	}
+	switch c {
+	case ' ', '"', '#', '%', '<', '>', '?', '`', '{', '}', '\\':
+		return true
+	}
+	return false
 }

@@ -1,0 +1,258 @@
+package fsys
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/protocol"
+)
+
+// ioPiece is how much one read or write moves before the context is checked
+// again, so a cancelled request stops within one piece.
+const ioPiece = 8 << 20
+
+// openRegular opens p without ever blocking (O_NONBLOCK: a FIFO with no peer
+// or a device cannot hold the call) and refuses anything but a regular file
+// with -32600. /proc and /sys pseudo files are regular files and pass.
+// A directory is refused as the reference does ("path `p` is not a file"),
+// except when opening for writing, where the kernel's EISDIR stands.
+func openRegular(p string, flag int) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(p, flag|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0o666)
+	if err != nil {
+		// ENXIO: a FIFO without a reader, or a socket; neither is a file.
+		if errors.Is(err, syscall.ENXIO) {
+			return nil, nil, notAFile(p)
+		}
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, notAFile(p)
+	}
+	return f, st, nil
+}
+
+func (f *FS) readFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
+	var p protocol.FsReadFileParams
+	if err := protocol.DecodeParams(raw, &p, "WireFsReadFileParams", "path"); err != nil {
+		return nil, err
+	}
+	path, err := parsePath(p.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSandbox(p.Sandbox); err != nil {
+		return nil, err
+	}
+	data, err := f.readWhole(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return &readFileResult{data: data}, nil
+}
+
+// readWhole reads a regular file to EOF, in pieces, within the size cap.
+// The buffer is sized from fstat, so a file of known size costs one
+// allocation of its size; /proc files (size 0) grow as they are read.
+func (f *FS) readWhole(ctx context.Context, path string) ([]byte, error) {
+	file, st, err := openRegular(path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	limit := f.opts.MaxFileBytes
+	size := st.Size()
+	if size > limit {
+		return nil, tooLarge(protocol.MethodFsReadFile, path, size, limit)
+	}
+	// One byte more than the size: reading it tells EOF without a regrow.
+	buf := make([]byte, 0, size+1)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return nil, tooLarge(protocol.MethodFsReadFile, path, -1, limit)
+			}
+			buf = slices.Grow(buf, min(max(len(buf), 4096), ioPiece))
+		}
+		n, err := file.Read(buf[len(buf):min(cap(buf), len(buf)+ioPiece)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if int64(len(buf)) > limit {
+		return nil, tooLarge(protocol.MethodFsReadFile, path, int64(len(buf)), limit)
+	}
+	return buf, nil
+}
+
+// readFileResult encodes {"dataBase64":"..."} straight into the outgoing
+// frame (jsonrpc.Appender): the base64 text is never a separate string.
+type readFileResult struct{ data []byte }
+
+// AppendJSON implements jsonrpc.Appender.
+func (r *readFileResult) AppendJSON(dst []byte) []byte {
+	dst = slices.Grow(dst, len(`{"dataBase64":""}`)+base64.StdEncoding.EncodedLen(len(r.data)))
+	dst = append(dst, `{"dataBase64":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, r.data)
+	return append(dst, `"}`...)
+}
+
+// MarshalJSON makes the result usable with encoding/json too.
+func (r *readFileResult) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil), nil }
+
+// writeFileParams is fs/writeFile's params with dataBase64 kept raw: it is
+// decoded here, straight from the request bytes into a buffer of the
+// decoded size.
+type writeFileParams struct {
+	Path    string
+	Data    []byte // the base64 text, unquoted
+	Sandbox json.RawMessage
+}
+
+// decodeWriteFile walks the params object once without decoding the big
+// string, then decodes the small members through protocol.DecodeParams so
+// errors read as for every other method.
+func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
+	const typeName = "WireFsWriteFileParams"
+	var dataRaw []byte
+	dataNull := false
+	small := []byte{'{'}
+	err := eachMember(raw, func(key, value []byte) {
+		if keyIs(key, "dataBase64") {
+			switch {
+			case len(value) > 0 && value[0] == '"':
+				dataRaw = value
+				value = []byte(`""`)
+			case string(value) == "null":
+				// A null is a type error, not a missing field.
+				dataNull = true
+				value = []byte(`""`)
+			}
+		}
+		if len(small) > 1 {
+			small = append(small, ',')
+		}
+		small = append(small, '"')
+		small = append(small, key...)
+		small = append(small, '"', ':')
+		small = append(small, value...)
+	})
+	if err != nil {
+		// Not an object (or malformed): let DecodeParams word it.
+		var v struct{}
+		if derr := protocol.DecodeParams(raw, &v, typeName); derr != nil {
+			return nil, derr
+		}
+		return nil, protocol.InvalidParams("%v", err)
+	}
+	small = append(small, '}')
+	var p struct {
+		Path       string          `json:"path"`
+		DataBase64 string          `json:"dataBase64"`
+		Sandbox    json.RawMessage `json:"sandbox"`
+	}
+	if err := protocol.DecodeParams(small, &p, typeName, "path", "dataBase64"); err != nil {
+		return nil, err
+	}
+	if dataNull {
+		return nil, protocol.InvalidParams("invalid type: null, expected a string")
+	}
+	out := &writeFileParams{Path: p.Path, Sandbox: p.Sandbox}
+	switch {
+	case dataRaw == nil:
+		out.Data = []byte(p.DataBase64)
+	case bytes.IndexByte(dataRaw, '\\') < 0:
+		out.Data = dataRaw[1 : len(dataRaw)-1]
+	default:
+		// Escapes (such as "\/") are legal JSON; unquote the slow way.
+		var s string
+		if err := json.Unmarshal(dataRaw, &s); err != nil {
+			return nil, protocol.InvalidParams("invalid string for field `dataBase64`: %v", err)
+		}
+		out.Data = []byte(s)
+	}
+	return out, nil
+}
+
+func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
+	p, err := decodeWriteFile(raw)
+	if err != nil {
+		return nil, err
+	}
+	path, err := parsePath(p.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSandbox(p.Sandbox); err != nil {
+		return nil, err
+	}
+	if n := int64(len(p.Data)) / 4 * 3; n > f.opts.MaxFileBytes+3 {
+		return nil, tooLarge(protocol.MethodFsWriteFile, path, n, f.opts.MaxFileBytes)
+	}
+	data, err := decodeBase64(p.Data)
+	if err != nil {
+		return nil, protocol.InvalidRequest("fs/writeFile requires valid base64 dataBase64: %v", err)
+	}
+	if int64(len(data)) > f.opts.MaxFileBytes {
+		return nil, tooLarge(protocol.MethodFsWriteFile, path, int64(len(data)), f.opts.MaxFileBytes)
+	}
+	return protocol.Empty{}, writeWhole(ctx, path, data)
+}
+
+// writeWhole creates or truncates path (following symlinks) and writes data
+// in pieces. The file is truncated only once it is known to be a regular
+// file, so a FIFO or device is refused without being touched.
+func writeWhole(ctx context.Context, path string, data []byte) error {
+	file, _, err := openRegular(path, os.O_WRONLY|os.O_CREATE)
+	if err != nil {
+		return err
+	}
+	if err := file.Truncate(0); err != nil {
+		file.Close()
+		return err
+	}
+	for off := 0; off < len(data); {
+		if err := ctx.Err(); err != nil {
+			file.Close()
+			return err
+		}
+		end := min(off+ioPiece, len(data))
+		n, err := file.Write(data[off:end])
+		off += n
+		if err != nil {
+			file.Close()
+			return err
+		}
+	}
+	return file.Close()
+}
+
+// errnoOf extracts the errno of an OS error (0 when there is none).
+func errnoOf(err error) unix.Errno {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
+}

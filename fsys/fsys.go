@@ -1,0 +1,146 @@
+// Package fsys implements the exec-server's fs/* methods: whole-file reads
+// and writes, directories, metadata, copy, remove, walk, and handle-based
+// block streaming. It knows nothing of transports: the server hands it a
+// method name and raw params and gets back a result value or an error.
+//
+// Every client path goes through fileuri.Parse before anything touches the
+// disk, and a restrictive sandbox policy is refused (sandbox.Check) rather
+// than run unconfined. It is safer than the reference on purpose: it never
+// removes / or a mount root, never blocks on a FIFO or device, caps
+// whole-file transfers, and stops work when the request's context ends.
+package fsys
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
+)
+
+// Options configure an FS. Zero fields take their defaults.
+type Options struct {
+	// MaxFileBytes caps fs/readFile and fs/writeFile (default 512 MiB).
+	// Larger files go through fs/open and blocks.
+	MaxFileBytes int64
+	// MaxHandles caps the open fs/open handles of one connection (default 128).
+	MaxHandles int
+}
+
+// Defaults.
+const (
+	DefaultMaxFileBytes = 512 << 20
+	DefaultMaxHandles   = 128
+)
+
+// FS serves the fs/* methods. It is shared by all connections and safe for
+// concurrent use; per-connection state lives in Handles.
+type FS struct {
+	opts    Options
+	methods map[string]func(context.Context, *Handles, json.RawMessage) (any, error)
+	mounts  mountTable
+}
+
+// New returns an FS with opts (zero fields take defaults).
+func New(opts Options) *FS {
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if opts.MaxHandles <= 0 {
+		opts.MaxHandles = DefaultMaxHandles
+	}
+	f := &FS{opts: opts, mounts: mountTable{path: "/proc/self/mountinfo"}}
+	f.methods = map[string]func(context.Context, *Handles, json.RawMessage) (any, error){
+		protocol.MethodFsReadFile:        f.readFile,
+		protocol.MethodFsWriteFile:       f.writeFile,
+		protocol.MethodFsCreateDirectory: f.createDirectory,
+		protocol.MethodFsGetMetadata:     f.getMetadata,
+		protocol.MethodFsCanonicalize:    f.canonicalize,
+		protocol.MethodFsReadDirectory:   f.readDirectory,
+		protocol.MethodFsRemove:          f.remove,
+		protocol.MethodFsCopy:            f.copy,
+		protocol.MethodFsWalk:            f.walk,
+		protocol.MethodFsOpen:            f.open,
+		protocol.MethodFsReadBlock:       f.readBlock,
+		protocol.MethodFsWriteBlock:      f.writeBlock,
+		protocol.MethodFsClose:           f.closeHandle,
+	}
+	return f
+}
+
+// Methods lists the method names Call serves.
+func (f *FS) Methods() []string {
+	return []string{
+		protocol.MethodFsReadFile,
+		protocol.MethodFsWriteFile,
+		protocol.MethodFsCreateDirectory,
+		protocol.MethodFsGetMetadata,
+		protocol.MethodFsCanonicalize,
+		protocol.MethodFsReadDirectory,
+		protocol.MethodFsRemove,
+		protocol.MethodFsCopy,
+		protocol.MethodFsWalk,
+		protocol.MethodFsOpen,
+		protocol.MethodFsReadBlock,
+		protocol.MethodFsWriteBlock,
+		protocol.MethodFsClose,
+	}
+}
+
+// Call decodes params, validates them, runs the operation and returns the
+// result value or an error (a *protocol.Error, or an OS error that
+// protocol.ToError maps). h is the calling connection's handle table; it may
+// be nil for methods other than fs/open, fs/readBlock, fs/writeBlock and
+// fs/close. The operation stops early when ctx ends.
+func (f *FS) Call(ctx context.Context, h *Handles, method string, params json.RawMessage) (any, error) {
+	m, ok := f.methods[method]
+	if !ok {
+		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", method)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, protocol.Internal("%s cancelled: %v", method, err)
+	}
+	res, err := m(ctx, h, params)
+	if err != nil {
+		return nil, toError(ctx, method, err)
+	}
+	return res, nil
+}
+
+// toError maps err to the wire error; cancellation is reported as such rather
+// than as whatever OS error the interrupted step produced.
+func toError(ctx context.Context, method string, err error) *protocol.Error {
+	if ctx.Err() != nil && !isProtocolError(err) {
+		return protocol.Internal("%s cancelled: %v", method, ctx.Err())
+	}
+	return protocol.ToError(err)
+}
+
+func isProtocolError(err error) bool {
+	_, ok := err.(*protocol.Error)
+	return ok
+}
+
+// parsePath is the one gate for client paths.
+func parsePath(uri string) (string, error) { return fileuri.Parse(uri) }
+
+// checkSandbox refuses a sandbox policy this server cannot enforce.
+func checkSandbox(raw json.RawMessage) error { return sandbox.Check(raw) }
+
+// notAFile is the reference's refusal of a path that is not a regular file.
+func notAFile(p string) error { return protocol.InvalidRequest("path `%s` is not a file", p) }
+
+// tooLarge explains the whole-file cap and what to use instead.
+func tooLarge(method, p string, size, limit int64) error {
+	return protocol.InvalidRequest("%s: `%s` is %s, over the %s limit of %d bytes; use fs/open with fs/readBlock or fs/writeBlock for large files",
+		method, p, byteCount(size), method, limit)
+}
+
+func byteCount(n int64) string {
+	if n < 0 {
+		return "larger than the limit"
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
