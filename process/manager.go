@@ -211,8 +211,12 @@ func (m *Manager) Terminate(p protocol.TerminateParams) *protocol.TerminateResul
 	return &protocol.TerminateResult{Running: proc.signal(syscall.SIGKILL)}
 }
 
-// Close kills every process, waits for their goroutines to end and frees
-// everything. The sink must no longer block by then (a detached session
+// closeGrace is how long Close lets killed processes' streams drain before
+// it closes them.
+const closeGrace = time.Second
+
+// Close kills every process group, waits for their goroutines to end and
+// frees everything. The sink must no longer block by then (a detached session
 // drops events).
 func (m *Manager) Close() {
 	m.mu.Lock()
@@ -225,7 +229,20 @@ func (m *Manager) Close() {
 	for _, p := range procs {
 		p.kill()
 	}
-	m.wg.Wait()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	t := time.NewTimer(closeGrace)
+	select {
+	case <-done:
+	case <-t.C:
+		// A descendant outside the killed groups (it called setsid)
+		// still holds an output stream open: stop reading it.
+		for _, p := range procs {
+			p.closeOutputs()
+		}
+		<-done
+	}
+	t.Stop()
 	m.mu.Lock()
 	for _, p := range m.procs {
 		p.stopRetention()

@@ -33,9 +33,14 @@ type Proc struct {
 	ready chan struct{} // closed once spawn has finished (either way)
 
 	// Set by spawn, read-only afterwards.
-	pid   int
-	tty   bool
-	stdin *stdinWriter // nil when stdin is not writable
+	pid int
+	// pgid is the child's process group (its pid, by Setsid). Unlike pid
+	// it is kept after the reap: at session end the group is killed even
+	// when its leader has exited, as background children may live on.
+	pgid    int
+	outputs []*os.File // read ends of the output streams
+	tty     bool
+	stdin   *stdinWriter // nil when stdin is not writable
 
 	events chan rawEvent
 
@@ -181,6 +186,8 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		return protocol.SpawnError(err)
 	}
 	p.pid = proc.Pid
+	p.pgid = proc.Pid
+	p.outputs = readers
 	// The reaper waits itself; the os.Process is not used again.
 	_ = proc.Release()
 
@@ -421,10 +428,24 @@ func (p *Proc) signal(sig syscall.Signal) bool {
 	return !p.exited
 }
 
-// kill is used at session end: the whole group dies.
+// kill is used at session end: the whole group dies, including background
+// children of a leader that has already exited (the reference kills them
+// too).
 func (p *Proc) kill() {
 	<-p.ready
+	if p.pgid > 0 {
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+	}
 	p.signal(syscall.SIGKILL)
+}
+
+// closeOutputs stops reading the output streams, for a descendant that left
+// the process group (setsid) and still holds them open after kill.
+func (p *Proc) closeOutputs() {
+	<-p.ready
+	for _, f := range p.outputs {
+		_ = f.Close()
+	}
 }
 
 func (p *Proc) stopRetention() {
