@@ -112,7 +112,7 @@ func TestPTY(t *testing.T) {
 		{"tty", "tty", regexp.MustCompile(`^/dev/pts/[0-9]+\r\n$`)},
 		{"size", "stty size", regexp.MustCompile(`^24 80\r\n$`)},
 		{"stderr merged", "echo err >&2", regexp.MustCompile(`^err\r\n$`)},
-		{"session leader", `ps -o pid=,sid= -p $$ | awk '{print ($1==$2)}'`, regexp.MustCompile(`^1\r\n$`)},
+		{"session leader", `[ "$(cut -d' ' -f6 /proc/$$/stat)" = $$ ] && echo 1`, regexp.MustCompile(`^1\r\n$`)},
 	}
 	for _, tt := range tests {
 		p := params(t, tt.id, "sh", "-c", tt.script)
@@ -137,7 +137,7 @@ func TestPipesHaveNoTTY(t *testing.T) {
 	m, sink := newTestManager(t, Options{})
 	// stdin is /dev/null, the child is a session leader without a
 	// controlling terminal.
-	mustStart(t, m, params(t, "p", "sh", "-c", `readlink /proc/self/fd/0; tty; ps -o pid=,sid= -p $$ | awk '{print ($1==$2)}'`))
+	mustStart(t, m, params(t, "p", "sh", "-c", `readlink /proc/self/fd/0; tty; [ "$(cut -d' ' -f6 /proc/$$/stat)" = $$ ] && echo 1`))
 	evs := sink.waitClosed(t, "p")
 	if got := output(evs, protocol.StreamStdout); got != "/dev/null\nnot a tty\n1\n" {
 		t.Errorf("stdout = %q", got)
