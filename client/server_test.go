@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,6 +93,8 @@ func (s server) command(t testing.TB, listen string, extra ...string) *exec.Cmd 
 	args := append(append(append([]string{}, s.args...), "--listen", listen), extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Env = s.env(t)
+	// Die with the test binary even if it panics past the cleanups.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Dir = t.TempDir()
 	return cmd
 }

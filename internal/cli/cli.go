@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/execgo/exec-server/client"
+)
+
+// Exit codes shared by the subcommands.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+	exitNoExec  = 126
+	exitNoFound = 127
+	exitRemote  = 255
+)
+
+// Main runs subcommand name ("exec", "cp", "ls", "cat") with its args and
+// returns the process exit code.
+func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := &command{name: name, stdin: stdin, stdout: stdout, stderr: stderr}
+	switch name {
+	case "exec":
+		return cmd.exec(ctx, args)
+	case "cp":
+		return cmd.cp(ctx, args)
+	case "ls":
+		return cmd.ls(ctx, args)
+	case "cat":
+		return cmd.cat(ctx, args)
+	}
+	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want exec, cp, ls or cat)\n", name)
+	return exitUsage
+}
+
+// command is one subcommand's invocation: its streams and the connection
+// flags every subcommand shares.
+type command struct {
+	name           string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	url            string
+	token          string
+	tokenFile      string
+	connectTimeout time.Duration
+	usage          string // the synopsis after "exec-server NAME"
+}
+
+// flags returns a flag set with the shared connection flags.
+func (c *command) flags(usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("exec-server "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.url, "url", os.Getenv("EXEC_SERVER_URL"), "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL)")
+	fs.StringVar(&c.token, "token", os.Getenv("EXEC_SERVER_TOKEN"), "bearer `TOKEN` for the websocket upgrade (default $EXEC_SERVER_TOKEN)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from `PATH`")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to connect")
+	// The flag package calls Usage on every parse error; errors are one
+	// line here, and the full usage is printed for -h only (by parse).
+	fs.Usage = func() {}
+	c.usage = usage
+	return fs
+}
+
+func (c *command) printUsage(fs *flag.FlagSet) {
+	fmt.Fprintf(c.stderr, "usage: exec-server %s %s\n\nflags:\n", c.name, c.usage)
+	fs.SetOutput(c.stderr)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// parse parses args; ok false means return code now (help, or a usage
+// error already reported in one line).
+func (c *command) parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.printUsage(fs)
+			return 0, false
+		}
+		return c.usageErr("%v", err), false
+	}
+	return 0, true
+}
+
+func (c *command) usageErr(format string, args ...any) int {
+	fmt.Fprintf(c.stderr, "exec-server %s: %s (see exec-server %s -h)\n", c.name, fmt.Sprintf(format, args...), c.name)
+	return exitUsage
+}
+
+func (c *command) fail(code int, format string, args ...any) int {
+	fmt.Fprintf(c.stderr, "exec-server %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	return code
+}
+
+// dial connects with the shared flags. A failure is reported and returned
+// as an exit code.
+func (c *command) dial(ctx context.Context) (*client.Client, int) {
+	if c.url == "" {
+		return nil, c.usageErr("--url is required (or set EXEC_SERVER_URL)")
+	}
+	if !strings.HasPrefix(c.url, "ws://") && !strings.HasPrefix(c.url, "wss://") {
+		return nil, c.usageErr("--url %q: want ws://HOST:PORT or wss://HOST:PORT", c.url)
+	}
+	token := c.token
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, c.fail(exitRemote, "reading --token-file: %v", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, c.fail(exitRemote, "--token-file %s is empty", c.tokenFile)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
+	defer cancel()
+	cl, err := client.Dial(dctx, c.url, client.Options{ClientName: "exec-server-cli", Token: token})
+	if err != nil {
+		return nil, c.fail(exitRemote, "%s", describe(err))
+	}
+	return cl, 0
+}
+
+// describe renders an error for one line of stderr: wire errors without
+// the client's prefixes.
+func describe(err error) string {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return strings.TrimPrefix(err.Error(), "exec-server client: ")
+}

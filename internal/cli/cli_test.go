@@ -1,0 +1,274 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execgo/exec-server/internal/cli"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// serverURL is a websocket server started once for the package's tests
+// from this project's server binary; empty when it cannot be built.
+var (
+	serverURL string
+	tokenURL  string // a server that requires the token in tokenFile
+	tokenFile string
+	noServer  error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "exec-server-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	var procs []*exec.Cmd
+	func() {
+		bin := filepath.Join(dir, "exec-server")
+		if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/exec-server").CombinedOutput(); err != nil {
+			noServer = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		tokenFile = filepath.Join(dir, "token")
+		if err := os.WriteFile(tokenFile, []byte("t0ken\n"), 0o600); err != nil {
+			noServer = err
+			return
+		}
+		for _, extra := range [][]string{nil, {"--ws-auth", "capability-token", "--ws-token-file", tokenFile}} {
+			cmd := exec.Command(bin, append([]string{"--listen", "ws://127.0.0.1:0"}, extra...)...)
+			cmd.Dir = dir
+			// Die with the test binary even if it panics past the cleanup.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				noServer = err
+				return
+			}
+			procs = append(procs, cmd)
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil {
+				noServer = fmt.Errorf("server printed no URL: %v", err)
+				return
+			}
+			if extra == nil {
+				serverURL = strings.TrimSpace(line)
+			} else {
+				tokenURL = strings.TrimSpace(line)
+			}
+		}
+	}()
+	code := m.Run()
+	for _, p := range procs {
+		p.Process.Kill()
+		p.Wait()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func needServer(t *testing.T) {
+	t.Helper()
+	if noServer != nil {
+		t.Skipf("no server: %v", noServer)
+	}
+}
+
+// run runs one subcommand in-process and renders the transcript that the
+// golden files hold, with the URL and dir replaced by $URL and $DIR.
+func run(t *testing.T, dir, stdin string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(ctx, args[0], args[1:], strings.NewReader(stdin), &stdout, &stderr)
+	norm := func(s string) string {
+		if serverURL != "" {
+			s = strings.ReplaceAll(s, serverURL, "$URL")
+		}
+		if tokenURL != "" {
+			s = strings.ReplaceAll(s, tokenURL, "$TOKEN_URL")
+		}
+		if dir != "" {
+			s = strings.ReplaceAll(s, dir, "$DIR")
+		}
+		return s
+	}
+	var b strings.Builder
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = shellQuote(a)
+	}
+	fmt.Fprintf(&b, "$ exec-server %s\nexit %d\n-- stdout --\n%s-- stderr --\n%s", norm(strings.Join(quoted, " ")), code, norm(stdout.String()), norm(stderr.String()))
+	return b.String(), code
+}
+
+// shellQuote quotes a for a POSIX shell when it needs it.
+func shellQuote(a string) string {
+	if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:@%+$") == "" {
+		return a
+	}
+	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+}
+
+// golden compares got with testdata/NAME.golden (rewritten with -update).
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	file := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from its golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	// No server needed: these fail before connecting.
+	t.Setenv("EXEC_SERVER_URL", "")
+	t.Setenv("EXEC_SERVER_TOKEN", "")
+	var all strings.Builder
+	for _, args := range [][]string{
+		{"exec", "--nope"},
+		{"cat", "-h"},
+		{"exec", "--url", "ws://127.0.0.1:1"},
+		{"exec", "--", "true"},
+		{"exec", "--url", "http://x", "--", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "-e", "NOEQUALS", "--", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "--cwd", "relative", "--", "true"},
+		{"cp", "--url", "ws://127.0.0.1:1", "a", "b"},
+		{"cp", "--url", "ws://127.0.0.1:1", "only-one"},
+		{"cp", "--url", "ws://127.0.0.1:1", ":relative", "b"},
+		{"ls", "--url", "ws://127.0.0.1:1", "relative"},
+		{"cat", "--url", "ws://127.0.0.1:1"},
+		{"frobnicate"},
+	} {
+		out, code := run(t, "", "", args...)
+		want := 2
+		if args[len(args)-1] == "-h" {
+			want = 0
+		}
+		if code != want {
+			t.Errorf("%v: exit %d, want %d", args, code, want)
+		}
+		all.WriteString(out)
+	}
+	golden(t, "usage_errors", all.String())
+}
+
+func TestExec(t *testing.T) {
+	needServer(t)
+	dir := t.TempDir()
+	var all strings.Builder
+	cases := []struct {
+		stdin string
+		args  []string
+		code  int
+	}{
+		{"", []string{"exec", "--url", serverURL, "--", "sh", "-c", "echo out; echo err >&2; exit 3"}, 3},
+		{"", []string{"exec", "--url", serverURL, "-e", "GREETING=hello", "-e", "X=1=2", "--", "sh", "-c", `echo "$GREETING $X"`}, 0},
+		{"", []string{"exec", "--url", serverURL, "--cwd", dir, "pwd"}, 0},
+		{"", []string{"exec", "--url", serverURL, "--env-inherit", "none", "-e", "ONLY=this", "--", "/bin/sh", "-c", "env | grep -v '^PWD=\\|^SHLVL=\\|^_=' | sort"}, 0},
+		{"abc\ndef\n", []string{"exec", "--url", serverURL, "-i", "--", "head", "-n", "2"}, 0},
+		{"", []string{"exec", "--url", serverURL, "-t", "--", "sh", "-c", "test -t 1 && echo on a terminal"}, 0},
+		{"", []string{"exec", "--url", serverURL, "--", "sh", "-c", "kill -KILL $$"}, 137},
+		{"", []string{"exec", "--url", serverURL, "--", "no-such-command-xyz"}, 127},
+		{"", []string{"exec", "--url", serverURL, "--", dir}, 126},
+		{"", []string{"exec", "--url", serverURL, "--cwd", dir + "/missing", "--", "true"}, 127},
+		{"", []string{"exec", "--url", tokenURL, "--", "true"}, 255},
+		{"", []string{"exec", "--url", tokenURL, "--token", "wrong", "--", "true"}, 255},
+		{"", []string{"exec", "--url", tokenURL, "--token-file", tokenFile, "--", "echo", "authorized"}, 0},
+	}
+	for _, tc := range cases {
+		out, code := run(t, dir, tc.stdin, tc.args...)
+		if code != tc.code {
+			t.Errorf("%v: exit %d, want %d\n%s", tc.args, code, tc.code, out)
+		}
+		all.WriteString(strings.ReplaceAll(out, tokenFile, "$TOKEN_FILE"))
+	}
+	golden(t, "exec", all.String())
+}
+
+func TestFiles(t *testing.T) {
+	needServer(t)
+	dir := t.TempDir()
+	if out, _ := run(t, dir, "", "ls", "--url", serverURL, "/"); strings.Contains(out, "does not implement") {
+		t.Skipf("the server does not implement the fs methods yet: %s", out)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(dir+"/src/sub", 0o755))
+	must(os.WriteFile(dir+"/src/a.txt", []byte("alpha\n"), 0o644))
+	must(os.WriteFile(dir+"/src/sub/b.txt", []byte("beta\n"), 0o644))
+	must(os.WriteFile(dir+"/src/.hidden", []byte("h\n"), 0o644))
+	big := make([]byte, 3<<20+7)
+	rand.Read(big)
+	must(os.WriteFile(dir+"/big.bin", big, 0o644))
+	must(os.MkdirAll(dir+"/remote", 0o755))
+	must(os.MkdirAll(dir+"/back", 0o755))
+
+	var all strings.Builder
+	step := func(stdin string, wantCode int, args ...string) {
+		t.Helper()
+		out, code := run(t, dir, stdin, args...)
+		if code != wantCode {
+			t.Errorf("%v: exit %d, want %d\n%s", args, code, wantCode, out)
+		}
+		all.WriteString(out)
+	}
+	u := serverURL
+	step("", 0, "cp", "--url", u, dir+"/src/a.txt", ":"+dir+"/remote/")
+	step("", 0, "cp", "--url", u, "-r", dir+"/src", ":"+dir+"/remote/tree")
+	step("", 0, "cp", "--url", u, dir+"/big.bin", ":"+dir+"/remote/big.bin")
+	step("piped\n", 0, "cp", "--url", u, "-", ":"+dir+"/remote/piped.txt")
+	step("", 0, "ls", "--url", u, ":"+dir+"/remote")
+	step("", 0, "ls", "--url", u, "-a", dir+"/remote/tree")
+	step("", 0, "cat", "--url", u, ":"+dir+"/remote/a.txt", ":"+dir+"/remote/piped.txt")
+	step("", 0, "cp", "--url", u, ":"+dir+"/remote/big.bin", dir+"/back/big.bin")
+	step("", 0, "cp", "--url", u, "-r", ":"+dir+"/remote/tree", dir+"/back/tree")
+	step("", 0, "cp", "--url", u, ":"+dir+"/remote/a.txt", ":"+dir+"/remote/a-copy.txt")
+	step("", 0, "cp", "--url", u, ":"+dir+"/remote/a.txt", "-")
+	step("", 1, "cat", "--url", u, ":"+dir+"/remote/missing")
+	step("", 1, "cp", "--url", u, dir+"/src", ":"+dir+"/remote/x")
+	step("", 1, "ls", "--url", u, ":"+dir+"/missing")
+	golden(t, "files", all.String())
+
+	if got, _ := os.ReadFile(dir + "/back/big.bin"); !bytes.Equal(got, big) {
+		t.Errorf("big.bin did not survive the round trip (%d bytes back)", len(got))
+	}
+	for _, f := range []string{"a.txt", "sub/b.txt", ".hidden"} {
+		want, _ := os.ReadFile(dir + "/src/" + f)
+		if got, err := os.ReadFile(dir + "/back/tree/" + f); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("back/tree/%s = %q, %v; want %q", f, got, err, want)
+		}
+	}
+	if got, _ := os.ReadFile(dir + "/remote/a-copy.txt"); string(got) != "alpha\n" {
+		t.Errorf("remote-to-remote copy: %q", got)
+	}
+}

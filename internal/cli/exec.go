@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/execgo/exec-server/client"
+)
+
+// envFlag collects repeated -e K=V flags.
+type envFlag map[string]string
+
+func (e envFlag) String() string { return "" }
+
+func (e envFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want K=V, got %q", s)
+	}
+	e[k] = v
+	return nil
+}
+
+func (c *command) exec(ctx context.Context, args []string) int {
+	fs := c.flags("[flags] [--] CMD [ARG...]")
+	env := envFlag{}
+	fs.Var(env, "e", "set environment variable `K=V` (repeatable)")
+	cwd := fs.String("cwd", "", "working `DIR` on the server (absolute; default the server's)")
+	inherit := fs.String("env-inherit", "all", "start from the server's environment: all, core or none")
+	interactive := fs.Bool("i", false, "forward stdin")
+	tty := fs.Bool("t", false, "run on a pseudo-terminal")
+	it := fs.Bool("it", false, "-i and -t: an interactive terminal session")
+	ti := fs.Bool("ti", false, "same as -it")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return c.usageErr("no command given")
+	}
+	switch *inherit {
+	case "all", "core", "none":
+	default:
+		return c.usageErr("--env-inherit %q: want all, core or none", *inherit)
+	}
+	if *cwd != "" && !strings.HasPrefix(*cwd, "/") {
+		return c.usageErr("--cwd %q: want an absolute path on the server", *cwd)
+	}
+	if *it || *ti {
+		*interactive, *tty = true, true
+	}
+
+	cl, code := c.dial(ctx)
+	if cl == nil {
+		return code
+	}
+	defer cl.Close()
+
+	cmd := client.Cmd{Argv: argv, Cwd: *cwd, Env: map[string]string(env), TTY: *tty, Stdin: *interactive}
+	if *inherit != "none" {
+		cmd.InheritEnv = *inherit
+	}
+	// The local terminal: raw mode for an interactive terminal session and
+	// its size for the remote one.
+	localTerm := *tty && isTerminal(c.stdin)
+	var sizeSrc any = c.stdout
+	if !isTerminal(c.stdout) {
+		sizeSrc = c.stdin
+	}
+	if *tty {
+		if term := os.Getenv("TERM"); term != "" && env["TERM"] == "" {
+			cmd.Env["TERM"] = term
+		}
+		cmd.Rows, cmd.Cols, _ = winsize(sizeSrc)
+	}
+
+	p, err := cl.Start(ctx, cmd)
+	if err != nil {
+		return c.startFailed(argv[0], err)
+	}
+	if *tty && cmd.Rows > 0 {
+		// Servers that take the size with process/start ignore this; ones
+		// that know only process/resize need it; others refuse it, which
+		// is fine: the remote terminal stays 24x80.
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = p.Resize(rctx, cmd.Rows, cmd.Cols)
+		cancel()
+	}
+	if localTerm && *interactive {
+		restore, err := makeRaw(c.stdin)
+		if err == nil {
+			defer restore()
+		}
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGWINCH)
+	defer signal.Stop(sigs)
+
+	// Output copiers: they end when the process's output ends.
+	var copiers sync.WaitGroup
+	var outErr, errErr error
+	copiers.Add(1)
+	go func() {
+		defer copiers.Done()
+		_, outErr = io.Copy(c.stdout, p.Stdout())
+	}()
+	if !*tty {
+		copiers.Add(1)
+		go func() {
+			defer copiers.Done()
+			_, errErr = io.Copy(c.stderr, p.Stderr())
+		}()
+	}
+	// The stdin forwarder ends at the end of local input (for a terminal,
+	// when the program exits).
+	if *interactive {
+		go func() {
+			if _, err := io.Copy(p.Stdin(), c.stdin); err == nil {
+				_ = p.CloseStdin(ctx)
+			}
+		}()
+	}
+
+	waitCtx, cancelWait := context.WithCancel(ctx)
+	defer cancelWait()
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, err := p.Wait(waitCtx)
+		done <- result{code, err}
+	}()
+	var res result
+wait:
+	for {
+		select {
+		case res = <-done:
+			break wait
+		case sig := <-sigs:
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			switch sig {
+			case syscall.SIGINT:
+				_ = p.Signal(sctx, client.Interrupt)
+			case syscall.SIGTERM, syscall.SIGHUP:
+				_, _ = p.Terminate(sctx)
+			case syscall.SIGWINCH:
+				if rows, cols, ok := winsize(sizeSrc); ok && *tty {
+					_ = p.Resize(sctx, rows, cols)
+				}
+			}
+			cancel()
+		}
+	}
+	if res.err != nil {
+		return c.fail(exitRemote, "%s", describe(res.err))
+	}
+	copiers.Wait()
+	for _, err := range []error{outErr, errErr} {
+		if errors.Is(err, client.ErrOutputLost) {
+			return c.fail(exitRemote, "part of the output was lost (the remote command exited with %d)", res.code)
+		}
+		if err != nil {
+			return c.fail(exitRemote, "%s", describe(err))
+		}
+	}
+	return res.code
+}
+
+// startFailed reports a failed process/start with the exit codes shells
+// use for a missing or non-executable program.
+func (c *command) startFailed(prog string, err error) int {
+	msg := describe(err)
+	code := exitRemote
+	var e *client.Error
+	if errors.As(err, &e) {
+		code = exitFailure
+		switch {
+		case strings.Contains(e.Message, "(os error 2)"):
+			code = exitNoFound
+		case strings.Contains(e.Message, "(os error 13)"):
+			code = exitNoExec
+		}
+	}
+	return c.fail(code, "%s: %s", prog, msg)
+}
