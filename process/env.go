@@ -25,7 +25,9 @@ type envPolicy struct {
 	IncludeOnly           []string          `json:"includeOnly"`
 }
 
-var coreVars = []string{"HOME", "LOGNAME", "PATH", "SHELL", "USER", "USERNAME", "TMPDIR", "TEMP", "TMP", "LANG", "TERM"}
+// coreVars are what inherit "core" keeps: the reference's set (observed:
+// LC_ALL and LC_CTYPE are in it, TERM and USERNAME are not).
+var coreVars = []string{"HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "PATH", "SHELL", "TEMP", "TMP", "TMPDIR", "USER"}
 
 // defaultExcludes keep credentials out of an inherited environment.
 var defaultExcludes = []string{"*KEY*", "*SECRET*", "*TOKEN*"}
@@ -55,7 +57,7 @@ func buildEnv(env map[string]string, rawPolicy json.RawMessage) ([]string, error
 			}
 		case "none":
 		default:
-			return nil, protocol.InvalidParams("unknown variant `%s`, expected `all`, `core` or `none` for field `envPolicy.inherit`", pol.Inherit)
+			return nil, protocol.InvalidParams("unknown variant `%s`, expected one of `core`, `all`, `none`", pol.Inherit)
 		}
 		excludes := pol.Exclude
 		if !pol.IgnoreDefaultExcludes {

@@ -18,7 +18,10 @@ func TestBuildEnv(t *testing.T) {
 	t.Setenv("EXECGO_TEST_API_KEY", "k")
 	t.Setenv("EXECGO_TEST_SECRET_X", "s")
 	t.Setenv("EXECGO_test_token", "tok") // excludes ignore case
-	t.Setenv("HOME", "/home/test")
+	for k, v := range map[string]string{"HOME": "/home/test", "LANG": "C.UTF-8", "LC_ALL": "C", "LC_CTYPE": "C", "LOGNAME": "tester",
+		"SHELL": "/bin/sh", "TEMP": "/t1", "TMP": "/t2", "TMPDIR": "/t3", "USER": "tester", "USERNAME": "u", "TERM": "xterm"} {
+		t.Setenv(k, v)
+	}
 	t.Setenv("CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE", "1")
 	tests := []struct {
 		name    string
@@ -42,7 +45,11 @@ func TestBuildEnv(t *testing.T) {
 		{name: "ignore default excludes", policy: `{"inherit":"all","ignoreDefaultExcludes":true}`,
 			want: []string{"EXECGO_TEST_API_KEY=k", "EXECGO_TEST_SECRET_X=s", "EXECGO_test_token=tok"}},
 		{name: "custom exclude", policy: `{"inherit":"all","exclude":["execgo_test_p*"]}`, notWant: []string{"EXECGO_TEST_PLAIN"}},
-		{name: "inherit core", policy: `{"inherit":"core"}`, want: []string{"HOME=/home/test"}, notWant: []string{"EXECGO_TEST_PLAIN"}},
+		// The reference's core set, observed: LC_ALL and LC_CTYPE in,
+		// TERM and USERNAME out.
+		{name: "inherit core", policy: `{"inherit":"core"}`,
+			want:    []string{"HOME=/home/test", "LANG=C.UTF-8", "LC_ALL=C", "LC_CTYPE=C", "LOGNAME=tester", "SHELL=/bin/sh", "TEMP=/t1", "TMP=/t2", "TMPDIR=/t3", "USER=tester"},
+			notWant: []string{"EXECGO_TEST_PLAIN", "TERM", "USERNAME"}},
 		{name: "include only", policy: `{"inherit":"all","includeOnly":["HOME","EXECGO_TEST_P*"]}`,
 			want: []string{"EXECGO_TEST_PLAIN=plain", "HOME=/home/test"}, exact: true},
 		{name: "env overlays the policy", env: map[string]string{"HOME": "/override", "X": "y"},
@@ -81,6 +88,11 @@ func TestBuildEnv(t *testing.T) {
 				}
 			}
 		})
+	}
+	_, err := buildEnv(nil, json.RawMessage(`{"inherit":"Core"}`))
+	if pe := (*protocol.Error)(nil); !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams ||
+		pe.Message != "unknown variant `Core`, expected one of `core`, `all`, `none`" {
+		t.Errorf("inherit Core: %v", err)
 	}
 	for _, bad := range []string{`{"inherit":"some"}`, `{"inherit":5}`, `[1]`, `{"exclude":"x"}`} {
 		_, err := buildEnv(nil, json.RawMessage(bad))
