@@ -174,6 +174,7 @@ type client struct {
 	nextID atomic.Int64
 	mu     sync.Mutex
 	calls  map[int64]chan reply
+	noID   chan *rpcError // errors answered with id -1 (unusable messages)
 	done   chan struct{}
 	err    error
 }
@@ -190,10 +191,14 @@ func dial(ctx context.Context, t *testing.T, url string) *client {
 		t.Fatalf("dial %s: %v", url, err)
 	}
 	c.SetReadLimit(128 << 20)
-	cl := &client{c: c, calls: map[int64]chan reply{}, done: make(chan struct{})}
+	cl := newClient(c)
 	go cl.readLoop()
 	t.Cleanup(func() { cl.close() })
 	return cl
+}
+
+func newClient(c *websocket.Conn) *client {
+	return &client{c: c, calls: map[int64]chan reply{}, noID: make(chan *rpcError, 16), done: make(chan struct{})}
 }
 
 func (cl *client) close() {
@@ -222,6 +227,13 @@ func (cl *client) readLoop() {
 		}
 		if json.Unmarshal(data, &m) != nil || m.ID == nil {
 			continue // a notification
+		}
+		if *m.ID == -1 && m.Error != nil {
+			select {
+			case cl.noID <- m.Error:
+			default:
+			}
+			continue
 		}
 		cl.mu.Lock()
 		ch := cl.calls[*m.ID]
@@ -264,6 +276,20 @@ func (cl *client) call(ctx context.Context, method string, params any, result an
 		cl.mu.Lock()
 		delete(cl.calls, id)
 		cl.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// sendRaw writes msg as is and waits for the id -1 error that answers an
+// unusable message.
+func (cl *client) sendRaw(ctx context.Context, msg string) error {
+	if err := cl.c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		return err
+	}
+	select {
+	case e := <-cl.noID:
+		return e
+	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
