@@ -11,8 +11,6 @@ import (
 	"slices"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -112,7 +110,7 @@ type readFileResult struct{ data []byte }
 
 // AppendJSON implements jsonrpc.Appender.
 func (r *readFileResult) AppendJSON(dst []byte) []byte {
-	dst = slices.Grow(dst, len(`{"dataBase64":""}`)+base64.StdEncoding.EncodedLen(len(r.data)))
+	dst = grow(dst, len(`{"dataBase64":""}`)+base64.StdEncoding.EncodedLen(len(r.data)))
 	dst = append(dst, `{"dataBase64":"`...)
 	dst = base64.StdEncoding.AppendEncode(dst, r.data)
 	return append(dst, `"}`...)
@@ -248,11 +246,14 @@ func writeWhole(ctx context.Context, path string, data []byte) error {
 	return file.Close()
 }
 
-// errnoOf extracts the errno of an OS error (0 when there is none).
-func errnoOf(err error) unix.Errno {
-	var e unix.Errno
-	if errors.As(err, &e) {
-		return e
+// grow makes room for n more bytes with one allocation of exactly the size
+// needed (slices.Grow rounds up, and under the race detector it also
+// allocates a zeroed temporary of n bytes).
+func grow(dst []byte, n int) []byte {
+	if cap(dst)-len(dst) >= n {
+		return dst
 	}
-	return 0
+	nd := make([]byte, len(dst), len(dst)+n)
+	copy(nd, dst)
+	return nd
 }

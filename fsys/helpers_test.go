@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -249,4 +248,4 @@ func pattern(n int) []byte {
 	return b
 }
 
-var _ = fmt.Sprintf
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

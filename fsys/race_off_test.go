@@ -1,0 +1,5 @@
+//go:build !race
+
+package fsys
+
+const raceEnabled = false
