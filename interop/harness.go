@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -45,28 +46,45 @@ type Server struct {
 	URL string
 
 	cmd     *exec.Cmd
+	stdin   io.WriteCloser
 	home    string
 	stdio   *Client
 	waitErr chan error
 	stderr  *tailBuffer
 }
 
-// StartServer starts bin as an exec-server on the given transport. When
-// codexHome is true the binary is run as `bin exec-server ...` with
-// CODEX_HOME set to a fresh temp dir (the reference's command line);
-// otherwise as `bin --listen ...` (ours). For stdio the single connection is
-// returned by Dial; for websocket Dial may be called many times.
-func StartServer(ctx context.Context, name, bin string, codexHome bool, tr Transport, extra ...string) (*Server, error) {
+// Spec says how to run a server binary.
+type Spec struct {
+	// Name labels the server in reports ("ours", "reference").
+	Name string
+	// Bin is the executable.
+	Bin string
+	// Reference: run as `Bin exec-server --listen ...` with CODEX_HOME set
+	// to a fresh temp dir (the reference's command line); otherwise
+	// `Bin [Args...] --listen ...`.
+	Reference bool
+	// Args come before --listen (e.g. a subcommand).
+	Args []string
+	// Extra come after --listen URL.
+	Extra []string
+}
+
+// StartServer starts an exec-server on the given transport. For stdio the
+// single connection is returned by Dial; for websocket Dial may be called
+// many times.
+func StartServer(ctx context.Context, spec Spec, tr Transport) (*Server, error) {
 	listen := "stdio"
 	if tr == WebSocket {
 		listen = "ws://127.0.0.1:0"
 	}
+	name, bin, codexHome := spec.Name, spec.Bin, spec.Reference
 	var args []string
 	if codexHome {
 		args = append(args, "exec-server")
 	}
+	args = append(args, spec.Args...)
 	args = append(args, "--listen", listen)
-	args = append(args, extra...)
+	args = append(args, spec.Extra...)
 	s := &Server{Name: name, waitErr: make(chan error, 1), stderr: &tailBuffer{max: 8192}}
 	// The server must outlive the start-up context; it is stopped by Close.
 	cmd := exec.Command(bin, args...)
@@ -93,6 +111,7 @@ func StartServer(ctx context.Context, name, bin string, codexHome bool, tr Trans
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	s.cmd = cmd
+	s.stdin = stdin
 	go func() { s.waitErr <- cmd.Wait() }()
 
 	if tr == Stdio {
@@ -119,7 +138,6 @@ func StartServer(ctx context.Context, name, bin string, codexHome bool, tr Trans
 		s.Close()
 		return nil, fmt.Errorf("%s: waiting for the ws URL: %w", name, ctx.Err())
 	}
-	_ = stdin // kept open: the reference may exit on stdin EOF with some flags
 	return s, nil
 }
 
@@ -158,15 +176,22 @@ func (s *Server) Dial(ctx context.Context) (*Client, error) {
 	return newClient(&wsConn{c: ws}), nil
 }
 
-// Close stops the server (SIGKILL: both servers kill their children when
-// their session ends or the process dies with its pipes) and removes its
-// CODEX_HOME.
+// Close stops the server: SIGTERM, and SIGKILL if it is still there after
+// two seconds (a server may write a profile on SIGTERM). Both servers kill
+// their children when they exit. CODEX_HOME is removed.
 func (s *Server) Close() {
 	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
+		// stdin EOF ends a stdio server; SIGTERM a websocket one.
+		_ = s.stdin.Close()
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-s.waitErr:
-		case <-time.After(5 * time.Second):
+		case <-time.After(2 * time.Second):
+			_ = s.cmd.Process.Kill()
+			select {
+			case <-s.waitErr:
+			case <-time.After(5 * time.Second):
+			}
 		}
 	}
 	s.cleanup()
@@ -201,7 +226,8 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-// msgConn moves whole JSON messages.
+// msgConn moves whole JSON messages. A slice returned by read is valid only
+// until the next read.
 type msgConn interface {
 	write(ctx context.Context, b []byte) error
 	read(ctx context.Context) ([]byte, error)
@@ -213,6 +239,7 @@ type stdioConn struct {
 	w      io.Writer
 	r      *bufio.Reader
 	closer io.Closer
+	buf    []byte
 }
 
 func (c *stdioConn) write(_ context.Context, b []byte) error {
@@ -224,29 +251,68 @@ func (c *stdioConn) write(_ context.Context, b []byte) error {
 	return err
 }
 
+// read returns the next non-blank line; the slice is valid until the next read.
 func (c *stdioConn) read(context.Context) ([]byte, error) {
 	for {
-		line, err := c.r.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			return line, nil
+		c.buf = c.buf[:0]
+		for {
+			part, err := c.r.ReadSlice('\n')
+			c.buf = append(c.buf, part...)
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			break
 		}
-		if err != nil {
-			return nil, err
+		if len(bytes.TrimSpace(c.buf)) > 0 {
+			return c.buf, nil
 		}
 	}
 }
 
 func (c *stdioConn) close() error { return c.closer.Close() }
 
-type wsConn struct{ c *websocket.Conn }
-
-func (c *wsConn) write(ctx context.Context, b []byte) error {
-	return c.c.Write(ctx, websocket.MessageText, b)
+type wsConn struct {
+	c   *websocket.Conn
+	buf bytes.Buffer
 }
 
+// wsFrameMax keeps every frame well under the reference's 16 MiB frame
+// limit; a larger message goes out as a fragmented message.
+const wsFrameMax = 1 << 20
+
+func (c *wsConn) write(ctx context.Context, b []byte) error {
+	if len(b) <= wsFrameMax {
+		return c.c.Write(ctx, websocket.MessageText, b)
+	}
+	w, err := c.c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		return err
+	}
+	for len(b) > 0 {
+		n := min(len(b), wsFrameMax)
+		if _, err := w.Write(b[:n]); err != nil {
+			_ = w.Close()
+			return err
+		}
+		b = b[n:]
+	}
+	return w.Close()
+}
+
+// read returns the next message; the slice is valid until the next read.
 func (c *wsConn) read(ctx context.Context) ([]byte, error) {
-	_, b, err := c.c.Read(ctx)
-	return b, err
+	_, r, err := c.c.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.buf.Reset()
+	if _, err := c.buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	return c.buf.Bytes(), nil
 }
 
 func (c *wsConn) close() error { return c.c.CloseNow() }
@@ -278,18 +344,21 @@ type Event struct {
 	Stream    string // output only
 	Chunk     []byte // output only, decoded; nil when a Sink consumed the bytes
 	ExitCode  int    // exited only
-	Raw       []byte
+	Raw       []byte // the notification; nil for output taken apart by the fast path
 }
+
+// SinkFunc sees process events before they are kept; returning true
+// consumes the event (it is not kept for Events/WaitClosed). For a
+// process/output notification taken apart by the fast path, ev.Chunk is nil
+// and b64 holds the chunk's base64 text (valid only during the call), so a
+// bench can count bytes without decoding or keeping them.
+type SinkFunc func(ev *Event, b64 []byte) bool
 
 // Client is one JSON-RPC connection to a server.
 type Client struct {
 	conn msgConn
 
-	// Sink, when set before the first event arrives, sees every process
-	// event first; returning true consumes it (it is not kept for Events).
-	// For process/output the chunk is still base64 (in Event.Raw's chunk
-	// field, passed as b64) so a bench can count bytes without keeping them.
-	Sink func(ev *Event, b64 []byte) bool
+	sink atomic.Pointer[SinkFunc]
 
 	nextID atomic.Int64
 
@@ -314,6 +383,15 @@ func newClient(conn msgConn) *Client {
 	c.cond = sync.NewCond(&c.mu)
 	go c.readLoop()
 	return c
+}
+
+// SetSink installs f (nil removes it) as the connection's event sink.
+func (c *Client) SetSink(f SinkFunc) {
+	if f == nil {
+		c.sink.Store(nil)
+		return
+	}
+	c.sink.Store(&f)
 }
 
 // Done is closed when the connection has ended (the server closed it, or Close).
@@ -381,6 +459,7 @@ func (c *Client) handle(b []byte) {
 			return
 		}
 	}
+	b = bytes.Clone(b)
 	m := &Msg{Raw: b}
 	if err := json.Unmarshal(b, m); err != nil {
 		c.keepOther(m)
@@ -428,7 +507,7 @@ func (c *Client) keepOther(m *Msg) {
 }
 
 func (c *Client) deliver(ev *Event, b64 []byte) {
-	if c.Sink != nil && c.Sink(ev, b64) {
+	if f := c.sink.Load(); f != nil && (*f)(ev, b64) {
 		return
 	}
 	if b64 != nil && ev.Chunk == nil {
@@ -475,7 +554,7 @@ func parseOutput(b []byte) (*Event, []byte, bool) {
 	if err != nil {
 		return nil, nil, false
 	}
-	return &Event{Method: "process/output", ProcessID: string(pid), Seq: seq, Stream: string(stream), Raw: b}, chunk, true
+	return &Event{Method: "process/output", ProcessID: string(pid), Seq: seq, Stream: string(stream)}, chunk, true
 }
 
 func stringField(b []byte, key string) ([]byte, bool) {

@@ -73,13 +73,15 @@ func run(m *testing.M) int {
 	return code
 }
 
+func (tg *target) spec() Spec { return Spec{Name: tg.name, Bin: tg.bin, Reference: tg.ref} }
+
 // wsServer is the target's shared websocket server: scenarios each open
 // their own connection (and so their own session) on it.
 func (tg *target) wsServer() (*Server, error) {
 	tg.wsOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		tg.ws, tg.wsErr = StartServer(ctx, tg.name, tg.bin, tg.ref, WebSocket)
+		tg.ws, tg.wsErr = StartServer(ctx, tg.spec(), WebSocket)
 	})
 	return tg.ws, tg.wsErr
 }
@@ -128,7 +130,7 @@ func runScenario(t *testing.T, tg *target, tr Transport, sc scenario) {
 	defer cancel()
 	e := &env{t: t, ctx: ctx, tg: tg, tr: tr, dir: t.TempDir()}
 	if tr == Stdio {
-		srv, err := StartServer(ctx, tg.name, tg.bin, tg.ref, Stdio)
+		srv, err := StartServer(ctx, tg.spec(), Stdio)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,634 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/execgo/exec-server/interop"
+)
+
+// spawn: /bin/true, process/start → process/closed, one at a time.
+func runSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
+	st := interleave(cfg, sides, tr, cfg.spawnN, 6, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := conn(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		var next int
+		return &runner{
+			take: func(n int) ([]float64, error) {
+				ctx := timeout(2 * time.Minute)
+				var xs []float64
+				for range n {
+					next++
+					t0 := time.Now()
+					if err := roundTrip(ctx, cfg, c, fmt.Sprintf("s%d", next), "/bin/true"); err != nil {
+						return xs, err
+					}
+					xs = append(xs, ms(time.Since(t0)))
+				}
+				return xs, nil
+			},
+			close: srv.Close,
+		}, nil
+	})
+	return []*row{mkrow("spawn", "latency", "ms", false, tr, st)}
+}
+
+// concurrent: concConns connections × concProcs processes in flight. Over
+// stdio every connection is its own server process (stdio has one).
+// Samples are processes per second, one per round.
+func runConcurrent(cfg *config, sides []side, tr interop.Transport) []*row {
+	var lat [2][]float64
+	st := interleave(cfg, sides, tr, cfg.concRounds, cfg.concRounds, func(ctx context.Context, sd side) (*runner, error) {
+		var servers []*interop.Server
+		var clients []*interop.Client
+		closeAll := func() {
+			var wg sync.WaitGroup
+			for _, s := range servers {
+				wg.Add(1)
+				go func() { defer wg.Done(); s.Close() }()
+			}
+			wg.Wait()
+		}
+		idx := 0
+		if sd.ref {
+			idx = 1
+		}
+		for i := 0; i < cfg.concConns; i++ {
+			if tr == interop.Stdio || i == 0 {
+				srv, err := sd.start(ctx, tr)
+				if err != nil {
+					closeAll()
+					return nil, err
+				}
+				servers = append(servers, srv)
+			}
+			c, err := servers[len(servers)-1].Dial(ctx)
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			if _, err := c.Initialize(ctx); err != nil {
+				closeAll()
+				return nil, err
+			}
+			clients = append(clients, c)
+		}
+		var next atomic.Int64
+		return &runner{
+			take: func(n int) ([]float64, error) {
+				var xs []float64
+				for range n {
+					ctx := timeout(2 * time.Minute)
+					var wg sync.WaitGroup
+					var mu sync.Mutex
+					var firstErr error
+					t0 := time.Now()
+					for _, c := range clients {
+						for range cfg.concProcs {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								id := fmt.Sprintf("c%d", next.Add(1))
+								p0 := time.Now()
+								err := roundTrip(ctx, cfg, c, id, "/bin/true")
+								mu.Lock()
+								defer mu.Unlock()
+								if err != nil && firstErr == nil {
+									firstErr = err
+								}
+								lat[idx] = append(lat[idx], ms(time.Since(p0)))
+							}()
+						}
+					}
+					wg.Wait()
+					if firstErr != nil {
+						return xs, firstErr
+					}
+					xs = append(xs, float64(cfg.concConns*cfg.concProcs)/time.Since(t0).Seconds())
+				}
+				return xs, nil
+			},
+			close: closeAll,
+		}, nil
+	})
+	rows := []*row{mkrow("concurrent", "rate", "proc/s", true, tr, st)}
+	lst := []*stats{summarize(lat[0], nil)}
+	if len(sides) > 1 {
+		lst = append(lst, summarize(lat[1], nil))
+	}
+	rows = append(rows, mkrow("concurrent", "latency", "ms", false, tr, lst))
+	return rows
+}
+
+// zeroSink counts the bytes of processID's output and checks they are all
+// zero without decoding: zero bytes encode to 'A's (plus '=' padding).
+type zeroSink struct {
+	id    string
+	bytes atomic.Int64
+	bad   atomic.Bool
+	seq   atomic.Uint64 // last output seq seen
+	gaps  atomic.Int64  // output seqs skipped (dropped pushes)
+	first chan struct{}
+	once  sync.Once
+}
+
+func newZeroSink(id string) *zeroSink { return &zeroSink{id: id, first: make(chan struct{})} }
+
+func (z *zeroSink) sink(ev *interop.Event, b64 []byte) bool {
+	if ev.ProcessID != z.id || ev.Method != "process/output" {
+		return false
+	}
+	if prev := z.seq.Load(); prev != 0 && ev.Seq != prev+1 {
+		z.gaps.Add(int64(ev.Seq - prev - 1))
+	}
+	z.seq.Store(ev.Seq)
+	if b64 == nil { // decoded by the fallback path
+		for _, c := range ev.Chunk {
+			if c != 0 {
+				z.bad.Store(true)
+			}
+		}
+		z.bytes.Add(int64(len(ev.Chunk)))
+	} else {
+		n := len(b64)
+		for n > 0 && b64[n-1] == '=' {
+			n--
+		}
+		if len(b64)-n > 2 || n > len(allA) || !bytes.Equal(b64[:n], allA[:n]) {
+			z.bad.Store(true)
+		}
+		z.bytes.Add(int64(base64.StdEncoding.DecodedLen(len(b64)) - (len(b64) - n)))
+	}
+	z.once.Do(func() { close(z.first) })
+	return true
+}
+
+// allA is the base64 text of 3 MiB of zero bytes (longer than any chunk):
+// comparing with it is a memcmp.
+var allA = bytes.Repeat([]byte{'A'}, 4<<20)
+
+func zeroCmd(n int64) []string { return []string{"head", "-c", fmt.Sprint(n), "/dev/zero"} }
+
+// stream: head -c N /dev/zero, start → closed, every byte counted and
+// checked. Samples are MB/s (10^6 bytes).
+func runStream(cfg *config, sides []side, tr interop.Transport) []*row {
+	st := interleave(cfg, sides, tr, cfg.streamRuns, cfg.streamRuns, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := conn(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		var next int
+		return &runner{
+			take: func(n int) ([]float64, error) {
+				var xs []float64
+				for range n {
+					next++
+					id := fmt.Sprintf("z%d", next)
+					z := newZeroSink(id)
+					c.SetSink(z.sink)
+					t0 := time.Now()
+					err := roundTrip(timeout(2*time.Minute), cfg, c, id, zeroCmd(cfg.streamBytes)...)
+					el := time.Since(t0)
+					c.SetSink(nil)
+					if err != nil {
+						return xs, err
+					}
+					if got := z.bytes.Load(); got != cfg.streamBytes || z.bad.Load() {
+						return xs, fmt.Errorf("stream: got %d bytes (want %d), non-zero bytes: %v, seq gaps: %d", got, cfg.streamBytes, z.bad.Load(), z.gaps.Load())
+					}
+					xs = append(xs, float64(cfg.streamBytes)/el.Seconds()/1e6)
+				}
+				return xs, nil
+			},
+			close: srv.Close,
+		}, nil
+	})
+	return []*row{mkrow("stream", "throughput", "MB/s", true, tr, st)}
+}
+
+// ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
+func runTTY(cfg *config, sides []side, tr interop.Transport) []*row {
+	st := interleave(cfg, sides, tr, cfg.ttyN, 5, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := conn(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		out := make(chan []byte, 64)
+		c.SetSink(func(ev *interop.Event, b64 []byte) bool {
+			if ev.ProcessID != "tty" || ev.Method != "process/output" {
+				return false
+			}
+			b := ev.Chunk
+			if b64 != nil {
+				b, _ = base64.StdEncoding.DecodeString(string(b64))
+			}
+			out <- b
+			return true
+		})
+		if err := c.Call(ctx, "process/start", startParams(cfg, "tty", true, "sh", "-c", "stty raw -echo; echo ready; exec cat"), nil); err != nil {
+			srv.Close()
+			return nil, err
+		}
+		var seen []byte
+		for !bytes.Contains(seen, []byte("ready\n")) {
+			select {
+			case b := <-out:
+				seen = append(seen, b...)
+			case <-time.After(10 * time.Second):
+				srv.Close()
+				return nil, fmt.Errorf("tty: no ready from the shell (got %q)", seen)
+			}
+		}
+		var next int
+		return &runner{
+			take: func(n int) ([]float64, error) {
+				ctx := timeout(time.Minute)
+				var xs []float64
+				for range n {
+					next++
+					t0 := time.Now()
+					var r struct {
+						Status string `json:"status"`
+					}
+					if err := c.Call(ctx, "process/write", map[string]any{"processId": "tty", "chunk": "eA==", "writeId": fmt.Sprint(next)}, &r); err != nil {
+						return xs, err
+					}
+					if r.Status != "accepted" {
+						return xs, fmt.Errorf("tty write: status %q", r.Status)
+					}
+					select {
+					case b := <-out:
+						if !bytes.Equal(b, []byte("x")) {
+							return xs, fmt.Errorf("tty echo: got %q, want \"x\"", b)
+						}
+					case <-ctx.Done():
+						return xs, errors.New("tty echo: no output")
+					}
+					xs = append(xs, ms(time.Since(t0)))
+				}
+				return xs, nil
+			},
+			close: srv.Close,
+		}, nil
+	})
+	return []*row{mkrow("tty-echo", "latency", "ms", false, tr, st)}
+}
+
+// fsFile makes a file of n random bytes in the scratch dir once.
+func fsFile(cfg *config, name string, n int) (string, []byte, error) {
+	path := filepath.Join(cfg.dir, name)
+	data := make([]byte, n)
+	_, _ = rand.Read(data)
+	return path, data, os.WriteFile(path, data, 0o644)
+}
+
+// fs-readFile: a whole file through fs/readFile. MB/s.
+func runReadFile(cfg *config, sides []side, tr interop.Transport) []*row {
+	path, data, err := fsFile(cfg, "read.bin", cfg.fsFileBytes)
+	if err != nil {
+		return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, errStats(sides, err))}
+	}
+	st := interleave(cfg, sides, tr, cfg.fsRuns, cfg.fsRuns, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := conn(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		return &runner{take: func(n int) ([]float64, error) {
+			var xs []float64
+			for range n {
+				var r struct {
+					DataBase64 []byte `json:"dataBase64"`
+				}
+				t0 := time.Now()
+				if err := c.Call(timeout(time.Minute), "fs/readFile", map[string]any{"path": interop.FileURI(path)}, &r); err != nil {
+					return xs, err
+				}
+				el := time.Since(t0)
+				if !bytes.Equal(r.DataBase64, data) {
+					return xs, fmt.Errorf("fs/readFile: %d bytes differ from the file's %d", len(r.DataBase64), len(data))
+				}
+				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
+			}
+			return xs, nil
+		}, close: srv.Close}, nil
+	})
+	return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st)}
+}
+
+// fs-writeFile: a whole file through fs/writeFile. MB/s. The request is
+// encoded once, outside the timing.
+func runWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
+	data := make([]byte, cfg.fsWriteBytes)
+	_, _ = rand.Read(data)
+	path := filepath.Join(cfg.dir, "write.bin")
+	params := map[string]any{"path": interop.FileURI(path), "dataBase64": base64.StdEncoding.EncodeToString(data)}
+	st := interleave(cfg, sides, tr, cfg.fsRuns, cfg.fsRuns, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := conn(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		return &runner{take: func(n int) ([]float64, error) {
+			var xs []float64
+			for range n {
+				_ = os.Remove(path)
+				t0 := time.Now()
+				if err := c.Call(timeout(30*time.Second), "fs/writeFile", params, nil); err != nil {
+					return xs, err
+				}
+				el := time.Since(t0)
+				if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(data)) {
+					return xs, fmt.Errorf("fs/writeFile: file on disk: %v", err)
+				}
+				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
+			}
+			return xs, nil
+		}, close: srv.Close}, nil
+	})
+	return []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st)}
+}
+
+const blockLen = 1 << 20
+
+// fs-readBlock: fs/open + 1 MiB fs/readBlock calls, one at a time, through
+// a blockBytes file. MB/s.
+func runReadBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
+	path := filepath.Join(cfg.dir, "blocks-src.bin")
+	if err := writeZeros(path, cfg.blockBytes); err != nil {
+		return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, errStats(sides, err))}
+	}
+	st := interleave(cfg, sides, tr, cfg.blockRuns, cfg.blockRuns, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := conn(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		var next int
+		return &runner{take: func(n int) ([]float64, error) {
+			var xs []float64
+			for range n {
+				next++
+				h := fmt.Sprintf("r%d", next)
+				ctx := timeout(2 * time.Minute)
+				t0 := time.Now()
+				if err := c.Call(ctx, "fs/open", map[string]any{"handleId": h, "path": interop.FileURI(path), "mode": "read"}, nil); err != nil {
+					return xs, err
+				}
+				var total int64
+				for off := int64(0); ; off += blockLen {
+					var r struct {
+						Chunk []byte `json:"chunk"`
+						EOF   bool   `json:"eof"`
+					}
+					if err := c.Call(ctx, "fs/readBlock", map[string]any{"handleId": h, "offset": off, "len": blockLen}, &r); err != nil {
+						return xs, err
+					}
+					total += int64(len(r.Chunk))
+					if r.EOF || len(r.Chunk) == 0 {
+						break
+					}
+				}
+				_ = c.Call(ctx, "fs/close", map[string]any{"handleId": h}, nil)
+				el := time.Since(t0)
+				if total != cfg.blockBytes {
+					return xs, fmt.Errorf("fs/readBlock: read %d bytes of %d", total, cfg.blockBytes)
+				}
+				xs = append(xs, float64(total)/el.Seconds()/1e6)
+			}
+			return xs, nil
+		}, close: srv.Close}, nil
+	})
+	return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, st)}
+}
+
+// fs-writeBlock: fs/open replace + 1 MiB fs/writeBlock calls. MB/s.
+func runWriteBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
+	path := filepath.Join(cfg.dir, "blocks-dst.bin")
+	chunk := make([]byte, blockLen)
+	_, _ = rand.Read(chunk)
+	b64 := base64.StdEncoding.EncodeToString(chunk)
+	st := interleave(cfg, sides, tr, cfg.blockRuns, cfg.blockRuns, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := conn(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		var next int
+		return &runner{take: func(n int) ([]float64, error) {
+			var xs []float64
+			for range n {
+				next++
+				h := fmt.Sprintf("w%d", next)
+				ctx := timeout(2 * time.Minute)
+				_ = os.Remove(path)
+				t0 := time.Now()
+				if err := c.Call(ctx, "fs/open", map[string]any{"handleId": h, "path": interop.FileURI(path), "mode": "replace"}, nil); err != nil {
+					return xs, err
+				}
+				for off := int64(0); off < cfg.blockBytes; off += blockLen {
+					if err := c.Call(ctx, "fs/writeBlock", map[string]any{"handleId": h, "offset": off, "chunk": b64}, nil); err != nil {
+						return xs, err
+					}
+				}
+				_ = c.Call(ctx, "fs/close", map[string]any{"handleId": h}, nil)
+				el := time.Since(t0)
+				if fi, err := os.Stat(path); err != nil || fi.Size() != cfg.blockBytes {
+					return xs, fmt.Errorf("fs/writeBlock: file on disk: %v", err)
+				}
+				xs = append(xs, float64(cfg.blockBytes)/el.Seconds()/1e6)
+			}
+			return xs, nil
+		}, close: func() { srv.Close(); _ = os.Remove(path) }}, nil
+	})
+	return []*row{mkrow("fs-writeBlock", "rate", "MB/s", true, tr, st)}
+}
+
+func writeZeros(path string, n int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for w := int64(0); w < n; w += int64(len(buf)) {
+		if _, err := f.Write(buf[:min(int64(len(buf)), n-w)]); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+func errStats(sides []side, err error) []*stats {
+	var out []*stats
+	for range sides {
+		out = append(out, summarize(nil, err))
+	}
+	return out
+}
+
+// idle-conns: idleConns websocket connections, each initialized, then
+// left idle. Server RSS before (idle), after, and peak (VmHWM). Each side
+// runs on its own fresh server, one after the other.
+func runIdle(cfg *config, sides []side, tr interop.Transport) []*row {
+	var idle, per, peak, setup []*stats
+	for _, sd := range sides {
+		i, p, k, s, err := idleOne(cfg, sd)
+		one := func(v float64) *stats {
+			if err != nil {
+				return summarize(nil, err)
+			}
+			return summarize([]float64{v}, nil)
+		}
+		idle, per, peak, setup = append(idle, one(i)), append(per, one(p)), append(peak, one(k)), append(setup, one(s))
+	}
+	return []*row{
+		mkrow("idle-conns", "idle-rss", "MiB", false, tr, idle),
+		mkrow("idle-conns", "rss-per-c", "KiB", false, tr, per),
+		mkrow("idle-conns", "peak-rss", "MiB", false, tr, peak),
+		mkrow("idle-conns", "conn-rate", "conn/s", true, tr, setup),
+	}
+}
+
+func idleOne(cfg *config, sd side) (idleMiB, perKiB, peakMiB, connRate float64, err error) {
+	ctx := timeout(3 * time.Minute)
+	srv, err := sd.start(ctx, interop.WebSocket)
+	if err != nil {
+		return
+	}
+	defer srv.Close()
+	// One connection first, so lazily built state is part of "idle".
+	c0, err := srv.Dial(ctx)
+	if err != nil {
+		return
+	}
+	if _, err = c0.Initialize(ctx); err != nil {
+		return
+	}
+	time.Sleep(300 * time.Millisecond)
+	before, _, err := rssKiB(srv.PID())
+	if err != nil {
+		return
+	}
+	clients := make([]*interop.Client, 0, cfg.idleConns)
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	t0 := time.Now()
+	// A few dialers at once: the point is the server's memory, not how fast
+	// one client can dial.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	var next atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(cfg.idleConns) {
+				c, err := srv.Dial(ctx)
+				if err == nil {
+					_, err = c.Initialize(ctx)
+				}
+				mu.Lock()
+				if c != nil {
+					clients = append(clients, c)
+				}
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		err = fmt.Errorf("after %d connections: %w", len(clients), firstErr)
+		return
+	}
+	connRate = float64(cfg.idleConns) / time.Since(t0).Seconds()
+	time.Sleep(500 * time.Millisecond)
+	after, hwm, err := rssKiB(srv.PID())
+	if err != nil {
+		return
+	}
+	return before / 1024, (after - before) / float64(cfg.idleConns), hwm / 1024, connRate, nil
+}
+
+// stall: a client stops reading for stallFor during a streamBytes stream;
+// the server's RSS growth over its pre-stream RSS must stay bounded.
+// Afterwards every byte arrives, or a seq gap shows and process/read
+// reports the process closed.
+func runStall(cfg *config, sides []side, tr interop.Transport) []*row {
+	var growth []*stats
+	for _, sd := range sides {
+		g, err := stallOne(cfg, sd, tr)
+		if err != nil {
+			growth = append(growth, summarize(nil, err))
+		} else {
+			growth = append(growth, summarize([]float64{g}, nil))
+		}
+	}
+	return []*row{mkrow("stall", "rss-growth", "MiB", false, tr, growth)}
+}
+
+func stallOne(cfg *config, sd side, tr interop.Transport) (float64, error) {
+	ctx := timeout(3 * time.Minute)
+	srv, c, err := conn(ctx, sd, tr)
+	if err != nil {
+		return 0, err
+	}
+	defer srv.Close()
+	time.Sleep(200 * time.Millisecond)
+	base, _, err := rssKiB(srv.PID())
+	if err != nil {
+		return 0, err
+	}
+	z := newZeroSink("stall")
+	c.SetSink(z.sink)
+	if err := c.Call(ctx, "process/start", startParams(cfg, "stall", false, zeroCmd(cfg.streamBytes)...), nil); err != nil {
+		return 0, err
+	}
+	select {
+	case <-z.first:
+	case <-ctx.Done():
+		return 0, errors.New("stall: no output")
+	}
+	c.Pause()
+	peak := base
+	deadline := time.Now().Add(cfg.stallFor)
+	for time.Now().Before(deadline) {
+		if rss, _, err := rssKiB(srv.PID()); err == nil && rss > peak {
+			peak = rss
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.Resume()
+	if _, err := c.WaitClosed(ctx, "stall"); err != nil {
+		return 0, err
+	}
+	if got := z.bytes.Load(); got != cfg.streamBytes || z.bad.Load() {
+		if z.gaps.Load() == 0 {
+			return 0, fmt.Errorf("stall: %d of %d bytes arrived and no seq gap shows", got, cfg.streamBytes)
+		}
+		var r struct {
+			Closed bool `json:"closed"`
+		}
+		if err := c.Call(ctx, "process/read", map[string]any{"processId": "stall", "afterSeq": z.seq.Load()}, &r); err != nil || !r.Closed {
+			return 0, fmt.Errorf("stall: bytes lost (%d gaps) and process/read does not say closed: %v", z.gaps.Load(), err)
+		}
+	}
+	return (peak - base) / 1024, nil
+}
