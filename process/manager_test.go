@@ -264,6 +264,8 @@ func TestStartErrors(t *testing.T) {
 			protocol.CodeInternal, "No such file or directory (os error 2)"},
 		{"bare program missing", func(p *protocol.StartParams) { p.Argv = []string{"no-such-program-xyz"} },
 			protocol.CodeInternal, "No such file or directory (os error 2)"},
+		{"empty program", func(p *protocol.StartParams) { p.Argv = []string{"", "x"} }, protocol.CodeInternal, "missing program for pipe spawn"},
+		{"empty program, pty", func(p *protocol.StartParams) { p.Argv = []string{""}; p.TTY = true }, protocol.CodeInternal, "missing program for PTY spawn"},
 		{"not executable", func(p *protocol.StartParams) { p.Argv = []string{file} }, protocol.CodeInternal, "Permission denied (os error 13)"},
 		{"program is a directory", func(p *protocol.StartParams) { p.Argv = []string{dir} }, protocol.CodeInternal, "(os error 13)"},
 		{"relative cwd", func(p *protocol.StartParams) { p.Cwd = "relative/dir" }, protocol.CodeInvalidParams, "invalid URI: relative URL without a base"},
@@ -557,8 +559,10 @@ func TestWrite(t *testing.T) {
 		if got := output(sink.waitClosed(t, "head"), ""); got != "abc" {
 			t.Errorf("head read %q, want abc", got)
 		}
-		// After exit: a retried id is still accepted, a new write fails.
+		// After exit: a retried id is still accepted, so is an empty
+		// chunk (as on the reference); a new write fails.
 		accepted(write("head", "a", str("w1")))
+		accepted(write("head", "", str("w8")))
 		_, err := write("head", "z", str("w9"))
 		wantErr(t, err, protocol.CodeInternal, "failed to write to process stdin")
 	})

@@ -90,6 +90,13 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	if sp.Argv[0] == "" {
+		// The reference's texts.
+		if sp.TTY {
+			return protocol.Internal("missing program for PTY spawn")
+		}
+		return protocol.Internal("missing program for pipe spawn")
+	}
 	path, err := resolveProgram(sp.Argv[0], dir, env)
 	if err != nil {
 		return protocol.SpawnError(err)
@@ -387,7 +394,9 @@ func (p *Proc) write(wp protocol.WriteParams) (*protocol.WriteResult, error) {
 			return &protocol.WriteResult{Status: protocol.WriteAccepted}, nil
 		}
 	}
-	if p.exited || p.closed {
+	// An empty chunk writes nothing and is accepted even after exit, as
+	// on the reference.
+	if len(wp.Chunk) > 0 && (p.exited || p.closed) {
 		return nil, protocol.Internal("failed to write to process stdin")
 	}
 	if err := p.stdin.enqueue(wp.Chunk); err != nil {
