@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -38,6 +39,12 @@ type Options struct {
 	QueueLen int
 	Limits   Limits
 	Logger   *slog.Logger
+	// DrainOnEOF, when positive, lets requests in flight finish (for at
+	// most this long) after the peer ends its input with io.EOF, before
+	// their context is cancelled. Right for stdio, where the client may
+	// close stdin and still read the replies; wrong for a websocket,
+	// whose end is both directions at once.
+	DrainOnEOF time.Duration
 }
 
 // Conn is one JSON-RPC connection: a read loop, a bounded outgoing queue
@@ -141,9 +148,18 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 	// flush what they queued before the stream is closed under it.
 	// A handler or the writer may be stuck on a peer that stopped
 	// reading; after a grace period the stream is closed under them.
-	c.cancel()
 	handlersDone := make(chan struct{})
 	go func() { c.handlers.Wait(); close(handlersDone) }()
+	if errors.Is(err, io.EOF) && c.opts.DrainOnEOF > 0 {
+		t := time.NewTimer(c.opts.DrainOnEOF)
+		select {
+		case <-handlersDone:
+		case <-t.C:
+		case <-c.dead:
+		}
+		t.Stop()
+	}
+	c.cancel()
 	c.waitOrAbort(handlersDone)
 	close(c.flush)
 	c.waitOrAbort(writerDone)

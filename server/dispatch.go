@@ -35,6 +35,7 @@ type connState struct {
 	conn              *jsonrpc.Conn
 	endSessionOnClose bool
 	handles           fsHandles
+	fsOrder           fsOrder
 
 	mu          sync.Mutex
 	initStarted bool // initialize received (and not failed)
@@ -65,8 +66,21 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		cs.conn.Reply(msg.ID, nil, err)
 		return
 	}
+	var wait []chan struct{}
+	var done chan struct{}
+	if m.family == familyFilesystem && !m.inline {
+		wait, done = cs.fsOrder.admit(msg.Method)
+	}
 	run := func() {
-		res, err := m.call(cs.conn.Context(), cs, params)
+		ctx := cs.conn.Context()
+		var res any
+		err := waitAll(ctx, wait)
+		if err == nil {
+			res, err = m.call(ctx, cs, params)
+		}
+		if done != nil {
+			close(done)
+		}
 		cs.conn.Reply(msg.ID, res, err)
 	}
 	if m.inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !isLongPoll(params)) {

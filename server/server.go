@@ -159,10 +159,15 @@ func (s *Server) ServeStream(ctx context.Context, st jsonrpc.Stream) {
 }
 
 func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose bool) {
-	conn := jsonrpc.NewConn(st, jsonrpc.Options{
+	opts := jsonrpc.Options{
 		Concurrency: s.cfg.ConcurrentRequests,
 		Logger:      s.cfg.Logger,
-	})
+	}
+	if endSessionOnClose {
+		// stdio: a client may close stdin and still read the replies.
+		opts.DrainOnEOF = 10 * time.Second
+	}
+	conn := jsonrpc.NewConn(st, opts)
 	cs := &connState{srv: s, conn: conn, endSessionOnClose: endSessionOnClose}
 	cs.handles = s.fs.newHandles()
 	s.cfg.Logger.Debug("connection opened", "peer", st.Describe())

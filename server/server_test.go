@@ -554,3 +554,34 @@ func TestSessionLimit(t *testing.T) {
 		t.Errorf("the evicted session can still be resumed: %d", code)
 	}
 }
+
+// Filesystem requests pipelined without waiting for replies see the effect
+// of the ones sent before them.
+func TestPipelinedFilesystem(t *testing.T) {
+	checkGoroutines(t)
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	dir := "file://" + t.TempDir()
+	var ids []string
+	for i := 0; i < 20; i++ {
+		data := base64.StdEncoding.EncodeToString([]byte(strings.Repeat(fmt.Sprint(i), 100000)))
+		ids = append(ids, p.request("fs/writeFile", map[string]any{"path": dir + "/f", "dataBase64": data}))
+		ids = append(ids, p.request("fs/readFile", map[string]any{"path": dir + "/f"}))
+	}
+	ids = append(ids, p.request("fs/remove", map[string]any{"path": dir + "/f"}))
+	ids = append(ids, p.request("fs/getMetadata", map[string]any{"path": dir + "/f"}))
+	for i := 0; i < 40; i += 2 {
+		var r struct {
+			DataBase64 []byte `json:"dataBase64"`
+		}
+		p.response(ids[i])
+		mustUnmarshal(t, p.response(ids[i+1]).Result, &r)
+		if want := strings.Repeat(fmt.Sprint(i/2), 100000); string(r.DataBase64) != want {
+			t.Fatalf("read %d saw %.10q…, want the write just before it", i/2, r.DataBase64)
+		}
+	}
+	p.response(ids[40])
+	if w := p.response(ids[41]); w.Error == nil || w.Error.Code != -32004 {
+		t.Errorf("metadata after remove: %s", w.raw)
+	}
+}

@@ -1,9 +1,24 @@
 package main
 
-import "io"
+import (
+	"context"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/execgo/exec-server/internal/cli"
+)
 
 // runSubcommand runs a client subcommand (exec, cp, ls, cat). ok is false
 // when name is not one.
 func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ok bool) {
-	return 0, false
+	switch name {
+	case "exec", "cp", "ls", "cat":
+	default:
+		return 0, false
+	}
+	// exec forwards Ctrl-C itself; the context ends only on SIGTERM.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return cli.Main(ctx, name, args, stdin, stdout, stderr), true
 }
