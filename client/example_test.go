@@ -133,4 +133,8 @@ func ExampleClient_Upload() {
 	}
 	fi, _ := c.Stat(ctx, dir+"/greeting.txt")
 	fmt.Println("size", fi.Size)
+	// Output:
+	// uploaded 14 bytes
+	// hello, server
+	// size 14
 }

@@ -30,8 +30,8 @@ func ptr[T any](v T) *T { return &v }
 const BlockSize = protocol.FsMaxBlockLen
 
 // streamThreshold is the size above which WriteFile streams through blocks
-// instead of one fs/writeFile message.
-const streamThreshold = 16 << 20
+// instead of one fs/writeFile message (a variable for tests).
+var streamThreshold = 16 << 20
 
 // ReadFile returns the whole file (fs/readFile). For large files prefer
 // Download or Open, which move the file in blocks.

@@ -162,13 +162,14 @@ func TestLargeTransfersInBlocks(t *testing.T) {
 			t.Errorf("ReadAt across the end = %d, %v; want 4, EOF", n, err)
 		}
 		// WriteFile above the streaming threshold goes through blocks.
-		huge := make([]byte, 17<<20)
+		defer client.SetStreamThreshold(1 << 20)()
+		huge := make([]byte, 2<<20+3)
 		rand.Read(huge)
 		if err := c.WriteFile(ctx, dir+"/huge", huge); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := os.ReadFile(filepath.Join(dir, "huge")); !bytes.Equal(got, huge) {
-			t.Errorf("WriteFile of 17 MiB: content differs")
+			t.Errorf("streamed WriteFile: content differs")
 		}
 	})
 }

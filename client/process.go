@@ -730,6 +730,18 @@ func (p *Process) Wait(ctx context.Context) (int, error) {
 	}
 }
 
+// ReadProcess sends one raw process/read: the retained output after
+// params.AfterSeq and the process's state. Processes started with Start
+// need not be read this way (their output arrives by itself); it serves
+// tools that inspect a process by id, e.g. after a resume.
+func (c *Client) ReadProcess(ctx context.Context, params protocol.ReadParams) (*protocol.ReadResult, error) {
+	var res protocol.ReadResult
+	if err := c.call(ctx, protocol.MethodProcessRead, params, &res, true); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // ExitCode returns the exit code and true once the process has exited.
 func (p *Process) ExitCode() (int, bool) {
 	p.mu.Lock()

@@ -192,7 +192,9 @@ func TestOutputLostIsReported(t *testing.T) {
 	each(t, func(t *testing.T, s server) {
 		c := s.stdio(t, client.Options{})
 		ctx := testCtx(t)
-		p, err := c.Start(ctx, client.Cmd{Argv: []string{"seq", "1", "600000"}, Env: shEnv, BufferSize: 16 << 10})
+		// 1.7 MB: more than the server retains (1 MiB) plus the client's
+		// 16 KiB buffer.
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"seq", "1", "250000"}, Env: shEnv, BufferSize: 16 << 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,11 +203,11 @@ func TestOutputLostIsReported(t *testing.T) {
 		}
 		out, err := io.ReadAll(p.Stdout())
 		if !errors.Is(err, client.ErrOutputLost) {
-			t.Fatalf("reading 4 MB that were never read while produced: err %v, want ErrOutputLost", err)
+			t.Fatalf("reading 1.7 MB that were never read while produced: err %v, want ErrOutputLost", err)
 		}
 		// Chunks are lost whole, so what arrived is a prefix of the output
 		// followed by a suffix of it: in order, nothing duplicated.
-		full := seqText(1, 600000)
+		full := seqText(1, 250000)
 		i := 0
 		for i < len(out) && out[i] == full[i] {
 			i++
@@ -213,7 +215,7 @@ func TestOutputLostIsReported(t *testing.T) {
 		if len(out) >= len(full) || !strings.HasSuffix(full, string(out[i:])) {
 			t.Fatalf("delivered %d of %d bytes: not a prefix (%d bytes) plus a suffix of the output", len(out), len(full), i)
 		}
-		if !strings.HasSuffix(string(out), "600000\n") {
+		if !strings.HasSuffix(string(out), "\n250000\n") {
 			t.Errorf("the newest output (retained by the server) is missing")
 		}
 	})

@@ -148,7 +148,9 @@ wait:
 		case res = <-done:
 			break wait
 		case sig := <-sigs:
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			// Not derived from ctx: a signal that also ends ctx must
+			// still reach the remote process.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			switch sig {
 			case syscall.SIGINT:
 				_ = p.Signal(sctx, client.Interrupt)
@@ -163,6 +165,11 @@ wait:
 		}
 	}
 	if res.err != nil {
+		if ctx.Err() != nil {
+			// Stopped from outside: Close (deferred) terminates the
+			// remote process.
+			return c.fail(exitRemote, "stopped (%v); terminating the remote process", context.Cause(ctx))
+		}
 		return c.fail(exitRemote, "%s", describe(res.err))
 	}
 	copiers.Wait()
