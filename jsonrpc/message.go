@@ -155,15 +155,25 @@ func position(data []byte, off int64) (line, col int) {
 	return line, col
 }
 
-// prescan bounds nesting depth and value count in one pass over the bytes.
-// It is deliberately loose about syntax (json.Valid checks that next); it only
-// has to make sure the real parser never sees pathological input.
+// prescan bounds nesting depth and value count in one pass over the bytes,
+// and refuses duplicate object keys anywhere in the message, as the
+// reference does (encoding/json would silently keep the last one, and a
+// check that saw the first could be fooled). It is deliberately loose about
+// syntax (json.Valid checks that next); it only has to make sure the real
+// parser never sees pathological or ambiguous input.
 func prescan(data []byte, lim Limits) error {
 	depth, values := 0, 0
+	// The keys of every open object, innermost last; small messages need
+	// no allocation.
+	var frameBuf [16]keyFrame
+	var keyBuf [32][]byte
+	frames, keys := frameBuf[:0], keyBuf[:0]
+	strStart, strEnd := -1, -1 // the last string: its quotes' indexes
 	for i := 0; i < len(data); i++ {
 		switch data[i] {
 		case '"':
 			values++
+			strStart = i
 			// Skip the string quickly: strings are where the bulk of a big
 			// message lives (base64 payloads).
 			for i++; i < len(data); i++ {
@@ -179,6 +189,7 @@ func prescan(data []byte, lim Limits) error {
 				}
 				break
 			}
+			strEnd = i
 		case '{', '[':
 			depth++
 			values++
@@ -186,10 +197,23 @@ func prescan(data []byte, lim Limits) error {
 				line, col := position(data, int64(i))
 				return &DecodeError{fmt.Sprintf("recursion limit exceeded at line %d column %d", line, col)}
 			}
+			frames = append(frames, keyFrame{start: len(keys), object: data[i] == '{'})
 		case '}', ']':
 			depth--
+			if n := len(frames); n > 0 {
+				keys = keys[:frames[n-1].start]
+				frames = frames[:n-1]
+			}
 		case ':':
 			values-- // the key before it was counted as a string value
+			if n := len(frames); n > 0 && frames[n-1].object && strStart >= 0 && strEnd > strStart && strEnd <= len(data) {
+				var key []byte
+				var dup bool
+				if keys, key, dup = frames[n-1].add(keys, data[strStart+1:min(strEnd, len(data))]); dup {
+					line, col := position(data, int64(min(strEnd+1, len(data))))
+					return &DecodeError{fmt.Sprintf("duplicate JSON object key `%s` at line %d column %d", key, line, col)}
+				}
+			}
 		case 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 			values++
 			for i+1 < len(data) && isScalarByte(data[i+1]) {
@@ -202,6 +226,51 @@ func prescan(data []byte, lim Limits) error {
 		}
 	}
 	return nil
+}
+
+// keyFrame is one open array or object during prescan.
+type keyFrame struct {
+	start  int                 // the object's keys are keys[start:] while it is innermost
+	set    map[string]struct{} // the keys, once there are many of them
+	object bool
+}
+
+// add records key (raw, as between its quotes) in keys, the keys of every
+// open object, and returns them; dup reports that the object already had
+// the key, whose text is key.
+func (f *keyFrame) add(keys [][]byte, raw []byte) (_ [][]byte, key []byte, dup bool) {
+	key = raw
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		// "p\u0061rams" is "params": compare decoded texts.
+		var s string
+		quoted := make([]byte, 0, len(raw)+2)
+		quoted = append(append(append(quoted, '"'), raw...), '"')
+		if json.Unmarshal(quoted, &s) == nil {
+			key = []byte(s)
+		}
+	}
+	if f.set != nil {
+		if _, dup := f.set[string(key)]; dup {
+			return keys, key, true
+		}
+		f.set[string(key)] = struct{}{}
+		return keys, nil, false
+	}
+	for _, k := range keys[f.start:] {
+		if bytes.Equal(k, key) {
+			return keys, key, true
+		}
+	}
+	keys = append(keys, key)
+	if len(keys)-f.start > 16 {
+		// Many keys: a set keeps the check linear.
+		f.set = make(map[string]struct{}, 64)
+		for _, k := range keys[f.start:] {
+			f.set[string(k)] = struct{}{}
+		}
+		keys = keys[:f.start]
+	}
+	return keys, nil, false
 }
 
 func isScalarByte(c byte) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -107,7 +108,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"deep params", `{"id":1,"method":"m","params":` + deep + `}`, "recursion limit exceeded"},
 		{"deep on line 3", "\n\n" + deep, "recursion limit exceeded at line 3 column"},
 		{"too many values", many(262145), "JSON-RPC message exceeds the limit of 262144 JSON values at line 1 column"},
-		{"too many object members", `{"id":1,"method":"m","params":{` + strings.TrimSuffix(strings.Repeat(`"k":0,`, 262145), ",") + `}}`, "exceeds the limit of 262144 JSON values"},
+		{"too many object members", `{"id":1,"method":"m","params":{` + manyKeys(262145) + `}}`, "exceeds the limit of 262144 JSON values"},
 		{"method not a string", `{"id":1,"method":5}`, "invalid type for `method`"},
 		{"id only", `{"id":10}`, "missing field `method`"},
 		{"empty object", `{}`, "missing field `method` or `id`"},
@@ -125,6 +126,58 @@ func TestDecodeErrors(t *testing.T) {
 				t.Errorf("detail %q, want it to contain %q", de.Detail, tt.want)
 			}
 		})
+	}
+}
+
+// manyKeys returns n object members with distinct keys.
+func manyKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"k` + strconv.Itoa(i) + `":0`)
+	}
+	return b.String()
+}
+
+func TestDecodeDuplicateKeys(t *testing.T) {
+	// The reference refuses a duplicate key anywhere in a message
+	// (answered with id -1); texts and columns as observed on it.
+	bad := []struct {
+		in, detail string
+	}{
+		{`{"id":2,"id":3,"method":"environment/status"}`, "duplicate JSON object key `id` at line 1 column 12"},
+		{`{"id":4,"method":"environment/status","method":"x"}`, "duplicate JSON object key `method` at line 1 column 46"},
+		{`{"id":5,"method":"environment/status","params":{},"params":null}`, "duplicate JSON object key `params` at line 1 column 58"},
+		{`{"id":5,"method":"environment/status","params":{"a":1,"a":2}}`, "duplicate JSON object key `a` at line 1 column 57"},
+		{`{"id":7,"method":"environment/status","x":[{"a":1,"a":2}]}`, "duplicate JSON object key `a` at line 1 column 53"},
+		{`{"id":9,"method":"environment/status","p\u0061rams":{}, "params":{}}`, "duplicate JSON object key `params` at line 1 column 64"},
+		{`{"a":{"b":1},"b":2,"a":3}`, "duplicate JSON object key `a`"},
+		{"{\"id\":1,\n\"id\":2}", "duplicate JSON object key `id` at line 2 column 4"},
+		{`{"id":1,"method":"m","params":{` + manyKeys(40) + `,"k7":1}}`, "duplicate JSON object key `k7`"},
+		{`{"id":1,"method":"m","params":{` + manyKeys(40) + `,"x":{` + manyKeys(20) + `},"k39":1}}`, "duplicate JSON object key `k39`"},
+	}
+	for _, tt := range bad {
+		_, err := Decode([]byte(tt.in), DefaultLimits)
+		var de *DecodeError
+		if !errors.As(err, &de) || !strings.Contains(de.Detail, tt.detail) {
+			t.Errorf("Decode(%.60s) = %v, want %q", tt.in, err, tt.detail)
+		}
+	}
+	good := []string{
+		`{"id":1,"method":"m","params":[{"a":1},{"a":2}]}`,
+		`{"id":1,"method":"m","params":{"a":{"a":{"a":1}}}}`,
+		`{"id":1,"method":"m","params":{"x":{"a":1},"a":2}}`,
+		`{"id":1,"method":"m","params":{"a":"\"a\":1","b":"a"}}`,
+		`{"id":1,"method":"m","params":{"A":1,"a":2}}`,
+		`{"id":1,"method":"m","params":{` + manyKeys(1000) + `}}`,
+		`{"id":1,"method":"m","params":{` + manyKeys(30) + `,"x":{` + manyKeys(30) + `},"y":[{` + manyKeys(30) + `}]}}`,
+	}
+	for _, in := range good {
+		if _, err := Decode([]byte(in), DefaultLimits); err != nil {
+			t.Errorf("Decode(%.60s): %v", in, err)
+		}
 	}
 }
 
