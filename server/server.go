@@ -150,9 +150,10 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 	})
 }
 
-// ServeStream serves one connection until it ends. The connection's
-// session survives it for SessionTTL (stdio-style streams should use
-// ServeStdio semantics: their session ends with them).
+// ServeStream serves one connection until it ends. A *transport.Stdio
+// stream's session ends with it (its processes are killed); any other
+// stream's session is detached and survives for SessionTTL, resumable with
+// resumeSessionId.
 func (s *Server) ServeStream(ctx context.Context, st jsonrpc.Stream) {
 	_, isStdio := st.(*transport.Stdio)
 	s.serve(ctx, st, isStdio)
