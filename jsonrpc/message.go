@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Limits bound what a single incoming message may contain.
@@ -56,18 +57,25 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 	if lim.MaxDepth == 0 {
 		lim = DefaultLimits
 	}
-	if err := prescan(data, lim); err != nil {
-		return nil, err
+	limitErr, dupErr := prescan(data, lim)
+	if limitErr != nil {
+		return nil, limitErr
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '{' {
 		if !json.Valid(data) {
 			return nil, syntaxError(data)
 		}
+		if dupErr != nil {
+			return nil, dupErr
+		}
 		return nil, &DecodeError{"expected a JSON-RPC object"}
 	}
 	if !json.Valid(data) {
 		return nil, syntaxError(data)
+	}
+	if dupErr != nil {
+		return nil, dupErr
 	}
 	var m Message
 	var id, method, params, result, errv []byte
@@ -118,19 +126,60 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 	return nil, &DecodeError{"missing field `method` or `id`"}
 }
 
-// canonicalID accepts a JSON string or an integer that fits in int64.
+// canonicalID accepts a JSON string or an integer that fits in int64, and
+// returns it as the reference echoes it: usually the same bytes, but "-0"
+// is 0 and a string written with escapes is re-encoded ("\u0041" is "A").
 func canonicalID(raw []byte) (json.RawMessage, error) {
 	bad := &DecodeError{"data did not match any variant of untagged enum RequestId"}
 	if len(raw) == 0 {
 		return nil, bad
 	}
 	if raw[0] == '"' {
-		return raw, nil
+		if bytes.IndexByte(raw, '\\') < 0 {
+			return raw, nil
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, bad
+		}
+		return appendSerdeString(nil, s), nil
 	}
-	if _, err := strconv.ParseInt(string(raw), 10, 64); err != nil {
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
 		return nil, bad
 	}
+	if n == 0 {
+		return json.RawMessage("0"), nil
+	}
 	return raw, nil
+}
+
+// appendSerdeString encodes s as serde_json does: only '"', '\\' and
+// control characters are escaped (\b \f \n \r \t, else \u00xx).
+func appendSerdeString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\b':
+			dst = append(dst, '\\', 'b')
+		case c == '\f':
+			dst = append(dst, '\\', 'f')
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
 }
 
 func syntaxError(data []byte) error {
@@ -161,7 +210,7 @@ func position(data []byte, off int64) (line, col int) {
 // check that saw the first could be fooled). It is deliberately loose about
 // syntax (json.Valid checks that next); it only has to make sure the real
 // parser never sees pathological or ambiguous input.
-func prescan(data []byte, lim Limits) error {
+func prescan(data []byte, lim Limits) (limitErr, dupErr error) {
 	depth, values := 0, 0
 	// The keys of every open object, innermost last; small messages need
 	// no allocation.
@@ -195,7 +244,7 @@ func prescan(data []byte, lim Limits) error {
 			values++
 			if depth > lim.MaxDepth {
 				line, col := position(data, int64(i))
-				return &DecodeError{fmt.Sprintf("recursion limit exceeded at line %d column %d", line, col)}
+				return &DecodeError{fmt.Sprintf("recursion limit exceeded at line %d column %d", line, col)}, nil
 			}
 			frames = append(frames, keyFrame{start: len(keys), object: data[i] == '{'})
 		case '}', ']':
@@ -206,12 +255,12 @@ func prescan(data []byte, lim Limits) error {
 			}
 		case ':':
 			values-- // the key before it was counted as a string value
-			if n := len(frames); n > 0 && frames[n-1].object && strStart >= 0 && strEnd > strStart && strEnd <= len(data) {
+			if n := len(frames); dupErr == nil && n > 0 && frames[n-1].object && strStart >= 0 && strEnd > strStart {
 				var key []byte
 				var dup bool
 				if keys, key, dup = frames[n-1].add(keys, data[strStart+1:min(strEnd, len(data))]); dup {
 					line, col := position(data, int64(min(strEnd+1, len(data))))
-					return &DecodeError{fmt.Sprintf("duplicate JSON object key `%s` at line %d column %d", key, line, col)}
+					dupErr = &DecodeError{fmt.Sprintf("duplicate JSON object key `%s` at line %d column %d", shortKey(key), line, col)}
 				}
 			}
 		case 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
@@ -222,10 +271,23 @@ func prescan(data []byte, lim Limits) error {
 		}
 		if values > lim.MaxValues {
 			line, col := position(data, int64(i))
-			return &DecodeError{fmt.Sprintf("JSON-RPC message exceeds the limit of %d JSON values at line %d column %d", lim.MaxValues, line, col)}
+			return &DecodeError{fmt.Sprintf("JSON-RPC message exceeds the limit of %d JSON values at line %d column %d", lim.MaxValues, line, col)}, nil
 		}
 	}
-	return nil
+	return nil, dupErr
+}
+
+// shortKey keeps an error message short whatever the key's length.
+func shortKey(key []byte) string {
+	const maxKey = 64
+	if len(key) <= maxKey {
+		return string(key)
+	}
+	cut := maxKey
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	return string(key[:cut]) + "…"
 }
 
 // keyFrame is one open array or object during prescan.

@@ -50,7 +50,7 @@ func TestDecodeKinds(t *testing.T) {
 }
 
 func TestDecodeIDs(t *testing.T) {
-	good := []string{`"x"`, `""`, `"with \"quotes\""`, `"\u00e9"`, `0`, `1`, `-1`, `-42`, `9007199254740993`,
+	good := []string{`"x"`, `""`, `"with \"quotes\""`, `"é"`, `0`, `1`, `-1`, `-42`, `9007199254740993`,
 		`9223372036854775807`, `-9223372036854775808`}
 	for _, id := range good {
 		m, err := Decode([]byte(`{"id":`+id+`,"method":"m"}`), DefaultLimits)
@@ -61,6 +61,20 @@ func TestDecodeIDs(t *testing.T) {
 		// Echoed verbatim, with its JSON type.
 		if string(m.ID) != id {
 			t.Errorf("id %s decoded as %s", id, m.ID)
+		}
+	}
+	// Echoed as the reference echoes them (it re-encodes the id).
+	for in, want := range map[string]string{
+		`-0`:                              `0`,
+		`"\u0041"`:                        `"A"`,
+		`"\u00e9"`:                        `"é"`,
+		`"\/"`:                            `"/"`,
+		`"a\"b\\c"`:                       `"a\"b\\c"`,
+		`"\u2028\b\f\u001F\u007f\/\"é\n"`: "\"\u2028\\b\\f\\u001f\x7f/\\\"é\\n\"",
+	} {
+		m, err := Decode([]byte(`{"id":`+in+`,"method":"m"}`), DefaultLimits)
+		if err != nil || string(m.ID) != want {
+			t.Errorf("id %s: decoded as %s (%v), want %s", in, m.ID, err, want)
 		}
 	}
 	bad := []string{`null`, `1.5`, `1e3`, `1E3`, `-0.0`, `true`, `false`, `{}`, `{"a":1}`, `[]`, `[1]`,
@@ -164,6 +178,21 @@ func TestDecodeDuplicateKeys(t *testing.T) {
 		if !errors.As(err, &de) || !strings.Contains(de.Detail, tt.detail) {
 			t.Errorf("Decode(%.60s) = %v, want %q", tt.in, err, tt.detail)
 		}
+	}
+	// A long key is not echoed whole; invalid JSON is a syntax error even
+	// with a duplicate in it.
+	long := strings.Repeat("é", 500)
+	_, err := Decode([]byte(`{"id":1,"method":"m","params":{"`+long+`":1,"`+long+`":2}}`), DefaultLimits)
+	if err == nil || !strings.HasPrefix(err.Error(), "duplicate JSON object key `éé") || len(err.Error()) > 200 || !utf8.ValidString(err.Error()) {
+		t.Errorf("long duplicate key: %.300v", err)
+	}
+	_, err = Decode([]byte(`{"id":1,"id":2,"method":"m"`), DefaultLimits)
+	if err == nil || strings.Contains(err.Error(), "duplicate") {
+		t.Errorf("unterminated object with a duplicate: %v, want a syntax error", err)
+	}
+	_, err = Decode([]byte(`[{"a":1,"a":2}]`), DefaultLimits)
+	if err == nil || !strings.Contains(err.Error(), "duplicate JSON object key `a`") {
+		t.Errorf("duplicate in an array: %v", err)
 	}
 	good := []string{
 		`{"id":1,"method":"m","params":[{"a":1},{"a":2}]}`,
