@@ -1,0 +1,365 @@
+// Package childinit runs a child process under a small init, so that no
+// descendant of the child outlives the server, even when the server is
+// killed with SIGKILL.
+//
+// PR_SET_PDEATHSIG reaches only a direct child: when the server dies, the
+// child's own children are reparented to PID 1 and live on, and a
+// descendant that called setsid escapes every process-group kill. The init
+// closes both holes. It is the server's own binary, re-executed with Arg as
+// its first argument (call MaybeMain first thing in main), that:
+//
+//   - becomes a child subreaper (PR_SET_CHILD_SUBREAPER), so every orphan of
+//     the tree is reparented to it rather than to PID 1, and starts the
+//     real child in its own process group and session (the server starts
+//     the init with Setsid, and Setctty for a PTY, exactly as it would the
+//     child), so signals sent to the group still reach the child;
+//   - ignores the signals the server sends to the group (the child gets
+//     them directly), reaps every orphan, and reports the child's wait
+//     status on a lifeline socket the moment the child exits;
+//   - kills every descendant with SIGKILL, then exits, when the server asks
+//     (KillTree) or when the lifeline reaches EOF: the kernel closes the
+//     server's end when the server dies, however it dies.
+//
+// The server side is Prepare (rewrite a start so that it goes through the
+// init) and Control (learn whether the child started, wait for its status,
+// kill the tree).
+package childinit
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Arg is the first argument that makes the server binary act as the init.
+const Arg = "--exec-server-child-init"
+
+// lifelineFD is the init's descriptor of its end of the lifeline.
+const lifelineFD = 3
+
+// Messages on the lifeline: one byte, then a little-endian uint32 for the
+// ones that carry a value.
+const (
+	msgStarted  = 'S' // + child pid (in the server's PID namespace)
+	msgFailed   = 'F' // + errno of the failed exec
+	msgExited   = 'E' // + the child's wait status
+	msgKillTree = 'K' // server to init: kill everything, then exit
+)
+
+// IsInit reports whether this process was started as an init.
+func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == Arg }
+
+// MaybeMain runs the init, and never returns, when this process was
+// started as one; otherwise it returns at once. Call it first in main.
+func MaybeMain() {
+	if IsInit() {
+		os.Exit(run(os.Args[2:]))
+	}
+}
+
+// Prepare turns the start of path with argv and files (files[0..2] are the
+// child's stdin, stdout and stderr) into the start of an init that will run
+// it: start initPath with initArgv and initFiles instead, with the same
+// Dir, Env and SysProcAttr (Setsid, Setctty, Pdeathsig) the child would
+// have had. The caller must call Control.Started after the start succeeded
+// and Control.Abort if it failed.
+func Prepare(path string, argv []string, files []*os.File) (initPath string, initArgv []string, initFiles []*os.File, ctl *Control, err error) {
+	if len(files) != 3 {
+		return "", nil, nil, nil, errors.New("childinit: Prepare needs exactly the 3 standard files")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, nil, nil, fmt.Errorf("childinit: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, nil, nil, fmt.Errorf("childinit: lifeline: %w", err)
+	}
+	// The server's end is non-blocking so that reads park in the netpoller,
+	// not on an OS thread per child.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return "", nil, nil, nil, fmt.Errorf("childinit: lifeline: %w", err)
+	}
+	ctl = &Control{f: os.NewFile(uintptr(fds[0]), "childinit-lifeline"), initEnd: os.NewFile(uintptr(fds[1]), "childinit-lifeline-init")}
+	initArgv = append([]string{argv0(argv), Arg, path}, argv...)
+	initFiles = append(append([]*os.File(nil), files...), ctl.initEnd)
+	return self, initArgv, initFiles, ctl, nil
+}
+
+func argv0(argv []string) string {
+	if len(argv) > 0 {
+		return argv[0]
+	}
+	return "exec-server-init"
+}
+
+// Control is the server's end of one init's lifeline.
+type Control struct {
+	f       *os.File
+	initEnd *os.File // closed in the server once the init started
+	pid     int
+}
+
+// Abort releases the lifeline after a failed start of the init.
+func (c *Control) Abort() {
+	c.initEnd.Close()
+	c.f.Close()
+}
+
+// Started waits until the init has started the child and returns the
+// child's pid, or the exec error (a syscall.Errno, as os.StartProcess would
+// have returned) when the child could not be started; the init then exits
+// on its own.
+func (c *Control) Started() (int, error) {
+	c.initEnd.Close()
+	_ = c.f.SetReadDeadline(time.Now().Add(30 * time.Second))
+	kind, v, err := c.read()
+	_ = c.f.SetReadDeadline(time.Time{})
+	if err != nil {
+		return 0, fmt.Errorf("childinit: the init did not report: %w", err)
+	}
+	switch kind {
+	case msgStarted:
+		c.pid = int(v)
+		return c.pid, nil
+	case msgFailed:
+		return 0, syscall.Errno(v)
+	}
+	return 0, fmt.Errorf("childinit: unexpected message %q", kind)
+}
+
+// Wait returns the child's wait status as soon as the child exits; the
+// init itself may live on while descendants of the child run. An error
+// means the init died without reporting (it was SIGKILLed): the caller
+// should use the init's own exit status.
+func (c *Control) Wait() (syscall.WaitStatus, error) {
+	for {
+		kind, v, err := c.read()
+		if err != nil {
+			return 0, err
+		}
+		if kind == msgExited {
+			return syscall.WaitStatus(v), nil
+		}
+	}
+}
+
+// KillTree asks the init to SIGKILL every descendant and exit. Writing to
+// an init that is already gone is not an error.
+func (c *Control) KillTree() error {
+	_, err := c.f.Write([]byte{msgKillTree})
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close closes the server's end: the init kills the tree and exits.
+func (c *Control) Close() error { return c.f.Close() }
+
+func (c *Control) read() (byte, uint32, error) {
+	var b [5]byte
+	if _, err := io.ReadFull(c.f, b[:1]); err != nil {
+		return 0, 0, err
+	}
+	if b[0] == msgKillTree {
+		return b[0], 0, nil
+	}
+	if _, err := io.ReadFull(c.f, b[1:]); err != nil {
+		return 0, 0, err
+	}
+	return b[0], binary.LittleEndian.Uint32(b[1:]), nil
+}
+
+// ---- the init ----
+
+// run is the init: args are the child's path and argv.
+func run(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "exec-server child init: missing program")
+		return 127
+	}
+	path, argv := args[0], args[1:]
+	lifeline := os.NewFile(lifelineFD, "lifeline")
+	unix.CloseOnExec(lifelineFD)
+	send := func(kind byte, v uint32) {
+		var b [5]byte
+		b[0] = kind
+		binary.LittleEndian.PutUint32(b[1:], v)
+		_, _ = lifeline.Write(b[:])
+	}
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+	// Catch every signal before the child exists: signals sent to the
+	// process group must not kill the init (the child gets them itself),
+	// and SIGCHLD drives reaping. Caught signals are reset to their default
+	// in the child by exec.
+	sigs := make(chan os.Signal, 128)
+	signal.Notify(sigs)
+
+	ppid := os.Getppid()
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		// If the init itself is SIGKILLed, the child goes with it.
+		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		errno, _ := err.(syscall.Errno)
+		if errno == 0 {
+			errno = syscall.EINVAL
+		}
+		send(msgFailed, uint32(errno))
+		return 127
+	}
+	// The server may have died before the child existed; the lifeline
+	// reports that too, but do not even start counting on it.
+	if os.Getppid() != ppid {
+		killTree()
+		return 137
+	}
+	send(msgStarted, uint32(pid))
+
+	ctl := make(chan struct{})
+	go func() {
+		// Any byte is a kill request; EOF is the server's death.
+		var b [1]byte
+		_, _ = lifeline.Read(b[:])
+		close(ctl)
+	}()
+
+	// A full signal channel drops signals, SIGCHLD included: a slow tick
+	// makes sure reaping never stalls for good.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	exitCode := -1
+	reap := func() {
+		for {
+			var st syscall.WaitStatus
+			wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil || wpid <= 0 {
+				return
+			}
+			if wpid == pid {
+				send(msgExited, uint32(st))
+				exitCode = st.ExitStatus()
+				if st.Signaled() {
+					exitCode = 128 + int(st.Signal())
+				}
+			}
+		}
+	}
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGCHLD {
+				reap()
+			}
+		case <-tick.C:
+			reap()
+		case <-ctl:
+			killTree()
+			if exitCode < 0 {
+				exitCode = 128 + int(syscall.SIGKILL)
+			}
+			return exitCode
+		}
+		if exitCode >= 0 && !hasChildren() {
+			// The child is gone and so is every descendant: nothing left
+			// to guard.
+			return exitCode
+		}
+	}
+}
+
+// hasChildren reports whether the init still has a child (alive or not
+// yet reaped); as a subreaper, every live descendant is below one of them.
+func hasChildren() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != unix.ECHILD
+}
+
+// killTree SIGKILLs every descendant until none is left, reaping as it
+// goes. A descendant forked during a pass is reparented to the init when
+// its parent dies and is found by the next pass.
+func killTree() {
+	self := os.Getpid()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		pids := descendants(self)
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		for {
+			var st syscall.WaitStatus
+			wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err == syscall.ECHILD && len(pids) == 0 {
+				return
+			}
+			if err != nil || wpid <= 0 {
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// descendants lists every process below root, from the parent links in
+// /proc.
+func descendants(root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], pid)
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
