@@ -489,3 +489,47 @@ func TestConnNotificationsAndResponsesReachDispatch(t *testing.T) {
 		t.Errorf("kinds = %v", got)
 	}
 }
+
+func TestConnDrainOnEOF(t *testing.T) {
+	// A handler that answers "done" after 100ms, or "cancelled" if the
+	// connection's context ends first.
+	run := func(opts Options) string {
+		s := newFakeStream()
+		c := NewConn(s, opts)
+		wait := runConn(c, context.Background(), func(m *Message) {
+			c.Go(func() {
+				select {
+				case <-time.After(100 * time.Millisecond):
+					c.Reply(m.ID, "done", nil)
+				case <-c.Context().Done():
+					c.Reply(m.ID, "cancelled", nil)
+				}
+			})
+		})
+		s.send(`{"id":1,"method":"m"}`)
+		close(s.in) // EOF right behind the request (stdin closed by the client)
+		if err := wait(); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatalf("Run: %v", err)
+		}
+		select {
+		case f := <-s.out:
+			return string(f)
+		default:
+			return "no reply"
+		}
+	}
+	if got := run(Options{DrainOnEOF: 5 * time.Second}); got != `{"id":1,"result":"done"}` {
+		t.Errorf("with DrainOnEOF: %s", got)
+	}
+	if got := run(Options{}); got != `{"id":1,"result":"cancelled"}` {
+		t.Errorf("without DrainOnEOF: %s", got)
+	}
+	// The drain is bounded.
+	start := time.Now()
+	if got := run(Options{DrainOnEOF: 10 * time.Millisecond}); got != `{"id":1,"result":"cancelled"}` {
+		t.Errorf("with a short DrainOnEOF: %s", got)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Run took %v with a 10ms drain", d)
+	}
+}
