@@ -807,3 +807,48 @@ func TestMaxProcesses(t *testing.T) {
 		t.Errorf("the closed process is no longer retained: %v", err)
 	}
 }
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+// TestNoFDLeak is not parallel: it counts the test process's descriptors.
+func TestNoFDLeak(t *testing.T) {
+	sink := newRecSink()
+	m := NewManager(Options{Retention: time.Millisecond}, sink)
+	before := openFDs(t)
+	missing := fileURI(filepath.Join(t.TempDir(), "missing"))
+	for i := range 20 {
+		for _, tty := range []bool{false, true} {
+			// Failed spawns (missing cwd) ...
+			p := params(t, "bad", "true")
+			p.Cwd, p.TTY, p.PipeStdin = missing, tty, true
+			if _, err := m.Start(p); err == nil {
+				t.Fatal("start with a missing cwd succeeded")
+			}
+			// ... and finished processes of every kind.
+			id := strconv.Itoa(i) + strconv.FormatBool(tty)
+			p = params(t, id, "sh", "-c", "echo x")
+			p.TTY, p.PipeStdin = tty, true
+			mustStart(t, m, p)
+			sink.waitClosed(t, id)
+		}
+	}
+	m.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after := openFDs(t)
+		if after <= before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors open after 80 starts, %d before", after, before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
