@@ -438,11 +438,17 @@ func (p *Proc) signal(sig syscall.Signal) bool {
 }
 
 // kill is used at session end: the whole group dies, including background
-// children of a leader that has already exited (the reference kills them
-// too).
+// children of a leader that has already exited, as long as the process is
+// not closed. An open output stream means a member most likely still holds
+// the group, so its id cannot have been reused; once closed, the group may
+// be empty and its id another's, and killing it could hit a stranger (the
+// reference kills it anyway).
 func (p *Proc) kill() {
 	<-p.ready
-	if p.pgid > 0 {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if p.pgid > 0 && !closed {
 		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 	}
 	p.signal(syscall.SIGKILL)
