@@ -593,7 +593,7 @@ func (c *Client) onNotify(method string, params json.RawMessage) {
 		return
 	}
 	var ev event
-	if err := json.Unmarshal(params, &ev); err != nil {
+	if err := decodeEvent(params, &ev); err != nil {
 		c.opts.Logger.Debug("exec-server client: undecodable notification", "method", method, "err", err)
 		return
 	}

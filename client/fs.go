@@ -40,7 +40,7 @@ func (c *Client) ReadFile(ctx context.Context, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var res protocol.FsReadFileResult
+	var res readFileResult
 	if err := c.call(ctx, protocol.MethodFsReadFile, protocol.FsReadFileParams{Path: u}, &res, true); err != nil {
 		return nil, err
 	}
@@ -376,7 +376,7 @@ func (f *File) do(ctx context.Context, method string, params func(handle string)
 
 // readBlock reads at most n (≤ BlockSize) bytes at off.
 func (f *File) readBlock(ctx context.Context, off int64, n int) ([]byte, bool, error) {
-	var res protocol.FsReadBlockResult
+	var res readBlockResult
 	err := f.do(ctx, protocol.MethodFsReadBlock, func(h string) any {
 		return protocol.FsReadBlockParams{HandleID: h, Offset: uint64(off), Len: uint64(n)}
 	}, &res)

@@ -77,7 +77,7 @@ func (c *rpcConn) readLoop() {
 			return
 		}
 		var m message
-		if jerr := json.Unmarshal(data, &m); jerr != nil {
+		if jerr := splitMessage(data, &m); jerr != nil {
 			// The server only sends valid JSON; anything else means the
 			// stream is not an exec-server, and going on would misroute.
 			err = fmt.Errorf("exec-server client: undecodable message from server: %v", jerr)
@@ -154,7 +154,13 @@ func (c *rpcConn) call(ctx context.Context, method string, params, result any) e
 		if result == nil {
 			return nil
 		}
-		if err := json.Unmarshal(r.result, result); err != nil {
+		var err error
+		if d, ok := result.(rawDecoder); ok {
+			err = d.decodeRaw(r.result)
+		} else {
+			err = json.Unmarshal(r.result, result)
+		}
+		if err != nil {
 			return fmt.Errorf("exec-server client: decoding %s result: %w", method, err)
 		}
 		return nil

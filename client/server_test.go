@@ -63,7 +63,9 @@ func ours() (string, error) {
 
 // servers lists the servers a test runs against; it skips the test when
 // there is none.
-func servers(t *testing.T) []server {
+func servers(t *testing.T) []server { return benchServers(t) }
+
+func benchServers(t testing.TB) []server {
 	t.Helper()
 	var list []server
 	if bin, err := ours(); err == nil {
@@ -140,7 +142,7 @@ func (s server) listen(t testing.TB, extra ...string) string {
 }
 
 func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
