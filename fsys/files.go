@@ -56,7 +56,29 @@ func (f *FS) readFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any
 	if err := checkSandbox(p.Sandbox); err != nil {
 		return nil, err
 	}
-	data, err := f.readWhole(ctx, path)
+	file, st, err := openRegular(path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	if st.Size() > f.opts.MaxFileBytes {
+		return nil, tooLarge(protocol.MethodFsReadFile, path, st.Size(), f.opts.MaxFileBytes)
+	}
+	// A file with a size is encoded as it is read; a pseudo file (size 0,
+	// as in /proc) or one that changes under the read is read to EOF.
+	if st.Size() > 0 {
+		reply, err := readEncoded(ctx, file, st.Size())
+		if err == nil {
+			return reply, nil
+		}
+		if err != errChanged {
+			return nil, err
+		}
+		if _, err := file.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	data, err := f.readAll(ctx, file, path, st.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -64,19 +86,23 @@ func (f *FS) readFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any
 }
 
 // readWhole reads a regular file to EOF, in pieces, within the size cap.
-// The buffer is sized from fstat, so a file of known size costs one
-// allocation of its size; /proc files (size 0) grow as they are read.
 func (f *FS) readWhole(ctx context.Context, path string) ([]byte, error) {
 	file, st, err := openRegular(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
-	limit := f.opts.MaxFileBytes
-	size := st.Size()
-	if size > limit {
-		return nil, tooLarge(protocol.MethodFsReadFile, path, size, limit)
+	if st.Size() > f.opts.MaxFileBytes {
+		return nil, tooLarge(protocol.MethodFsReadFile, path, st.Size(), f.opts.MaxFileBytes)
 	}
+	return f.readAll(ctx, file, path, st.Size())
+}
+
+// readAll reads file to EOF in pieces, checking ctx and the size cap. The
+// buffer starts at the size fstat gave, so a file of known size costs one
+// allocation; /proc files (size 0) grow as they are read.
+func (f *FS) readAll(ctx context.Context, file *os.File, path string, size int64) ([]byte, error) {
+	limit := f.opts.MaxFileBytes
 	// One byte more than the size: reading it tells EOF without a regrow.
 	buf := make([]byte, 0, size+1)
 	for {
@@ -110,7 +136,7 @@ type readFileResult struct{ data []byte }
 
 // AppendJSON implements jsonrpc.Appender.
 func (r *readFileResult) AppendJSON(dst []byte) []byte {
-	dst = grow(dst, len(`{"dataBase64":""}`)+base64.StdEncoding.EncodedLen(len(r.data)))
+	dst = grow(dst, frameSlack+len(`{"dataBase64":""}`)+base64.StdEncoding.EncodedLen(len(r.data)))
 	dst = append(dst, `{"dataBase64":"`...)
 	dst = base64.StdEncoding.AppendEncode(dst, r.data)
 	return append(dst, `"}`...)
@@ -245,6 +271,11 @@ func writeWhole(ctx context.Context, path string, data []byte) error {
 	}
 	return file.Close()
 }
+
+// frameSlack is room left after a result for the rest of the frame (the
+// closing brace of the response, a newline), so finishing the frame does
+// not reallocate a buffer of tens of megabytes.
+const frameSlack = 64
 
 // grow makes room for n more bytes with one allocation of exactly the size
 // needed (slices.Grow rounds up, and under the race detector it also

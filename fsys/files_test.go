@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -411,5 +413,84 @@ func TestWriteFileMemoryBound(t *testing.T) {
 	got, err := os.ReadFile(dir + "/big")
 	if err != nil || !bytes.Equal(got, pattern(size)) {
 		t.Fatalf("written file differs (%v)", err)
+	}
+}
+
+// Files of several encoding chunks (the last one partial, with padding)
+// come back intact inside a complete response frame, whatever the length of
+// the frame's prefix.
+func TestReadFileChunkedEncoding(t *testing.T) {
+	dir := t.TempDir()
+	f := New(Options{})
+	for _, size := range []int{1, 2, 3, encChunk - 1, encChunk, encChunk + 1, 2*encChunk + 2} {
+		data := pattern(size)
+		p := fmt.Sprintf("%s/f%d", dir, size)
+		writeTestFile(t, p, data)
+		res, err := f.Call(context.Background(), nil, protocol.MethodFsReadFile, json.RawMessage(`{"path":"`+uri(p)+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{`7`, `"` + strings.Repeat("x", 300) + `"`} {
+			frame, err := jsonrpc.AppendResponse(jsonrpc.GetBuffer(), json.RawMessage(id), res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msg struct {
+				ID     json.RawMessage           `json:"id"`
+				Result protocol.FsReadFileResult `json:"result"`
+			}
+			if err := json.Unmarshal(frame, &msg); err != nil {
+				t.Fatalf("size %d: bad frame: %v", size, err)
+			}
+			if string(msg.ID) != id || !bytes.Equal(msg.Result.DataBase64, data) {
+				t.Fatalf("size %d, id %.10s: wrong frame", size, id)
+			}
+		}
+	}
+}
+
+// A file that changes size between fstat and the read is read to EOF.
+func TestReadFileThatChangesSize(t *testing.T) {
+	dir := t.TempDir()
+	p := dir + "/f"
+	writeTestFile(t, p, pattern(100))
+	for _, newSize := range []int{50, 200} {
+		file, st, err := openRegular(p, os.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeTestFile(t, p, pattern(newSize))
+		if _, err := readEncoded(context.Background(), file, st.Size()); err != errChanged {
+			t.Fatalf("size 100 -> %d: %v, want errChanged", newSize, err)
+		}
+		file.Close()
+		writeTestFile(t, p, pattern(100))
+	}
+}
+
+// Parallel decoding: chunk boundaries change nothing, and padding at the end
+// of an inner chunk is still an error.
+func TestDecodeBase64Chunks(t *testing.T) {
+	for _, size := range []int{2 * decChunk / 4 * 3, 2*decChunk/4*3 + 1, 3*decChunk/4*3 + 2, 5*decChunk/4*3 + 7} {
+		data := pattern(size)
+		got, err := decodeBase64([]byte(b64(data)))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("size %d: %v, equal %v", size, err, bytes.Equal(got, data))
+		}
+	}
+	inner := b64(pattern(decChunk/4*3 - 1)) // exactly one chunk, ending in "="
+	if len(inner) != decChunk || !strings.HasSuffix(inner, "=") {
+		t.Fatal("bad construction")
+	}
+	src := []byte(inner + b64(pattern(decChunk)))
+	_, err := decodeBase64(src)
+	if err == nil || err.Error() != fmt.Sprintf("Invalid symbol 61, offset %d.", decChunk-1) {
+		t.Fatalf("padding at a chunk boundary: %v", err)
+	}
+	// A newline deep inside a big input.
+	src = []byte(b64(pattern(3 * decChunk)))
+	src[2*decChunk+5] = '\n'
+	if _, err := decodeBase64(src); err == nil || err.Error() != fmt.Sprintf("Invalid symbol 10, offset %d.", 2*decChunk+5) {
+		t.Fatalf("newline: %v", err)
 	}
 }

@@ -210,7 +210,7 @@ type readBlockResult struct {
 
 // AppendJSON implements jsonrpc.Appender.
 func (r *readBlockResult) AppendJSON(dst []byte) []byte {
-	dst = grow(dst, len(`{"chunk":"","eof":false}`)+base64.StdEncoding.EncodedLen(len(r.chunk)))
+	dst = grow(dst, frameSlack+len(`{"chunk":"","eof":false}`)+base64.StdEncoding.EncodedLen(len(r.chunk)))
 	dst = append(dst, `{"chunk":"`...)
 	dst = base64.StdEncoding.AppendEncode(dst, r.chunk)
 	dst = append(dst, `","eof":`...)

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -23,8 +21,8 @@ func TestIntegrationStdio(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the server")
 	}
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
 		t.Skip("no go tool:", err)
 	}
 	bin := filepath.Join(t.TempDir(), "exec-server")
