@@ -838,11 +838,11 @@ func (p *Process) writeChunk(ctx context.Context, chunk []byte) error {
 	}
 }
 
-// CloseStdin closes the process's stdin so it reads end-of-file
-// (process/closeStdin, an extension of this project's server). On a server
-// without it, a TTY process is sent ^D (end-of-file for a terminal in
-// canonical mode) and a pipe process's stdin cannot be closed: the error
-// then wraps errors.ErrUnsupported.
+// CloseStdin ends the process's input so it reads end-of-file. For a TTY
+// process it sends ^D, which a terminal in canonical mode turns into
+// end-of-file. For a pipe it calls process/closeStdin, an extension of this
+// project's server; other servers cannot close a pipe's stdin (the error
+// then wraps errors.ErrUnsupported).
 func (p *Process) CloseStdin(ctx context.Context) error {
 	p.stdinMu.Lock()
 	if p.stdinClosed {
@@ -850,11 +850,15 @@ func (p *Process) CloseStdin(ctx context.Context) error {
 		return nil
 	}
 	p.stdinMu.Unlock()
-	err := p.c.extension(ctx, "process/closeStdin", closeStdinParams{ProcessID: p.id}, nil, true)
-	if errors.Is(err, errors.ErrUnsupported) && p.tty {
+	var err error
+	if p.tty {
 		err = p.writeChunk(ctx, []byte{4})
+	} else {
+		err = p.c.extension(ctx, "process/closeStdin", closeStdinParams{ProcessID: p.id}, nil, true)
 	}
 	if err == nil || errors.Is(err, errors.ErrUnsupported) {
+		// Later writes fail locally either way: the caller said input
+		// has ended.
 		p.stdinMu.Lock()
 		p.stdinClosed = true
 		p.stdinMu.Unlock()

@@ -95,6 +95,10 @@ func run(t *testing.T, dir, stdin string, args ...string) (string, int) {
 	var stdout, stderr bytes.Buffer
 	code := cli.Main(ctx, args[0], args[1:], strings.NewReader(stdin), &stdout, &stderr)
 	norm := func(s string) string {
+		// Whether this warning (a server without process/closeStdin)
+		// comes before the process exits is a race; it is not part of
+		// the transcript.
+		s = strings.ReplaceAll(s, "exec-server exec: warning: end of input not forwarded: the server cannot close a process's stdin\n", "")
 		if serverURL != "" {
 			s = strings.ReplaceAll(s, serverURL, "$URL")
 		}

@@ -29,7 +29,21 @@ func (e envFlag) Set(s string) error {
 	return nil
 }
 
+// lockedWriter serialises writes: exec's stderr receives the remote
+// stderr and exec's own messages from different goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
 func (c *command) exec(ctx context.Context, args []string) int {
+	c.stderr = &lockedWriter{w: c.stderr}
 	fs := c.flags("[flags] [--] CMD [ARG...]")
 	env := envFlag{}
 	fs.Var(env, "e", "set environment variable `K=V` (repeatable)")
@@ -122,10 +136,16 @@ func (c *command) exec(ctx context.Context, args []string) int {
 	}
 	// The stdin forwarder ends at the end of local input (for a terminal,
 	// when the program exits).
+	// It reports through a channel, so that only this goroutine writes to
+	// stderr.
+	stdinNote := make(chan string, 1)
 	if *interactive {
 		go func() {
-			if _, err := io.Copy(p.Stdin(), c.stdin); err == nil {
-				_ = p.CloseStdin(ctx)
+			if _, err := io.Copy(p.Stdin(), c.stdin); err != nil {
+				return
+			}
+			if err := p.CloseStdin(ctx); errors.Is(err, errors.ErrUnsupported) {
+				stdinNote <- "warning: end of input not forwarded: the server cannot close a process's stdin"
 			}
 		}()
 	}
@@ -147,6 +167,8 @@ wait:
 		select {
 		case res = <-done:
 			break wait
+		case note := <-stdinNote:
+			fmt.Fprintf(c.stderr, "exec-server exec: %s\n", note)
 		case sig := <-sigs:
 			// Not derived from ctx: a signal that also ends ctx must
 			// still reach the remote process.
