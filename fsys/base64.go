@@ -35,8 +35,9 @@ func decodeBase64(src []byte) ([]byte, error) {
 }
 
 // decChunk is the share of one goroutine when decoding in parallel; a
-// multiple of 4, so every chunk but the last is whole quanta.
-const decChunk = 8 << 20
+// multiple of 4, so every chunk but the last is whole quanta. A variable so
+// tests can use many small chunks.
+var decChunk = 8 << 20
 
 // decodeChunks decodes src into dst, in parallel for big inputs. ok is
 // false when any chunk is invalid; a chunk other than the last must decode

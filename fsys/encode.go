@@ -17,16 +17,28 @@ import (
 // transport without another copy. Chunks are encoded in parallel, so a big
 // file costs about one read plus base64 time divided by the cores.
 
+// encChunk is a multiple of 3, so each chunk's base64 lands at an exact
+// offset with no padding except in the last one. A variable so tests can
+// make files of many chunks cheaply.
+var encChunk = 3 << 21 // 6 MiB
+
 const (
-	// encChunk is a multiple of 3, so each chunk's base64 lands at an exact
-	// offset with no padding except in the last one.
-	encChunk = 3 << 21 // 6 MiB
 	// frameReserve is the room kept in front of the reply for the frame
 	// prefix; a longer prefix (a very long request id) costs one copy.
 	frameReserve = 128
 )
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, encChunk); return &b }}
+
+// getChunk returns a pooled buffer of n bytes (n <= encChunk).
+func getChunk(n int) *[]byte {
+	bp := chunkPool.Get().(*[]byte)
+	if cap(*bp) < n {
+		b := make([]byte, encChunk)
+		bp = &b
+	}
+	return bp
+}
 
 // errChanged reports that the file's size changed while it was read; the
 // caller falls back to reading to EOF.
@@ -69,7 +81,7 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 	copy(buf[end-len(tail):], tail)
 
 	workers := min(runtime.GOMAXPROCS(0), 4)
-	if size <= encChunk {
+	if size <= int64(encChunk) {
 		workers = 1
 	}
 	var wg sync.WaitGroup
@@ -80,16 +92,16 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		n := int(min(encChunk, size-off))
+		n := int(min(int64(encChunk), size-off))
 		var bp *[]byte
 		var chunk []byte
-		if size < encChunk {
+		if size < int64(encChunk) {
 			chunk = make([]byte, n)
 		} else {
 			if workers > 1 {
 				sem <- struct{}{}
 			}
-			bp = chunkPool.Get().(*[]byte)
+			bp = getChunk(n)
 			chunk = (*bp)[:n]
 		}
 		if _, err := io.ReadFull(file, chunk); err != nil {

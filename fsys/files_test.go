@@ -420,6 +420,7 @@ func TestWriteFileMemoryBound(t *testing.T) {
 // come back intact inside a complete response frame, whatever the length of
 // the frame's prefix.
 func TestReadFileChunkedEncoding(t *testing.T) {
+	smallChunks(t)
 	dir := t.TempDir()
 	f := New(Options{})
 	for _, size := range []int{1, 2, 3, encChunk - 1, encChunk, encChunk + 1, 2*encChunk + 2} {
@@ -471,6 +472,7 @@ func TestReadFileThatChangesSize(t *testing.T) {
 // Parallel decoding: chunk boundaries change nothing, and padding at the end
 // of an inner chunk is still an error.
 func TestDecodeBase64Chunks(t *testing.T) {
+	smallChunks(t)
 	for _, size := range []int{2 * decChunk / 4 * 3, 2*decChunk/4*3 + 1, 3*decChunk/4*3 + 2, 5*decChunk/4*3 + 7} {
 		data := pattern(size)
 		got, err := decodeBase64([]byte(b64(data)))
@@ -493,4 +495,12 @@ func TestDecodeBase64Chunks(t *testing.T) {
 	if _, err := decodeBase64(src); err == nil || err.Error() != fmt.Sprintf("Invalid symbol 10, offset %d.", 2*decChunk+5) {
 		t.Fatalf("newline: %v", err)
 	}
+}
+
+// smallChunks makes the parallel encoder and decoder work in chunks of a few
+// KiB for the rest of the test, so many-chunk paths are cheap to exercise.
+func smallChunks(t *testing.T) {
+	oldE, oldD := encChunk, decChunk
+	encChunk, decChunk = 3<<10, 4<<10
+	t.Cleanup(func() { encChunk, decChunk = oldE, oldD })
 }
