@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,13 @@ func NewHandler(opts HandlerOptions) http.Handler {
 	}
 	var active atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The reference's order: Origin, path, method, the upgrade
+		// headers, then authentication. An Origin header is refused on
+		// every path and whatever its value, even empty.
+		if _, ok := r.Header["Origin"]; ok {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
 		switch r.URL.Path {
 		case "/readyz":
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -94,19 +102,17 @@ func NewHandler(opts HandlerOptions) http.Handler {
 			w.WriteHeader(http.StatusNotFound)
 			return
 		}
-		if r.Header.Get("Origin") != "" {
-			http.Error(w, "websocket requests with an Origin header are refused", http.StatusForbidden)
+		if r.Method != http.MethodGet {
+			plainText(w, http.StatusMethodNotAllowed, "Request method must be `GET`")
 			return
 		}
-		if r.Method != http.MethodGet {
-			http.Error(w, "Request method must be `GET`", http.StatusMethodNotAllowed)
+		if msg := upgradeProblem(r.Header); msg != "" {
+			plainText(w, http.StatusBadRequest, msg)
 			return
 		}
 		if opts.Authenticate != nil {
 			if err := opts.Authenticate(r); err != nil {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				w.WriteHeader(http.StatusUnauthorized)
-				_, _ = w.Write([]byte(err.Error()))
+				plainText(w, http.StatusUnauthorized, err.Error())
 				return
 			}
 		}
@@ -133,6 +139,43 @@ func NewHandler(opts HandlerOptions) http.Handler {
 		go pinger(ctx, c, opts.PingInterval)
 		opts.Serve(ctx, NewWebSocket(c, r.RemoteAddr))
 	})
+}
+
+// plainText answers with a text/plain body and no trailing newline, as the
+// reference does.
+func plainText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(msg))
+}
+
+// upgradeProblem checks a websocket upgrade request's headers and returns
+// the reference's text for the first one that is wrong ("" when all are
+// right).
+func upgradeProblem(h http.Header) string {
+	switch {
+	case !hasToken(h, "Connection", "upgrade"):
+		return "Connection header did not include 'upgrade'"
+	case !hasToken(h, "Upgrade", "websocket"):
+		return "`Upgrade` header did not include 'websocket'"
+	case h.Get("Sec-WebSocket-Version") != "13":
+		return "`Sec-WebSocket-Version` header did not include '13'"
+	case len(h.Values("Sec-WebSocket-Key")) == 0:
+		return "`Sec-WebSocket-Key` header missing"
+	}
+	return ""
+}
+
+// hasToken reports whether a comma-separated header has token, in any case.
+func hasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pinger keeps intermediaries from closing an idle connection.

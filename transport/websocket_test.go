@@ -83,19 +83,37 @@ func TestHandlerHTTP(t *testing.T) {
 		{name: "readyz HEAD", method: "HEAD", path: "/readyz", status: 200, body: ""},
 		{name: "readyz POST", method: "POST", path: "/readyz", status: 405, body: "", allow: "GET,HEAD"},
 		{name: "readyz PUT", method: "PUT", path: "/readyz", status: 405, allow: "GET,HEAD", body: "*"},
-		{name: "readyz with Origin", method: "GET", path: "/readyz", header: map[string]string{"Origin": "http://x"}, status: 200, body: ""},
-		{name: "other path", method: "GET", path: "/other", status: 404, body: "*"},
-		{name: "other path upgrade", method: "GET", path: "/ws", upgrade: true, status: 404, body: "*"},
+		{name: "other path", method: "GET", path: "/other", status: 404, body: ""},
+		{name: "other path upgrade", method: "GET", path: "/ws", upgrade: true, status: 404, body: ""},
+		// Origin is refused first, on every path, whatever its value
+		// (as observed on the reference).
 		{name: "origin refused", method: "GET", path: "/", upgrade: true,
-			header: map[string]string{"Origin": "http://evil.example", "Authorization": "Bearer good"}, status: 403, body: "*"},
+			header: map[string]string{"Origin": "http://evil.example", "Authorization": "Bearer good"}, status: 403, body: ""},
 		{name: "origin refused before auth", method: "GET", path: "/", upgrade: true,
-			header: map[string]string{"Origin": "null"}, status: 403, body: "*"},
+			header: map[string]string{"Origin": "null"}, status: 403, body: ""},
+		{name: "empty origin refused", method: "GET", path: "/", upgrade: true,
+			header: map[string]string{"Origin": "", "Authorization": "Bearer good"}, status: 403, body: ""},
+		{name: "readyz with Origin", method: "GET", path: "/readyz", header: map[string]string{"Origin": "http://x"}, status: 403, body: ""},
+		{name: "other path with Origin", method: "GET", path: "/other", header: map[string]string{"Origin": "http://x"}, status: 403, body: ""},
+		{name: "POST with Origin", method: "POST", path: "/", header: map[string]string{"Origin": "http://x"}, status: 403, body: ""},
 		{name: "auth refused", method: "GET", path: "/", upgrade: true, status: 401,
 			body: "invalid or missing bearer token", contentType: "text/plain; charset=utf-8"},
 		{name: "auth wrong token", method: "GET", path: "/", upgrade: true, header: map[string]string{"Authorization": "Bearer bad"},
 			status: 401, body: "invalid or missing bearer token", contentType: "text/plain; charset=utf-8"},
-		{name: "POST upgrade", method: "POST", path: "/", upgrade: true, status: 405, body: "*"},
-		{name: "GET / without upgrade", method: "GET", path: "/", header: map[string]string{"Authorization": "Bearer good"}, status: 426, body: "*"},
+		{name: "POST upgrade", method: "POST", path: "/", upgrade: true, status: 405, body: "Request method must be `GET`",
+			contentType: "text/plain; charset=utf-8"},
+		// The upgrade headers are checked before authentication, with the
+		// reference's texts.
+		{name: "GET / without upgrade", method: "GET", path: "/", status: 400,
+			body: "Connection header did not include 'upgrade'", contentType: "text/plain; charset=utf-8"},
+		{name: "no Upgrade header", method: "GET", path: "/", header: map[string]string{
+			"Connection": "keep-alive, Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+			status: 400, body: "`Upgrade` header did not include 'websocket'"},
+		{name: "bad version", method: "GET", path: "/", upgrade: true, header: map[string]string{"Sec-WebSocket-Version": "8"},
+			status: 400, body: "`Sec-WebSocket-Version` header did not include '13'"},
+		{name: "no key", method: "GET", path: "/", header: map[string]string{
+			"Connection": "upgrade", "Upgrade": "WebSocket", "Sec-WebSocket-Version": "13"},
+			status: 400, body: "`Sec-WebSocket-Key` header missing"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,7 +127,7 @@ func TestHandlerHTTP(t *testing.T) {
 				}
 			}
 			for k, v := range tt.header {
-				req.Header.Set(k, v)
+				req.Header[http.CanonicalHeaderKey(k)] = []string{v}
 			}
 			resp, err := srv.Client().Do(req)
 			if err != nil {
