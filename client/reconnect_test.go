@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/execgo/exec-server/client"
 )
@@ -237,4 +238,99 @@ func TestTokenAuth(t *testing.T) {
 		}
 		c.Close()
 	})
+}
+
+// A file opened for reading survives a reconnect (its handle is reopened);
+// one opened for writing reports the loss instead of truncating on reopen.
+func TestReconnectFileHandles(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		ctx := testCtx(t)
+		px := newProxy(t, strings.TrimPrefix(s.listen(t), "ws://"))
+		c, err := client.Dial(ctx, px.url(), client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		dir := t.TempDir()
+		if err := os.WriteFile(dir+"/r", []byte("0123456789"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Open(ctx, dir+"/r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		w, err := c.Create(ctx, dir+"/w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		buf := make([]byte, 3)
+		if _, err := r.ReadAt(buf, 2); err != nil || string(buf) != "234" {
+			t.Fatalf("ReadAt = %q, %v", buf, err)
+		}
+		px.cut()
+		if _, err := r.ReadAt(buf, 5); err != nil || string(buf) != "567" {
+			t.Errorf("ReadAt after a reconnect = %q, %v", buf, err)
+		}
+		if _, err := w.WriteAt([]byte("x"), 0); !errors.Is(err, client.ErrConnectionLost) {
+			t.Errorf("WriteAt after a reconnect: %v, want ErrConnectionLost", err)
+		}
+	})
+}
+
+// When the connection cannot be re-established in time, everything fails
+// with ErrConnectionLost rather than hanging.
+func TestReconnectGivesUp(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		ctx := testCtx(t)
+		px := newProxy(t, strings.TrimPrefix(s.listen(t), "ws://"))
+		c, err := client.Dial(ctx, px.url(), client.Options{ReconnectTimeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"sleep", "5"}, Env: shEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		px.ln.Close() // no more connections
+		px.cut()
+		if _, err := p.Wait(ctx); !errors.Is(err, client.ErrConnectionLost) {
+			t.Errorf("Wait after giving up: %v, want ErrConnectionLost", err)
+		}
+		if _, err := io.ReadAll(p.Stdout()); !errors.Is(err, client.ErrConnectionLost) {
+			t.Errorf("reading after giving up: %v, want ErrConnectionLost", err)
+		}
+		if _, err := c.Start(ctx, client.Cmd{Argv: []string{"true"}}); !errors.Is(err, client.ErrConnectionLost) {
+			t.Errorf("Start after giving up: %v, want ErrConnectionLost", err)
+		}
+	})
+}
+
+// A server that restarted does not know the session: the client says so.
+func TestReconnectSessionLost(t *testing.T) {
+	bin, err := ours()
+	if err != nil {
+		t.Skip(err)
+	}
+	s := server{name: "ours", bin: bin, env: func(testing.TB) []string { return os.Environ() }}
+	ctx := testCtx(t)
+	first := s.command(t, "ws://127.0.0.1:0")
+	url := startListening(t, first)
+	c, err := client.Dial(ctx, url, client.Options{ReconnectTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.Start(ctx, client.Cmd{Argv: []string{"sleep", "5"}, Env: shEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Process.Kill()
+	first.Wait()
+	startListening(t, s.command(t, url)) // a new server on the same address
+	if _, err := p.Wait(ctx); !errors.Is(err, client.ErrSessionLost) {
+		t.Errorf("Wait after the server restarted: %v, want ErrSessionLost", err)
+	}
 }

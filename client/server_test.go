@@ -118,13 +118,19 @@ func (s server) stdio(t testing.TB, opts client.Options) *client.Client {
 // the end of the test.
 func (s server) listen(t testing.TB, extra ...string) string {
 	t.Helper()
-	cmd := s.command(t, "ws://127.0.0.1:0", extra...)
+	return startListening(t, s.command(t, "ws://127.0.0.1:0", extra...))
+}
+
+// startListening starts a websocket server command and returns the URL it
+// prints; the server is stopped at the end of the test.
+func startListening(t testing.TB, cmd *exec.Cmd) string {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", s.name, err)
+		t.Fatalf("starting %s: %v", cmd.Path, err)
 	}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
@@ -132,11 +138,11 @@ func (s server) listen(t testing.TB, extra ...string) string {
 	})
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		t.Fatalf("%s printed no URL: %v", s.name, err)
+		t.Fatalf("%s printed no URL: %v", cmd.Path, err)
 	}
 	url := strings.TrimSpace(line)
 	if !strings.HasPrefix(url, "ws://") {
-		t.Fatalf("%s printed %q, want a ws:// URL", s.name, url)
+		t.Fatalf("%s printed %q, want a ws:// URL", cmd.Path, url)
 	}
 	return url
 }
