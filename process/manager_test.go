@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -851,5 +853,61 @@ func TestNoFDLeak(t *testing.T) {
 			t.Fatalf("%d descriptors open after 80 starts, %d before", after, before)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
+	m, sink := newTestManager(t, Options{})
+	// Racing starts of one id: exactly one wins.
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.Start(params(t, "dup", "sleep", "30")); err == nil {
+				won.Add(1)
+			} else {
+				var pe *protocol.Error
+				if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidRequest {
+					t.Errorf("losing start: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Fatalf("%d starts of one id succeeded", won.Load())
+	}
+	// Every method at once on live processes (run with -race).
+	for i := range 5 {
+		// Ignored signals stay ignored across exec: cat outlives them.
+		p := params(t, "c"+strconv.Itoa(i), "sh", "-c", `trap "" USR1; echo ready; exec cat`)
+		p.PipeStdin, p.TTY = true, i%2 == 0
+		mustStart(t, m, p)
+		sink.waitOutput(t, p.ProcessID, "ready")
+	}
+	ctx := context.Background()
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 50 {
+				id := "c" + strconv.Itoa((g+j)%5)
+				_, _ = m.Write(protocol.WriteParams{ProcessID: id, Chunk: []byte("x\n"), WriteID: str(strconv.Itoa(g*1000 + j))})
+				_, _ = m.Read(ctx, protocol.ReadParams{ProcessID: id, MaxBytes: u64(10)})
+				_ = m.Signal(protocol.SignalParams{ProcessID: id, Signal: "user1"})
+				_ = m.Live()
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 5 {
+		id := "c" + strconv.Itoa(i)
+		if res := m.Terminate(protocol.TerminateParams{ProcessID: id}); !res.Running {
+			t.Errorf("%s died before terminate: %s", id, describeEvents(sink.of(id)))
+		}
+		sink.waitClosed(t, id)
 	}
 }
