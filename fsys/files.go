@@ -24,6 +24,11 @@ const ioPiece = 8 << 20
 // A directory is refused as the reference does ("path `p` is not a file"),
 // except when opening for writing, where the kernel's EISDIR stands.
 func openRegular(p string, flag int) (*os.File, os.FileInfo, error) {
+	// Devices and FIFOs are refused before open, which can have side
+	// effects on a device; the fstat below closes the race with a swap.
+	if st, err := os.Stat(p); err == nil && !st.Mode().IsRegular() && !st.IsDir() {
+		return nil, nil, notAFile(p)
+	}
 	f, err := os.OpenFile(p, flag|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0o666)
 	if err != nil {
 		// ENXIO: a FIFO without a reader, or a socket; neither is a file.
@@ -83,19 +88,6 @@ func (f *FS) readFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any
 		return nil, err
 	}
 	return &readFileResult{data: data}, nil
-}
-
-// readWhole reads a regular file to EOF, in pieces, within the size cap.
-func (f *FS) readWhole(ctx context.Context, path string) ([]byte, error) {
-	file, st, err := openRegular(path, os.O_RDONLY)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	if st.Size() > f.opts.MaxFileBytes {
-		return nil, tooLarge(protocol.MethodFsReadFile, path, st.Size(), f.opts.MaxFileBytes)
-	}
-	return f.readAll(ctx, file, path, st.Size())
 }
 
 // readAll reads file to EOF in pieces, checking ctx and the size cap. The

@@ -276,8 +276,16 @@ func TestTreeOperationsHonourContext(t *testing.T) {
 		t.Fatal("walkTree ignored a cancelled context")
 	}
 	f := New(Options{})
-	if _, err := f.readWhole(ctx, dir+"/tree/d0/f0"); err == nil {
-		t.Fatal("readWhole ignored a cancelled context")
+	file, err := os.Open(dir + "/tree/d0/f0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	if _, err := f.readAll(ctx, file, dir+"/tree/d0/f0", 1); err == nil {
+		t.Fatal("readAll ignored a cancelled context")
+	}
+	if _, err := readEncoded(ctx, file, 1); err == nil {
+		t.Fatal("readEncoded ignored a cancelled context")
 	}
 	if err := writeWhole(ctx, dir+"/w", pattern(100)); err == nil {
 		t.Fatal("writeWhole ignored a cancelled context")
