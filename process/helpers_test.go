@@ -17,6 +17,7 @@ import (
 type recSink struct {
 	mu      sync.Mutex
 	events  []Event
+	times   []time.Time   // when each event was delivered
 	changed chan struct{} // closed and replaced on every event
 }
 
@@ -26,6 +27,7 @@ func (s *recSink) Deliver(ev Event) {
 	ev.Data = append([]byte(nil), ev.Data...)
 	s.mu.Lock()
 	s.events = append(s.events, ev)
+	s.times = append(s.times, time.Now())
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
@@ -42,6 +44,20 @@ func (s *recSink) of(id string) []Event {
 		}
 	}
 	return out
+}
+
+// deliveredAt returns when the process's first event of kind was delivered.
+func (s *recSink) deliveredAt(t *testing.T, id string, kind EventKind) time.Time {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, ev := range s.events {
+		if ev.ProcessID == id && ev.Kind == kind {
+			return s.times[i]
+		}
+	}
+	t.Fatalf("process %s: no event of kind %d", id, kind)
+	return time.Time{}
 }
 
 // waitFor waits until cond holds for the process's events.
