@@ -276,3 +276,31 @@ func TestFiles(t *testing.T) {
 		t.Errorf("remote-to-remote copy: %q", got)
 	}
 }
+
+// brokenPipe accepts n bytes, then fails as a closed pipe does.
+type brokenPipe struct{ n int }
+
+func (b *brokenPipe) Write(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, syscall.EPIPE
+	}
+	k := min(len(p), b.n)
+	b.n -= k
+	if k < len(p) {
+		return k, syscall.EPIPE
+	}
+	return k, nil
+}
+
+// `exec-server exec -- yes | head -1`: when our stdout closes, the remote
+// command is terminated and we exit as a pipeline member would (141).
+func TestExecStdoutClosed(t *testing.T) {
+	needServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	code := cli.Main(ctx, "exec", []string{"--url", serverURL, "--", "yes"}, strings.NewReader(""), &brokenPipe{n: 10}, &stderr)
+	if code != 141 {
+		t.Errorf("exit %d (stderr %q), want 141", code, stderr.String())
+	}
+}

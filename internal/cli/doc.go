@@ -33,10 +33,16 @@
 //	--cwd DIR          working directory on the server (absolute)
 //
 // Without -t, Ctrl-C (SIGINT) is forwarded to the remote process as an
-// interrupt; SIGTERM and SIGHUP terminate it. Exit codes of exec itself: 2
-// for a usage error, 126 when CMD is not executable, 127 when it is not
-// found, 255 when the server cannot be reached, the connection is lost for
-// good, or part of the output was lost (a warning on stderr says which).
+// interrupt; SIGTERM and SIGHUP terminate it. When exec's own stdout
+// closes (exec ... | head -1), the remote process is terminated and exec
+// exits with 141, as a pipeline member killed by SIGPIPE would. Exit codes
+// of exec itself: 2 for a usage error, 126 when CMD is not executable, 127
+// when it (or --cwd) is not found, 255 when the server cannot be reached,
+// the connection is lost for good, or part of the output was lost (stderr
+// says which; a non-zero code is never hidden behind lost output).
+//
+// Over a websocket a dropped connection is resumed transparently: the
+// output continues where it stopped, nothing lost or repeated.
 //
 // # Remote paths: cp, ls, cat
 //

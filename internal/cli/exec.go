@@ -116,22 +116,27 @@ func (c *command) exec(ctx context.Context, args []string) int {
 	}
 
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGWINCH)
+	// SIGPIPE is caught so that a closed stdout is an error to handle
+	// (terminate the remote command) rather than sudden death.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGWINCH, syscall.SIGPIPE)
 	defer signal.Stop(sigs)
 
-	// Output copiers: they end when the process's output ends.
+	// Output copiers: they end when the process's output ends. A local
+	// write failure (stdout closed: `exec ... | head -1`) is reported on
+	// writeFailed so the remote process is not left running.
 	var copiers sync.WaitGroup
 	var outErr, errErr error
+	writeFailed := make(chan error, 2)
 	copiers.Add(1)
 	go func() {
 		defer copiers.Done()
-		_, outErr = io.Copy(c.stdout, p.Stdout())
+		outErr = copyOutput(c.stdout, p.Stdout(), writeFailed)
 	}()
 	if !*tty {
 		copiers.Add(1)
 		go func() {
 			defer copiers.Done()
-			_, errErr = io.Copy(c.stderr, p.Stderr())
+			errErr = copyOutput(c.stderr, p.Stderr(), writeFailed)
 		}()
 	}
 	// The stdin forwarder ends at the end of local input (for a terminal,
@@ -169,6 +174,16 @@ wait:
 			break wait
 		case note := <-stdinNote:
 			fmt.Fprintf(c.stderr, "exec-server exec: %s\n", note)
+		case err := <-writeFailed:
+			// Like a local pipeline: the writer is gone, so is the
+			// command.
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = p.Terminate(tctx)
+			cancel()
+			if errors.Is(err, syscall.EPIPE) {
+				return 128 + int(syscall.SIGPIPE)
+			}
+			return c.fail(exitRemote, "writing output: %v", err)
 		case sig := <-sigs:
 			// Not derived from ctx: a signal that also ends ctx must
 			// still reach the remote process.
@@ -196,6 +211,9 @@ wait:
 	}
 	copiers.Wait()
 	for _, err := range []error{outErr, errErr} {
+		if errors.Is(err, errWriteFailed) {
+			continue // reported through writeFailed
+		}
 		if errors.Is(err, client.ErrOutputLost) {
 			return c.fail(exitRemote, "part of the output was lost (the remote command exited with %d)", res.code)
 		}
@@ -204,6 +222,32 @@ wait:
 		}
 	}
 	return res.code
+}
+
+var errWriteFailed = errors.New("local write failed")
+
+// copyOutput copies a process's output to w. A read error (lost output, a
+// lost connection) is returned; a write error is sent to writeFailed and
+// returned wrapped in errWriteFailed, and the rest of the output is
+// drained so the process is not stalled meanwhile.
+func copyOutput(w io.Writer, r io.Reader, writeFailed chan<- error) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				writeFailed <- werr
+				_, _ = io.Copy(io.Discard, r)
+				return fmt.Errorf("%w: %v", errWriteFailed, werr)
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
 }
 
 // startFailed reports a failed process/start with the exit codes shells
