@@ -10,12 +10,13 @@
 //
 //   - becomes a child subreaper (PR_SET_CHILD_SUBREAPER), so every orphan of
 //     the tree is reparented to it rather than to PID 1, and starts the
-//     real child in its own process group and session (the server starts
-//     the init with Setsid, and Setctty for a PTY, exactly as it would the
-//     child), so signals sent to the group still reach the child;
-//   - ignores the signals the server sends to the group (the child gets
-//     them directly), reaps every orphan, and reports the child's wait
-//     status on a lifeline socket the moment the child exits;
+//     real child exactly as the server would have (Setsid, Setctty for a
+//     PTY, Pdeathsig), so the child is still a session leader and signals
+//     the server sends to the child's process group reach it as before;
+//   - reaps every orphan, and reports the child's pid when it starts and
+//     its wait status on a lifeline socket the moment it exits; it then
+//     lets go of the child's streams, so EOF on them still means that the
+//     child and its descendants are done with them;
 //   - kills every descendant with SIGKILL, then exits, when the server asks
 //     (KillTree) or when the lifeline reaches EOF: the kernel closes the
 //     server's end when the server dies, however it dies.
@@ -66,35 +67,53 @@ func MaybeMain() {
 	}
 }
 
-// Prepare turns the start of path with argv and files (files[0..2] are the
-// child's stdin, stdout and stderr) into the start of an init that will run
-// it: start initPath with initArgv and initFiles instead, with the same
-// Dir, Env and SysProcAttr (Setsid, Setctty, Pdeathsig) the child would
-// have had. The caller must call Control.Started after the start succeeded
-// and Control.Abort if it failed.
-func Prepare(path string, argv []string, files []*os.File) (initPath string, initArgv []string, initFiles []*os.File, ctl *Control, err error) {
+// Prepare turns the start of path with argv, files (the child's stdin,
+// stdout and stderr) and sys into the start of an init that will run it:
+// start initPath with initArgv, initFiles and initSys instead, with the
+// same Dir and Env. The child itself still gets what sys asked for among
+// Setsid, Setctty (with the terminal on fd 0) and Pdeathsig, so it looks
+// exactly as if started directly (session leader, own process group,
+// controlling terminal); the init gets its own process group and no
+// Pdeathsig, since it must outlive the server long enough to kill the tree.
+// The caller must call Control.Started after the start succeeded, and
+// Control.Abort if it failed.
+func Prepare(path string, argv []string, files []*os.File, sys *syscall.SysProcAttr) (initPath string, initArgv []string, initFiles []*os.File, initSys *syscall.SysProcAttr, ctl *Control, err error) {
 	if len(files) != 3 {
-		return "", nil, nil, nil, errors.New("childinit: Prepare needs exactly the 3 standard files")
+		return "", nil, nil, nil, nil, errors.New("childinit: Prepare needs exactly the 3 standard files")
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return "", nil, nil, nil, fmt.Errorf("childinit: %w", err)
+		return "", nil, nil, nil, nil, fmt.Errorf("childinit: %w", err)
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return "", nil, nil, nil, fmt.Errorf("childinit: lifeline: %w", err)
+		return "", nil, nil, nil, nil, fmt.Errorf("childinit: lifeline: %w", err)
 	}
 	// The server's end is non-blocking so that reads park in the netpoller,
 	// not on an OS thread per child.
 	if err := unix.SetNonblock(fds[0], true); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
-		return "", nil, nil, nil, fmt.Errorf("childinit: lifeline: %w", err)
+		return "", nil, nil, nil, nil, fmt.Errorf("childinit: lifeline: %w", err)
+	}
+	mode := "plain"
+	if sys != nil && sys.Setsid {
+		mode = "setsid"
+		if sys.Setctty {
+			mode = "setsid-ctty"
+		}
+	}
+	if sys != nil && sys.Pdeathsig != 0 {
+		mode += ",pdeathsig"
+	}
+	initSys = &syscall.SysProcAttr{Setpgid: true}
+	if sys != nil {
+		initSys.PidFD = sys.PidFD
 	}
 	ctl = &Control{f: os.NewFile(uintptr(fds[0]), "childinit-lifeline"), initEnd: os.NewFile(uintptr(fds[1]), "childinit-lifeline-init")}
-	initArgv = append([]string{argv0(argv), Arg, path}, argv...)
+	initArgv = append([]string{argv0(argv), Arg, mode, path}, argv...)
 	initFiles = append(append([]*os.File(nil), files...), ctl.initEnd)
-	return self, initArgv, initFiles, ctl, nil
+	return self, initArgv, initFiles, initSys, ctl, nil
 }
 
 func argv0(argv []string) string {
@@ -110,6 +129,10 @@ type Control struct {
 	initEnd *os.File // closed in the server once the init started
 	pid     int
 }
+
+// Pid is the child's pid (also its process group and session id when it
+// was started with Setsid), known once Started has returned.
+func (c *Control) Pid() int { return c.pid }
 
 // Abort releases the lifeline after a failed start of the init.
 func (c *Control) Abort() {
@@ -184,13 +207,25 @@ func (c *Control) read() (byte, uint32, error) {
 
 // ---- the init ----
 
-// run is the init: args are the child's path and argv.
+// run is the init: args are the mode, the child's path and its argv.
 func run(args []string) int {
-	if len(args) < 2 {
+	if len(args) < 3 {
 		fmt.Fprintln(os.Stderr, "exec-server child init: missing program")
 		return 127
 	}
-	path, argv := args[0], args[1:]
+	mode, path, argv := args[0], args[1], args[2:]
+	sys := &syscall.SysProcAttr{}
+	for _, m := range strings.Split(mode, ",") {
+		switch m {
+		case "setsid":
+			sys.Setsid = true
+		case "setsid-ctty":
+			sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
+		case "pdeathsig":
+			// If the init itself is SIGKILLed, the child goes with it.
+			sys.Pdeathsig = syscall.SIGKILL
+		}
+	}
 	lifeline := os.NewFile(lifelineFD, "lifeline")
 	unix.CloseOnExec(lifelineFD)
 	send := func(kind byte, v uint32) {
@@ -212,8 +247,7 @@ func run(args []string) int {
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: []uintptr{0, 1, 2},
-		// If the init itself is SIGKILLed, the child goes with it.
-		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+		Sys:   sys,
 	})
 	if err != nil {
 		errno, _ := err.(syscall.Errno)
@@ -230,6 +264,15 @@ func run(args []string) int {
 		return 137
 	}
 	send(msgStarted, uint32(pid))
+	// The init must not hold the child's streams: the server sees EOF on
+	// them when the child and its descendants are done with them, and a
+	// terminal must hang up when the child's session ends.
+	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		for fd := 0; fd < 3; fd++ {
+			_ = unix.Dup2(int(null.Fd()), fd)
+		}
+		null.Close()
+	}
 
 	ctl := make(chan struct{})
 	go func() {

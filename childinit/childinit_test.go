@@ -50,14 +50,12 @@ func start(path string, argv, env []string) (*os.Process, *Control, error) {
 		return nil, nil, err
 	}
 	defer null.Close()
-	ipath, iargv, ifiles, ctl, err := Prepare(path, argv, []*os.File{null, os.Stderr, os.Stderr})
+	ipath, iargv, ifiles, isys, ctl, err := Prepare(path, argv, []*os.File{null, os.Stderr, os.Stderr},
+		&syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL})
 	if err != nil {
 		return nil, nil, err
 	}
-	proc, err := os.StartProcess(ipath, iargv, &os.ProcAttr{
-		Env: env, Files: ifiles,
-		Sys: &syscall.SysProcAttr{Setsid: true},
-	})
+	proc, err := os.StartProcess(ipath, iargv, &os.ProcAttr{Env: env, Files: ifiles, Sys: isys})
 	if err != nil {
 		ctl.Abort()
 		return nil, nil, err
@@ -149,8 +147,9 @@ func TestExitStatusAndSpawnError(t *testing.T) {
 	}
 }
 
-// TestGroupSignalReachesChild: the server signals the process group; the
-// init survives it and reports how the child died.
+// TestGroupSignalReachesChild: the server signals the child's process group
+// (the child is a session leader, as if started directly) and the init
+// reports how the child died.
 func TestGroupSignalReachesChild(t *testing.T) {
 	mark := marker()
 	t.Cleanup(func() { killAll(mark) })
@@ -159,7 +158,7 @@ func TestGroupSignalReachesChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCount(mark, func(n int) bool { return n >= 1 }, 5*time.Second)
-	if err := syscall.Kill(-proc.Pid, syscall.SIGINT); err != nil {
+	if err := syscall.Kill(-ctl.Pid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	st, err := ctl.Wait()
