@@ -8,6 +8,18 @@
 // than run unconfined. It is safer than the reference on purpose: it never
 // removes / or a mount root, never blocks on a FIFO or device, caps
 // whole-file transfers, and stops work when the request's context ends.
+//
+// Answers match the reference (codex 0.169.0) request for request, texts
+// included, except where this package is deliberately different:
+//   - fs/remove refuses / and mount roots (and trees with a mount inside);
+//   - FIFOs, sockets and devices are refused (-32600) instead of blocking;
+//   - fs/readFile and fs/writeFile are capped (Options.MaxFileBytes);
+//   - fs/copy of a file onto itself leaves it alone (the reference empties it);
+//   - createdAtMs is the birth time where the filesystem keeps one (the
+//     reference's musl build always says 0);
+//   - a negative number is reported with the field's name rather than as
+//     "invalid number" (same code, -32602);
+//   - paths that are not valid UTF-8 are refused (fileuri.Parse).
 package fsys
 
 import (
