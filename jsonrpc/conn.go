@@ -29,6 +29,13 @@ type Stream interface {
 	Describe() string
 }
 
+// FramingNamer is implemented by a Stream whose framing the reference
+// names in its parse errors: "failed to parse websocket JSON-RPC message
+// from ..." (stdio's errors name none).
+type FramingNamer interface {
+	Framing() string
+}
+
 // Options configure a Conn.
 type Options struct {
 	// Concurrency bounds the requests handled at once (the read loop waits
@@ -184,7 +191,11 @@ func (c *Conn) waitOrAbort(done <-chan struct{}) {
 }
 
 func (c *Conn) replyDecodeError(de *DecodeError) {
-	e := protocol.InvalidRequest("failed to parse JSON-RPC message from %s: %s", c.stream.Describe(), de.Detail)
+	framing := ""
+	if f, ok := c.stream.(FramingNamer); ok && f.Framing() != "" {
+		framing = f.Framing() + " "
+	}
+	e := protocol.InvalidRequest("failed to parse %sJSON-RPC message from %s: %s", framing, c.stream.Describe(), de.Detail)
 	c.sendFrame(c.ctx, AppendError(GetBuffer(), NoID, e))
 }
 

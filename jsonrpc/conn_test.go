@@ -533,3 +533,20 @@ func TestConnDrainOnEOF(t *testing.T) {
 		t.Errorf("Run took %v with a 10ms drain", d)
 	}
 }
+
+// framedStream names its framing, as the websocket transport does.
+type framedStream struct{ *fakeStream }
+
+func (framedStream) Framing() string { return "websocket" }
+
+func TestConnParseErrorNamesFraming(t *testing.T) {
+	s := newFakeStream()
+	c := NewConn(framedStream{s}, Options{})
+	wait := runConn(c, context.Background(), func(*Message) {})
+	s.send(`[1]`)
+	if got, want := s.next(t), `{"error":{"code":-32600,"message":"failed to parse websocket JSON-RPC message from fake peer: expected a JSON-RPC object"},"id":-1}`; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	close(s.in)
+	_ = wait()
+}

@@ -46,6 +46,9 @@ func (w *WebSocket) Close() error {
 // Describe names the peer for error messages.
 func (w *WebSocket) Describe() string { return w.name }
 
+// Framing names the framing in parse errors (jsonrpc.FramingNamer).
+func (w *WebSocket) Framing() string { return "websocket" }
+
 // HandlerOptions configure the websocket HTTP handler.
 type HandlerOptions struct {
 	// MaxMessageBytes bounds one incoming message (default

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/coder/websocket"
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/jsonrpc"
 )
 
 // echoServe echoes every message until the connection ends.
@@ -329,6 +332,34 @@ func TestWebSocketStreamClose(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("server Read did not end after the peer closed")
+	}
+}
+
+func TestWebSocketParseErrorText(t *testing.T) {
+	// With a jsonrpc.Conn on top, a malformed message is answered with the
+	// reference's websocket wording (observed): "failed to parse websocket
+	// JSON-RPC message from exec-server websocket 127.0.0.1:PORT: ...".
+	srv := newWSServer(t, HandlerOptions{Serve: func(ctx context.Context, s *WebSocket) {
+		c := jsonrpc.NewConn(s, jsonrpc.Options{})
+		_ = c.Run(ctx, func(*jsonrpc.Message) {})
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, wsURL(srv), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageText, []byte("[1]")); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`^\{"error":\{"code":-32600,"message":"failed to parse websocket JSON-RPC message from exec-server websocket 127\.0\.0\.1:[0-9]+: expected a JSON-RPC object"\},"id":-1\}$`)
+	if !re.Match(got) {
+		t.Errorf("reply %s", got)
 	}
 }
 
