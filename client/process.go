@@ -32,11 +32,20 @@ var ErrStdinClosed = errors.New("exec-server client: process stdin is closed")
 const DefaultBufferSize = 4 << 20
 
 // Signal names a signal process/signal delivers. The reference server knows
-// only Interrupt.
+// only Interrupt; this project's server knows them all (others answer the
+// rest with a -32602 *Error).
 type Signal string
 
-// Interrupt is SIGINT.
-const Interrupt Signal = "interrupt"
+// Signals by their wire names.
+const (
+	Interrupt Signal = "interrupt" // SIGINT
+	Terminate Signal = "terminate" // SIGTERM
+	Kill      Signal = "kill"      // SIGKILL (Process.Terminate also kills, on every server)
+	Hangup    Signal = "hangup"    // SIGHUP
+	Quit      Signal = "quit"      // SIGQUIT
+	User1     Signal = "user1"     // SIGUSR1
+	User2     Signal = "user2"     // SIGUSR2
+)
 
 // Cmd describes a process to start on the server.
 type Cmd struct {

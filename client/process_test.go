@@ -327,3 +327,30 @@ func TestManyConcurrentProcesses(t *testing.T) {
 		}
 	})
 }
+
+func TestSignalNames(t *testing.T) {
+	bin, err := ours()
+	if err != nil {
+		t.Skip(err)
+	}
+	s := server{name: "ours", bin: bin, env: func(testing.TB) []string { return nil }}
+	c := s.stdio(t, client.Options{})
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		sig  client.Signal
+		code int
+	}{{client.Terminate, 143}, {client.Hangup, 129}, {client.Kill, 137}, {client.User1, 138}} {
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", "echo ready; exec sleep 30"}, Env: shEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 6)
+		io.ReadFull(p.Stdout(), buf)
+		if err := p.Signal(ctx, tc.sig); err != nil {
+			t.Fatalf("Signal(%s): %v", tc.sig, err)
+		}
+		if code, err := p.Wait(ctx); code != tc.code || err != nil {
+			t.Errorf("after %s: Wait = %d, %v; want %d", tc.sig, code, err, tc.code)
+		}
+	}
+}

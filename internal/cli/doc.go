@@ -33,7 +33,8 @@
 //	--cwd DIR          working directory on the server (absolute)
 //
 // Without -t, Ctrl-C (SIGINT) is forwarded to the remote process as an
-// interrupt; SIGTERM and SIGHUP terminate it. When exec's own stdout
+// interrupt. SIGTERM and SIGHUP are forwarded as themselves (a server that
+// cannot deliver them kills the remote process instead). When exec's own stdout
 // closes (exec ... | head -1), the remote process is terminated and exec
 // exits with 141, as a pipeline member killed by SIGPIPE would. Exit codes
 // of exec itself: 2 for a usage error, 126 when CMD is not executable, 127

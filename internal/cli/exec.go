@@ -192,7 +192,15 @@ wait:
 			case syscall.SIGINT:
 				_ = p.Signal(sctx, client.Interrupt)
 			case syscall.SIGTERM, syscall.SIGHUP:
-				_, _ = p.Terminate(sctx)
+				// Forward it; a server that knows only interrupt gets a
+				// kill instead, so the remote command never outlives us.
+				name := client.Terminate
+				if sig == syscall.SIGHUP {
+					name = client.Hangup
+				}
+				if p.Signal(sctx, name) != nil {
+					_, _ = p.Terminate(sctx)
+				}
 			case syscall.SIGWINCH:
 				if rows, cols, ok := winsize(sizeSrc); ok && *tty {
 					_ = p.Resize(sctx, rows, cols)
