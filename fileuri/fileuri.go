@@ -4,7 +4,6 @@
 package fileuri
 
 import (
-	"net/url"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -34,8 +33,13 @@ func Parse(uri string) (string, error) {
 		return "", protocol.InvalidParams("unsupported path URI scheme `%s`", scheme)
 	}
 	rest := uri[colon+1:]
+	// A query or fragment would be silently dropped by a URL parser; the
+	// reference refuses both, the query first when both are there.
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
-		rest = rest[:i]
+		if rest[i] == '?' {
+			return "", protocol.InvalidParams("query parameters are not allowed in path URIs")
+		}
+		return "", protocol.InvalidParams("fragments are not allowed in path URIs")
 	}
 	var host, p string
 	if strings.HasPrefix(rest, "//") {
@@ -49,16 +53,18 @@ func Parse(uri string) (string, error) {
 	} else {
 		p = rest
 	}
-	if host != "" && !strings.EqualFold(host, "localhost") {
+	// A file: URL has no user or port; the reference's URL parser rejects
+	// them as a bad host name.
+	if strings.ContainsAny(host, "@") || (strings.Contains(host, ":") && !strings.HasPrefix(host, "[")) {
+		return "", protocol.InvalidParams("invalid URI: invalid international domain name")
+	}
+	if host = unescape(host); host != "" && !strings.EqualFold(host, "localhost") {
 		return "", protocol.InvalidRequest("'%s' is invalid on 'linux'", uri)
 	}
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p
 	}
-	decoded, err := url.PathUnescape(p)
-	if err != nil {
-		return "", protocol.InvalidParams("invalid URI: %v", err)
-	}
+	decoded := unescape(p)
 	if strings.IndexByte(decoded, 0) >= 0 {
 		return "", protocol.InvalidParams("invalid URI: path contains a NUL byte")
 	}
@@ -66,6 +72,38 @@ func Parse(uri string) (string, error) {
 		return "", protocol.InvalidParams("invalid URI: path is not valid UTF-8")
 	}
 	return path.Clean(decoded), nil
+}
+
+// unescape decodes %XX escapes. Like the reference's URL library it keeps a
+// '%' that does not start a valid escape as a literal character.
+func unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
 }
 
 func validScheme(s string) bool {

@@ -28,7 +28,19 @@ func TestParse(t *testing.T) {
 		{"file:///tmp/%2e%2e/etc", "/etc", 0},
 		{"file:///tmp/a/", "/tmp/a", 0},
 		{"file:///tmp//a", "/tmp/a", 0},
-		{"file:///tmp/a?query#frag", "/tmp/a", 0},
+		{"file:///tmp/a?query#frag", "", protocol.CodeInvalidParams},
+		{"file:///tmp/a?", "", protocol.CodeInvalidParams},
+		{"file:///tmp/a#", "", protocol.CodeInvalidParams},
+		{"file://host/tmp/a?x", "", protocol.CodeInvalidParams},
+		{"file://localhost:80/x", "", protocol.CodeInvalidParams},
+		{"file://user@localhost/x", "", protocol.CodeInvalidParams},
+		{"file://[::1]/x", "", protocol.CodeInvalidRequest},
+		{"file://127.0.0.1/x", "", protocol.CodeInvalidRequest},
+		{"file://%6cocalhost/x", "/x", 0},
+		{"file:///x%2", "/x%2", 0},
+		{"file:///x%zz", "/x%zz", 0},
+		{"file:///x%", "/x%", 0},
+		{"file:tmp/a", "/tmp/a", 0},
 		{"/tmp/a", "", protocol.CodeInvalidParams},
 		{"tmp/a", "", protocol.CodeInvalidParams},
 		{"", "", protocol.CodeInvalidParams},
@@ -38,7 +50,6 @@ func TestParse(t *testing.T) {
 		{"file:///tmp/a%00b", "", protocol.CodeInvalidParams},
 		{"file:///tmp/%FF", "", protocol.CodeInvalidParams},
 		{"file:///tmp/\xff", "", protocol.CodeInvalidParams},
-		{"file:///tmp/%zz", "", protocol.CodeInvalidParams},
 	} {
 		got, err := Parse(tc.uri)
 		if tc.code != 0 {
@@ -68,6 +79,19 @@ func TestFromPathMatchesReference(t *testing.T) {
 	} {
 		if got := FromPath(tc.path); got != tc.want {
 			t.Errorf("FromPath(%q) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
+
+// The reference's texts for a query and a fragment (observed).
+func TestParseQueryAndFragmentTexts(t *testing.T) {
+	for uri, want := range map[string]string{
+		"file:///x?a#b": "query parameters are not allowed in path URIs",
+		"file:///x#a?b": "fragments are not allowed in path URIs",
+	} {
+		_, err := Parse(uri)
+		if err == nil || err.(*protocol.Error).Message != want {
+			t.Errorf("Parse(%q): %v, want %q", uri, err, want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func FuzzFromPath(f *testing.F) {
 			if c <= 0x20 || c >= 0x7f || strings.IndexByte("\"#<>?`{}\\", c) >= 0 {
 				t.Fatalf("FromPath(%q) = %q: literal %q", p, u, c)
 			}
-			if c == '%' && (i+2 >= len(u) || !isHex(u[i+1]) || !isHex(u[i+2])) {
+			if c == '%' && (i+2 >= len(u) || !isUpperHex(u[i+1]) || !isUpperHex(u[i+2])) {
 				t.Fatalf("FromPath(%q) = %q: bare %%", p, u)
 			}
 		}
@@ -38,6 +38,6 @@ func FuzzFromPath(f *testing.F) {
 	})
 }
 
-func isHex(c byte) bool {
+func isUpperHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'A' && c <= 'F'
 }
