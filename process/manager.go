@@ -177,6 +177,25 @@ func (m *Manager) Write(p protocol.WriteParams) (*protocol.WriteResult, error) {
 	return proc.write(p)
 }
 
+// CloseStdin ends a process's input (an extension of the protocol): a
+// pipe's write end is closed once queued writes are done; a terminal gets
+// ^D, which a terminal in canonical mode turns into end-of-file. A process
+// without writable stdin already has no input; that is not an error.
+func (m *Manager) CloseStdin(id string) error {
+	proc, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case proc.stdin == nil:
+		return nil
+	case proc.tty:
+		return proc.stdin.enqueue([]byte{4})
+	}
+	proc.stdin.closeInput()
+	return nil
+}
+
 // Signals maps the protocol's signal names to the signals sent.
 var Signals = map[string]syscall.Signal{
 	"interrupt": syscall.SIGINT,

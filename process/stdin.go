@@ -19,6 +19,7 @@ type stdinWriter struct {
 	queue    [][]byte
 	queued   int
 	done     bool
+	eof      bool // input ended by the client: close once the queue is written
 	broken   bool
 }
 
@@ -38,6 +39,9 @@ func (w *stdinWriter) enqueue(data []byte) error {
 	if w.done || w.broken {
 		return protocol.Internal("failed to write to process stdin")
 	}
+	if w.eof {
+		return protocol.Internal("failed to write to process stdin: it was closed with process/closeStdin")
+	}
 	if w.queued+len(data) > w.limit {
 		return protocol.Internal("failed to write to process stdin: %d bytes already queued and not yet read by the process (limit %d)", w.queued, w.limit)
 	}
@@ -56,10 +60,12 @@ func (w *stdinWriter) run() {
 	}()
 	for {
 		w.mu.Lock()
-		for len(w.queue) == 0 && !w.done {
+		for len(w.queue) == 0 && !w.done && !w.eof {
 			w.cond.Wait()
 		}
-		if w.done {
+		if w.done || len(w.queue) == 0 {
+			// Stopped, or end of input with everything written: the
+			// deferred close gives the child its end-of-file.
 			w.mu.Unlock()
 			return
 		}
@@ -78,6 +84,14 @@ func (w *stdinWriter) run() {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// closeInput ends the child's input once what is queued has been written.
+func (w *stdinWriter) closeInput() {
+	w.mu.Lock()
+	w.eof = true
+	w.cond.Signal()
+	w.mu.Unlock()
 }
 
 // close stops the writer. A write blocked on a full pipe ends when the

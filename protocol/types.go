@@ -14,6 +14,9 @@ const (
 	MethodProcessWrite     = "process/write"
 	MethodProcessSignal    = "process/signal"
 	MethodProcessTerminate = "process/terminate"
+	// MethodProcessCloseStdin is an extension of this server: it ends a
+	// process's input. The reference answers -32601.
+	MethodProcessCloseStdin = "process/closeStdin"
 
 	MethodFsReadFile        = "fs/readFile"
 	MethodFsWriteFile       = "fs/writeFile"
@@ -130,7 +133,7 @@ type ReadResult struct {
 // reference; this server accepts its absence.
 type WriteParams struct {
 	ProcessID string  `json:"processId"`
-	Chunk     []byte  `json:"chunk"`
+	Chunk     Base64  `json:"chunk"`
 	WriteID   *string `json:"writeId,omitempty"`
 }
 
@@ -155,6 +158,11 @@ type SignalParams struct {
 
 // TerminateParams are the params of process/terminate.
 type TerminateParams struct {
+	ProcessID string `json:"processId"`
+}
+
+// CloseStdinParams are the params of process/closeStdin.
+type CloseStdinParams struct {
 	ProcessID string `json:"processId"`
 }
 

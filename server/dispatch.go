@@ -206,6 +206,13 @@ func (s *Server) buildMethods() map[string]method {
 				return protocol.Empty{}, cs.sess().procs.Signal(*p.(*protocol.SignalParams))
 			},
 		},
+		protocol.MethodProcessCloseStdin: {
+			family: familyExec, inline: true,
+			decode: decodeInto[protocol.CloseStdinParams]("CloseStdinParams", "processId"),
+			call: func(_ context.Context, cs *connState, p any) (any, error) {
+				return protocol.Empty{}, cs.sess().procs.CloseStdin(p.(*protocol.CloseStdinParams).ProcessID)
+			},
+		},
 		protocol.MethodProcessTerminate: {
 			family: familyExec, inline: true,
 			decode: decodeInto[protocol.TerminateParams]("TerminateParams", "processId"),

@@ -585,3 +585,32 @@ func TestPipelinedFilesystem(t *testing.T) {
 		t.Errorf("metadata after remove: %s", w.raw)
 	}
 }
+
+// process/closeStdin (an extension) gives a pipe's reader end-of-file after
+// what was written before it.
+func TestCloseStdin(t *testing.T) {
+	checkGoroutines(t)
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	sp := startParams(t, "wc", false, "wc", "-c")
+	sp["pipeStdin"] = true
+	p.call("process/start", sp)
+	p.call("process/write", map[string]any{"processId": "wc", "chunk": base64.StdEncoding.EncodeToString([]byte("12345"))})
+	p.call("process/closeStdin", map[string]any{"processId": "wc"})
+	if code, _ := p.callErr("process/write", map[string]any{"processId": "wc", "chunk": "eA=="}); code != -32603 {
+		t.Errorf("write after closeStdin: %d", code)
+	}
+	out, _, code := decodeOutput(t, p.events("wc"))
+	if strings.TrimSpace(out) != "5" || code != 0 {
+		t.Errorf("wc -c saw %q (exit %d), want 5", out, code)
+	}
+	// On a terminal, ^D ends the input of the reader in canonical mode.
+	p.call("process/start", startParams(t, "tty", true, "sh", "-c", "cat; echo rc=$?"))
+	p.call("process/closeStdin", map[string]any{"processId": "tty"})
+	if out, _, code := decodeOutput(t, p.events("tty")); code != 0 || !strings.Contains(out, "rc=0") {
+		t.Errorf("cat on a tty after ^D: %q, exit %d", out, code)
+	}
+	if code, _ := p.callErr("process/closeStdin", map[string]any{"processId": "nope"}); code != -32600 {
+		t.Errorf("closeStdin of an unknown process: %d", code)
+	}
+}
