@@ -13,11 +13,10 @@ import (
 	"github.com/execgo/exec-server/protocol"
 )
 
-// TestIntegrationStdio builds the real exec-server, speaks newline-delimited
-// JSON-RPC to it over stdio and runs the fs family end to end: the frame
-// encoding (Appenders), the handle table per connection and the error
-// mapping as a client sees them.
-func TestIntegrationStdio(t *testing.T) {
+// buildServer builds ./cmd/exec-server into a temp dir (skipping under
+// -short or without a go tool) and returns the binary's path.
+func buildServer(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the server")
 	}
@@ -31,77 +30,105 @@ func TestIntegrationStdio(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	dir := t.TempDir()
-	srv := exec.Command(bin, "--listen", "stdio")
-	srv.Dir = dir
-	stdin, _ := srv.StdinPipe()
-	stdout, _ := srv.StdoutPipe()
-	var stderr bytes.Buffer
-	srv.Stderr = &stderr
-	if err := srv.Start(); err != nil {
+	return bin
+}
+
+type stdioReply struct {
+	ID     int             `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *protocol.Error `json:"error"`
+}
+
+// stdioClient speaks newline-delimited JSON-RPC to a server process, one
+// request at a time. The process ends (stdin EOF) at the end of the test.
+type stdioClient struct {
+	t      *testing.T
+	stdin  io.WriteCloser
+	lines  chan []byte
+	stderr *bytes.Buffer
+	nextID int
+}
+
+func startStdio(t *testing.T, cmd *exec.Cmd) *stdioClient {
+	t.Helper()
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	c := &stdioClient{t: t, stdin: stdin, lines: make(chan []byte, 16), stderr: &bytes.Buffer{}}
+	cmd.Stderr = c.stderr
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		stdin.Close()
 		done := make(chan error, 1)
-		go func() { done <- srv.Wait() }()
+		go func() { done <- cmd.Wait() }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			srv.Process.Kill()
+			cmd.Process.Kill()
 			<-done
 			t.Error("server did not exit at stdin EOF")
 		}
-	}()
-	lines := make(chan []byte, 16)
+	})
 	go func() {
-		defer close(lines)
+		defer close(c.lines)
 		r := bufio.NewReaderSize(stdout, 1<<20)
 		for {
 			line, err := r.ReadBytes('\n')
 			if len(line) > 0 {
-				lines <- line
+				c.lines <- line
 			}
 			if err != nil {
 				return
 			}
 		}
 	}()
-	nextID := 0
-	type reply struct {
-		ID     int             `json:"id"`
-		Result json.RawMessage `json:"result"`
-		Error  *protocol.Error `json:"error"`
-	}
-	send := func(method string, params any) reply {
-		t.Helper()
-		nextID++
-		msg, _ := json.Marshal(map[string]any{"id": nextID, "method": method, "params": params})
-		if _, err := stdin.Write(append(msg, '\n')); err != nil {
-			t.Fatalf("write: %v (stderr: %s)", err, stderr.String())
-		}
-		for {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatalf("server closed stdout (stderr: %s)", stderr.String())
-				}
-				var r reply
-				if err := json.Unmarshal(line, &r); err != nil {
-					t.Fatalf("bad frame %q: %v", line, err)
-				}
-				if r.ID == nextID {
-					return r
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatalf("no reply to %s", method)
-			}
-		}
-	}
-	if r := send("initialize", map[string]any{"clientName": "fsys-integration"}); r.Error != nil {
+	if r := c.send("initialize", map[string]any{"clientName": "fsys-test"}); r.Error != nil {
 		t.Fatal(r.Error)
 	}
 	io.WriteString(stdin, `{"method":"initialized","params":{}}`+"\n")
+	return c
+}
+
+// send sends one request (params may be json.RawMessage) and waits for
+// its reply.
+func (c *stdioClient) send(method string, params any) stdioReply {
+	c.t.Helper()
+	c.nextID++
+	msg, _ := json.Marshal(map[string]any{"id": c.nextID, "method": method, "params": params})
+	if _, err := c.stdin.Write(append(msg, '\n')); err != nil {
+		c.t.Fatalf("write: %v (stderr: %s)", err, c.stderr.String())
+	}
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				c.t.Fatalf("server closed stdout (stderr: %s)", c.stderr.String())
+			}
+			var r stdioReply
+			if err := json.Unmarshal(line, &r); err != nil {
+				c.t.Fatalf("bad frame %q: %v", line, err)
+			}
+			if r.ID == c.nextID {
+				return r
+			}
+		case <-time.After(20 * time.Second):
+			c.t.Fatalf("no reply to %s", method)
+		}
+	}
+}
+
+// TestIntegrationStdio builds the real exec-server, speaks newline-delimited
+// JSON-RPC to it over stdio and runs the fs family end to end: the frame
+// encoding (Appenders), the handle table per connection and the error
+// mapping as a client sees them.
+func TestIntegrationStdio(t *testing.T) {
+	bin := buildServer(t)
+	dir := t.TempDir()
+	srv := exec.Command(bin, "--listen", "stdio")
+	srv.Dir = dir
+	c := startStdio(t, srv)
+	send := c.send
 
 	data := pattern(3<<20 + 5)
 	if r := send("fs/createDirectory", obj("path", uri(dir+"/a/b"))); r.Error != nil {
