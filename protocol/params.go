@@ -81,6 +81,11 @@ func jsonKind(c byte) string {
 // describeJSONError turns encoding/json's errors into short texts that name
 // the field and the expected type.
 func describeJSONError(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		// From a field's own UnmarshalJSON (Base64): already worded.
+		return pe.Message
+	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		field := te.Field

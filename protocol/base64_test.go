@@ -1,0 +1,130 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+)
+
+// Texts observed on the reference for process/write chunks.
+var referenceBase64Errors = []struct{ in, msg string }{
+	{"!!!!", "Invalid symbol 33, offset 0."},
+	{"YQ=", "Invalid padding"},
+	{"YQ", "Invalid padding"},
+	{"YR==", "Invalid last symbol 82, offset 1."},
+	{"Y", "Invalid input length: 1"},
+	{"YQ==YQ==", "Invalid symbol 61, offset 2."},
+	{"YWJj\n", "Invalid symbol 10, offset 4."},
+	{"YW Jj", "Invalid symbol 32, offset 2."},
+	{"=", "Invalid symbol 61, offset 0."},
+	{"====", "Invalid symbol 61, offset 0."},
+	{"YQ===", "Invalid symbol 61, offset 2."},
+	{"aGk=\u00e9", "Invalid symbol 61, offset 3."},
+	{"YWJjZ", "Invalid input length: 5"},
+	{"YWJjZGVmZ", "Invalid input length: 9"},
+	{"Y===", "Invalid symbol 61, offset 1."},
+	{"YWJjZ=", "Invalid symbol 61, offset 5."},
+	{"YWJj=", "Invalid symbol 61, offset 4."},
+	{"=YWJ", "Invalid symbol 61, offset 0."},
+	{"YW=j", "Invalid symbol 61, offset 2."},
+	{"YWJjYQ", "Invalid padding"},
+	{"YWJjYR==", "Invalid last symbol 82, offset 5."},
+	{"YWJjYWJjYQ=", "Invalid padding"},
+	{"YWJjYWJj\n", "Invalid symbol 10, offset 8."},
+	{"YW\nJj", "Invalid symbol 10, offset 2."},
+	{"YWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJj!WJj", "Invalid symbol 33, offset 36."},
+	{"YWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJ=", "Invalid last symbol 74, offset 38."},
+	{"Zm9vYmE", "Invalid padding"},
+	{"Zm9vYmF=", "Invalid last symbol 70, offset 6."},
+	{"Y\n", "Invalid symbol 10, offset 1."},
+	{"YQ==\n", "Invalid symbol 10, offset 4."},
+	{"YWJjZ\n", "Invalid symbol 10, offset 5."},
+	{"YWJjZGVm!", "Invalid symbol 33, offset 8."},
+}
+
+func TestDecodeBase64ReferenceErrors(t *testing.T) {
+	for _, tt := range referenceBase64Errors {
+		_, err := DecodeBase64([]byte(tt.in))
+		wantError(t, err, CodeInvalidParams, tt.msg)
+		if e, ok := err.(*Error); ok && e.Message != tt.msg {
+			t.Errorf("DecodeBase64(%q) = %q, want %q", tt.in, e.Message, tt.msg)
+		}
+	}
+	for _, ok := range []string{"", "Zm9vYmFy", "Zm9vYmE=", "Zm9vYg==", "YQ==", "+/+/"} {
+		got, err := DecodeBase64([]byte(ok))
+		want, _ := base64.StdEncoding.DecodeString(ok)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("DecodeBase64(%q) = %q, %v", ok, got, err)
+		}
+	}
+}
+
+func TestDecodeBase64MatchesStrictDecoding(t *testing.T) {
+	// Valid exactly when Go's strict decoder accepts it without line
+	// breaks; Base64ErrorText agrees with DecodeBase64 on every input.
+	r := rand.New(rand.NewPCG(3, 4))
+	const symbols = "AQgw+/=\n!aZ09"
+	for range 20000 {
+		b := make([]byte, r.IntN(14))
+		for i := range b {
+			b[i] = symbols[r.IntN(len(symbols))]
+		}
+		got, err := DecodeBase64(b)
+		want, werr := base64.StdEncoding.Strict().DecodeString(string(b))
+		valid := werr == nil && !bytes.ContainsAny(b, "\r\n")
+		if valid != (err == nil) {
+			t.Fatalf("DecodeBase64(%q) = %v; strict Go decoding valid=%v", b, err, valid)
+		}
+		if valid && !bytes.Equal(got, want) {
+			t.Fatalf("DecodeBase64(%q) = %x, want %x", b, got, want)
+		}
+		if (Base64ErrorText(b) == "") != valid {
+			t.Fatalf("Base64ErrorText(%q) = %q, valid=%v", b, Base64ErrorText(b), valid)
+		}
+	}
+}
+
+func TestBase64JSON(t *testing.T) {
+	var p WriteParams
+	tests := []struct {
+		raw, msg string
+	}{
+		{`{"processId":"p","chunk":"!!!!"}`, "Invalid symbol 33, offset 0."},
+		{`{"processId":"p","chunk":"YWJj\n"}`, "Invalid symbol 10, offset 4."},
+		{`{"processId":"p","chunk":"YR=="}`, "Invalid last symbol 82, offset 1."},
+		{`{"processId":"p","chunk":5}`, "invalid type: number, expected a string"},
+		{`{"processId":"p","chunk":[1]}`, "invalid type: sequence, expected a string"},
+	}
+	for _, tt := range tests {
+		err := DecodeParams(json.RawMessage(tt.raw), &p, "WriteParams", "processId", "chunk")
+		var e *Error
+		if !errorsAs(err, &e) || e.Code != CodeInvalidParams || e.Message != tt.msg {
+			t.Errorf("%s: %v, want -32602 %q", tt.raw, err, tt.msg)
+		}
+	}
+	for raw, want := range map[string]string{
+		`{"processId":"p","chunk":"aGVsbG8K"}`:     "hello\n",
+		`{"processId":"p","chunk":""}`:             "",
+		`{"processId":"p","chunk":"aGVsbG8\u004B"}`: "hello\n",
+	} {
+		p = WriteParams{}
+		if err := DecodeParams(json.RawMessage(raw), &p, "WriteParams", "processId", "chunk"); err != nil || string(p.Chunk) != want {
+			t.Errorf("%s: %q %v, want %q", raw, p.Chunk, err, want)
+		}
+	}
+	// It encodes as []byte does.
+	out, err := json.Marshal(WriteParams{ProcessID: "p", Chunk: []byte("hi\n")})
+	if err != nil || string(out) != `{"processId":"p","chunk":"aGkK"}` {
+		t.Errorf("Marshal = %s, %v", out, err)
+	}
+}
+
+func errorsAs(err error, target **Error) bool {
+	e, ok := err.(*Error)
+	if ok {
+		*target = e
+	}
+	return ok
+}
