@@ -717,7 +717,8 @@ func TestCloseKillsEverything(t *testing.T) {
 	sink.waitClosed(t, "done")
 	// A descendant that left the process group (setsid) and holds stdout:
 	// it is out of reach of a group kill, but Close must still return.
-	escaped := startPid(t, m, sink, "escaped", "setsid sleep 30 & echo $!")
+	// The pid is printed after setsid, so the escape has happened.
+	escaped := startPid(t, m, sink, "escaped", `setsid sh -c 'echo $$; exec sleep 30' &`)
 	t.Cleanup(func() { _ = syscall.Kill(escaped, syscall.SIGKILL) })
 
 	closed := make(chan struct{})
