@@ -908,3 +908,42 @@ func TestConcurrentUse(t *testing.T) {
 		sink.waitClosed(t, id)
 	}
 }
+
+func TestCloseStdin(t *testing.T) {
+	t.Parallel()
+	m, sink := newTestManager(t, Options{})
+	for _, tty := range []bool{false, true} {
+		id := "cat-" + strconv.FormatBool(tty)
+		p := params(t, id, "cat")
+		p.PipeStdin, p.TTY = true, tty
+		mustStart(t, m, p)
+		if _, err := m.Write(protocol.WriteParams{ProcessID: id, Chunk: []byte("abc\n"), WriteID: str("1")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.CloseStdin(id); err != nil {
+			t.Fatal(err)
+		}
+		evs := sink.waitClosed(t, id) // cat sees end of input and exits
+		if code := exitCode(t, evs); code != 0 {
+			t.Errorf("tty=%v: exit %d: %s", tty, code, describeEvents(evs))
+		}
+		if out := output(evs, ""); !strings.Contains(out, "abc") {
+			t.Errorf("tty=%v: output %q", tty, out)
+		}
+	}
+	// A pipe's input stays closed: later writes fail.
+	p := params(t, "sleeper", "sleep", "30")
+	p.PipeStdin = true
+	mustStart(t, m, p)
+	if err := m.CloseStdin("sleeper"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Write(protocol.WriteParams{ProcessID: "sleeper", Chunk: []byte("x"), WriteID: str("1")})
+	wantErr(t, err, protocol.CodeInternal, "failed to write to process stdin")
+	// No writable stdin: nothing to close, no error. Unknown: an error.
+	mustStart(t, m, params(t, "nostdin", "sleep", "30"))
+	if err := m.CloseStdin("nostdin"); err != nil {
+		t.Errorf("CloseStdin without stdin: %v", err)
+	}
+	wantErr(t, m.CloseStdin("unknown"), protocol.CodeInvalidRequest, "unknown process id unknown")
+}
