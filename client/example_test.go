@@ -59,13 +59,13 @@ func ExampleProcess_Stdout() {
 	}
 	defer c.Close()
 
-	p, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", "head -n 1 | tr a-z A-Z"}, Stdin: true})
+	p, err := c.Start(ctx, client.Cmd{Argv: []string{"tr", "a-z", "A-Z"}, Stdin: true})
 	if err != nil {
 		log.Fatal(err)
 	}
 	go func() {
 		io.WriteString(p.Stdin(), "shout\n")
-		p.Stdin().Close() // end of input, where the server supports closing stdin
+		p.Stdin().Close() // end of input: tr exits
 	}()
 	io.Copy(os.Stdout, p.Stdout())
 	code, _ := p.Wait(ctx)

@@ -99,10 +99,6 @@ type resizeParams struct {
 	Cols      int    `json:"cols"`
 }
 
-type closeStdinParams struct {
-	ProcessID string `json:"processId"`
-}
-
 type envPolicy struct {
 	Inherit               string            `json:"inherit"`
 	IgnoreDefaultExcludes bool              `json:"ignoreDefaultExcludes"`
@@ -863,7 +859,7 @@ func (p *Process) CloseStdin(ctx context.Context) error {
 	if p.tty {
 		err = p.writeChunk(ctx, []byte{4})
 	} else {
-		err = p.c.extension(ctx, "process/closeStdin", closeStdinParams{ProcessID: p.id}, nil, true)
+		err = p.c.extension(ctx, protocol.MethodProcessCloseStdin, protocol.CloseStdinParams{ProcessID: p.id}, nil, true)
 	}
 	if err == nil || errors.Is(err, errors.ErrUnsupported) {
 		// Later writes fail locally either way: the caller said input

@@ -354,3 +354,41 @@ func TestSignalNames(t *testing.T) {
 		}
 	}
 }
+
+// CloseStdin ends a pipe's input on this project's server (an extension);
+// elsewhere it says it is unsupported.
+func TestCloseStdin(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"cat"}, Env: shEnv, Stdin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640 KB: several writes
+		if err := p.Write(ctx, data); err != nil {
+			t.Fatal(err)
+		}
+		err = p.CloseStdin(ctx)
+		if s.name == "reference" {
+			if !errors.Is(err, errors.ErrUnsupported) {
+				t.Errorf("CloseStdin on the reference: %v, want ErrUnsupported", err)
+			}
+			p.Terminate(ctx)
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := io.ReadAll(p.Stdout())
+		if err != nil || !bytes.Equal(out, data) {
+			t.Errorf("cat returned %d bytes (%v), want the %d written", len(out), err, len(data))
+		}
+		if err := p.Write(ctx, []byte("late")); !errors.Is(err, client.ErrStdinClosed) {
+			t.Errorf("write after CloseStdin: %v, want ErrStdinClosed", err)
+		}
+		if code, err := p.Wait(ctx); code != 0 || err != nil {
+			t.Errorf("Wait = %d, %v", code, err)
+		}
+	})
+}

@@ -196,6 +196,7 @@ func TestExec(t *testing.T) {
 		{"", []string{"exec", "--url", serverURL, "--cwd", dir, "pwd"}, 0},
 		{"", []string{"exec", "--url", serverURL, "--env-inherit", "none", "-e", "ONLY=this", "--", "/bin/sh", "-c", "env | grep -v '^PWD=\\|^SHLVL=\\|^_=' | sort"}, 0},
 		{"abc\ndef\n", []string{"exec", "--url", serverURL, "-i", "--", "head", "-n", "2"}, 0},
+		{"one\ntwo\nthree\n", []string{"exec", "--url", serverURL, "-i", "--", "wc", "-l"}, 0},
 		{"", []string{"exec", "--url", serverURL, "-t", "--", "sh", "-c", "test -t 1 && echo on a terminal"}, 0},
 		{"", []string{"exec", "--url", serverURL, "--", "sh", "-c", "kill -KILL $$"}, 137},
 		{"", []string{"exec", "--url", serverURL, "--", "no-such-command-xyz"}, 127},
