@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -83,66 +85,81 @@ func devOf(st os.FileInfo) uint64 {
 }
 
 // removeTree removes the directory p and everything below it, checking ctx
-// between entries. It never follows symlinks and never crosses into another
-// filesystem (a different st_dev), whatever the mount table said.
+// between entries. It works relative to open directory descriptors
+// (openat/unlinkat with O_NOFOLLOW), so a directory swapped for a symlink
+// while the walk runs cannot redirect it outside the tree, and it never
+// crosses into another filesystem (a different st_dev), whatever the mount
+// table said.
 func removeTree(ctx context.Context, p string, dev uint64) error {
-	dir, err := os.Open(p)
+	parent, err := unix.Open(filepath.Dir(p), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return ignoreNotExist(err)
+		return &fs.PathError{Op: "open", Path: filepath.Dir(p), Err: err}
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			dir.Close()
-			return err
-		}
-		ents, rerr := dir.ReadDir(256)
-		for _, e := range ents {
-			if err := ctx.Err(); err != nil {
-				dir.Close()
-				return err
-			}
-			child := filepath.Join(p, e.Name())
-			if !e.IsDir() {
-				if err := ignoreNotExist(os.Remove(child)); err != nil {
-					dir.Close()
-					return err
-				}
-				continue
-			}
-			st, err := os.Lstat(child)
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					continue
-				}
-				dir.Close()
-				return err
-			}
-			if devOf(st) != dev {
-				dir.Close()
-				return refuseRemove(child, "it is on another filesystem")
-			}
-			if err := removeTree(ctx, child, dev); err != nil {
-				dir.Close()
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			dir.Close()
-			return unwrapSyscall(rerr)
-		}
-	}
-	dir.Close()
-	return ignoreNotExist(syscall.Rmdir(p))
+	defer unix.Close(parent)
+	return removeAt(ctx, parent, filepath.Base(p), p, dev)
 }
 
-func ignoreNotExist(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+// removeAt removes name (shown as display in errors) inside the directory
+// dirfd: a non-directory is unlinked, a directory emptied and removed.
+func removeAt(ctx context.Context, dirfd int, name, display string, dev uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return err
+	err := unix.Unlinkat(dirfd, name, 0)
+	switch err {
+	case nil, unix.ENOENT:
+		return nil
+	case unix.EISDIR, unix.EPERM:
+		// A directory (Linux says EISDIR; POSIX allows EPERM): empty it.
+	default:
+		return &fs.PathError{Op: "unlink", Path: display, Err: err}
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ENOENT {
+			return nil
+		}
+		return &fs.PathError{Op: "open", Path: display, Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), display)
+	defer dir.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &fs.PathError{Op: "fstat", Path: display, Err: err}
+	}
+	if st.Dev != dev {
+		return refuseRemove(display, "it is on another filesystem")
+	}
+	// Removing entries while reading the directory may make the kernel's
+	// listing skip some; rescan from the start while rmdir finds it not
+	// empty (a few times: something may also be adding entries).
+	for attempt := 0; ; attempt++ {
+		for {
+			names, rerr := dir.Readdirnames(256)
+			for _, n := range names {
+				if err := removeAt(ctx, fd, n, display+"/"+n, dev); err != nil {
+					return err
+				}
+			}
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				return unwrapSyscall(rerr)
+			}
+		}
+		err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		switch {
+		case err == nil || err == unix.ENOENT:
+			return nil
+		case err == unix.ENOTEMPTY && attempt < 3:
+			if _, err := dir.Seek(0, io.SeekStart); err != nil {
+				return &fs.PathError{Op: "seek", Path: display, Err: unwrapSyscall(err)}
+			}
+		default:
+			return &fs.PathError{Op: "rmdir", Path: display, Err: err}
+		}
+	}
 }
 
 // mountTable reads the mount points from a mountinfo file each time it is

@@ -42,6 +42,7 @@ func TestRemove(t *testing.T) {
 		{"under a file", "f/x", nil, nil, protocol.CodeInternal, "Not a directory (os error 20)", nil, []string{"f"}},
 		{"hidden files inside", "hid", nil, nil, 0, "", []string{"hid"}, nil},
 		{"links inside are not followed", "withlinks", nil, nil, 0, "", []string{"withlinks"}, []string{"full/x/y", "f"}},
+		{"many entries", "many", nil, nil, 0, "", []string{"many"}, []string{"f"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -53,6 +54,11 @@ func TestRemove(t *testing.T) {
 			os.Mkdir(dir+"/withlinks", 0o755)
 			os.Symlink(dir+"/full", dir+"/withlinks/tofull")
 			os.Symlink(dir+"/f", dir+"/withlinks/tof")
+			if tc.path == "many" {
+				for i := range 600 {
+					writeTestFile(t, fmt.Sprintf("%s/many/d%d/f%d", dir, i%3, i), nil)
+				}
+			}
 			f := New(Options{})
 			params := obj("path", uri(dir+"/"+tc.path))
 			if tc.recursive != nil {
