@@ -63,6 +63,9 @@ func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == Arg }
 // started as one; otherwise it returns at once. Call it first in main.
 func MaybeMain() {
 	if IsInit() {
+		if len(os.Args) > 2 && os.Args[2] == spawnerArg {
+			os.Exit(runSpawner())
+		}
 		os.Exit(run(os.Args[2:]))
 	}
 }

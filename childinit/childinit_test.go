@@ -28,6 +28,23 @@ func TestMain(m *testing.M) {
 }
 
 func fakeServer(cmds []string) {
+	if os.Getenv("CHILDINIT_FAKE_SPAWNER") != "" {
+		s, err := StartSpawner()
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		null, _ := os.Open(os.DevNull)
+		for _, c := range cmds {
+			if _, _, err := s.Start(SpawnAttr{Path: "/bin/sh", Argv: []string{"sh", "-c", c}, Env: os.Environ(), Setsid: true, Pdeathsig: true}, [3]*os.File{null, null, null}); err != nil {
+				fmt.Println("error", err)
+				os.Exit(1)
+			}
+		}
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+		return
+	}
 	var ctls []*Control
 	for _, c := range cmds {
 		_, ctl, err := start("/bin/sh", []string{"sh", "-c", c}, os.Environ())

@@ -1,0 +1,422 @@
+package childinit
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Spawner is one init shared by many children, typically those of one
+// session: it pays the init's start-up once rather than per child. The
+// server asks it, over the lifeline, to start each child (the child's
+// stdin, stdout and stderr travel as SCM_RIGHTS); the spawner is the
+// child's parent and the subreaper of everything below it, reports each
+// child's pid and wait status, kills one child's tree on request, and kills
+// everything it ever started when asked to or when the lifeline reaches
+// EOF, which the kernel guarantees when the server dies, however it dies.
+//
+// Because the spawner, not the server, is the child's parent, the server
+// learns exit statuses from Spawner.Start's channel instead of wait4.
+type Spawner struct {
+	f   *os.File
+	pid int
+
+	startMu sync.Mutex // one start request at a time
+	reply   chan spawnReply
+
+	mu    sync.Mutex
+	exits map[int]chan syscall.WaitStatus
+	err   error         // set when the lifeline broke
+	done  chan struct{} // closed when the reader ends
+}
+
+type spawnReply struct {
+	pid   int
+	exit  chan syscall.WaitStatus
+	errno syscall.Errno
+}
+
+// SpawnAttr describes one child.
+type SpawnAttr struct {
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+	// Setsid, Setctty (the terminal on fd 0) and Pdeathsig (SIGKILL when
+	// the spawner dies) as in syscall.SysProcAttr.
+	Setsid    bool `json:"setsid"`
+	Setctty   bool `json:"setctty"`
+	Pdeathsig bool `json:"pdeathsig"`
+}
+
+// Spawner protocol bytes (in addition to msgStarted, msgFailed, msgExited).
+const (
+	msgSpawn   = 'R' // + uint32 length, JSON SpawnAttr; SCM_RIGHTS stdin, stdout, stderr
+	msgKillOne = 'k' // + uint32 pid: kill that child's tree
+	msgReady   = 'Y' // spawner up
+	spawnerArg = "spawner"
+)
+
+// StartSpawner starts a spawner (this binary re-executed; MaybeMain must
+// run first in main) and waits until it is ready.
+func StartSpawner() (*Spawner, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("childinit: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("childinit: lifeline: %w", err)
+	}
+	initEnd := os.NewFile(uintptr(fds[1]), "spawner-lifeline")
+	defer initEnd.Close()
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		return nil, fmt.Errorf("childinit: lifeline: %w", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "spawner-lifeline")
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	defer null.Close()
+	proc, err := os.StartProcess(self, []string{"exec-server-spawner", Arg, spawnerArg}, &os.ProcAttr{
+		Files: []*os.File{null, null, os.Stderr, initEnd},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("childinit: starting the spawner: %w", err)
+	}
+	s := &Spawner{f: f, pid: proc.Pid, reply: make(chan spawnReply, 1), exits: map[int]chan syscall.WaitStatus{}, done: make(chan struct{})}
+	// The spawner is reaped when it exits; nobody needs its status.
+	go func() { _, _ = proc.Wait() }()
+	_ = f.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var b [1]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil || b[0] != msgReady {
+		f.Close()
+		_ = proc.Kill()
+		return nil, fmt.Errorf("childinit: the spawner did not start: %v", err)
+	}
+	_ = f.SetReadDeadline(time.Time{})
+	go s.readLoop()
+	return s, nil
+}
+
+// Pid is the spawner's pid.
+func (s *Spawner) Pid() int { return s.pid }
+
+func (s *Spawner) readLoop() {
+	defer close(s.done)
+	var err error
+	for {
+		var b [5]byte
+		if _, err = io.ReadFull(s.f, b[:]); err != nil {
+			break
+		}
+		v := binary.LittleEndian.Uint32(b[1:])
+		switch b[0] {
+		case msgStarted:
+			ch := make(chan syscall.WaitStatus, 1)
+			s.mu.Lock()
+			s.exits[int(v)] = ch
+			s.mu.Unlock()
+			s.reply <- spawnReply{pid: int(v), exit: ch}
+		case msgFailed:
+			s.reply <- spawnReply{errno: syscall.Errno(v)}
+		case msgExited:
+			var st [4]byte
+			if _, err = io.ReadFull(s.f, st[:]); err != nil {
+				break
+			}
+			s.mu.Lock()
+			ch := s.exits[int(v)]
+			delete(s.exits, int(v))
+			s.mu.Unlock()
+			if ch != nil {
+				ch <- syscall.WaitStatus(binary.LittleEndian.Uint32(st[:]))
+				close(ch)
+			}
+		}
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	s.mu.Lock()
+	s.err = err
+	// Children whose status will never come: their channels close without
+	// a value (the spawner died, so they are dead too).
+	for pid, ch := range s.exits {
+		close(ch)
+		delete(s.exits, pid)
+	}
+	s.mu.Unlock()
+	close(s.reply)
+}
+
+// Start starts a child. files are its stdin, stdout and stderr; the caller
+// keeps (and should close) its own copies. The returned channel yields the
+// child's wait status once, when it exits, and is closed; it is closed
+// without a value if the spawner died first. A failed exec returns its
+// syscall.Errno.
+func (s *Spawner) Start(attr SpawnAttr, files [3]*os.File) (int, <-chan syscall.WaitStatus, error) {
+	payload, err := json.Marshal(attr)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	hdr := make([]byte, 5, 5+len(payload))
+	hdr[0] = msgSpawn
+	binary.LittleEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	rights := unix.UnixRights(int(files[0].Fd()), int(files[1].Fd()), int(files[2].Fd()))
+	if err := s.sendmsg(hdr, rights); err != nil {
+		return 0, nil, fmt.Errorf("childinit: spawner: %w", err)
+	}
+	if _, err := s.f.Write(payload); err != nil {
+		return 0, nil, fmt.Errorf("childinit: spawner: %w", err)
+	}
+	r, ok := <-s.reply
+	if !ok {
+		return 0, nil, fmt.Errorf("childinit: the spawner is gone: %w", s.lifelineErr())
+	}
+	if r.errno != 0 {
+		return 0, nil, r.errno
+	}
+	return r.pid, r.exit, nil
+}
+
+// sendmsg writes hdr with rights through the non-blocking lifeline.
+func (s *Spawner) sendmsg(hdr, rights []byte) error {
+	rc, err := s.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	werr := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), hdr, rights, nil, 0)
+		return serr != unix.EAGAIN
+	})
+	if werr != nil {
+		return werr
+	}
+	return serr
+}
+
+func (s *Spawner) lifelineErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// KillTree kills child pid, its process group and every process below it.
+func (s *Spawner) KillTree(pid int) error {
+	var b [5]byte
+	b[0] = msgKillOne
+	binary.LittleEndian.PutUint32(b[1:], uint32(pid))
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	_, err := s.f.Write(b[:])
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close kills every process the spawner started, and everything below
+// them, and lets the spawner exit. It waits (at most 5 s) for the spawner's
+// report of the last exits to be read.
+func (s *Spawner) Close() error {
+	s.startMu.Lock()
+	_, _ = s.f.Write([]byte{msgKillTree})
+	s.startMu.Unlock()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+	}
+	return s.f.Close()
+}
+
+// ---- the spawner process ----
+
+func runSpawner() int {
+	lifeline := os.NewFile(lifelineFD, "lifeline")
+	unix.CloseOnExec(lifelineFD)
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	sigs := make(chan os.Signal, 128)
+	signal.Notify(sigs)
+
+	var wmu sync.Mutex
+	send := func(parts ...[]byte) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		for _, p := range parts {
+			_, _ = lifeline.Write(p)
+		}
+	}
+	msg := func(kind byte, v uint32) []byte {
+		b := make([]byte, 5)
+		b[0] = kind
+		binary.LittleEndian.PutUint32(b[1:], v)
+		return b
+	}
+
+	var cmu sync.Mutex
+	children := map[int]bool{} // started and not yet reaped
+	reap := func() {
+		for {
+			var st syscall.WaitStatus
+			wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil || wpid <= 0 {
+				return
+			}
+			cmu.Lock()
+			mine := children[wpid]
+			delete(children, wpid)
+			cmu.Unlock()
+			if mine {
+				var sb [4]byte
+				binary.LittleEndian.PutUint32(sb[:], uint32(st))
+				send(msg(msgExited, uint32(wpid)), sb[:])
+			}
+		}
+	}
+
+	killAll := make(chan struct{})
+	go func() {
+		defer close(killAll)
+		fd := int(lifeline.Fd())
+		for {
+			hdr := make([]byte, 5)
+			oob := make([]byte, unix.CmsgSpace(3*4))
+			n, oobn, _, _, err := unix.Recvmsg(fd, hdr, oob, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || n == 0 {
+				return // EOF: the server is gone
+			}
+			if n < 5 && hdr[0] != msgKillTree {
+				if _, err := io.ReadFull(lifeline, hdr[n:]); err != nil {
+					return
+				}
+			}
+			switch hdr[0] {
+			case msgKillTree:
+				return
+			case msgKillOne:
+				pid := int(binary.LittleEndian.Uint32(hdr[1:]))
+				cmu.Lock()
+				known := children[pid]
+				cmu.Unlock()
+				if known {
+					killSubtree(pid)
+				}
+			case msgSpawn:
+				var files []int
+				if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+					for _, m := range msgs {
+						if fds, err := unix.ParseUnixRights(&m); err == nil {
+							files = append(files, fds...)
+						}
+					}
+				}
+				payload := make([]byte, binary.LittleEndian.Uint32(hdr[1:]))
+				if _, err := io.ReadFull(lifeline, payload); err != nil {
+					return
+				}
+				var a SpawnAttr
+				if json.Unmarshal(payload, &a) != nil || len(files) != 3 {
+					for _, f := range files {
+						unix.Close(f)
+					}
+					send(msg(msgFailed, uint32(syscall.EINVAL)))
+					continue
+				}
+				sys := &syscall.SysProcAttr{Setsid: a.Setsid, Setctty: a.Setctty}
+				if a.Pdeathsig {
+					sys.Pdeathsig = syscall.SIGKILL
+				}
+				// Hold the lock across the fork and the report, so that a
+				// fast exit is reaped as ours and reported after its start.
+				cmu.Lock()
+				pid, err := syscall.ForkExec(a.Path, a.Argv, &syscall.ProcAttr{
+					Dir: a.Dir, Env: a.Env, Files: []uintptr{uintptr(files[0]), uintptr(files[1]), uintptr(files[2])}, Sys: sys,
+				})
+				for _, f := range files {
+					unix.Close(f)
+				}
+				if err != nil {
+					cmu.Unlock()
+					errno, _ := err.(syscall.Errno)
+					if errno == 0 {
+						errno = syscall.EINVAL
+					}
+					send(msg(msgFailed, uint32(errno)))
+					continue
+				}
+				children[pid] = true
+				send(msg(msgStarted, uint32(pid)))
+				cmu.Unlock()
+				reap() // in case it is already gone and SIGCHLD was missed
+			}
+		}
+	}()
+	send([]byte{msgReady})
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGCHLD {
+				reap()
+			}
+		case <-tick.C:
+			reap()
+		case <-killAll:
+			killTree()
+			reap()
+			return 0
+		}
+	}
+}
+
+// killSubtree SIGKILLs pid, its process group and every process below it.
+// The tree is frozen with SIGSTOP first, pass after pass until no new
+// descendant appears, so that none can fork (or be reparented away from
+// the tree by its parent's death) between the scan and the kill.
+func killSubtree(pid int) {
+	seen := map[int]bool{pid: true}
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	for pass := 0; pass < 100; pass++ {
+		grew := false
+		for _, p := range descendants(pid) {
+			if !seen[p] {
+				seen[p] = true
+				grew = true
+				_ = syscall.Kill(p, syscall.SIGSTOP)
+			}
+		}
+		if !grew {
+			break
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for p := range seen {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+}
