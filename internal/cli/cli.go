@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -50,6 +53,7 @@ type command struct {
 	url            string
 	token          string
 	tokenFile      string
+	caFile         string
 	connectTimeout time.Duration
 	usage          string // the synopsis after "exec-server NAME"
 }
@@ -61,6 +65,7 @@ func (c *command) flags(usage string) *flag.FlagSet {
 	fs.StringVar(&c.url, "url", os.Getenv("EXEC_SERVER_URL"), "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL)")
 	fs.StringVar(&c.token, "token", os.Getenv("EXEC_SERVER_TOKEN"), "bearer `TOKEN` for the websocket upgrade (default $EXEC_SERVER_TOKEN)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from `PATH`")
+	fs.StringVar(&c.caFile, "ca-file", "", "trust the PEM certificates in `PATH` for wss:// (in addition to the system's)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to connect")
 	// The flag package calls Usage on every parse error; errors are one
 	// line here, and the full usage is printed for -h only (by parse).
@@ -119,9 +124,17 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 			return nil, c.fail(exitRemote, "--token-file %s is empty", c.tokenFile)
 		}
 	}
+	opts := client.Options{ClientName: "exec-server-cli", Token: token}
+	if c.caFile != "" {
+		hc, err := httpClientTrusting(c.caFile)
+		if err != nil {
+			return nil, c.fail(exitRemote, "--ca-file: %v", err)
+		}
+		opts.HTTPClient = hc
+	}
 	dctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
 	defer cancel()
-	cl, err := client.Dial(dctx, c.url, client.Options{ClientName: "exec-server-cli", Token: token})
+	cl, err := client.Dial(dctx, c.url, opts)
 	if err != nil {
 		return nil, c.fail(exitRemote, "%s", describe(err))
 	}
@@ -136,4 +149,23 @@ func describe(err error) string {
 		return e.Message
 	}
 	return strings.TrimPrefix(err.Error(), "exec-server client: ")
+}
+
+// httpClientTrusting returns an HTTP client that also trusts the PEM
+// certificates in file (a server's self-signed certificate or private CA).
+func httpClientTrusting(file string) (*http.Client, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
 }

@@ -4,9 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"flag"
 	"fmt"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +33,8 @@ var (
 	serverURL string
 	tokenURL  string // a server that requires the token in tokenFile
 	tokenFile string
+	tlsURL    string // a wss:// server with a self-signed certificate
+	tlsCAFile string // that certificate
 	noServer  error
 )
 
@@ -47,7 +56,13 @@ func TestMain(m *testing.M) {
 			noServer = err
 			return
 		}
-		for _, extra := range [][]string{nil, {"--ws-auth", "capability-token", "--ws-token-file", tokenFile}} {
+		certFile, keyFile, err := selfSignedCert(dir)
+		if err != nil {
+			noServer = err
+			return
+		}
+		tlsCAFile = certFile
+		for _, extra := range [][]string{nil, {"--ws-auth", "capability-token", "--ws-token-file", tokenFile}, {"--tls-cert", certFile, "--tls-key", keyFile}} {
 			cmd := exec.Command(bin, append([]string{"--listen", "ws://127.0.0.1:0"}, extra...)...)
 			cmd.Dir = dir
 			// Die with the test binary even if it panics past the cleanup.
@@ -63,10 +78,13 @@ func TestMain(m *testing.M) {
 				noServer = fmt.Errorf("server printed no URL: %v", err)
 				return
 			}
-			if extra == nil {
+			switch {
+			case extra == nil:
 				serverURL = strings.TrimSpace(line)
-			} else {
+			case extra[0] == "--ws-auth":
 				tokenURL = strings.TrimSpace(line)
+			default:
+				tlsURL = strings.TrimSpace(line)
 			}
 		}
 	}()
@@ -104,6 +122,11 @@ func run(t *testing.T, dir, stdin string, args ...string) (string, int) {
 		}
 		if tokenURL != "" {
 			s = strings.ReplaceAll(s, tokenURL, "$TOKEN_URL")
+		}
+		if tlsURL != "" {
+			s = strings.ReplaceAll(s, tlsURL, "$TLS_URL")
+			s = strings.ReplaceAll(s, strings.TrimPrefix(tlsURL, "wss://"), "$TLS_HOST")
+			s = strings.ReplaceAll(s, tlsCAFile, "$CA_FILE")
 		}
 		if dir != "" {
 			s = strings.ReplaceAll(s, dir, "$DIR")
@@ -205,6 +228,8 @@ func TestExec(t *testing.T) {
 		{"", []string{"exec", "--url", tokenURL, "--", "true"}, 255},
 		{"", []string{"exec", "--url", tokenURL, "--token", "wrong", "--", "true"}, 255},
 		{"", []string{"exec", "--url", tokenURL, "--token-file", tokenFile, "--", "echo", "authorized"}, 0},
+		{"", []string{"exec", "--url", tlsURL, "--", "true"}, 255},
+		{"", []string{"exec", "--url", tlsURL, "--ca-file", tlsCAFile, "--", "echo", "over wss"}, 0},
 	}
 	for _, tc := range cases {
 		out, code := run(t, dir, tc.stdin, tc.args...)
@@ -304,4 +329,39 @@ func TestExecStdoutClosed(t *testing.T) {
 	if code != 141 {
 		t.Errorf("exit %d (stderr %q), want 141", code, stderr.String())
 	}
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1 and its key into dir.
+func selfSignedCert(dir string) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "exec-server test"},
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }

@@ -10,6 +10,7 @@
 //	--token TOKEN             sent as "Authorization: Bearer TOKEN" on the upgrade;
 //	                          default $EXEC_SERVER_TOKEN
 //	--token-file PATH         read the token from PATH (surrounding space trimmed)
+//	--ca-file PATH            also trust the PEM certificates in PATH (wss://)
 //	--connect-timeout D       how long to try to connect (default 10s)
 //
 // # exec
