@@ -219,6 +219,9 @@ func prescan(data []byte, lim Limits) (limitErr, dupErr error) {
 	frames, keys := frameBuf[:0], keyBuf[:0]
 	strStart, strEnd := -1, -1 // the last string: its quotes' indexes
 	for i := 0; i < len(data); i++ {
+		// Values are counted, and a limit error placed, where they start,
+		// as the reference does; an object's keys are not values.
+		start := i
 		switch data[i] {
 		case '"':
 			values++
@@ -239,6 +242,9 @@ func prescan(data []byte, lim Limits) (limitErr, dupErr error) {
 				break
 			}
 			strEnd = i
+			if j := skipWS(data, i+1); j < len(data) && data[j] == ':' {
+				values-- // a key
+			}
 		case '{', '[':
 			depth++
 			values++
@@ -254,7 +260,6 @@ func prescan(data []byte, lim Limits) (limitErr, dupErr error) {
 				frames = frames[:n-1]
 			}
 		case ':':
-			values-- // the key before it was counted as a string value
 			if n := len(frames); dupErr == nil && n > 0 && frames[n-1].object && strStart >= 0 && strEnd > strStart {
 				var key []byte
 				var dup bool
@@ -270,7 +275,7 @@ func prescan(data []byte, lim Limits) (limitErr, dupErr error) {
 			}
 		}
 		if values > lim.MaxValues {
-			line, col := position(data, int64(i))
+			line, col := position(data, int64(start))
 			return &DecodeError{fmt.Sprintf("JSON-RPC message exceeds the limit of %d JSON values at line %d column %d", lim.MaxValues, line, col)}, nil
 		}
 	}

@@ -210,6 +210,48 @@ func TestDecodeDuplicateKeys(t *testing.T) {
 	}
 }
 
+func TestDecodeValueLimitPosition(t *testing.T) {
+	// Columns the reference reported for the same inputs: values are
+	// counted where they start, object keys are not values.
+	rep := func(s string, n int, sep string) string {
+		a := make([]string, n)
+		for i := range a {
+			a[i] = s
+		}
+		return strings.Join(a, sep)
+	}
+	members := func(n int, format string) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strings.ReplaceAll(format, "N", strconv.Itoa(i)))
+		}
+		return b.String()
+	}
+	tests := []struct {
+		in  string
+		col int
+	}{
+		{"[" + rep("0", 262150, ",") + "]", 524287},
+		{`{"id":4,"method":"a","params":[` + rep("0", 262150, ",") + "]}", 524311},
+		{`{"id":7,"method":"a","params":{` + members(262142, `"kN":0`) + "}}", 3034611},
+		{"[" + rep(`"ab"`, 262150, ",") + "]", 1310716},
+		{"[" + rep("12345", 262150, ",") + "]", 1572859},
+		{`{"id":9,"method":"m","params":[` + rep("true", 262150, ", ") + "]}", 1572871},
+		{`{"id":9,"method":"m","params":{` + members(262150, `"kN" : "v"`) + "}}", 4083173},
+		{`{"id":9,"method":"m","params":[` + rep("{}", 262150, ",") + "]}", 786451},
+	}
+	for i, tt := range tests {
+		_, err := Decode([]byte(tt.in), DefaultLimits)
+		want := "JSON-RPC message exceeds the limit of 262144 JSON values at line 1 column " + strconv.Itoa(tt.col)
+		if err == nil || err.Error() != want {
+			t.Errorf("case %d: %v, want %q", i, err, want)
+		}
+	}
+}
+
 func TestDecodeLimits(t *testing.T) {
 	// Exactly at the limits is fine; one more is not.
 	lim := Limits{MaxDepth: 4, MaxValues: 10}
