@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -503,4 +504,36 @@ func smallChunks(t *testing.T) {
 	oldE, oldD := encChunk, decChunk
 	encChunk, decChunk = 3<<10, 4<<10
 	t.Cleanup(func() { encChunk, decChunk = oldE, oldD })
+}
+
+// A Unix socket is neither read, written, opened nor copied; nothing blocks.
+func TestSocketIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	sock := dir + "/s.sock"
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer l.Close()
+	f := New(Options{})
+	h := f.NewHandles()
+	defer h.CloseAll()
+	for _, tc := range []struct {
+		method string
+		params any
+		msg    string
+	}{
+		{protocol.MethodFsReadFile, obj("path", uri(sock)), "is not a file"},
+		{protocol.MethodFsWriteFile, obj("path", uri(sock), "dataBase64", "YQ=="), "is not a file"},
+		{protocol.MethodFsOpen, obj("handleId", "r", "path", uri(sock)), "is not a file"},
+		{protocol.MethodFsOpen, obj("handleId", "w", "path", uri(sock), "mode", "replace"), "is not a file"},
+		{protocol.MethodFsCopy, obj("sourcePath", uri(sock), "destinationPath", uri(dir+"/c"), "recursive", false), "only supports regular files, directories, and symlinks"},
+	} {
+		_, e := call(t, f, h, tc.method, tc.params)
+		wantErr(t, e, protocol.CodeInvalidRequest, tc.msg)
+	}
+	out := mustCall(t, f, nil, protocol.MethodFsGetMetadata, obj("path", uri(sock)))
+	if m := decodeResult[protocol.FsMetadata](t, out); m.IsFile || m.IsDirectory {
+		t.Fatalf("socket metadata %+v", m)
+	}
 }
