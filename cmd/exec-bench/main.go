@@ -37,8 +37,8 @@ type side struct {
 	args func() []string
 }
 
-func (s side) start(ctx context.Context, tr interop.Transport) (*interop.Server, error) {
-	spec := interop.Spec{Name: s.name, Bin: s.bin, Reference: s.ref}
+func (s side) start(ctx context.Context, tr interop.Transport, extra ...string) (*interop.Server, error) {
+	spec := interop.Spec{Name: s.name, Bin: s.bin, Reference: s.ref, Extra: extra}
 	if s.args != nil {
 		spec.Args = s.args()
 	}

@@ -20,6 +20,7 @@ func serve(args []string) int {
 	fs := flag.NewFlagSet("exec-bench serve", flag.ContinueOnError)
 	listen := fs.String("listen", "ws://127.0.0.1:0", "ws://IP:PORT or stdio")
 	cpu := fs.String("cpuprofile", "", "write a CPU profile to `FILE`")
+	maxSessions := fs.Int("max-sessions", 0, "sessions per server (0: the server's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -39,6 +40,8 @@ func serve(args []string) int {
 		Stdin:    os.Stdin,
 		Stdout:   os.Stdout,
 		OnListen: func(url string) { fmt.Fprintln(os.Stdout, url) },
+
+		MaxSessions: *maxSessions,
 	}
 	if err := server.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "exec-bench serve: %v\n", err)
