@@ -302,7 +302,7 @@ func runSpawner() int {
 		for {
 			hdr := make([]byte, 5)
 			oob := make([]byte, unix.CmsgSpace(3*4))
-			n, oobn, _, _, err := unix.Recvmsg(fd, hdr, oob, 0)
+			n, oobn, _, _, err := unix.Recvmsg(fd, hdr, oob, unix.MSG_CMSG_CLOEXEC)
 			if err == unix.EINTR {
 				continue
 			}

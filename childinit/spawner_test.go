@@ -2,6 +2,8 @@ package childinit
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -95,6 +97,42 @@ func TestSpawnerKillTreeAndClose(t *testing.T) {
 	s.Close()
 	if left := waitCount(mark, func(n int) bool { return n == 0 }, 5*time.Second); len(left) > 0 {
 		t.Fatalf("%d survived Close", len(left))
+	}
+}
+
+// TestSpawnerChildHoldsOnlyItsStreams: the descriptors that carried a
+// child's streams must not leak into it beyond 0, 1 and 2, or a background
+// process that redirected its output would still hold the pipe.
+func TestSpawnerChildHoldsOnlyItsStreams(t *testing.T) {
+	s := newSpawner(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(w.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	_, ch, err := s.Start(SpawnAttr{Path: "/bin/ls", Argv: []string{"ls", "-l", "/proc/self/fd"}, Setsid: true},
+		[3]*os.File{null, w, w})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	out, _ := io.ReadAll(r)
+	var holders []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasSuffix(line, fmt.Sprintf("pipe:[%d]", st.Ino)) {
+			f := strings.Fields(line)
+			holders = append(holders, f[len(f)-3])
+		}
+	}
+	if strings.Join(holders, " ") != "1 2" {
+		t.Fatalf("the output pipe is open on descriptors %q of the child, want only 1 and 2:\n%s", holders, out)
 	}
 }
 
