@@ -25,7 +25,8 @@ var orphanCases = []struct {
 }
 
 // knownGaps are the (ending, case) pairs the process package does not
-// handle yet; see docs/security.md "Known gaps". They are still run: a
+// handle yet; see docs/security.md "Known gaps" (childinit.Spawner closes
+// them all once process starts children through it). They are still run: a
 // survivor makes the subtest skip with the evidence instead of failing,
 // unless HOSTILE_STRICT=1 (use it to verify a fix, then delete the entry).
 var knownGaps = map[string]string{
