@@ -21,9 +21,13 @@
 //     (KillTree) or when the lifeline reaches EOF: the kernel closes the
 //     server's end when the server dies, however it dies.
 //
-// The server side is Prepare (rewrite a start so that it goes through the
-// init) and Control (learn whether the child started, wait for its status,
-// kill the tree).
+// Two ways to use it. Spawner (recommended) is one init per session that
+// starts every child of the session on request: the init's start-up is paid
+// once, and a start costs about as much as a direct one. Prepare and
+// Control put one init in front of each child instead: simpler to wire (the
+// server still starts a process per child), but each start pays the init's
+// start-up (several milliseconds) and each live child costs an extra
+// process (about 1 MiB).
 package childinit
 
 import (
