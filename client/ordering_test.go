@@ -131,6 +131,7 @@ func TestEventOrderingAndRecovery(t *testing.T) {
 		wantErr   error // from reading stdout to the end
 		wantCode  int
 		wantReads int
+		buffer    int // Cmd.BufferSize
 	}{
 		{
 			name:    "complete and in order: no read",
@@ -178,6 +179,18 @@ func TestEventOrderingAndRecovery(t *testing.T) {
 			wantOut: "a", wantCode: 5, wantReads: 1,
 		},
 		{
+			name:     "held-back pushes fill the buffer while a gap is open",
+			script:   []string{"RESPONSE", out(2, "stdout", "cccc"), exited(3, 0, "false"), closed(4)},
+			retained: []protocol.Chunk{chunk(1, "a"), chunk(2, "cccc")}, state: done(5, 0),
+			wantOut: "acccc", wantCode: 0, wantReads: 1, buffer: 4,
+		},
+		{
+			name:     "a tiny buffer recovers chunk by chunk",
+			script:   []string{"RESPONSE", out(1, "stdout", "a"), out(3, "stdout", "cc"), out(4, "stdout", "dd"), exited(5, 0, "false"), closed(6)},
+			retained: []protocol.Chunk{chunk(1, "a"), chunk(2, "bb"), chunk(3, "cc"), chunk(4, "dd")}, state: done(7, 0),
+			wantOut: "abbccdd", wantCode: 0, wantReads: -1, buffer: 4,
+		},
+		{
 			name:     "lost final events are found by Wait's idle probe",
 			script:   []string{"RESPONSE", out(1, "stdout", "a")},
 			retained: allRetained[:1], state: done(4, 9),
@@ -196,7 +209,7 @@ func TestEventOrderingAndRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			p, err := c.Start(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P"})
+			p, err := c.Start(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P", BufferSize: tc.buffer})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +217,22 @@ func TestEventOrderingAndRecovery(t *testing.T) {
 			if err != nil || code != tc.wantCode {
 				t.Fatalf("Wait = %d, %v; want %d", code, err, tc.wantCode)
 			}
-			got, err := io.ReadAll(p.Stdout())
+			type result struct {
+				out []byte
+				err error
+			}
+			rc := make(chan result, 1)
+			go func() {
+				out, err := io.ReadAll(p.Stdout())
+				rc <- result{out, err}
+			}()
+			var r result
+			select {
+			case r = <-rc:
+			case <-ctx.Done():
+				t.Fatal("reading the output did not end")
+			}
+			got, err := r.out, r.err
 			if string(got) != tc.wantOut || !errors.Is(err, tc.wantErr) {
 				t.Errorf("stdout %q, %v; want %q, %v", got, err, tc.wantOut, tc.wantErr)
 			}

@@ -536,7 +536,10 @@ func (p *Process) recover() {
 			p.mu.Unlock()
 			return
 		}
-		if free <= 0 && !needStatus {
+		if free <= 0 && !needStatus && p.buffered > 0 {
+			// Full: the reader drains the buffer and restarts recovery.
+			// (With nothing buffered, the held-back pushes wait for this
+			// gap to be filled, so go on reading whatever the budget.)
 			p.lagging = true
 			p.recovering = false
 			p.mu.Unlock()
