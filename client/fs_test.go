@@ -110,7 +110,7 @@ func TestLargeTransfersInBlocks(t *testing.T) {
 		c := s.stdio(t, client.Options{})
 		ctx := testCtx(t)
 		dir := t.TempDir()
-		for _, size := range []int{0, 1, client.BlockSize, 3*client.BlockSize + 12345} {
+		for _, size := range []int{0, 1, client.BlockSize, 2*client.BlockSize + 12345} {
 			data := make([]byte, size)
 			rand.Read(data)
 			var progress int64
@@ -162,8 +162,8 @@ func TestLargeTransfersInBlocks(t *testing.T) {
 			t.Errorf("ReadAt across the end = %d, %v; want 4, EOF", n, err)
 		}
 		// WriteFile above the streaming threshold goes through blocks.
-		defer client.SetStreamThreshold(1 << 20)()
-		huge := make([]byte, 2<<20+3)
+		defer client.SetStreamThreshold(1 << 19)()
+		huge := make([]byte, 1<<20+3)
 		rand.Read(huge)
 		if err := c.WriteFile(ctx, dir+"/huge", huge); err != nil {
 			t.Fatal(err)

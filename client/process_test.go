@@ -104,7 +104,7 @@ func TestLargeOutputInOrder(t *testing.T) {
 	each(t, func(t *testing.T, s server) {
 		c := s.stdio(t, client.Options{})
 		ctx := testCtx(t)
-		const lines = 300000 // ~2 MB
+		const lines = 150000 // ~1 MB
 		p, err := c.Start(ctx, client.Cmd{Argv: []string{"seq", "1", strconv.Itoa(lines)}, Env: shEnv})
 		if err != nil {
 			t.Fatal(err)
