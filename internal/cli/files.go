@@ -390,6 +390,11 @@ func (cp *copier) download(ctx context.Context, remote, local string) error {
 			}
 		}
 	}
+	for _, e := range w.Entries {
+		if e.Kind != protocol.FsKindDirectory && e.Kind != protocol.FsKindFile {
+			fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping :%s: %s\n", e.Path, e.Kind)
+		}
+	}
 	for p, msg := range w.Errors {
 		fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping :%s: %s\n", p, msg)
 	}
