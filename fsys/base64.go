@@ -46,8 +46,7 @@ var decChunk = 8 << 20
 func decodeChunks(dst, src []byte) (n int, ok bool) {
 	workers := min(runtime.GOMAXPROCS(0), 4)
 	if workers == 1 || len(src) < 2*decChunk {
-		n, err := strictStd.Decode(dst, src)
-		return n, err == nil
+		return decodeFast(dst, src)
 	}
 	var wg sync.WaitGroup
 	var bad atomic.Bool
@@ -60,19 +59,19 @@ func decodeChunks(dst, src []byte) (n int, ok bool) {
 			if bad.Load() {
 				return
 			}
-			// The slice ends at the chunk's share: Go's decoder writes 8
-			// bytes at a time where it has room, which would clobber the
-			// start of the next chunk's output.
+			// The slice ends at the chunk's share: both decoders write 8
+			// bytes at a time where they have room, which would clobber
+			// the start of the next chunk's output.
 			d := off / 4 * 3
-			m, err := strictStd.Decode(dst[d:d+decChunk/4*3:d+decChunk/4*3], src[off:off+decChunk])
-			if err != nil || m != decChunk/4*3 {
+			m, ok := decodeFast(dst[d:d+decChunk/4*3:d+decChunk/4*3], src[off:off+decChunk])
+			if !ok || m != decChunk/4*3 {
 				bad.Store(true)
 			}
 		})
 	}
-	m, err := strictStd.Decode(dst[last/4*3:], src[last:])
+	m, ok := decodeFast(dst[last/4*3:], src[last:])
 	wg.Wait()
-	if err != nil || bad.Load() {
+	if !ok || bad.Load() {
 		return 0, false
 	}
 	return last/4*3 + m, true

@@ -118,7 +118,7 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 		}
 		dst := out[off/3*4:]
 		if workers == 1 {
-			base64.StdEncoding.Encode(dst, chunk)
+			encodeBase64(dst, chunk)
 			if bp != nil {
 				chunkPool.Put(bp)
 			}
@@ -126,7 +126,7 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				base64.StdEncoding.Encode(dst, chunk)
+				encodeBase64(dst, chunk)
 				chunkPool.Put(bp)
 				<-sem
 			}()

@@ -537,3 +537,26 @@ func TestSocketIsNotAFile(t *testing.T) {
 		t.Fatalf("socket metadata %+v", m)
 	}
 }
+
+// FuzzBase64Codecs checks the table-driven encoder and decoder against
+// encoding/base64 on any input.
+func FuzzBase64Codecs(f *testing.F) {
+	for _, s := range []string{"", "a", "abcdefgh", "YWJjZGVmZ2hpamtsbW5vcA==", "YWJj\nZGVmZ2hpamts", "!!!!!!!!!!!!"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		want := base64.StdEncoding.EncodeToString(in)
+		got := make([]byte, len(want))
+		encodeBase64(got, in)
+		if string(got) != want {
+			t.Fatalf("encodeBase64(%x) = %q, want %q", in, got, want)
+		}
+		dst := make([]byte, base64.StdEncoding.DecodedLen(len(in)))
+		n, ok := decodeFast(dst, in)
+		ref := make([]byte, len(dst))
+		m, err := strictStd.Decode(ref, in)
+		if ok != (err == nil) || (ok && !bytes.Equal(dst[:n], ref[:m])) {
+			t.Fatalf("decodeFast(%q) = %x, %v; encoding/base64: %x, %v", in, dst[:n], ok, ref[:m], err)
+		}
+	})
+}
