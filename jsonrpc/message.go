@@ -61,18 +61,17 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 	if limitErr != nil {
 		return nil, limitErr
 	}
+	// serde_json's grammar (the reference's parser): encoding/json's,
+	// plus valid UTF-8 and paired surrogates in strings; its error texts.
+	if msg, bad := serdeSyntaxError(data); bad {
+		return nil, &DecodeError{msg}
+	}
 	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' {
-		if !json.Valid(data) {
-			return nil, syntaxError(data)
-		}
+	if data[0] != '{' {
 		if dupErr != nil {
 			return nil, dupErr
 		}
 		return nil, &DecodeError{"expected a JSON-RPC object"}
-	}
-	if !json.Valid(data) {
-		return nil, syntaxError(data)
 	}
 	if dupErr != nil {
 		return nil, dupErr
@@ -180,19 +179,6 @@ func appendSerdeString(dst []byte, s string) []byte {
 		}
 	}
 	return append(dst, '"')
-}
-
-func syntaxError(data []byte) error {
-	var v any
-	err := json.Unmarshal(data, &v)
-	if se, ok := err.(*json.SyntaxError); ok {
-		line, col := position(data, se.Offset)
-		return &DecodeError{fmt.Sprintf("%s at line %d column %d", se.Error(), line, col)}
-	}
-	if err == nil {
-		err = fmt.Errorf("invalid JSON")
-	}
-	return &DecodeError{err.Error()}
 }
 
 func position(data []byte, off int64) (line, col int) {

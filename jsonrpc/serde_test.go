@@ -1,0 +1,102 @@
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestSerdeSyntaxErrors: texts and positions the reference answered for
+// these malformed messages (observed on its stdio).
+func TestSerdeSyntaxErrors(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`not json`, "expected ident at line 1 column 2"},
+		{`{bad`, "key must be a string at line 1 column 2"},
+		{`{"id":1,"method":"a"} {"x":1}`, "trailing characters at line 1 column 23"},
+		{`{"id":3,"method":"a"}x`, "trailing characters at line 1 column 22"},
+		{`{`, "EOF while parsing an object at line 1 column 1"},
+		{`{"id":1`, "EOF while parsing an object at line 1 column 7"},
+		{`{"id":1,`, "EOF while parsing a value at line 1 column 8"},
+		{`{"id":1,}`, "trailing comma at line 1 column 9"},
+		{`{"id":1 "m":2}`, "expected `,` or `}` at line 1 column 9"},
+		{`{"id"}`, "expected `:` at line 1 column 6"},
+		{`{"id":}`, "expected value at line 1 column 7"},
+		{`{"id":tru}`, "expected ident at line 1 column 10"},
+		{`{"id":nul,"method":"m"}`, "expected ident at line 1 column 10"},
+		{`{"id":-,"method":"m"}`, "invalid number at line 1 column 8"},
+		{`{"id":01,"method":"m"}`, "invalid number at line 1 column 8"},
+		{`{"id":1.,"method":"m"}`, "invalid number at line 1 column 9"},
+		{`{"id":1.5e,"method":"m"}`, "invalid number at line 1 column 11"},
+		{`{"id":1e+,"method":"m"}`, "invalid number at line 1 column 10"},
+		{`{"id":"abc`, "EOF while parsing a string at line 1 column 10"},
+		{`{"id":"a\qb","method":"m"}`, "invalid escape at line 1 column 10"},
+		{`{"id":"a\u12G4","method":"m"}`, "invalid escape at line 1 column 14"},
+		{`{"id":"a\u12`, "EOF while parsing a string at line 1 column 12"},
+		{`{"id":"\uDC00","method":"m"}`, "lone leading surrogate in hex escape at line 1 column 13"},
+		{`{"id":"\uD800x","method":"m"}`, "unexpected end of hex escape at line 1 column 14"},
+		{`{"id":"\uD800\u0041","method":"m"}`, "lone leading surrogate in hex escape at line 1 column 19"},
+		{`{"id":1,"params":[1,2,],"method":"m"}`, "trailing comma at line 1 column 23"},
+		{`{"id":1,"params":[1 2],"method":"m"}`, "expected `,` or `]` at line 1 column 21"},
+		{`{"id":1,"params":[,1],"method":"m"}`, "expected value at line 1 column 19"},
+		{`{"id":1,"params":{,},"method":"m"}`, "key must be a string at line 1 column 19"},
+		{`{"id":1,"params":{"a":1,},"method":"m"}`, "trailing comma at line 1 column 25"},
+		{`{"id":1,"method":"m"}}`, "trailing characters at line 1 column 22"},
+		{`[1,2`, "EOF while parsing a list at line 1 column 4"},
+		{`[`, "EOF while parsing a list at line 1 column 1"},
+		{`"abc`, "EOF while parsing a string at line 1 column 4"},
+		{`-`, "EOF while parsing a value at line 1 column 1"},
+		{`tx`, "expected ident at line 1 column 2"},
+		{`{"id":1,"method":"m","params":[1,{"a":[tru]}]}`, "expected ident at line 1 column 43"},
+		{"{\"id\":1,\t\"method\":\t\"m\"\t,\"x\":\t@}", "expected value at line 1 column 30"},
+	}
+	for _, tt := range tests {
+		_, err := Decode([]byte(tt.in), DefaultLimits)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("Decode(%s) = %v, want %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+// TestSerdeSyntaxAgreesWithEncodingJSON mutates valid messages at random:
+// serde's grammar accepts exactly what encoding/json does, except that it
+// also refuses invalid UTF-8 and lone surrogates.
+func TestSerdeSyntaxAgreesWithEncodingJSON(t *testing.T) {
+	seeds := []string{
+		`{"id":1,"method":"process/start","params":{"processId":"p","argv":["sh","-c","echo \"hi\""],"env":{},"tty":false}}`,
+		`{"id":"x","result":{"a":[1,-2.5e+3,true,false,null,{"b":"\u00e9\n"}]}}`,
+		`[0, -0.0, 1E5, 12.34e-2, "\\/\b\f\n\r\t", {}, [], "\ud83d\ude00"]`,
+	}
+	const alphabet = "{}[]:,\"\\ -+.0123456789eEtrufalsn\x00\x1f\xff\xc3\xa9abu"
+	r := rand.New(rand.NewPCG(5, 6))
+	for n := range 25000 {
+		b := []byte(seeds[n%len(seeds)])
+		for range 1 + r.IntN(3) {
+			i := r.IntN(len(b) + 1)
+			switch r.IntN(3) {
+			case 0: // insert
+				b = append(b[:i], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[i:]...)...)
+			case 1: // delete
+				if i < len(b) {
+					b = append(b[:i], b[i+1:]...)
+				}
+			case 2: // replace
+				if i < len(b) {
+					b[i] = alphabet[r.IntN(len(alphabet))]
+				}
+			}
+		}
+		_, bad := serdeSyntaxError(b)
+		valid := json.Valid(b)
+		if !bad && !valid {
+			t.Fatalf("serde grammar accepts %q, encoding/json refuses it", b)
+		}
+		if bad && valid && utf8.Valid(b) && !bytes.Contains(bytes.ToLower(b), []byte(`\ud`)) {
+			msg, _ := serdeSyntaxError(b)
+			t.Fatalf("serde grammar refuses %q (%s), encoding/json accepts it", b, msg)
+		}
+	}
+	_ = strings.Contains
+}
