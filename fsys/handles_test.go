@@ -142,7 +142,7 @@ func TestReadBlockRacesClose(t *testing.T) {
 // A file larger than the whole-file cap goes through blocks.
 func TestBlocksMoveAFileOverTheCap(t *testing.T) {
 	dir := t.TempDir()
-	data := pattern(3<<20 + 17)
+	data := pattern(2<<20 + 17)
 	writeTestFile(t, dir+"/src", data)
 	f := New(Options{MaxFileBytes: 1 << 20})
 	h := f.NewHandles()
