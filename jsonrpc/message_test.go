@@ -216,15 +216,17 @@ func TestDecodeValueLimitPosition(t *testing.T) {
 	rep := func(s string, n int, sep string) string {
 		return strings.Repeat(s+sep, n-1) + s
 	}
-	members := func(n int, format string) string {
-		var b strings.Builder
+	members := func(n int) string { // "k0":0,"k1":0,...
+		b := make([]byte, 0, n*12)
 		for i := range n {
 			if i > 0 {
-				b.WriteByte(',')
+				b = append(b, ',')
 			}
-			b.WriteString(strings.ReplaceAll(format, "N", strconv.Itoa(i)))
+			b = append(b, `"k`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `":0`...)
 		}
-		return b.String()
+		return string(b)
 	}
 	tests := []struct {
 		in  string
@@ -232,11 +234,11 @@ func TestDecodeValueLimitPosition(t *testing.T) {
 	}{
 		{"[" + rep("0", 262150, ",") + "]", 524287},
 		{`{"id":4,"method":"a","params":[` + rep("0", 262150, ",") + "]}", 524311},
-		{`{"id":7,"method":"a","params":{` + members(262142, `"kN":0`) + "}}", 3034611},
+		{`{"id":7,"method":"a","params":{` + members(262142) + "}}", 3034611},
 		{"[" + rep(`"ab"`, 262150, ",") + "]", 1310716},
-		{`{"id":9,"method":"m","params":[` + rep("true", 262150, ", ") + "]}", 1572871},
 		// Also observed, left out to keep the test fast: 12345 x 262150
-		// in an array, column 1572859; {} x 262150, column 786451.
+		// in an array, column 1572859; {} x 262150, column 786451; true
+		// x 262150 separated by ", " in params, column 1572871.
 	}
 	for i, tt := range tests {
 		_, err := Decode([]byte(tt.in), DefaultLimits)

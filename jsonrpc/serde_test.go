@@ -71,7 +71,7 @@ func TestSerdeSyntaxAgreesWithEncodingJSON(t *testing.T) {
 	}
 	const alphabet = "{}[]:,\"\\ -+.0123456789eEtrufalsn\x00\x1f\xff\xc3\xa9abu"
 	r := rand.New(rand.NewPCG(5, 6))
-	for n := range 25000 {
+	for n := range 10000 {
 		b := []byte(seeds[n%len(seeds)])
 		for range 1 + r.IntN(3) {
 			i := r.IntN(len(b) + 1)
