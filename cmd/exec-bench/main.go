@@ -101,9 +101,9 @@ func run() int {
 
 	cfg := &config{quick: *quick, dir: dir,
 		spawnN: 300, concConns: 8, concProcs: 50, concRounds: 3,
-		streamBytes: 512 << 20, streamRuns: 3, ttyN: 1000,
+		streamBytes: 512 << 20, streamRuns: 2, ttyN: 1000,
 		fsFileBytes: 64 << 20, fsWriteBytes: 40 << 20, fsRuns: 5, blockBytes: 1 << 30, blockRuns: 1,
-		idleConns: 10000, stallFor: 6 * time.Second, budget: 20 * time.Second}
+		idleConns: 10000, stallFor: 6 * time.Second, budget: 12 * time.Second}
 	if *quick {
 		cfg.spawnN, cfg.concRounds = 60, 1
 		cfg.streamBytes, cfg.streamRuns = 128<<20, 1
