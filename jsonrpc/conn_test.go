@@ -258,7 +258,7 @@ func TestConnDecodeErrorsKeepTheConnection(t *testing.T) {
 	prefix := `{"error":{"code":-32600,"message":"failed to parse JSON-RPC message from fake peer: `
 	for i, suffix := range []string{"", `expected a JSON-RPC object"},"id":-1}`,
 		`data did not match any variant of untagged enum RequestId"},"id":-1}`,
-		`message of 99 bytes exceeds the limit of 10 bytes"},"id":-1}`, "missing field `method`\"},\"id\":-1}"} {
+		`message of 99 bytes exceeds the limit of 10 bytes"},"id":-1}`, "missing field `error`\"},\"id\":-1}"} {
 		got := s.next(t)
 		if !strings.HasPrefix(got, prefix) || !strings.HasSuffix(got, suffix) || !strings.HasSuffix(got, `"},"id":-1}`) {
 			t.Errorf("error %d = %s, want %s...%s", i, got, prefix, suffix)

@@ -97,8 +97,8 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 	}
 	if method != nil {
 		var name string
-		if err := json.Unmarshal(method, &name); err != nil {
-			return nil, &DecodeError{"invalid type for `method`: expected a string"}
+		if firstByte(method) != '"' || json.Unmarshal(method, &name) != nil {
+			return nil, &DecodeError{fmt.Sprintf("invalid type: %s, expected a string", unexpected(method))}
 		}
 		m.Method = name
 		m.Params = params
@@ -114,15 +114,49 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 		m.ID = cid
 		return &m, nil
 	}
-	if id != nil && (result != nil || errv != nil) {
-		m.Kind = KindResponse
-		m.ID = id
-		return &m, nil
-	}
+	// Not a request: a response if it has a result, else an error
+	// response, checked in that order with the reference's texts
+	// ({"id":9} and {} are "missing field `error`").
 	if id != nil {
-		return nil, &DecodeError{"missing field `method`"}
+		cid, err := canonicalID(id)
+		if err != nil {
+			return nil, err
+		}
+		id = cid
 	}
-	return nil, &DecodeError{"missing field `method` or `id`"}
+	switch {
+	case result == nil && errv == nil:
+		return nil, &DecodeError{"missing field `error`"}
+	case id == nil:
+		return nil, &DecodeError{"missing field `id`"}
+	}
+	m.Kind = KindResponse
+	m.ID = id
+	return &m, nil
+}
+
+// unexpected names a JSON value's type as serde's errors do.
+func unexpected(v []byte) string {
+	switch c := firstByte(v); c {
+	case '"':
+		return "string " + string(v)
+	case 't', 'f':
+		return "boolean `" + string(v) + "`"
+	case 'n':
+		return "null"
+	case '[':
+		return "sequence"
+	case '{':
+		return "map"
+	}
+	return "number"
+}
+
+func firstByte(v []byte) byte {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[0]
 }
 
 // canonicalID accepts a JSON string or an integer that fits in int64, and

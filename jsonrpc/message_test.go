@@ -123,11 +123,18 @@ func TestDecodeErrors(t *testing.T) {
 		{"deep on line 3", "\n\n" + deep, "recursion limit exceeded at line 3 column"},
 		{"too many values", many(262145), "JSON-RPC message exceeds the limit of 262144 JSON values at line 1 column"},
 		{"too many object members", `{"id":1,"method":"m","params":{` + manyKeys(262145) + `}}`, "exceeds the limit of 262144 JSON values"},
-		{"method not a string", `{"id":1,"method":5}`, "invalid type for `method`"},
-		{"id only", `{"id":10}`, "missing field `method`"},
-		{"empty object", `{}`, "missing field `method` or `id`"},
-		{"result without id", `{"result":1}`, "missing field `method` or `id`"},
-		{"unrelated", `{"foo":1}`, "missing field `method` or `id`"},
+		// Texts as the reference's (observed).
+		{"method not a string", `{"id":1,"method":5}`, "invalid type: number, expected a string"},
+		{"notification method not a string", `{"method":5}`, "invalid type: number, expected a string"},
+		{"method null", `{"method":null}`, "invalid type: null, expected a string"},
+		{"id only", `{"id":10}`, "missing field `error`"},
+		{"empty object", `{}`, "missing field `error`"},
+		{"result without id", `{"result":1}`, "missing field `id`"},
+		{"error without id", `{"error":{"code":1,"message":"x"}}`, "missing field `id`"},
+		{"unrelated", `{"foo":1}`, "missing field `error`"},
+		{"response with a null id", `{"id":null,"result":1}`, "data did not match any variant of untagged enum RequestId"},
+		{"response with a float id", `{"id":1.5,"result":1}`, "data did not match any variant of untagged enum RequestId"},
+		{"bad id, nothing else", `{"id":true}`, "data did not match any variant of untagged enum RequestId"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
