@@ -370,6 +370,7 @@ func TestHalfOpenAndSlowConnections(t *testing.T) {
 // child may be left behind as a zombie or a live process, and memory must
 // stay bounded.
 func TestAbandonedProcesses(t *testing.T) {
+	t.Parallel() // a separate server; long, so it overlaps the others
 	n := 10000
 	if s := os.Getenv("HOSTILE_PROCESSES"); s != "" {
 		n, _ = strconv.Atoi(s)

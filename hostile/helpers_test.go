@@ -220,6 +220,9 @@ func (cl *client) readLoop() {
 			cl.mu.Unlock()
 			return
 		}
+		if bytes.HasPrefix(data, []byte(`{"method"`)) {
+			continue // a push: the server writes notifications method first
+		}
 		var m struct {
 			ID     *int64          `json:"id"`
 			Result json.RawMessage `json:"result"`

@@ -1,0 +1,79 @@
+package hostile
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestRetainedOutput starts hundreds of short processes that each write 1
+// MiB and exit, from a client that reads every push: each closed process
+// keeps its retained output window (1 MiB) for process/read during the
+// retention period (30 s), so the count of processes a client can start in
+// that time, not a byte budget, bounds what the server retains. The strict
+// bound asks for a budget: 400 MiB of output must not become 320 MiB of
+// resident memory.
+func TestRetainedOutput(t *testing.T) {
+	if !full() && !strict() {
+		t.Skip("KNOWN GAP (docs/security.md), slow to show: run with HOSTILE_FULL=1 or HOSTILE_STRICT=1")
+	}
+	const bound = 320 << 20
+	n := 400
+	if v := os.Getenv("HOSTILE_RETAINED"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	mark := marker()
+	t.Cleanup(func() { killMarked(mark) })
+	s := startServer(t, nil)
+	base, _ := s.memory()
+	mem := sampleMemory(s)
+	stopProbe := startProbe(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	attacker := dial(ctx, t, s.url) // reads (and drops) every push
+	attacker.handshake(ctx, t)
+	var next, refused atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	stopAt := start.Add(25 * time.Second)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) || time.Now().After(stopAt) {
+					return
+				}
+				err := attacker.startProcess(ctx, fmt.Sprintf("r%d", i), []string{"head", "-c", "1048576", "/dev/zero"}, map[string]string{"HOSTILE_MARK": mark})
+				if err != nil {
+					refused.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitNoMarked(mark, 10*time.Second)
+	time.Sleep(time.Second)
+	p := stopProbe()
+	peak, hwm := mem()
+	s.alive(t)
+	started := min(next.Load()-1, int64(n)) - refused.Load()
+	t.Logf("retained: %d processes of 1 MiB output started in %v, %d refused (%v)", started, time.Since(start), refused.Load(), firstErr.Load())
+	p.check(t, "retained", livenessBound)
+	checkMemory(t, "retained", base, peak, hwm)
+	if hwm > bound {
+		msg := fmt.Sprintf("server memory high-water %s over %s: retained output windows of closed processes have no session- or server-wide byte budget", mib(hwm), mib(bound))
+		if strict() {
+			t.Fatal(msg)
+		}
+		t.Skip("KNOWN GAP: " + msg)
+	}
+}
