@@ -128,7 +128,8 @@ type FsWalkParams struct {
 	Sandbox json.RawMessage `json:"sandbox,omitempty"`
 }
 
-// Walk entry kinds.
+// Walk entry kinds. The server, like the reference, lists only files and
+// directories; the other two are reserved.
 const (
 	FsKindFile      = "file"
 	FsKindDirectory = "directory"
@@ -137,6 +138,8 @@ const (
 )
 
 // FsWalkEntry is one path found by fs/walk (the root itself is not listed).
+// Symlinks to files, FIFOs, sockets and devices are not listed; a symlink to
+// a directory is listed (as a directory) only with FollowDirectorySymlinks.
 type FsWalkEntry struct {
 	Path string `json:"path"` // file: URI
 	Kind string `json:"kind"` // FsKindFile, FsKindDirectory, FsKindSymlink or FsKindOther
