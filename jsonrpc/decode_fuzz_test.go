@@ -29,7 +29,8 @@ func FuzzDecode(f *testing.F) {
 		`{"id":1,"error":{"code":1,"message":"x"}}`,
 		`{"id":10}`, `{"foo":1}`, `{}`, `[]`, `[{"id":1,"method":"m"}]`, `42`, `"str"`, `not json`, `{bad`,
 		"{\"id\":1,\"method\":\"m\"}\n{\"id\":2,\"method\":\"m\"}",
-		`{"method":5}`, `{"method":"a","method":"b","id":1}`, `{"id":1,"method":"\u0061"}`,
+		`{"method":5}`, `{"method":"a","method":"b","id":1}`, `{"id":1,"method":"m","params":{"env":{},"env":null}}`,
+		`{"id":1,"method":"m","params":{"a":{"k":1,"\u006b":2}}}`, `{"id":1,"method":"\u0061"}`,
 		`{"id":1,"method":"m","params":[[[[[[[[[[1]]]]]]]]]]}`,
 		`{"id":1,"method":"m","params":"\"}{[[[["}`,
 		"  \r\n{\"id\":1 , \"method\" : \"m\" }\r\n",
@@ -67,6 +68,12 @@ func FuzzDecode(f *testing.F) {
 		obj, ok := v.(map[string]any)
 		if !ok {
 			t.Fatalf("accepted a non-object %q", data)
+		}
+		// Regression (found by FuzzDecodeParams): a repeated key let a
+		// params decoder check one value and use another; the reference
+		// refuses such messages outright.
+		if hasDuplicateKeys(trimmed) {
+			t.Fatalf("accepted %q, which repeats an object key", data)
 		}
 		depth, values := measure(v)
 		if depth > fuzzLimits.MaxDepth || values > fuzzLimits.MaxValues {
@@ -146,4 +153,51 @@ func measure(v any) (depth, values int) {
 		return d + 1, n
 	}
 	return 0, 1
+}
+
+// hasDuplicateKeys reports whether any object in the JSON text data repeats
+// a key (keys compared after unescaping).
+func hasDuplicateKeys(data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type frame struct {
+		object bool
+		keys   map[string]bool
+		expect bool // the next string token of an object is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch tok := tok.(type) {
+		case json.Delim:
+			switch tok {
+			case '{', '[':
+				if top != nil && top.object {
+					top.expect = true
+				}
+				stack = append(stack, &frame{object: tok == '{', keys: map[string]bool{}, expect: tok == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		case string:
+			if top != nil && top.object && top.expect {
+				if top.keys[tok] {
+					return true
+				}
+				top.keys[tok] = true
+				top.expect = false
+				continue
+			}
+		}
+		if top != nil && top.object {
+			top.expect = true
+		}
+	}
 }
