@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,8 +94,7 @@ func (s server) command(t testing.TB, listen string, extra ...string) *exec.Cmd 
 	args := append(append(append([]string{}, s.args...), "--listen", listen), extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Env = s.env(t)
-	// Die with the test binary even if it panics past the cleanups.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithTest(cmd)
 	cmd.Dir = t.TempDir()
 	return cmd
 }

@@ -65,8 +65,7 @@ func TestMain(m *testing.M) {
 		for _, extra := range [][]string{nil, {"--ws-auth", "capability-token", "--ws-token-file", tokenFile}, {"--tls-cert", certFile, "--tls-key", keyFile}} {
 			cmd := exec.Command(bin, append([]string{"--listen", "ws://127.0.0.1:0"}, extra...)...)
 			cmd.Dir = dir
-			// Die with the test binary even if it panics past the cleanup.
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			dieWithTest(cmd)
 			out, _ := cmd.StdoutPipe()
 			if err := cmd.Start(); err != nil {
 				noServer = err

@@ -118,7 +118,7 @@ func (c *command) exec(ctx context.Context, args []string) int {
 	sigs := make(chan os.Signal, 4)
 	// SIGPIPE is caught so that a closed stdout is an error to handle
 	// (terminate the remote command) rather than sudden death.
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGWINCH, syscall.SIGPIPE)
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}, resizeSignals...)...)
 	defer signal.Stop(sigs)
 
 	// Output copiers: they end when the process's output ends. A local
@@ -201,9 +201,11 @@ wait:
 				if p.Signal(sctx, name) != nil {
 					_, _ = p.Terminate(sctx)
 				}
-			case syscall.SIGWINCH:
-				if rows, cols, ok := winsize(sizeSrc); ok && *tty {
-					_ = p.Resize(sctx, rows, cols)
+			default:
+				if isResize(sig) && *tty {
+					if rows, cols, ok := winsize(sizeSrc); ok {
+						_ = p.Resize(sctx, rows, cols)
+					}
 				}
 			}
 			cancel()

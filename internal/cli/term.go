@@ -1,3 +1,5 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd
+
 package cli
 
 import (
@@ -21,7 +23,7 @@ func isTerminal(v any) bool {
 	if !ok {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	_, err := unix.IoctlGetTermios(fd, ioctlGetTermios)
 	return err == nil
 }
 
@@ -30,7 +32,7 @@ func isTerminal(v any) bool {
 // function that restores it.
 func makeRaw(v io.Reader) (restore func(), err error) {
 	fd, _ := fdOf(v)
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	old, err := unix.IoctlGetTermios(fd, ioctlGetTermios)
 	if err != nil {
 		return nil, err
 	}
@@ -42,10 +44,10 @@ func makeRaw(v io.Reader) (restore func(), err error) {
 	raw.Cflag |= unix.CS8
 	raw.Cc[unix.VMIN] = 1
 	raw.Cc[unix.VTIME] = 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+	if err := unix.IoctlSetTermios(fd, ioctlSetTermios, &raw); err != nil {
 		return nil, err
 	}
-	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
+	return func() { _ = unix.IoctlSetTermios(fd, ioctlSetTermios, old) }, nil
 }
 
 // winsize returns a terminal's size in rows and columns.

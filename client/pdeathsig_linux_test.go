@@ -1,0 +1,12 @@
+package client_test
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// dieWithTest makes a server die with the test binary even if the test
+// panics past its cleanups.
+func dieWithTest(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
