@@ -137,7 +137,14 @@ func run() int {
 		sides[0].bin = self
 		sides[0].args = func() []string {
 			n++
-			return []string{"serve", "--cpuprofile", filepath.Join(*pprofDir, fmt.Sprintf("ours-%02d-%s.pprof", n, currentWorkload))}
+			base := filepath.Join(*pprofDir, fmt.Sprintf("ours-%02d-%s", n, currentWorkload))
+			args := []string{"serve", "--cpuprofile", base + ".pprof", "--memprofile", base + ".heap"}
+			if currentWorkload == "tty-echo" || currentWorkload == "spawn" {
+				// Latency workloads: an execution trace shows where a
+				// request waits (go tool trace -pprof=sched FILE).
+				args = append(args, "--trace", base+".trace")
+			}
+			return args
 		}
 		stop, err := startProfile(filepath.Join(*pprofDir, "client.pprof"))
 		if err != nil {

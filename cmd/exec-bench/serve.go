@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 
 	"github.com/execgo/exec-server/server"
@@ -20,6 +21,8 @@ func serve(args []string) int {
 	fs := flag.NewFlagSet("exec-bench serve", flag.ContinueOnError)
 	listen := fs.String("listen", "ws://127.0.0.1:0", "ws://IP:PORT or stdio")
 	cpu := fs.String("cpuprofile", "", "write a CPU profile to `FILE`")
+	traceFile := fs.String("trace", "", "write a runtime execution trace to `FILE`")
+	memFile := fs.String("memprofile", "", "write a heap profile to `FILE` when told to stop, before connections close")
 	maxSessions := fs.Int("max-sessions", 0, "sessions per server (0: the server's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -32,9 +35,43 @@ func serve(args []string) int {
 		}
 		defer stop()
 	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer func() { trace.Stop(); f.Close() }()
+	}
 	raiseNoFile()
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		// The heap profile is taken while every connection is still up:
+		// that is what the idle-connection workload wants to see.
+		select {
+		case <-sigs:
+			if *memFile != "" {
+				if f, err := os.Create(*memFile); err == nil {
+					_ = pprof.Lookup("heap").WriteTo(f, 0)
+					f.Close()
+				}
+				if f, err := os.Create(*memFile + ".goroutines"); err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+					f.Close()
+				}
+			}
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	cfg := server.Config{
 		Listen:   *listen,
 		Stdin:    os.Stdin,

@@ -601,6 +601,9 @@ func idleOne(cfg *config, sd side) (idleMiB, perKiB, peakMiB, connRate float64, 
 	if err != nil {
 		return
 	}
+	// Stop the server while every connection is still up (a profiling
+	// server writes its heap profile then).
+	srv.Close()
 	return before / 1024, (after - before) / float64(cfg.idleConns), hwm / 1024, connRate, nil
 }
 
