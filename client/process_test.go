@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -391,4 +392,34 @@ func TestCloseStdin(t *testing.T) {
 			t.Errorf("Wait = %d, %v", code, err)
 		}
 	})
+}
+
+// A reader that never reads does not make the client's memory grow with
+// the output: 32 MiB produced, about BufferSize held.
+func TestUnreadOutputIsBounded(t *testing.T) {
+	bin, err := ours()
+	if err != nil {
+		t.Skip(err)
+	}
+	s := server{name: "ours", bin: bin, env: func(testing.TB) []string { return nil }}
+	c := s.stdio(t, client.Options{})
+	ctx := testCtx(t)
+	p, err := c.Start(ctx, client.Cmd{Argv: []string{"head", "-c", "33554432", "/dev/zero"}, BufferSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(ctx); code != 0 || err != nil {
+		t.Fatalf("Wait = %d, %v", code, err)
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if ms.HeapAlloc > 8<<20 {
+		t.Errorf("heap holds %d MiB after 32 MiB of unread output with a 1 MiB buffer", ms.HeapAlloc>>20)
+	}
+	n, err := io.Copy(io.Discard, p.Stdout())
+	if !errors.Is(err, client.ErrOutputLost) || n < 1<<20 || n >= 32<<20 {
+		t.Errorf("read %d bytes, %v; want about 2 MiB (buffer + retained window) and ErrOutputLost", n, err)
+	}
+	runtime.KeepAlive(p)
 }
