@@ -17,6 +17,8 @@ var scenarios = []scenario{
 	{name: "malformed", run: malformed},
 	{name: "request-ids", run: requestIDs},
 	{name: "unknown-notification", run: unknownNotification},
+	{name: "initialized-early", raw: true, run: initializedEarly},
+	{name: "stray-response", run: strayResponse},
 	{name: "errors", run: errorCodes},
 	{name: "process-pipes", run: processPipes},
 	{name: "process-pty", run: processPTY},
@@ -116,28 +118,70 @@ func requestIDs(e *env) {
 	}
 }
 
+// expectStopsServing checks the reference's reaction to a message it
+// treats as fatal: over ws it closes the connection, over stdio it answers
+// nothing more (stdout stays open until stdin ends). Either way a request
+// sent afterwards gets no answer.
+func (e *env) expectStopsServing(after string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+	defer cancel()
+	if m, err := e.c.CallMsg(ctx, "environment/status", nil); err == nil {
+		e.t.Fatalf("reference answered after %s: %s", after, m.Raw)
+	}
+}
+
 // unknownNotification: a notification other than `initialized`.
-// Divergence: we answer id -1 -32600 and stay open; the reference closes
-// the connection without a word.
+// Divergence: we answer id -1 -32600 and stay open; the reference stops
+// serving the connection without a word.
 func unknownNotification(e *env) {
 	if err := e.c.Notify(e.ctx, "foo/bar", map[string]any{}); err != nil {
 		e.t.Fatal(err)
 	}
 	if e.tg.ref {
-		// The reference stops serving the connection: over ws it closes it,
-		// over stdio it answers nothing more (stdout stays open until stdin
-		// ends). Either way a request sent afterwards gets no answer.
-		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
-		defer cancel()
-		m, err := e.c.CallMsg(ctx, "environment/status", nil)
-		if err == nil {
-			e.t.Fatalf("reference answered after an unknown notification: %s", m.Raw)
-		}
+		e.expectStopsServing("an unknown notification")
 		return
 	}
 	e.expectIDMinus1("notification foo/bar")
 	if st := e.call("environment/status", nil); st["status"] != "ready" {
 		e.t.Fatalf("environment/status after the notification: %v", st)
+	}
+}
+
+// initializedEarly: `initialized` before `initialize`.
+// Divergence: we answer id -1 -32600 and the lifecycle goes on; the
+// reference stops serving the connection.
+func initializedEarly(e *env) {
+	if err := e.c.Notify(e.ctx, "initialized", map[string]any{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if e.tg.ref {
+		e.expectStopsServing("`initialized` before `initialize`")
+		return
+	}
+	e.expectIDMinus1("initialized before initialize")
+	if _, err := e.c.Initialize(e.ctx); err != nil {
+		e.t.Fatalf("initialize after the early initialized: %v", err)
+	}
+	if st := e.call("environment/status", nil); st["status"] != "ready" {
+		e.t.Fatalf("environment/status: %v", st)
+	}
+}
+
+// strayResponse: a client response that answers no request.
+// Divergence: we answer id -1 -32600 and stay open; the reference stops
+// serving the connection.
+func strayResponse(e *env) {
+	if err := e.c.SendRaw(e.ctx, []byte(`{"id":77,"result":{}}`)); err != nil {
+		e.t.Fatal(err)
+	}
+	if e.tg.ref {
+		e.expectStopsServing("a response to no request")
+		return
+	}
+	e.expectIDMinus1("a response to no request")
+	if st := e.call("environment/status", nil); st["status"] != "ready" {
+		e.t.Fatalf("environment/status: %v", st)
 	}
 }
 
