@@ -3,13 +3,28 @@ package fsys
 import (
 	"context"
 	"encoding/json"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 )
 
 const benchSize = 64 << 20
+
+// cpuTime is the process's user+system CPU time so far. Benchmarks report
+// it per operation (cpu-ms/op) next to wall time: on a shared, loaded
+// machine it is the steadier figure.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+}
 
 // BenchmarkReadFile64MiB: fs/readFile through Call and the response frame
 // encoder, as the server runs it (file read, base64 straight into the frame).
@@ -21,6 +36,7 @@ func BenchmarkReadFile64MiB(b *testing.B) {
 	id := json.RawMessage("7")
 	b.SetBytes(benchSize)
 	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
 	for b.Loop() {
 		res, err := f.Call(context.Background(), nil, protocol.MethodFsReadFile, params)
 		if err != nil {
@@ -42,6 +58,7 @@ func BenchmarkWriteFile64MiB(b *testing.B) {
 	f := New(Options{})
 	b.SetBytes(benchSize)
 	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
 	for b.Loop() {
 		res, err := f.Call(context.Background(), nil, protocol.MethodFsWriteFile, params)
 		if err != nil {
@@ -63,6 +80,7 @@ func BenchmarkReadBlock1MiB(b *testing.B) {
 	params := json.RawMessage(`{"handleId":"r","offset":1048576,"len":1048576}`)
 	b.SetBytes(1 << 20)
 	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
 	for b.Loop() {
 		res, err := f.Call(context.Background(), h, protocol.MethodFsReadBlock, params)
 		if err != nil {
