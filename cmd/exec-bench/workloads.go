@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +185,7 @@ func zeroCmd(n int64) []string { return []string{"head", "-c", fmt.Sprint(n), "/
 // stream: head -c N /dev/zero, start → closed, every byte counted and
 // checked. Samples are MB/s (10^6 bytes).
 func runStream(cfg *config, sides []side, tr interop.Transport) []*row {
+	cm := &cpuMeter{}
 	st := interleave(cfg, sides, tr, cfg.streamRuns, cfg.streamRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
@@ -197,6 +200,7 @@ func runStream(cfg *config, sides []side, tr interop.Transport) []*row {
 					id := fmt.Sprintf("z%d", next)
 					z := newZeroSink(id)
 					c.SetSink(z.sink)
+					c0 := cpuSeconds(srv.PID())
 					t0 := time.Now()
 					err := roundTrip(timeout(2*time.Minute), cfg, c, id, zeroCmd(cfg.streamBytes)...)
 					el := time.Since(t0)
@@ -208,13 +212,14 @@ func runStream(cfg *config, sides []side, tr interop.Transport) []*row {
 						return xs, fmt.Errorf("stream: got %d bytes (want %d), non-zero bytes: %v, seq gaps: %d", got, cfg.streamBytes, z.bad.Load(), z.gaps.Load())
 					}
 					xs = append(xs, float64(cfg.streamBytes)/el.Seconds()/1e6)
+					cm.add(sd, cpuSeconds(srv.PID())-c0, float64(cfg.streamBytes))
 				}
 				return xs, nil
 			},
 			close: srv.Close,
 		}, nil
 	})
-	return []*row{mkrow("stream", "throughput", "MB/s", true, tr, st)}
+	return []*row{mkrow("stream", "throughput", "MB/s", true, tr, st), cm.row("stream", tr, sides)}
 }
 
 // ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
@@ -295,6 +300,7 @@ func fsFile(cfg *config, name string, n int) (string, []byte, error) {
 
 // fs-readFile: a whole file through fs/readFile. MB/s.
 func runReadFile(cfg *config, sides []side, tr interop.Transport) []*row {
+	cm := &cpuMeter{}
 	path, data, err := fsFile(cfg, "read.bin", cfg.fsFileBytes)
 	if err != nil {
 		return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, errStats(sides, err))}
@@ -308,6 +314,7 @@ func runReadFile(cfg *config, sides []side, tr interop.Transport) []*row {
 		return &runner{take: func(n int) ([]float64, error) {
 			var xs []float64
 			for range n {
+				c0 := cpuSeconds(srv.PID())
 				t0 := time.Now()
 				got, err := callBytes(timeout(time.Minute), c, "fs/readFile", params, "dataBase64")
 				if err != nil {
@@ -318,16 +325,18 @@ func runReadFile(cfg *config, sides []side, tr interop.Transport) []*row {
 					return xs, fmt.Errorf("fs/readFile: %d bytes differ from the file's %d", len(got), len(data))
 				}
 				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
+				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(len(data)))
 			}
 			return xs, nil
 		}, close: srv.Close}, nil
 	})
-	return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st)}
+	return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st), cm.row("fs-readFile", tr, sides)}
 }
 
 // fs-writeFile: a whole file through fs/writeFile. MB/s. The request is
 // encoded once, outside the timing.
 func runWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
+	cm := &cpuMeter{}
 	data := make([]byte, cfg.fsWriteBytes)
 	_, _ = rand.Read(data)
 	path := filepath.Join(cfg.dir, "write.bin")
@@ -341,6 +350,7 @@ func runWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
 			var xs []float64
 			for range n {
 				_ = os.Remove(path)
+				c0 := cpuSeconds(srv.PID())
 				t0 := time.Now()
 				if _, err := callBytes(timeout(30*time.Second), c, "fs/writeFile", params, ""); err != nil {
 					return xs, err
@@ -350,11 +360,12 @@ func runWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
 					return xs, fmt.Errorf("fs/writeFile: file on disk: %v", err)
 				}
 				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
+				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(len(data)))
 			}
 			return xs, nil
 		}, close: srv.Close}, nil
 	})
-	return []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st)}
+	return []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st), cm.row("fs-writeFile", tr, sides)}
 }
 
 const blockLen = 1 << 20
@@ -362,6 +373,7 @@ const blockLen = 1 << 20
 // fs-readBlock: fs/open + 1 MiB fs/readBlock calls, one at a time, through
 // a blockBytes file. MB/s.
 func runReadBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
+	cm := &cpuMeter{}
 	path := filepath.Join(cfg.dir, "blocks-src.bin")
 	if err := writeZeros(path, cfg.blockBytes); err != nil {
 		return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, errStats(sides, err))}
@@ -378,6 +390,7 @@ func runReadBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
 				next++
 				h := fmt.Sprintf("r%d", next)
 				ctx := timeout(2 * time.Minute)
+				c0 := cpuSeconds(srv.PID())
 				t0 := time.Now()
 				if err := c.Call(ctx, "fs/open", map[string]any{"handleId": h, "path": interop.FileURI(path), "mode": "read"}, nil); err != nil {
 					return xs, err
@@ -410,15 +423,17 @@ func runReadBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
 					return xs, fmt.Errorf("fs/readBlock: read %d bytes of %d", total, cfg.blockBytes)
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
+				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(total))
 			}
 			return xs, nil
 		}, close: srv.Close}, nil
 	})
-	return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, st)}
+	return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, st), cm.row("fs-readBlock", tr, sides)}
 }
 
 // fs-writeBlock: fs/open replace + 1 MiB fs/writeBlock calls. MB/s.
 func runWriteBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
+	cm := &cpuMeter{}
 	path := filepath.Join(cfg.dir, "blocks-dst.bin")
 	chunk := make([]byte, blockLen)
 	_, _ = rand.Read(chunk)
@@ -436,6 +451,7 @@ func runWriteBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
 				h := fmt.Sprintf("w%d", next)
 				ctx := timeout(2 * time.Minute)
 				_ = os.Remove(path)
+				c0 := cpuSeconds(srv.PID())
 				t0 := time.Now()
 				if err := c.Call(ctx, "fs/open", map[string]any{"handleId": h, "path": interop.FileURI(path), "mode": "replace"}, nil); err != nil {
 					return xs, err
@@ -459,11 +475,12 @@ func runWriteBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
 					return xs, fmt.Errorf("fs/writeBlock: file on disk: %v (want %d bytes)", err, total)
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
+				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(total))
 			}
 			return xs, nil
 		}, close: func() { srv.Close(); _ = os.Remove(path) }}, nil
 	})
-	return []*row{mkrow("fs-writeBlock", "rate", "MB/s", true, tr, st)}
+	return []*row{mkrow("fs-writeBlock", "rate", "MB/s", true, tr, st), cm.row("fs-writeBlock", tr, sides)}
 }
 
 // callBytes sends pre-encoded params and returns the decoded base64 field
@@ -671,4 +688,53 @@ func stallOne(cfg *config, sd side, tr interop.Transport) (float64, error) {
 		}
 	}
 	return (peak - base) / 1024, nil
+}
+
+// cpuMeter adds up the server's own CPU time (utime+stime of the server
+// process, not its children) per byte moved: a figure that, unlike MB/s,
+// hardly moves when other jobs share the machine.
+type cpuMeter struct {
+	mu   sync.Mutex
+	runs [2][]float64
+}
+
+func (m *cpuMeter) add(sd side, cpu, bytes float64) {
+	i := 0
+	if sd.ref {
+		i = 1
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if bytes > 0 {
+		m.runs[i] = append(m.runs[i], cpu/(bytes/1e9))
+	}
+}
+
+func (m *cpuMeter) row(w string, tr interop.Transport, sides []side) *row {
+	st := []*stats{summarize(m.runs[0], nil)}
+	if len(sides) > 1 {
+		st = append(st, summarize(m.runs[1], nil))
+	}
+	return mkrow(w, "server-cpu", "s/GB", false, tr, st)
+}
+
+// cpuSeconds is the CPU time pid has used itself (utime+stime).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line, in clock ticks (100 per second).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
 }
