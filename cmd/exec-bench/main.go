@@ -331,6 +331,9 @@ var workloads = []workload{
 type runner struct {
 	take  func(n int) ([]float64, error)
 	close func()
+	// deadline, when the runner looks at it, ends a take early: the side
+	// has used up its time budget.
+	deadline time.Time
 }
 
 // interleave opens a runner per side and takes total samples from each in
@@ -358,6 +361,7 @@ func interleave(cfg *config, sides []side, tr interop.Transport, total, rounds i
 				continue
 			}
 			n := min(per, total-len(samples[i]))
+			runners[i].deadline = time.Now().Add(cfg.budget - spent[i])
 			t0 := time.Now()
 			xs, err := runners[i].take(n)
 			spent[i] += time.Since(t0)

@@ -26,22 +26,24 @@ func runSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 			return nil, err
 		}
 		var next int
-		return &runner{
-			take: func(n int) ([]float64, error) {
-				ctx := timeout(2 * time.Minute)
-				var xs []float64
-				for range n {
-					next++
-					t0 := time.Now()
-					if err := roundTrip(ctx, cfg, c, fmt.Sprintf("s%d", next), "/bin/true"); err != nil {
-						return xs, err
-					}
-					xs = append(xs, ms(time.Since(t0)))
+		r := &runner{close: srv.Close}
+		r.take = func(n int) ([]float64, error) {
+			ctx := timeout(2 * time.Minute)
+			var xs []float64
+			for range n {
+				if time.Now().After(r.deadline) {
+					break
 				}
-				return xs, nil
-			},
-			close: srv.Close,
-		}, nil
+				next++
+				t0 := time.Now()
+				if err := roundTrip(ctx, cfg, c, fmt.Sprintf("s%d", next), "/bin/true"); err != nil {
+					return xs, err
+				}
+				xs = append(xs, ms(time.Since(t0)))
+			}
+			return xs, nil
+		}
+		return r, nil
 	})
 	return []*row{mkrow("spawn", "latency", "ms", false, tr, st)}
 }
@@ -256,36 +258,38 @@ func runTTY(cfg *config, sides []side, tr interop.Transport) []*row {
 			}
 		}
 		var next int
-		return &runner{
-			take: func(n int) ([]float64, error) {
-				ctx := timeout(time.Minute)
-				var xs []float64
-				for range n {
-					next++
-					t0 := time.Now()
-					var r struct {
-						Status string `json:"status"`
-					}
-					if err := c.Call(ctx, "process/write", map[string]any{"processId": "tty", "chunk": "eA==", "writeId": fmt.Sprint(next)}, &r); err != nil {
-						return xs, err
-					}
-					if r.Status != "accepted" {
-						return xs, fmt.Errorf("tty write: status %q", r.Status)
-					}
-					select {
-					case b := <-out:
-						if !bytes.Equal(b, []byte("x")) {
-							return xs, fmt.Errorf("tty echo: got %q, want \"x\"", b)
-						}
-					case <-ctx.Done():
-						return xs, errors.New("tty echo: no output")
-					}
-					xs = append(xs, ms(time.Since(t0)))
+		r := &runner{close: srv.Close}
+		r.take = func(n int) ([]float64, error) {
+			ctx := timeout(time.Minute)
+			var xs []float64
+			for range n {
+				if time.Now().After(r.deadline) {
+					break
 				}
-				return xs, nil
-			},
-			close: srv.Close,
-		}, nil
+				next++
+				t0 := time.Now()
+				var r struct {
+					Status string `json:"status"`
+				}
+				if err := c.Call(ctx, "process/write", map[string]any{"processId": "tty", "chunk": "eA==", "writeId": fmt.Sprint(next)}, &r); err != nil {
+					return xs, err
+				}
+				if r.Status != "accepted" {
+					return xs, fmt.Errorf("tty write: status %q", r.Status)
+				}
+				select {
+				case b := <-out:
+					if !bytes.Equal(b, []byte("x")) {
+						return xs, fmt.Errorf("tty echo: got %q, want \"x\"", b)
+					}
+				case <-ctx.Done():
+					return xs, errors.New("tty echo: no output")
+				}
+				xs = append(xs, ms(time.Since(t0)))
+			}
+			return xs, nil
+		}
+		return r, nil
 	})
 	return []*row{mkrow("tty-echo", "latency", "ms", false, tr, st)}
 }
