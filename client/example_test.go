@@ -138,3 +138,20 @@ func ExampleClient_Upload() {
 	// hello, server
 	// size 14
 }
+
+// The os/exec Output idiom.
+func ExampleClient_Output() {
+	ctx := context.Background()
+	c, err := client.DialStdio(ctx, exec.Command(serverBinary(), "--listen", "stdio"), client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	out, code, err := c.Output(ctx, client.Cmd{Argv: []string{"uname", "-s"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s exit %d\n", strings.TrimSpace(string(out)), code)
+	// Output: Linux exit 0
+}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -274,6 +275,30 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 		p.pump(cmd.Stderr, p.Stderr())
 	}
 	return p, nil
+}
+
+// Output runs cmd to completion and returns its standard output and its
+// exit code, as exec.Cmd.Output does locally; standard error goes to
+// cmd.Stderr when set and is discarded otherwise. A non-zero exit is not an
+// error. cmd.Stdout must be nil.
+func (c *Client) Output(ctx context.Context, cmd Cmd) ([]byte, int, error) {
+	if cmd.Stdout != nil {
+		return nil, -1, errors.New("exec-server client: Output: Stdout already set")
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if cmd.Stderr == nil && !cmd.TTY {
+		cmd.Stderr = io.Discard
+	}
+	p, err := c.Start(ctx, cmd)
+	if err != nil {
+		return nil, -1, err
+	}
+	code, err := p.Wait(ctx)
+	if err != nil {
+		return out.Bytes(), -1, err
+	}
+	return out.Bytes(), code, nil
 }
 
 // startCall sends process/start, repeating it after a reconnect. A repeat
