@@ -51,6 +51,8 @@ type Server struct {
 	stdio   *Client
 	waitErr chan error
 	stderr  *tailBuffer
+
+	closeOnce sync.Once
 }
 
 // Spec says how to run a server binary.
@@ -178,8 +180,11 @@ func (s *Server) Dial(ctx context.Context) (*Client, error) {
 
 // Close stops the server: SIGTERM, and SIGKILL if it is still there after
 // two seconds (a server may write a profile on SIGTERM). Both servers kill
-// their children when they exit. CODEX_HOME is removed.
-func (s *Server) Close() {
+// their children when they exit. CODEX_HOME is removed. Close may be
+// called more than once.
+func (s *Server) Close() { s.closeOnce.Do(s.close) }
+
+func (s *Server) close() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		// stdin EOF ends a stdio server; SIGTERM a websocket one.
 		_ = s.stdin.Close()
