@@ -781,6 +781,14 @@ func (c *Client) Events(processID string) []Event {
 	return evs
 }
 
+// Arrived returns the events received so far for processID in the order
+// they arrived.
+func (c *Client) Arrived(processID string) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Event(nil), c.events[processID]...)
+}
+
 // WaitClosed waits for processID's process/closed event and returns all its
 // events sorted by seq.
 func (c *Client) WaitClosed(ctx context.Context, processID string) ([]Event, error) {

@@ -270,6 +270,16 @@ func (e *env) closed(id string) []Event {
 	if exited != 1 || evs[len(evs)-1].Method != "process/closed" {
 		e.t.Fatalf("%s: want one exited and closed last, got %v", id, methods(evs))
 	}
+	// Our server sends the pushes of one process in seq order (decisions
+	// §7). The reference does not always: it was seen sending exited
+	// (seq 266) before output seq 265; clients must order by seq.
+	if arr := e.c.Arrived(id); !e.tg.ref && len(arr) == len(evs) {
+		for i, ev := range arr {
+			if ev.Seq != uint64(i+1) {
+				e.t.Fatalf("%s: events arrived out of seq order near %v", id, methods(arr[max(0, i-2):min(len(arr), i+3)]))
+			}
+		}
+	}
 	return evs
 }
 

@@ -24,6 +24,7 @@ var scenarios = []scenario{
 	{name: "process-pty", run: processPTY},
 	{name: "process-read", run: processRead},
 	{name: "process-read-wait", run: processReadWait},
+	{name: "retained-window", run: retainedWindow},
 	{name: "write-echo", run: writeEcho},
 	{name: "write-pty", run: writePTY},
 	{name: "write-status", run: writeStatus},
@@ -301,6 +302,40 @@ func processRead(e *env) {
 	none := e.read(map[string]any{"processId": "r", "afterSeq": last, "waitMs": 2000})
 	if len(none.Chunks) != 0 || !none.Closed {
 		e.t.Fatalf("afterSeq %d: %+v", last, none)
+	}
+}
+
+// retainedWindow: 3 MiB of output; process/read from 0 returns only the
+// newest whole chunks, at most 1 MiB, exactly as they were pushed, up to the
+// last one.
+func retainedWindow(e *env) {
+	const total = 3 << 20
+	e.start("w", false, "head", "-c", "3145728", "/dev/zero")
+	evs := e.closed("w")
+	var outs []Event
+	pushed := 0
+	for _, ev := range evs {
+		if ev.Method == "process/output" {
+			outs = append(outs, ev)
+			pushed += len(ev.Chunk)
+		}
+	}
+	if pushed != total {
+		e.t.Fatalf("pushed %d bytes, want %d", pushed, total)
+	}
+	r := e.read(map[string]any{"processId": "w"})
+	kept := 0
+	for _, ch := range r.Chunks {
+		kept += len(ch.Chunk)
+	}
+	if len(r.Chunks) == 0 || len(r.Chunks) == len(outs) || kept > 1<<20 {
+		e.t.Fatalf("read from 0 returned %d chunks (%d bytes) of %d pushed: want the newest ones, at most 1 MiB", len(r.Chunks), kept, len(outs))
+	}
+	tail := outs[len(outs)-len(r.Chunks):]
+	for i, ch := range r.Chunks {
+		if ch.Seq != tail[i].Seq || !bytes.Equal(ch.Chunk, tail[i].Chunk) {
+			e.t.Fatalf("retained chunk %d (seq %d) is not the pushed chunk seq %d", i, ch.Seq, tail[i].Seq)
+		}
 	}
 }
 
