@@ -82,22 +82,24 @@ func (s *jscan) eat(c byte) bool {
 	return false
 }
 
-// str skips a string, finding its end with IndexAny (fast on long base64).
+// str skips a string. It finds the next quote with IndexByte and looks for
+// a backslash only before it: two vectorised scans, far faster on a long
+// base64 string than IndexAny's byte-by-byte set test.
 func (s *jscan) str() bool {
 	if !s.eat('"') {
 		return false
 	}
 	for {
-		j := bytes.IndexAny(s.b[s.i:], `"\`)
-		if j < 0 {
+		q := bytes.IndexByte(s.b[s.i:], '"')
+		if q < 0 {
 			return false
 		}
-		s.i += j
-		if s.b[s.i] == '"' {
-			s.i++
+		bs := bytes.IndexByte(s.b[s.i:s.i+q], '\\')
+		if bs < 0 {
+			s.i += q + 1
 			return true
 		}
-		s.i += 2
+		s.i += bs + 2 // the backslash and the byte it escapes
 		if s.i > len(s.b) {
 			return false
 		}
