@@ -118,7 +118,7 @@ func run() int {
 		build := exec.Command("go", "build", "-o", ours, "github.com/execgo/exec-server/cmd/exec-server")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "exec-bench: building our server: %v\n", err)
+			fmt.Fprintf(os.Stderr, "exec-bench: building our server: %v (run from the module root, or pass --ours BIN)\n", err)
 			return 1
 		}
 	}
