@@ -31,7 +31,7 @@ type Config struct {
 	MaxHandles int
 	// MaxProcesses bounds live processes per session. Default 4096.
 	MaxProcesses int
-	// MaxSessions bounds sessions per server. Default 1024.
+	// MaxSessions bounds sessions per server. Default 10240 (one per possible connection).
 	MaxSessions int
 	// MaxConnections bounds concurrent websocket connections. Default 10240.
 	MaxConnections int
@@ -75,7 +75,7 @@ func (c *Config) withDefaults() Config {
 		d.MaxProcesses = 4096
 	}
 	if d.MaxSessions <= 0 {
-		d.MaxSessions = 1024
+		d.MaxSessions = 10240
 	}
 	if d.MaxConnections <= 0 {
 		d.MaxConnections = 10240

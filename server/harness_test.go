@@ -39,7 +39,6 @@ type peer struct {
 	stop func()
 	mu   sync.Mutex
 	seen []wire // messages received but not yet consumed by a wait
-	next int
 }
 
 func newPeer(t *testing.T, send func(string) error, recv func() (string, error), stop func()) *peer {

@@ -23,7 +23,7 @@ const (
 	defaultMaxFileBytes    = 512 << 20
 	defaultMaxProcesses    = 4096
 	defaultMaxHandles      = 128
-	defaultMaxSessions     = 1024
+	defaultMaxSessions     = 10240
 	defaultMaxConnections  = 10240
 
 	// Bounds on what the limit flags accept: a typo must not switch a

@@ -88,7 +88,7 @@ func TestSecurityFlagsApply(t *testing.T) {
 				t.Error("auth or TLS set by default")
 			}
 			if cfg.MaxMessageBytes != 64<<20 || cfg.MaxProcesses != 4096 || cfg.MaxHandles != 128 ||
-				cfg.MaxSessions != 1024 || cfg.MaxConnections != 10240 || cfg.MaxFileBytes != 512<<20 {
+				cfg.MaxSessions != 10240 || cfg.MaxConnections != 10240 || cfg.MaxFileBytes != 512<<20 {
 				t.Errorf("limits %+v", cfg)
 			}
 		}},

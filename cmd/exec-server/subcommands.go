@@ -17,8 +17,13 @@ func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr i
 	default:
 		return 0, false
 	}
-	// exec forwards Ctrl-C itself; the context ends only on SIGTERM.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	// exec forwards Ctrl-C, SIGTERM and SIGHUP to the remote process
+	// itself; the file commands stop on SIGTERM.
+	ctx := context.Background()
+	if name != "exec" {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM)
+		defer stop()
+	}
 	return cli.Main(ctx, name, args, stdin, stdout, stderr), true
 }
