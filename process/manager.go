@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -193,6 +195,25 @@ func (m *Manager) CloseStdin(id string) error {
 		return proc.stdin.enqueue([]byte{4})
 	}
 	proc.stdin.closeInput()
+	return nil
+}
+
+// Resize sets the terminal size of a PTY process (an extension of the
+// protocol). The child gets SIGWINCH from the kernel.
+func (m *Manager) Resize(p protocol.ResizeParams) error {
+	if p.Rows < 1 || p.Rows > 1000 || p.Cols < 1 || p.Cols > 1000 {
+		return protocol.InvalidParams("terminal size %dx%d is out of range: rows and cols must be between 1 and 1000", p.Rows, p.Cols)
+	}
+	proc, err := m.lookup(p.ProcessID)
+	if err != nil {
+		return err
+	}
+	if !proc.tty {
+		return protocol.InvalidRequest("process %s has no terminal to resize", p.ProcessID)
+	}
+	if err := pty.Setsize(proc.master, &pty.Winsize{Rows: p.Rows, Cols: p.Cols}); err != nil {
+		return protocol.Internal("resize process %s: %v", p.ProcessID, err)
+	}
 	return nil
 }
 

@@ -40,6 +40,7 @@ type Proc struct {
 	pgid    int
 	outputs []*os.File // read ends of the output streams
 	tty     bool
+	master  *os.File     // the PTY master, for resize
 	stdin   *stdinWriter // nil when stdin is not writable
 
 	events chan rawEvent
@@ -136,7 +137,15 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		if err != nil {
 			return protocol.SpawnError(err)
 		}
-		_ = pty.Setsize(master, &pty.Winsize{Rows: 24, Cols: 80})
+		size := pty.Winsize{Rows: 24, Cols: 80}
+		if sp.Rows != nil {
+			size.Rows = *sp.Rows
+		}
+		if sp.Cols != nil {
+			size.Cols = *sp.Cols
+		}
+		_ = pty.Setsize(master, &size)
+		p.master = master
 		files = [3]*os.File{slave, slave, slave}
 		parentEnds = append(parentEnds, slave)
 		attr.Setctty = true

@@ -17,6 +17,9 @@ const (
 	// MethodProcessCloseStdin is an extension of this server: it ends a
 	// process's input. The reference answers -32601.
 	MethodProcessCloseStdin = "process/closeStdin"
+	// MethodProcessResize is an extension of this server: it resizes a
+	// process's PTY. The reference answers -32601.
+	MethodProcessResize = "process/resize"
 
 	MethodFsReadFile        = "fs/readFile"
 	MethodFsWriteFile       = "fs/writeFile"
@@ -95,6 +98,9 @@ type StartParams struct {
 	Arg0      *string           `json:"arg0,omitempty"`
 	EnvPolicy json.RawMessage   `json:"envPolicy,omitempty"`
 	Sandbox   json.RawMessage   `json:"sandbox,omitempty"`
+	// Rows and Cols (an extension) set a PTY's initial size; default 24x80.
+	Rows *uint16 `json:"rows,omitempty"`
+	Cols *uint16 `json:"cols,omitempty"`
 }
 
 // StartResult is the result of process/start.
@@ -164,6 +170,13 @@ type TerminateParams struct {
 // CloseStdinParams are the params of process/closeStdin.
 type CloseStdinParams struct {
 	ProcessID string `json:"processId"`
+}
+
+// ResizeParams are the params of process/resize.
+type ResizeParams struct {
+	ProcessID string `json:"processId"`
+	Rows      uint16 `json:"rows"`
+	Cols      uint16 `json:"cols"`
 }
 
 // TerminateResult is the result of process/terminate.

@@ -213,6 +213,13 @@ func (s *Server) buildMethods() map[string]method {
 				return protocol.Empty{}, cs.sess().procs.CloseStdin(p.(*protocol.CloseStdinParams).ProcessID)
 			},
 		},
+		protocol.MethodProcessResize: {
+			family: familyExec, inline: true,
+			decode: decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols"),
+			call: func(_ context.Context, cs *connState, p any) (any, error) {
+				return protocol.Empty{}, cs.sess().procs.Resize(*p.(*protocol.ResizeParams))
+			},
+		},
 		protocol.MethodProcessTerminate: {
 			family: familyExec, inline: true,
 			decode: decodeInto[protocol.TerminateParams]("TerminateParams", "processId"),

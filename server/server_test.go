@@ -614,3 +614,33 @@ func TestCloseStdin(t *testing.T) {
 		t.Errorf("closeStdin of an unknown process: %d", code)
 	}
 }
+
+// process/resize and the rows/cols of process/start (extensions) set the
+// PTY size the child sees.
+func TestResize(t *testing.T) {
+	checkGoroutines(t)
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	sp := startParams(t, "r", true, "sh", "-c", "stty size; read x; stty size")
+	sp["rows"], sp["cols"] = 30, 100
+	p.call("process/start", sp)
+	first := p.wait("first size", func(w wire) bool { return w.Method == "process/output" && strings.Contains(w.raw, `"processId":"r"`) })
+	if out, _, _ := decodeOutput(t, []wire{first}); !strings.Contains(out, "30 100") {
+		t.Errorf("initial size: %q", out)
+	}
+	p.call("process/resize", map[string]any{"processId": "r", "rows": 50, "cols": 132})
+	p.call("process/write", map[string]any{"processId": "r", "chunk": base64.StdEncoding.EncodeToString([]byte("\n"))})
+	ev := p.events("r")
+	out, _, _ := decodeOutput(t, ev)
+	if !strings.Contains(out, "50 132") {
+		t.Errorf("after resize: %q", out)
+	}
+	if code, _ := p.callErr("process/resize", map[string]any{"processId": "r", "rows": 0, "cols": 80}); code != -32602 {
+		t.Errorf("zero rows: %d", code)
+	}
+	p.call("process/start", startParams(t, "pipe", false, "true"))
+	if code, _ := p.callErr("process/resize", map[string]any{"processId": "pipe", "rows": 10, "cols": 10}); code != -32600 {
+		t.Errorf("resize of a pipe process: %d", code)
+	}
+	p.events("pipe")
+}
