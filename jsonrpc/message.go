@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // Limits bound what a single incoming message may contain.
@@ -248,18 +250,10 @@ func prescan(data []byte, lim Limits) (limitErr, dupErr error) {
 			strStart = i
 			// Skip the string quickly: strings are where the bulk of a big
 			// message lives (base64 payloads).
-			for i++; i < len(data); i++ {
-				j := bytes.IndexAny(data[i:], `"\`)
-				if j < 0 {
-					i = len(data)
-					break
-				}
-				i += j
-				if data[i] == '\\' {
-					i++
-					continue
-				}
-				break
+			if end := protocol.ClosingQuote(data, i+1); end < 0 {
+				i = len(data)
+			} else {
+				i = end
 			}
 			strEnd = i
 			if j := skipWS(data, i+1); j < len(data) && data[j] == ':' {
@@ -398,17 +392,8 @@ func skipWS(data []byte, i int) int {
 
 // skipString returns the index just past the string starting at data[i].
 func skipString(data []byte, i int) int {
-	for i++; i < len(data); {
-		j := bytes.IndexAny(data[i:], `"\`)
-		if j < 0 {
-			return len(data)
-		}
-		i += j
-		if data[i] == '\\' {
-			i += 2
-			continue
-		}
-		return i + 1
+	if end := protocol.ClosingQuote(data, i+1); end >= 0 {
+		return end + 1
 	}
 	return len(data)
 }

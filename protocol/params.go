@@ -212,19 +212,37 @@ func (s *scanner) skipString() bool {
 	if !s.eat('"') {
 		return false
 	}
-	for s.i < len(s.b) {
-		j := bytes.IndexAny(s.b[s.i:], `"\`)
-		if j < 0 {
-			return false
-		}
-		s.i += j
-		if s.b[s.i] == '"' {
-			s.i++
-			return true
-		}
-		s.i += 2 // backslash and the escaped byte
+	end := ClosingQuote(s.b, s.i)
+	if end < 0 {
+		return false
 	}
-	return false
+	s.i = end + 1
+	return true
+}
+
+// ClosingQuote returns the index of the quote that ends the JSON string
+// whose body starts at b[i] (just past its opening quote), or -1. It jumps
+// from quote to quote with bytes.IndexByte (tens of GB/s, against about
+// 1.5 GB/s for IndexAny) and counts the backslashes just before each quote:
+// an odd run escapes it. Each byte is looked at a bounded number of times,
+// so strings full of escapes stay linear.
+func ClosingQuote(b []byte, i int) int {
+	for i <= len(b) {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return -1
+		}
+		q += i
+		n := 0
+		for k := q - 1; k >= i && b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q
+		}
+		i = q + 1
+	}
+	return -1
 }
 
 func (s *scanner) skipValue(depth int) bool {
