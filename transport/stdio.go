@@ -82,6 +82,14 @@ func (s *Stdio) readLine() (line []byte, tooLong bool, n int, err error) {
 			if n-1 > keep || (e != nil && n > keep) {
 				tooLong, line = true, nil
 			} else {
+				if cap(line)-len(line) < len(frag) {
+					// Double, rather than append's 1.25x for large
+					// slices: a 64 MiB line then costs ~2x its size in
+					// copies, not ~5x.
+					grown := make([]byte, len(line), max(2*cap(line), len(line)+len(frag)))
+					copy(grown, line)
+					line = grown
+				}
 				line = append(line, frag...)
 			}
 		}
