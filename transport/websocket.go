@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -139,7 +140,8 @@ func NewHandler(opts HandlerOptions) http.Handler {
 		c.SetReadLimit(opts.MaxMessageBytes)
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		go pinger(ctx, c, opts.PingInterval)
+		stopPing := startPinger(ctx, c, opts.PingInterval)
+		defer stopPing()
 		opts.Serve(ctx, NewWebSocket(c, r.RemoteAddr))
 	})
 }
@@ -181,19 +183,35 @@ func hasToken(h http.Header, name, token string) bool {
 	return false
 }
 
-// pinger keeps intermediaries from closing an idle connection.
-func pinger(ctx context.Context, c *websocket.Conn, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// startPinger keeps intermediaries from closing an idle connection. It
+// costs no goroutine while idle (10 000 idle connections are a workload we
+// measure): a timer fires, pings on its own short-lived goroutine, and
+// re-arms. The returned func stops it; a ping in progress ends with ctx.
+func startPinger(ctx context.Context, c *websocket.Conn, every time.Duration) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
 			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, every)
-			_ = c.Ping(pctx)
-			cancel()
 		}
+		mu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, every)
+		_ = c.Ping(pctx)
+		cancel()
+		mu.Lock()
+		if !stopped {
+			t.Reset(every)
+		}
+		mu.Unlock()
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
 	}
 }
 
