@@ -7,6 +7,8 @@ import (
 	"errors"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // Fast paths for the messages that carry bulk data (process/output pushes,
@@ -46,7 +48,7 @@ func eachField(raw []byte, f func(key, val []byte) error) error {
 		}
 		s.ws()
 		vs := s.i
-		if !s.value(0) {
+		if !s.value() {
 			return errSlow
 		}
 		if err := f(key, raw[vs:s.i]); err != nil {
@@ -106,55 +108,11 @@ func (s *jscan) str() bool {
 	}
 }
 
-func (s *jscan) value(depth int) bool {
-	if depth > 64 || s.i >= len(s.b) {
-		return false
-	}
-	switch c := s.b[s.i]; c {
-	case '"':
-		return s.str()
-	case '{', '[':
-		closer := byte('}')
-		if c == '[' {
-			closer = ']'
-		}
-		s.i++
-		s.ws()
-		if s.eat(closer) {
-			return true
-		}
-		for {
-			s.ws()
-			if c == '{' {
-				if !s.str() {
-					return false
-				}
-				s.ws()
-				if !s.eat(':') {
-					return false
-				}
-				s.ws()
-			}
-			if !s.value(depth + 1) {
-				return false
-			}
-			s.ws()
-			if s.eat(',') {
-				continue
-			}
-			return s.eat(closer)
-		}
-	default:
-		start := s.i
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return s.i > start
-			}
-			s.i++
-		}
-		return s.i > start
-	}
+// value skips one JSON value with the server side's scanner.
+func (s *jscan) value() bool {
+	end, ok := protocol.SkipValue(s.b, s.i)
+	s.i = end
+	return ok
 }
 
 // plainString returns the contents of a JSON string without escapes, in

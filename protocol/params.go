@@ -245,6 +245,15 @@ func ClosingQuote(b []byte, i int) int {
 	return -1
 }
 
+// SkipValue returns the index just past the JSON value that starts at b[i],
+// and whether it is well formed (nesting beyond 512 levels is not). It
+// decodes nothing and allocates nothing.
+func SkipValue(b []byte, i int) (int, bool) {
+	s := scanner{b: b, i: i}
+	ok := s.skipValue(0)
+	return s.i, ok
+}
+
 func (s *scanner) skipValue(depth int) bool {
 	if depth > 512 || s.i >= len(s.b) {
 		return false
