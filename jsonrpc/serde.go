@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
 )
@@ -183,9 +184,7 @@ func (p *serdeParser) exponent() *serdeErr {
 func (p *serdeParser) str() *serdeErr {
 	start := p.i
 	for {
-		for p.i < len(p.b) && p.b[p.i] != '"' && p.b[p.i] != '\\' && p.b[p.i] >= 0x20 {
-			p.i++
-		}
+		p.i = plainRun(p.b, p.i)
 		if p.i == len(p.b) {
 			return p.err("EOF while parsing a string")
 		}
@@ -351,4 +350,31 @@ func (p *serdeParser) object() *serdeErr {
 			return e
 		}
 	}
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// plainRun returns the index of the first byte at or after i that ends a
+// run of plain string bytes: a quote, a backslash or a control character.
+// It tests eight bytes at a time (a string's body is where the bulk of a
+// large message lives, its base64 payload), then finds the byte one by one.
+func plainRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (ones * '"')
+		bs := x ^ (ones * '\\')
+		// A byte below 0x20, or equal to '"' or '\\', sets its high bit in
+		// one of these (the classic has-zero / has-less tests, exact as to
+		// whether such a byte exists).
+		if ((x-ones*0x20)&^x|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
+			break
+		}
+	}
+	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+		i++
+	}
+	return i
 }

@@ -100,3 +100,28 @@ func TestSerdeSyntaxAgreesWithEncodingJSON(t *testing.T) {
 	}
 	_ = strings.Contains
 }
+
+// plainRun must stop exactly where a byte-by-byte scan stops.
+func TestPlainRun(t *testing.T) {
+	slow := func(b []byte, i int) int {
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			i++
+		}
+		return i
+	}
+	base := []byte("abcdefghijklmnopqrstuvwxyz0123456789+/ABCDEFGHIJ\xc3\xa9\xff")
+	for _, stop := range []byte{'"', '\\', 0, 0x1f, '\n'} {
+		for pos := 0; pos < len(base); pos++ {
+			b := append([]byte(nil), base...)
+			b[pos] = stop
+			for start := 0; start < 10; start++ {
+				if got, want := plainRun(b, start), slow(b, start); got != want {
+					t.Fatalf("plainRun(%q, %d) = %d, want %d", b, start, got, want)
+				}
+			}
+		}
+	}
+	if got := plainRun(base, 0); got != len(base) {
+		t.Errorf("no stop byte: %d, want %d", got, len(base))
+	}
+}
