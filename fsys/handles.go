@@ -230,9 +230,16 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 		Offset   uint64          `json:"offset"`
 		Chunk    json.RawMessage `json:"chunk"`
 	}
-	if err := protocol.DecodeParams(raw, &p, "FsWriteBlockParams", "handleId", "offset", "chunk"); err != nil {
+	// The block is cut out first so that only the small members go
+	// through encoding/json.
+	rest, chunk := protocol.CutMember(raw, "chunk")
+	if err := protocol.DecodeParams(rest, &p, "FsWriteBlockParams", "handleId", "offset"); err != nil {
 		return nil, err
 	}
+	if chunk == nil || string(chunk) == "null" {
+		return nil, protocol.InvalidParams("missing field `chunk`")
+	}
+	p.Chunk = chunk
 	var text []byte
 	if len(p.Chunk) > 0 && p.Chunk[0] == '"' && bytes.IndexByte(p.Chunk, '\\') < 0 {
 		text = p.Chunk[1 : len(p.Chunk)-1]

@@ -245,6 +245,49 @@ func ClosingQuote(b []byte, i int) int {
 	return -1
 }
 
+// CutMember finds the top-level member name of the JSON object raw and
+// returns its value (aliasing raw) and a copy of raw with that value
+// replaced by null. Decoding rest then costs only the small members: a bulk
+// payload (a base64 block) is neither validated nor copied twice. When the
+// member is absent, or raw is not an object, it returns raw and nil.
+func CutMember(raw []byte, name string) (rest, value []byte) {
+	s := scanner{b: raw}
+	s.ws()
+	if !s.eat('{') {
+		return raw, nil
+	}
+	s.ws()
+	if s.eat('}') {
+		return raw, nil
+	}
+	for {
+		s.ws()
+		ks := s.i
+		if !s.skipString() {
+			return raw, nil
+		}
+		key := raw[ks+1 : s.i-1]
+		s.ws()
+		if !s.eat(':') {
+			return raw, nil
+		}
+		s.ws()
+		vs := s.i
+		if !s.skipValue(0) {
+			return raw, nil
+		}
+		if string(key) == name {
+			rest = make([]byte, 0, len(raw)-(s.i-vs)+4)
+			rest = append(append(append(rest, raw[:vs]...), "null"...), raw[s.i:]...)
+			return rest, raw[vs:s.i]
+		}
+		s.ws()
+		if !s.eat(',') {
+			return raw, nil
+		}
+	}
+}
+
 // SkipValue returns the index just past the JSON value that starts at b[i],
 // and whether it is well formed (nesting beyond 512 levels is not). It
 // decodes nothing and allocates nothing.

@@ -177,3 +177,20 @@ func TestTopLevelKeysMalformed(t *testing.T) {
 		}
 	}
 }
+
+func TestCutMember(t *testing.T) {
+	cases := []struct{ raw, name, rest, value string }{
+		{`{"handleId":"h","offset":0,"chunk":"QUJD"}`, "chunk", `{"handleId":"h","offset":0,"chunk":null}`, `"QUJD"`},
+		{`{"chunk":"QUJD","handleId":"h"}`, "chunk", `{"chunk":null,"handleId":"h"}`, `"QUJD"`},
+		{` { "a" : {"chunk":1} , "chunk" : "x\"y" } `, "chunk", ` { "a" : {"chunk":1} , "chunk" : null } `, `"x\"y"`},
+		{`{"a":1}`, "chunk", `{"a":1}`, ``},
+		{`[1]`, "chunk", `[1]`, ``},
+		{`{}`, "chunk", `{}`, ``},
+	}
+	for _, c := range cases {
+		rest, value := CutMember([]byte(c.raw), c.name)
+		if string(rest) != c.rest || string(value) != c.value {
+			t.Errorf("CutMember(%s) = %s, %s; want %s, %s", c.raw, rest, value, c.rest, c.value)
+		}
+	}
+}
