@@ -35,6 +35,9 @@ type Config struct {
 	MaxSessions int
 	// MaxConnections bounds concurrent websocket connections. Default 10240.
 	MaxConnections int
+	// InitTimeout closes a websocket connection that has not completed
+	// initialize within it. Default 30s.
+	InitTimeout time.Duration
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
 	// Stdin and Stdout carry the stdio transport (default os.Stdin/os.Stdout).
@@ -79,6 +82,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.MaxConnections <= 0 {
 		d.MaxConnections = 10240
+	}
+	if d.InitTimeout <= 0 {
+		d.InitTimeout = 30 * time.Second
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)

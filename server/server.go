@@ -172,6 +172,20 @@ func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose
 	cs := &connState{srv: s, conn: conn, endSessionOnClose: endSessionOnClose}
 	cs.handles = s.fs.newHandles()
 	s.cfg.Logger.Debug("connection opened", "peer", st.Describe())
+	if !endSessionOnClose {
+		// An upgraded connection that never initializes would hold a
+		// connection slot for free; it gets InitTimeout to start.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		t := time.AfterFunc(s.cfg.InitTimeout, func() {
+			if cs.sess() == nil {
+				s.cfg.Logger.Info("closing a connection that did not initialize in time", "peer", st.Describe(), "timeout", s.cfg.InitTimeout)
+				cancel()
+			}
+		})
+		defer t.Stop()
+	}
 	err := conn.Run(ctx, cs.dispatch)
 	cs.close()
 	s.cfg.Logger.Debug("connection closed", "peer", st.Describe(), "err", err)

@@ -644,3 +644,24 @@ func TestResize(t *testing.T) {
 	}
 	p.events("pipe")
 }
+
+// A websocket connection that does not initialize in time is closed; one
+// that does is not.
+func TestInitTimeout(t *testing.T) {
+	checkGoroutines(t)
+	s := New(Config{InitTimeout: 200 * time.Millisecond})
+	url := wsServer(t, s)
+	idle := wsPeer(t, url)
+	good := wsPeer(t, url)
+	good.init()
+	select {
+	case _, ok := <-idle.msgs:
+		if ok {
+			t.Fatal("unexpected message on the idle connection")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle connection was not closed")
+	}
+	time.Sleep(300 * time.Millisecond)
+	good.call("environment/status", nil)
+}
