@@ -105,8 +105,8 @@ func TestBase64JSON(t *testing.T) {
 		}
 	}
 	for raw, want := range map[string]string{
-		`{"processId":"p","chunk":"aGVsbG8K"}`:     "hello\n",
-		`{"processId":"p","chunk":""}`:             "",
+		`{"processId":"p","chunk":"aGVsbG8K"}`:      "hello\n",
+		`{"processId":"p","chunk":""}`:              "",
 		`{"processId":"p","chunk":"aGVsbG8\u004B"}`: "hello\n",
 	} {
 		p = WriteParams{}
