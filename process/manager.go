@@ -14,6 +14,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -59,7 +60,13 @@ type Options struct {
 	RetainChunks  int           // retained chunks per process (50000)
 	ReadSize      int           // largest output chunk (64 KiB)
 	StdinBuffered int           // stdin bytes queued per process (8 MiB)
-	Logger        *slog.Logger
+	// ContainDescendants starts children through a per-session init
+	// (package childinit) that is their subreaper: no descendant, not even
+	// one that called setsid, outlives its session or the server, even a
+	// server killed with SIGKILL. It costs about 1.4 ms more per start.
+	// The binary must call childinit.MaybeMain first thing in main.
+	ContainDescendants bool
+	Logger             *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -98,6 +105,25 @@ type Manager struct {
 	closed bool
 
 	wg sync.WaitGroup // every goroutine of every process
+
+	spawnerOnce sync.Once
+	spawner     *childinit.Spawner // nil when it could not start
+}
+
+// spawnerFor returns the session's spawner, starting it on first use.
+func (m *Manager) spawnerFor() *childinit.Spawner {
+	if !m.opts.ContainDescendants {
+		return nil
+	}
+	m.spawnerOnce.Do(func() {
+		sp, err := childinit.StartSpawner()
+		if err != nil {
+			m.opts.Logger.Warn("no spawner: children are started directly and their descendants may outlive the server", "err", err)
+			return
+		}
+		m.spawner = sp
+	})
+	return m.spawner
 }
 
 // NewManager returns a Manager that sends events to sink.
@@ -268,6 +294,10 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	for _, p := range procs {
 		p.kill()
+	}
+	if m.spawner != nil {
+		// Everything the session ever started, daemons included.
+		_ = m.spawner.Close()
 	}
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()

@@ -11,6 +11,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
@@ -38,7 +39,8 @@ type Proc struct {
 	// it is kept after the reap: at session end the group is killed even
 	// when its leader has exited, as background children may live on.
 	pgid    int
-	outputs []*os.File // read ends of the output streams
+	outputs []*os.File                // read ends of the output streams
+	exitCh  <-chan syscall.WaitStatus // the child's status, from the spawner
 	tty     bool
 	master  *os.File     // the PTY master, for resize
 	stdin   *stdinWriter // nil when stdin is not writable
@@ -187,25 +189,43 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		}
 	}
 
-	proc, err := os.StartProcess(path, args, &os.ProcAttr{
-		Dir:   dir,
-		Env:   env,
-		Files: files[:],
-		Sys:   attr,
-	})
-	for _, f := range parentEnds {
-		f.Close()
+	if sp := p.m.spawnerFor(); sp != nil {
+		// The session's spawner starts the child and stays its parent and
+		// subreaper: nothing below it outlives the server.
+		pid, exitCh, err := sp.Start(childinit.SpawnAttr{
+			Path: path, Argv: args, Env: env, Dir: dir,
+			Setsid: true, Setctty: attr.Setctty, Pdeathsig: true,
+		}, files)
+		for _, f := range parentEnds {
+			f.Close()
+		}
+		parentEnds = nil
+		if err != nil {
+			closeAll()
+			return protocol.SpawnError(err)
+		}
+		p.pid, p.pgid, p.exitCh = pid, pid, exitCh
+	} else {
+		proc, err := os.StartProcess(path, args, &os.ProcAttr{
+			Dir:   dir,
+			Env:   env,
+			Files: files[:],
+			Sys:   attr,
+		})
+		for _, f := range parentEnds {
+			f.Close()
+		}
+		parentEnds = nil
+		if err != nil {
+			closeAll()
+			return protocol.SpawnError(err)
+		}
+		p.pid = proc.Pid
+		p.pgid = proc.Pid
+		// The reaper waits itself; the os.Process is not used again.
+		_ = proc.Release()
 	}
-	parentEnds = nil
-	if err != nil {
-		closeAll()
-		return protocol.SpawnError(err)
-	}
-	p.pid = proc.Pid
-	p.pgid = proc.Pid
 	p.outputs = readers
-	// The reaper waits itself; the os.Process is not used again.
-	_ = proc.Release()
 
 	p.events = make(chan rawEvent, 4)
 	var producers sync.WaitGroup
@@ -277,7 +297,17 @@ func (p *Proc) pump(f *os.File, stream string) {
 // so output usually precedes the exit event; late output is still
 // possible when a descendant keeps the stream open.
 func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
-	status, err := waitExit(p.pid, pidfd)
+	var status syscall.WaitStatus
+	var err error
+	if p.exitCh != nil {
+		st, ok := <-p.exitCh
+		if !ok {
+			err = errors.New("the spawner died")
+		}
+		status = st
+	} else {
+		status, err = waitExit(p.pid, pidfd)
+	}
 	if err != nil {
 		p.events <- rawEvent{kind: EventExited, exitCode: -1}
 		return
@@ -438,6 +468,12 @@ func (p *Proc) signal(sig syscall.Signal) bool {
 	if p.pid <= 0 {
 		return false
 	}
+	if sig == syscall.SIGKILL && p.exitCh != nil {
+		if sp := p.m.spawnerFor(); sp != nil {
+			// Descendants that left the group are reachable only there.
+			_ = sp.KillTree(p.pid)
+		}
+	}
 	// The group id is the pid (Setsid). Fall back to the pid alone if the
 	// group is gone but the process is not (it cannot leave its session).
 	if err := syscall.Kill(-p.pid, sig); errors.Is(err, syscall.ESRCH) {
@@ -457,6 +493,9 @@ func (p *Proc) kill() {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
+	if sp := p.m.spawnerFor(); sp != nil && p.exitCh != nil {
+		_ = sp.KillTree(p.pgid)
+	}
 	if p.pgid > 0 && !closed {
 		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 	}

@@ -43,8 +43,9 @@ func newUUID() string {
 func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 	ss := &session{id: newUUID(), srv: s, conn: conn}
 	ss.procs = process.NewManager(process.Options{
-		MaxProcesses: s.cfg.MaxProcesses,
-		Logger:       s.cfg.Logger,
+		MaxProcesses:       s.cfg.MaxProcesses,
+		ContainDescendants: s.cfg.ContainDescendants,
+		Logger:             s.cfg.Logger,
 	}, ss)
 	s.mu.Lock()
 	if s.closed {

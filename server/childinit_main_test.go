@@ -1,0 +1,14 @@
+package server
+
+import (
+	"os"
+	"testing"
+
+	"github.com/execgo/exec-server/childinit"
+)
+
+// The test binary doubles as the spawner of the children it starts.
+func TestMain(m *testing.M) {
+	childinit.MaybeMain()
+	os.Exit(m.Run())
+}
