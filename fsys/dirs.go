@@ -18,14 +18,8 @@ import (
 
 func (f *FS) createDirectory(_ context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsCreateDirectoryParams
-	if err := protocol.DecodeParams(raw, &p, "WireFsCreateDirectoryParams", "path"); err != nil {
-		return nil, err
-	}
-	path, err := parsePath(p.Path)
+	path, err := decodePathParams(raw, &p, "WireFsCreateDirectoryParams", &p.Path, &p.Sandbox)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSandbox(p.Sandbox); err != nil {
 		return nil, err
 	}
 	if p.Recursive != nil && !*p.Recursive {
@@ -68,14 +62,8 @@ func isDir(p string) bool {
 
 func (f *FS) getMetadata(_ context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsGetMetadataParams
-	if err := protocol.DecodeParams(raw, &p, "WireFsGetMetadataParams", "path"); err != nil {
-		return nil, err
-	}
-	path, err := parsePath(p.Path)
+	path, err := decodePathParams(raw, &p, "WireFsGetMetadataParams", &p.Path, &p.Sandbox)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSandbox(p.Sandbox); err != nil {
 		return nil, err
 	}
 	return metadata(path)
@@ -108,14 +96,8 @@ func metadata(path string) (*protocol.FsMetadata, error) {
 
 func (f *FS) canonicalize(_ context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsCanonicalizeParams
-	if err := protocol.DecodeParams(raw, &p, "WireFsCanonicalizeParams", "path"); err != nil {
-		return nil, err
-	}
-	path, err := parsePath(p.Path)
+	path, err := decodePathParams(raw, &p, "WireFsCanonicalizeParams", &p.Path, &p.Sandbox)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSandbox(p.Sandbox); err != nil {
 		return nil, err
 	}
 	real, err := realpath(path)
@@ -136,14 +118,8 @@ func realpath(p string) (string, error) {
 
 func (f *FS) readDirectory(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsReadDirectoryParams
-	if err := protocol.DecodeParams(raw, &p, "WireFsReadDirectoryParams", "path"); err != nil {
-		return nil, err
-	}
-	path, err := parsePath(p.Path)
+	path, err := decodePathParams(raw, &p, "WireFsReadDirectoryParams", &p.Path, &p.Sandbox)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSandbox(p.Sandbox); err != nil {
 		return nil, err
 	}
 	dir, err := os.Open(path)

@@ -51,14 +51,8 @@ func openRegular(p string, flag int) (*os.File, os.FileInfo, error) {
 
 func (f *FS) readFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsReadFileParams
-	if err := protocol.DecodeParams(raw, &p, "WireFsReadFileParams", "path"); err != nil {
-		return nil, err
-	}
-	path, err := parsePath(p.Path)
+	path, err := decodePathParams(raw, &p, "WireFsReadFileParams", &p.Path, &p.Sandbox)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSandbox(p.Sandbox); err != nil {
 		return nil, err
 	}
 	file, st, err := openRegular(path, os.O_RDONLY)

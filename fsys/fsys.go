@@ -141,6 +141,23 @@ func parsePath(uri string) (string, error) { return fileuri.Parse(uri) }
 // checkSandbox refuses a sandbox policy this server cannot enforce.
 func checkSandbox(raw json.RawMessage) error { return sandbox.Check(raw) }
 
+// decodePathParams decodes params whose required "path" names the file to
+// act on, then parses that URI and checks the sandbox policy, in the
+// reference's order. uri and sb point into p.
+func decodePathParams(raw json.RawMessage, p any, typeName string, uri *string, sb *json.RawMessage) (string, error) {
+	if err := protocol.DecodeParams(raw, p, typeName, "path"); err != nil {
+		return "", err
+	}
+	path, err := parsePath(*uri)
+	if err != nil {
+		return "", err
+	}
+	if err := checkSandbox(*sb); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 // notAFile is the reference's refusal of a path that is not a regular file.
 func notAFile(p string) error { return protocol.InvalidRequest("path `%s` is not a file", p) }
 

@@ -19,14 +19,8 @@ import (
 
 func (f *FS) remove(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsRemoveParams
-	if err := protocol.DecodeParams(raw, &p, "WireFsRemoveParams", "path"); err != nil {
-		return nil, err
-	}
-	path, err := parsePath(p.Path)
+	path, err := decodePathParams(raw, &p, "WireFsRemoveParams", &p.Path, &p.Sandbox)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSandbox(p.Sandbox); err != nil {
 		return nil, err
 	}
 	recursive := p.Recursive == nil || *p.Recursive
