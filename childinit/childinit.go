@@ -295,15 +295,7 @@ func run(args []string) int {
 	defer tick.Stop()
 	exitCode := -1
 	reap := func() {
-		for {
-			var st syscall.WaitStatus
-			wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil || wpid <= 0 {
-				return
-			}
+		reapExited(func(wpid int, st syscall.WaitStatus) {
 			if wpid == pid {
 				send(msgExited, uint32(st))
 				exitCode = st.ExitStatus()
@@ -311,7 +303,7 @@ func run(args []string) int {
 					exitCode = 128 + int(st.Signal())
 				}
 			}
-		}
+		})
 	}
 	for {
 		select {
@@ -338,6 +330,22 @@ func run(args []string) int {
 
 // hasChildren reports whether the init still has a child (alive or not
 // yet reaped); as a subreaper, every live descendant is below one of them.
+// reapExited reaps every exited child (orphans included, as a subreaper)
+// without blocking, calling f for each.
+func reapExited(f func(pid int, st syscall.WaitStatus)) {
+	for {
+		var st syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || wpid <= 0 {
+			return
+		}
+		f(wpid, st)
+	}
+}
+
 func hasChildren() bool {
 	var info unix.Siginfo
 	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)

@@ -274,15 +274,7 @@ func runSpawner() int {
 	var cmu sync.Mutex
 	children := map[int]bool{} // started and not yet reaped
 	reap := func() {
-		for {
-			var st syscall.WaitStatus
-			wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil || wpid <= 0 {
-				return
-			}
+		reapExited(func(wpid int, st syscall.WaitStatus) {
 			cmu.Lock()
 			mine := children[wpid]
 			delete(children, wpid)
@@ -292,7 +284,7 @@ func runSpawner() int {
 				binary.LittleEndian.PutUint32(sb[:], uint32(st))
 				send(msg(msgExited, uint32(wpid)), sb[:])
 			}
-		}
+		})
 	}
 
 	killAll := make(chan struct{})
