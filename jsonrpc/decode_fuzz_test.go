@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
+
+	"github.com/execgo/exec-server/internal/jsontest"
 )
 
 // fuzzLimits are small so that the depth and value limits are reachable by
@@ -72,7 +74,7 @@ func FuzzDecode(f *testing.F) {
 		// Regression (found by FuzzDecodeParams): a repeated key let a
 		// params decoder check one value and use another; the reference
 		// refuses such messages outright.
-		if hasDuplicateKeys(trimmed) {
+		if jsontest.HasDuplicateKeys(trimmed) {
 			t.Fatalf("accepted %q, which repeats an object key", data)
 		}
 		depth, values := measure(v)
@@ -153,51 +155,4 @@ func measure(v any) (depth, values int) {
 		return d + 1, n
 	}
 	return 0, 1
-}
-
-// hasDuplicateKeys reports whether any object in the JSON text data repeats
-// a key (keys compared after unescaping).
-func hasDuplicateKeys(data []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	type frame struct {
-		object bool
-		keys   map[string]bool
-		expect bool // the next string token of an object is a key
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch tok := tok.(type) {
-		case json.Delim:
-			switch tok {
-			case '{', '[':
-				if top != nil && top.object {
-					top.expect = true
-				}
-				stack = append(stack, &frame{object: tok == '{', keys: map[string]bool{}, expect: tok == '{'})
-			default:
-				stack = stack[:len(stack)-1]
-			}
-			continue
-		case string:
-			if top != nil && top.object && top.expect {
-				if top.keys[tok] {
-					return true
-				}
-				top.keys[tok] = true
-				top.expect = false
-				continue
-			}
-		}
-		if top != nil && top.object {
-			top.expect = true
-		}
-	}
 }

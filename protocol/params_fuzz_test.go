@@ -1,12 +1,13 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/internal/jsontest"
 )
 
 // fuzzParams lists every params struct with the required fields the server
@@ -95,7 +96,7 @@ func FuzzDecodeParams(f *testing.F) {
 			}
 			return
 		}
-		if hasDuplicateKeys(data) {
+		if jsontest.HasDuplicateKeys(data) {
 			// The reference refuses a message with a repeated object key
 			// before any params decoder sees it ("duplicate JSON object
 			// key"); DecodeParams checks required fields on the first
@@ -133,51 +134,4 @@ func FuzzDecodeNoParams(f *testing.F) {
 			t.Fatalf("error %T %v is not -32602", err, err)
 		}
 	})
-}
-
-// hasDuplicateKeys reports whether any object in the JSON text data repeats
-// a key.
-func hasDuplicateKeys(data []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	type frame struct {
-		object bool
-		keys   map[string]bool
-		expect bool // next string token of an object is a key
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch tok := tok.(type) {
-		case json.Delim:
-			switch tok {
-			case '{', '[':
-				if top != nil && top.object {
-					top.expect = true
-				}
-				stack = append(stack, &frame{object: tok == '{', keys: map[string]bool{}, expect: tok == '{'})
-			default:
-				stack = stack[:len(stack)-1]
-			}
-			continue
-		case string:
-			if top != nil && top.object && top.expect {
-				if top.keys[tok] {
-					return true
-				}
-				top.keys[tok] = true
-				top.expect = false
-				continue
-			}
-		}
-		if top != nil && top.object {
-			top.expect = true
-		}
-	}
 }
