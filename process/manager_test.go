@@ -947,3 +947,21 @@ func TestCloseStdin(t *testing.T) {
 	}
 	wantErr(t, m.CloseStdin("unknown"), protocol.CodeInvalidRequest, "unknown process id unknown")
 }
+
+// A terminal child that closes its descriptors some time before it exits
+// must not be hung up (SIGHUP, exit 129) by the server closing the PTY
+// master early: its own exit status is reported.
+func TestPTYChildClosingDescriptorsKeepsItsStatus(t *testing.T) {
+	t.Parallel()
+	m, sink := newTestManager(t, Options{})
+	p := params(t, "closer", "sh", "-c", "echo bye; exec 0<&- 1>&- 2>&-; sleep 0.2; exit 3")
+	p.TTY = true
+	mustStart(t, m, p)
+	evs := sink.waitClosed(t, "closer")
+	if code := exitCode(t, evs); code != 3 {
+		t.Errorf("exit %d, want 3: %s", code, describeEvents(evs))
+	}
+	if out := output(evs, ""); !strings.Contains(out, "bye") {
+		t.Errorf("output %q", out)
+	}
+}

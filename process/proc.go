@@ -269,7 +269,12 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 // emitter. When the emitter is blocked (the client is not keeping up) the
 // pump blocks too and the child's writes stall: back-pressure, not loss.
 func (p *Proc) pump(f *os.File, stream string) {
-	defer f.Close()
+	if stream != protocol.StreamPTY {
+		// A PTY master stays open until the child is reaped (see emit):
+		// closing it hangs up the terminal, and a child that closed its
+		// descriptors but has not yet exited would die of SIGHUP.
+		defer f.Close()
+	}
 	size := p.m.opts.ReadSize
 	buf := make([]byte, size)
 	for {
@@ -348,6 +353,10 @@ func (p *Proc) emit(producers *sync.WaitGroup) {
 	}
 	if p.stdin != nil {
 		p.stdin.close()
+	}
+	if p.master != nil {
+		// The child is reaped and every reader is done.
+		_ = p.master.Close()
 	}
 	p.mu.Lock()
 	seq := p.nextSeq
