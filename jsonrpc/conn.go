@@ -29,6 +29,15 @@ type Stream interface {
 	Describe() string
 }
 
+// Releaser is implemented by a Stream that accounts for the memory of the
+// messages it returns (a server-wide budget): Release is called once per
+// message returned by Read, when the message is no longer in use: after
+// dispatch returned, or, for a message handed to Go, after that handler
+// returned.
+type Releaser interface {
+	Release(msg []byte)
+}
+
 // FramingNamer is implemented by a Stream whose framing the reference
 // names in its parse errors: "failed to parse websocket JSON-RPC message
 // from ..." (stdio's errors name none).
@@ -71,6 +80,10 @@ type Conn struct {
 	deadOnce sync.Once
 	sem      chan struct{}
 	handlers sync.WaitGroup
+
+	// releasing is the message being dispatched when the stream is a
+	// Releaser; Go takes it over. Only the read loop touches it.
+	releasing []byte
 }
 
 // NewConn wraps a stream. Call Run to serve it.
@@ -140,16 +153,30 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 			}
 			break
 		}
+		rel, _ := c.stream.(Releaser)
 		msg, derr := Decode(data, c.opts.Limits)
 		if derr != nil {
 			de, ok := derr.(*DecodeError)
 			if !ok {
 				de = &DecodeError{derr.Error()}
 			}
+			if rel != nil {
+				rel.Release(data)
+			}
 			c.replyDecodeError(de)
 			continue
 		}
+		if rel == nil {
+			dispatch(msg)
+			continue
+		}
+		c.releasing = data
 		dispatch(msg)
+		if c.releasing != nil {
+			// Not handed to a handler: handled inline, or dropped.
+			c.releasing = nil
+			rel.Release(data)
+		}
 	}
 	// Cancel handlers, let them finish, then give the writer a moment to
 	// flush what they queued before the stream is closed under it.
@@ -201,15 +228,24 @@ func (c *Conn) replyDecodeError(de *DecodeError) {
 
 // Go runs f on a handler goroutine. When Concurrency handlers are already
 // running it waits, so the number of requests in flight stays bounded.
+// The message being dispatched stays in use until f returns.
 func (c *Conn) Go(f func()) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-c.ctx.Done():
 		return
 	}
+	msg := c.releasing
+	c.releasing = nil
 	c.handlers.Add(1)
 	go func() {
-		defer func() { <-c.sem; c.handlers.Done() }()
+		defer func() {
+			if msg != nil {
+				c.stream.(Releaser).Release(msg)
+			}
+			<-c.sem
+			c.handlers.Done()
+		}()
 		f()
 	}()
 }

@@ -1,0 +1,79 @@
+package jsonrpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+)
+
+// releasingStream records Release calls.
+type releasingStream struct {
+	*fakeStream
+	mu       sync.Mutex
+	released map[string]int
+}
+
+func (s *releasingStream) Release(msg []byte) {
+	s.mu.Lock()
+	s.released[string(msg)]++
+	s.mu.Unlock()
+}
+
+// Every message a Releaser stream returns is released exactly once: at
+// once when it is malformed or handled inline, after its handler when it
+// is handed to Go, and only then.
+func TestConnReleasesEveryMessageOnce(t *testing.T) {
+	s := &releasingStream{fakeStream: newFakeStream(), released: map[string]int{}}
+	c := NewConn(s, Options{})
+	hold := make(chan struct{})
+	inHandler := make(chan struct{})
+	dispatch := func(m *Message) {
+		if m.Kind != KindRequest {
+			return // a notification: dropped
+		}
+		switch m.Method {
+		case "inline":
+			c.Reply(m.ID, json.RawMessage(`1`), nil)
+		case "held":
+			c.Go(func() {
+				close(inHandler)
+				<-hold
+				c.Reply(m.ID, json.RawMessage(`2`), nil)
+			})
+		}
+	}
+	wait := runConn(c, context.Background(), dispatch)
+	msgs := []string{
+		`{"id":1,"method":"held"}`,
+		`{"id":2,"method":"inline"}`,
+		`not json`,
+		`{"method":"note"}`,
+	}
+	for _, m := range msgs {
+		s.send(m)
+	}
+	<-inHandler
+	s.next(t) // the inline reply
+	s.next(t) // the parse error; nothing for the notification
+	s.mu.Lock()
+	if n := s.released[msgs[0]]; n != 0 {
+		t.Errorf("message released %d times while its handler still runs", n)
+	}
+	s.mu.Unlock()
+	close(hold)
+	s.next(t)
+	close(s.in)
+	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		if n := s.released[m]; n != 1 {
+			t.Errorf("%s released %d times, want 1", m, n)
+		}
+	}
+}
