@@ -15,6 +15,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/execgo/exec-server/childinit"
+	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -60,6 +61,12 @@ type Options struct {
 	RetainChunks  int           // retained chunks per process (50000)
 	ReadSize      int           // largest output chunk (64 KiB)
 	StdinBuffered int           // stdin bytes queued per process (8 MiB)
+	// RetainBudget, when set, is shared with other managers: the bytes of
+	// retained output of all their processes (see window).
+	RetainBudget *budget.Bytes
+	// StdinBudget, when set, is shared with other managers: the bytes of
+	// stdin queued for all their processes; a write past it fails.
+	StdinBudget *budget.Bytes
 	// ContainDescendants starts children through a per-session init
 	// (package childinit) that is their subreaper: no descendant, not even
 	// one that called setsid, outlives its session or the server, even a
@@ -151,6 +158,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 		return nil, protocol.InvalidRequest("too many processes: this session already runs %d (limit %d)", m.live, m.opts.MaxProcesses)
 	}
 	proc := newProc(m, p.ProcessID)
+	proc.win.budget = m.opts.RetainBudget
 	m.procs[p.ProcessID] = proc
 	m.live++
 	m.mu.Unlock()
@@ -271,9 +279,13 @@ func (m *Manager) Signal(p protocol.SignalParams) error {
 // whether the process was still running.
 func (m *Manager) Terminate(p protocol.TerminateParams) *protocol.TerminateResult {
 	proc := m.get(p.ProcessID)
-	if proc == nil || !proc.started() {
+	if proc == nil {
 		return &protocol.TerminateResult{Running: false}
 	}
+	// A process still starting is killed once it has started (spawning
+	// takes a fork and an exec), as the reference does; one whose start
+	// failed was never running.
+	<-proc.ready
 	return &protocol.TerminateResult{Running: proc.signal(syscall.SIGKILL)}
 }
 
@@ -316,6 +328,7 @@ func (m *Manager) Close() {
 	m.mu.Lock()
 	for _, p := range m.procs {
 		p.stopRetention()
+		p.freeOutput()
 	}
 	clear(m.procs)
 	m.mu.Unlock()
@@ -326,6 +339,13 @@ func (m *Manager) Live() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.live
+}
+
+// freeOutput gives the retained output's bytes back to the budget.
+func (p *Proc) freeOutput() {
+	p.mu.Lock()
+	p.win.free()
+	p.mu.Unlock()
 }
 
 // closedProc is called once a process has emitted its closed event: the
@@ -342,6 +362,7 @@ func (m *Manager) closedProc(p *Proc) {
 		defer m.mu.Unlock()
 		if m.procs[p.id] == p {
 			delete(m.procs, p.id)
+			p.freeOutput()
 		}
 	})
 }

@@ -155,7 +155,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		readers = append(readers, master)
 		streams = append(streams, protocol.StreamPTY)
 		p.tty = true
-		p.stdin = newStdinWriter(master, p.m.opts.StdinBuffered, false)
+		p.stdin = newStdinWriter(master, p.m.opts.StdinBuffered, p.m.opts.StdinBudget, false)
 	} else {
 		if sp.PipeStdin {
 			r, w, err := os.Pipe()
@@ -164,7 +164,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 			}
 			files[0] = r
 			parentEnds = append(parentEnds, r)
-			p.stdin = newStdinWriter(w, p.m.opts.StdinBuffered, true)
+			p.stdin = newStdinWriter(w, p.m.opts.StdinBuffered, p.m.opts.StdinBudget, true)
 		} else {
 			null, err := os.Open(os.DevNull)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -14,6 +15,7 @@ type stdinWriter struct {
 	f        *os.File
 	ownsFile bool // a pipe's write end is ours to close; a PTY master is closed by its reader
 	limit    int
+	budget   *budget.Bytes // shared by every writer of the server; nil: unlimited
 	mu       sync.Mutex
 	cond     *sync.Cond
 	queue    [][]byte
@@ -23,8 +25,8 @@ type stdinWriter struct {
 	broken   bool
 }
 
-func newStdinWriter(f *os.File, limit int, ownsFile bool) *stdinWriter {
-	w := &stdinWriter{f: f, limit: limit, ownsFile: ownsFile}
+func newStdinWriter(f *os.File, limit int, b *budget.Bytes, ownsFile bool) *stdinWriter {
+	w := &stdinWriter{f: f, limit: limit, budget: b, ownsFile: ownsFile}
 	w.cond = sync.NewCond(&w.mu)
 	return w
 }
@@ -44,6 +46,9 @@ func (w *stdinWriter) enqueue(data []byte) error {
 	}
 	if w.queued+len(data) > w.limit {
 		return protocol.Internal("failed to write to process stdin: %d bytes already queued and not yet read by the process (limit %d)", w.queued, w.limit)
+	}
+	if !w.budget.TryAcquire(int64(len(data))) {
+		return protocol.Internal("failed to write to process stdin: %v; the processes are not reading their input", w.budget.Exhausted(int64(len(data))))
 	}
 	w.queue = append(w.queue, data)
 	w.queued += len(data)
@@ -66,6 +71,7 @@ func (w *stdinWriter) run() {
 		if w.done || len(w.queue) == 0 {
 			// Stopped, or end of input with everything written: the
 			// deferred close gives the child its end-of-file.
+			w.dropLocked()
 			w.mu.Unlock()
 			return
 		}
@@ -78,12 +84,19 @@ func (w *stdinWriter) run() {
 
 		w.mu.Lock()
 		w.queued -= len(data)
+		w.budget.Release(int64(len(data)))
 		if err != nil {
 			w.broken = true
-			w.queue, w.queued = nil, 0
+			w.dropLocked()
 		}
 		w.mu.Unlock()
 	}
+}
+
+// dropLocked forgets what is queued and gives its bytes back.
+func (w *stdinWriter) dropLocked() {
+	w.budget.Release(int64(w.queued))
+	w.queue, w.queued = nil, 0
 }
 
 // closeInput ends the child's input once what is queued has been written.

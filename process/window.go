@@ -1,6 +1,10 @@
 package process
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/execgo/exec-server/internal/budget"
+)
 
 // chunk is one output event as it was pushed: retained chunks are exactly
 // the pushed chunks, never merged or split.
@@ -12,22 +16,33 @@ type chunk struct {
 
 // window is the retained output of one process: the newest chunks whose
 // sizes add up to at most maxBytes (and at most maxChunks of them). Oldest
-// whole chunks are evicted first. It is not safe for concurrent use.
+// whole chunks are evicted first. Its bytes are also taken from a budget
+// shared by every window of the server: when that is spent, the window
+// gives up its own oldest chunks, down to the newest one, which it always
+// keeps (so the budget may be exceeded by at most one chunk per window).
+// It is not safe for concurrent use.
 type window struct {
 	chunks    []chunk
 	head      int // chunks[:head] are evicted and wait for compaction
 	bytes     int
 	maxBytes  int
 	maxChunks int
+	budget    *budget.Bytes // nil: unlimited
 }
 
 func (w *window) append(c chunk) {
+	n := len(c.data)
+	for !w.budget.TryAcquire(int64(n)) {
+		if w.len() == 0 {
+			w.budget.Force(int64(n)) // the newest chunk is always kept
+			break
+		}
+		w.evict()
+	}
 	w.chunks = append(w.chunks, c)
-	w.bytes += len(c.data)
+	w.bytes += n
 	for w.len() > 1 && (w.bytes > w.maxBytes || w.len() > w.maxChunks) {
-		w.bytes -= len(w.chunks[w.head].data)
-		w.chunks[w.head] = chunk{}
-		w.head++
+		w.evict()
 	}
 	// Compact once half the slice is dead, so memory stays proportional
 	// to what is retained.
@@ -40,6 +55,22 @@ func (w *window) append(c chunk) {
 }
 
 func (w *window) len() int { return len(w.chunks) - w.head }
+
+// evict drops the oldest retained chunk.
+func (w *window) evict() {
+	n := len(w.chunks[w.head].data)
+	w.bytes -= n
+	w.budget.Release(int64(n))
+	w.chunks[w.head] = chunk{}
+	w.head++
+}
+
+// free drops every chunk and gives their bytes back to the budget; the
+// window is empty afterwards.
+func (w *window) free() {
+	w.budget.Release(int64(w.bytes))
+	w.chunks, w.head, w.bytes = nil, 0, 0
+}
 
 // after returns the retained chunks with seq > afterSeq, in seq order,
 // within a byte budget: the first chunk is always included, and no chunk

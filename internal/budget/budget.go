@@ -45,6 +45,17 @@ func (b *Bytes) TryAcquire(n int64) bool {
 	return true
 }
 
+// Force takes n bytes even past the limit, for a holder that must keep
+// something (its newest item); the overdraft makes others give back.
+func (b *Bytes) Force(n int64) {
+	if b == nil || n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used += n
+	b.mu.Unlock()
+}
+
 // Acquire takes n bytes, waiting for them to be released by others until
 // ctx ends. It fails at once when n alone is over the limit.
 func (b *Bytes) Acquire(ctx context.Context, n int64) error {

@@ -37,6 +37,19 @@ func TestTryAcquireAndRelease(t *testing.T) {
 	}
 }
 
+func TestForceOverdraws(t *testing.T) {
+	b := New("x", 10)
+	b.TryAcquire(8)
+	b.Force(5)
+	if b.Used() != 13 || b.TryAcquire(1) {
+		t.Fatalf("after Force: used %d", b.Used())
+	}
+	b.Release(13)
+	if !b.TryAcquire(10) {
+		t.Fatal("budget not whole again after release")
+	}
+}
+
 func TestNilIsUnlimited(t *testing.T) {
 	b := New("x", 0)
 	if b != nil {
@@ -45,6 +58,7 @@ func TestNilIsUnlimited(t *testing.T) {
 	if !b.TryAcquire(1<<40) || b.Acquire(context.Background(), 1<<40) != nil || b.Used() != 0 || b.Limit() != 0 {
 		t.Fatal("a nil budget refused or counted")
 	}
+	b.Force(1 << 40)
 	b.Release(1 << 40)
 }
 
