@@ -25,6 +25,19 @@ type Config struct {
 	SessionTTL time.Duration
 	// MaxMessageBytes bounds one incoming message. Default 64 MiB.
 	MaxMessageBytes int64
+	// MaxIncomingBytes bounds the bytes of incoming websocket messages
+	// being read or handled, all connections together; a message that
+	// cannot get its bytes within 10s is refused with an error reply.
+	// Default 1 GiB.
+	MaxIncomingBytes int64
+	// MaxRetainedBytes bounds the process output retained for
+	// process/read, all sessions together: past it, a process's oldest
+	// retained chunks go first. Default 1 GiB.
+	MaxRetainedBytes int64
+	// MaxStdinBytes bounds stdin queued for processes that have not read
+	// it yet, all sessions together: past it, process/write fails.
+	// Default 256 MiB.
+	MaxStdinBytes int64
 	// MaxFileBytes bounds fs/readFile and fs/writeFile. Default 512 MiB.
 	MaxFileBytes int64
 	// MaxHandles bounds open fs handles per connection. Default 128.
@@ -72,6 +85,15 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.MaxMessageBytes <= 0 {
 		d.MaxMessageBytes = 64 << 20
+	}
+	if d.MaxIncomingBytes <= 0 {
+		d.MaxIncomingBytes = 1 << 30
+	}
+	if d.MaxRetainedBytes <= 0 {
+		d.MaxRetainedBytes = 1 << 30
+	}
+	if d.MaxStdinBytes <= 0 {
+		d.MaxStdinBytes = 256 << 20
 	}
 	if d.MaxFileBytes <= 0 {
 		d.MaxFileBytes = 512 << 20

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/transport"
@@ -32,11 +33,17 @@ type Server struct {
 
 	envOnce  sync.Once
 	envCache protocol.EnvironmentInfo
+
+	// Server-wide byte budgets (see Config).
+	incoming, retained, stdin *budget.Bytes
 }
 
 // New returns a server for cfg.
 func New(cfg Config) *Server {
 	s := &Server{cfg: cfg.withDefaults(), sessions: make(map[string]*session)}
+	s.incoming = budget.New("incoming message bytes", s.cfg.MaxIncomingBytes)
+	s.retained = budget.New("retained output bytes", s.cfg.MaxRetainedBytes)
+	s.stdin = budget.New("queued stdin bytes", s.cfg.MaxStdinBytes)
 	s.fs = newFS(s.cfg)
 	s.methods = s.buildMethods()
 	return s
@@ -138,6 +145,7 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 	return transport.NewHandler(transport.HandlerOptions{
 		MaxMessageBytes: s.cfg.MaxMessageBytes,
 		MaxConnections:  s.cfg.MaxConnections,
+		MessageBudget:   s.incoming,
 		Authenticate:    s.cfg.Authenticate,
 		Logger:          s.cfg.Logger,
 		Serve: func(rctx context.Context, ws *transport.WebSocket) {

@@ -44,6 +44,8 @@ func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 	ss := &session{id: newUUID(), srv: s, conn: conn}
 	ss.procs = process.NewManager(process.Options{
 		MaxProcesses:       s.cfg.MaxProcesses,
+		RetainBudget:       s.retained,
+		StdinBudget:        s.stdin,
 		ContainDescendants: s.cfg.ContainDescendants,
 		Logger:             s.cfg.Logger,
 	}, ss)

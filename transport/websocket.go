@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +14,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/internal/budget"
+	"github.com/execgo/exec-server/jsonrpc"
 )
 
 // WebSocket is a jsonrpc.Stream over one websocket connection: one JSON
@@ -20,6 +25,9 @@ import (
 type WebSocket struct {
 	c    *websocket.Conn
 	name string
+
+	budget     *budget.Bytes
+	budgetWait time.Duration
 }
 
 // NewWebSocket wraps an accepted (or dialled) websocket connection.
@@ -27,10 +35,58 @@ func NewWebSocket(c *websocket.Conn, peer string) *WebSocket {
 	return &WebSocket{c: c, name: "exec-server websocket " + peer}
 }
 
-// Read returns the next message.
+// Read returns the next message. With a budget, the message's buffer is
+// taken from it as it grows and given back by Release; a message that
+// cannot get its bytes within the budget wait is read through without
+// being kept and answered with an error (a *jsonrpc.DecodeError).
 func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
-	_, data, err := w.c.Read(ctx)
-	return data, err
+	if w.budget == nil {
+		_, data, err := w.c.Read(ctx)
+		return data, err
+	}
+	_, r, err := w.c.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			// Double the buffer, and take the growth from the budget
+			// first: what is counted is what is allocated.
+			grow := max(cap(buf), 1024)
+			actx, cancel := context.WithTimeout(ctx, w.budgetWait)
+			berr := w.budget.Acquire(actx, int64(grow))
+			cancel()
+			if berr != nil {
+				w.budget.Release(int64(cap(buf)))
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				rest, err := io.Copy(io.Discard, r)
+				if err != nil {
+					return nil, err
+				}
+				return nil, &jsonrpc.DecodeError{Detail: fmt.Sprintf("message of %d bytes refused: %v", int64(len(buf))+rest, berr)}
+			}
+			next := make([]byte, len(buf), cap(buf)+grow)
+			copy(next, buf)
+			buf = next
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			w.budget.Release(int64(cap(buf)))
+			return nil, err
+		}
+	}
+}
+
+// Release gives a message's bytes back to the budget (jsonrpc.Releaser).
+func (w *WebSocket) Release(msg []byte) {
+	w.budget.Release(int64(cap(msg)))
 }
 
 // Write sends msg as one text message.
@@ -60,6 +116,12 @@ type HandlerOptions struct {
 	// PingInterval is how often the server pings (default 30s). A missing
 	// pong does not close the connection.
 	PingInterval time.Duration
+	// MessageBudget, when set, is shared by every connection: the bytes
+	// of incoming messages being read or handled. A message that cannot
+	// get its bytes within BudgetWait (default 10s) is refused with an
+	// error reply; the connection stays open.
+	MessageBudget *budget.Bytes
+	BudgetWait    time.Duration
 	// Authenticate, when set, checks upgrade requests; an error is a 401
 	// with the error's text.
 	Authenticate func(*http.Request) error
@@ -82,6 +144,9 @@ func NewHandler(opts HandlerOptions) http.Handler {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.BudgetWait <= 0 {
+		opts.BudgetWait = 10 * time.Second
 	}
 	var active atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -142,7 +207,9 @@ func NewHandler(opts HandlerOptions) http.Handler {
 		defer cancel()
 		stopPing := startPinger(ctx, c, opts.PingInterval)
 		defer stopPing()
-		opts.Serve(ctx, NewWebSocket(c, r.RemoteAddr))
+		ws := NewWebSocket(c, r.RemoteAddr)
+		ws.budget, ws.budgetWait = opts.MessageBudget, opts.BudgetWait
+		opts.Serve(ctx, ws)
 	})
 }
 

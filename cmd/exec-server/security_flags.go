@@ -21,6 +21,9 @@ import (
 const (
 	defaultMaxMessageBytes = 64 << 20
 	defaultMaxFileBytes    = 512 << 20
+	defaultMaxIncoming     = 1 << 30
+	defaultMaxRetained     = 1 << 30
+	defaultMaxStdin        = 256 << 20
 	defaultMaxProcesses    = 4096
 	defaultMaxHandles      = 128
 	defaultMaxSessions     = 10240
@@ -51,6 +54,9 @@ type securityFlags struct {
 
 	maxMessageBytes int64
 	maxFileBytes    int64
+	maxIncoming     int64
+	maxRetained     int64
+	maxStdin        int64
 	maxProcesses    int
 	maxHandles      int
 	maxSessions     int
@@ -63,7 +69,7 @@ type securityFlags struct {
 // --ws-shared-secret-file, --ws-issuer, --ws-audience (repeatable, or a JSON
 // array), --ws-max-clock-skew-seconds, --insecure-no-auth, --tls-cert,
 // --tls-key, and the limit flags (--max-message-bytes, --max-file-bytes,
-// --max-processes, --max-handles, --max-sessions, --max-connections,
+// --max-incoming-bytes, --max-retained-bytes, --max-stdin-bytes, --max-processes, --max-handles, --max-sessions, --max-connections,
 // --max-json-depth, --max-json-values).
 func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	s := &securityFlags{fs: fs}
@@ -79,6 +85,9 @@ func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	fs.StringVar(&s.tlsKey, "tls-key", "", "`PATH` of the PEM private key of --tls-cert")
 	fs.Int64Var(&s.maxMessageBytes, "max-message-bytes", defaultMaxMessageBytes, "largest incoming JSON-RPC message in `BYTES`")
 	fs.Int64Var(&s.maxFileBytes, "max-file-bytes", defaultMaxFileBytes, "largest fs/readFile or fs/writeFile in `BYTES`")
+	fs.Int64Var(&s.maxIncoming, "max-incoming-bytes", defaultMaxIncoming, "`BYTES` of incoming websocket messages being read or handled, all connections together")
+	fs.Int64Var(&s.maxRetained, "max-retained-bytes", defaultMaxRetained, "`BYTES` of process output retained for process/read, all sessions together")
+	fs.Int64Var(&s.maxStdin, "max-stdin-bytes", defaultMaxStdin, "`BYTES` of stdin queued for processes, all sessions together")
 	fs.IntVar(&s.maxProcesses, "max-processes", defaultMaxProcesses, "live processes per session")
 	fs.IntVar(&s.maxHandles, "max-handles", defaultMaxHandles, "open fs handles per connection")
 	fs.IntVar(&s.maxSessions, "max-sessions", defaultMaxSessions, "sessions per server")
@@ -171,6 +180,9 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 	cfg.TLSConfig = tlsConfig
 	cfg.MaxMessageBytes = s.maxMessageBytes
 	cfg.MaxFileBytes = s.maxFileBytes
+	cfg.MaxIncomingBytes = s.maxIncoming
+	cfg.MaxRetainedBytes = s.maxRetained
+	cfg.MaxStdinBytes = s.maxStdin
 	cfg.MaxProcesses = s.maxProcesses
 	cfg.MaxHandles = s.maxHandles
 	cfg.MaxSessions = s.maxSessions
@@ -187,6 +199,17 @@ func (s *securityFlags) checkLimits() error {
 	}
 	if s.maxFileBytes < 1 {
 		return fmt.Errorf("--max-file-bytes must be at least 1, got %d", s.maxFileBytes)
+	}
+	if s.maxIncoming < s.maxMessageBytes {
+		return fmt.Errorf("--max-incoming-bytes must be at least --max-message-bytes (%d), got %d", s.maxMessageBytes, s.maxIncoming)
+	}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"max-retained-bytes", s.maxRetained}, {"max-stdin-bytes", s.maxStdin}} {
+		if l.v < 1<<20 {
+			return fmt.Errorf("--%s must be at least %d, got %d", l.name, 1<<20, l.v)
+		}
 	}
 	ints := []struct {
 		name     string
