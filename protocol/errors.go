@@ -102,8 +102,10 @@ func FromOSError(err error) *Error {
 
 // OSErrorText renders an errno as Rust's io::Error does: the C library's
 // strerror text, then " (os error N)". The reference is linked with musl,
-// whose texts differ from glibc's (and Go's) for some errors, so those come
-// from muslText; the rest are Go's text with a capital first letter.
+// whose texts differ from glibc's (and Go's) for some errors, so on Linux
+// those come from muslText (errors_linux.go); the rest, and every errno on
+// other systems (where the numbers are not Linux's anyway), are Go's text with
+// a capital first letter.
 func OSErrorText(errno syscall.Errno) string {
 	s, ok := muslText[errno]
 	if !ok {
@@ -113,104 +115,6 @@ func OSErrorText(errno syscall.Errno) string {
 		}
 	}
 	return fmt.Sprintf("%s (os error %d)", s, int(errno))
-}
-
-// muslText is musl's strerror table (src/errno/__strerror.h), as found in
-// the reference binary: "Symbolic link loop (os error 40)" where glibc says
-// "Too many levels of symbolic links".
-var muslText = map[syscall.Errno]string{
-	syscall.EILSEQ:          "Illegal byte sequence",
-	syscall.EDOM:            "Domain error",
-	syscall.ERANGE:          "Result not representable",
-	syscall.ENOTTY:          "Not a tty",
-	syscall.EACCES:          "Permission denied",
-	syscall.EPERM:           "Operation not permitted",
-	syscall.ENOENT:          "No such file or directory",
-	syscall.ESRCH:           "No such process",
-	syscall.EEXIST:          "File exists",
-	syscall.EOVERFLOW:       "Value too large for data type",
-	syscall.ENOSPC:          "No space left on device",
-	syscall.ENOMEM:          "Out of memory",
-	syscall.EBUSY:           "Resource busy",
-	syscall.EINTR:           "Interrupted system call",
-	syscall.EAGAIN:          "Resource temporarily unavailable",
-	syscall.ESPIPE:          "Invalid seek",
-	syscall.EXDEV:           "Cross-device link",
-	syscall.EROFS:           "Read-only file system",
-	syscall.ENOTEMPTY:       "Directory not empty",
-	syscall.ECONNRESET:      "Connection reset by peer",
-	syscall.ETIMEDOUT:       "Operation timed out",
-	syscall.ECONNREFUSED:    "Connection refused",
-	syscall.EHOSTDOWN:       "Host is down",
-	syscall.EHOSTUNREACH:    "Host is unreachable",
-	syscall.EADDRINUSE:      "Address in use",
-	syscall.EPIPE:           "Broken pipe",
-	syscall.EIO:             "I/O error",
-	syscall.ENXIO:           "No such device or address",
-	syscall.ENOTBLK:         "Block device required",
-	syscall.ENODEV:          "No such device",
-	syscall.ENOTDIR:         "Not a directory",
-	syscall.EISDIR:          "Is a directory",
-	syscall.ETXTBSY:         "Text file busy",
-	syscall.ENOEXEC:         "Exec format error",
-	syscall.EINVAL:          "Invalid argument",
-	syscall.E2BIG:           "Argument list too long",
-	syscall.ELOOP:           "Symbolic link loop",
-	syscall.ENAMETOOLONG:    "Filename too long",
-	syscall.ENFILE:          "Too many open files in system",
-	syscall.EMFILE:          "No file descriptors available",
-	syscall.EBADF:           "Bad file descriptor",
-	syscall.ECHILD:          "No child process",
-	syscall.EFAULT:          "Bad address",
-	syscall.EFBIG:           "File too large",
-	syscall.EMLINK:          "Too many links",
-	syscall.ENOLCK:          "No locks available",
-	syscall.EDEADLK:         "Resource deadlock would occur",
-	syscall.ENOTRECOVERABLE: "State not recoverable",
-	syscall.EOWNERDEAD:      "Previous owner died",
-	syscall.ECANCELED:       "Operation canceled",
-	syscall.ENOSYS:          "Function not implemented",
-	syscall.ENOMSG:          "No message of desired type",
-	syscall.EIDRM:           "Identifier removed",
-	syscall.ENOSTR:          "Device not a stream",
-	syscall.ENODATA:         "No data available",
-	syscall.ETIME:           "Device timeout",
-	syscall.ENOSR:           "Out of streams resources",
-	syscall.ENOLINK:         "Link has been severed",
-	syscall.EPROTO:          "Protocol error",
-	syscall.EBADMSG:         "Bad message",
-	syscall.EBADFD:          "File descriptor in bad state",
-	syscall.ENOTSOCK:        "Not a socket",
-	syscall.EDESTADDRREQ:    "Destination address required",
-	syscall.EMSGSIZE:        "Message too large",
-	syscall.EPROTOTYPE:      "Protocol wrong type for socket",
-	syscall.ENOPROTOOPT:     "Protocol not available",
-	syscall.EPROTONOSUPPORT: "Protocol not supported",
-	syscall.ESOCKTNOSUPPORT: "Socket type not supported",
-	syscall.ENOTSUP:         "Not supported",
-	syscall.EPFNOSUPPORT:    "Protocol family not supported",
-	syscall.EAFNOSUPPORT:    "Address family not supported by protocol",
-	syscall.EADDRNOTAVAIL:   "Address not available",
-	syscall.ENETDOWN:        "Network is down",
-	syscall.ENETUNREACH:     "Network unreachable",
-	syscall.ENETRESET:       "Connection reset by network",
-	syscall.ECONNABORTED:    "Connection aborted",
-	syscall.ENOBUFS:         "No buffer space available",
-	syscall.EISCONN:         "Socket is connected",
-	syscall.ENOTCONN:        "Socket not connected",
-	syscall.ESHUTDOWN:       "Cannot send after socket shutdown",
-	syscall.EALREADY:        "Operation already in progress",
-	syscall.EINPROGRESS:     "Operation in progress",
-	syscall.ESTALE:          "Stale file handle",
-	syscall.EREMOTEIO:       "Remote I/O error",
-	syscall.EDQUOT:          "Quota exceeded",
-	syscall.ENOMEDIUM:       "No medium found",
-	syscall.EMEDIUMTYPE:     "Wrong medium type",
-	syscall.EMULTIHOP:       "Multihop attempted",
-	syscall.ENOKEY:          "Required key not available",
-	syscall.EKEYEXPIRED:     "Key has expired",
-	syscall.EKEYREVOKED:     "Key has been revoked",
-	syscall.EKEYREJECTED:    "Key was rejected by service",
 }
 
 // SpawnError maps an error from starting a process: every OS failure is
