@@ -88,7 +88,8 @@ func TestSecurityFlagsApply(t *testing.T) {
 				t.Error("auth or TLS set by default")
 			}
 			if cfg.MaxMessageBytes != 64<<20 || cfg.MaxProcesses != 4096 || cfg.MaxHandles != 128 ||
-				cfg.MaxSessions != 10240 || cfg.MaxConnections != 10240 || cfg.MaxFileBytes != 512<<20 {
+				cfg.MaxSessions != 10240 || cfg.MaxConnections != 10240 || cfg.MaxFileBytes != 512<<20 ||
+				cfg.MaxIncomingBytes != 1<<30 || cfg.MaxRetainedBytes != 1<<30 || cfg.MaxStdinBytes != 256<<20 {
 				t.Errorf("limits %+v", cfg)
 			}
 		}},
@@ -138,6 +139,14 @@ func TestSecurityFlagsApply(t *testing.T) {
 			}
 		}},
 		{"message limit too small", loop, []string{"--max-message-bytes", "10"}, "--max-message-bytes must be between 1024 and 4294967296, got 10", nil},
+		{"budgets", loop, []string{"--max-message-bytes", "2048", "--max-incoming-bytes", "4096", "--max-retained-bytes", "2000000", "--max-stdin-bytes", "3000000"}, "", func(t *testing.T, cfg *server.Config) {
+			if cfg.MaxIncomingBytes != 4096 || cfg.MaxRetainedBytes != 2000000 || cfg.MaxStdinBytes != 3000000 {
+				t.Errorf("budgets %d %d %d", cfg.MaxIncomingBytes, cfg.MaxRetainedBytes, cfg.MaxStdinBytes)
+			}
+		}},
+		{"incoming below one message", loop, []string{"--max-incoming-bytes", "1000000"}, "--max-incoming-bytes must be at least --max-message-bytes (67108864), got 1000000", nil},
+		{"tiny retained budget", loop, []string{"--max-retained-bytes", "0"}, "--max-retained-bytes must be at least 1048576, got 0", nil},
+		{"tiny stdin budget", loop, []string{"--max-stdin-bytes", "100"}, "--max-stdin-bytes must be at least 1048576, got 100", nil},
 		{"zero processes", loop, []string{"--max-processes", "0"}, "--max-processes must be between 1 and 1048576, got 0", nil},
 		{"negative connections", loop, []string{"--max-connections", "-1"}, "--max-connections must be between 1 and 1048576, got -1", nil},
 	}
