@@ -6,14 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
 // DecodeParams decodes a request's params into v, a pointer to a struct, and
-// checks that every name in required is present at the top level. typeName
-// appears in the message for null or missing params, as the reference words
-// it ("invalid type: null, expected struct ReadParams"). Every failure is an
-// -32602 error that names the offending field.
+// checks that every name in required is present at the top level. Member
+// names match exactly, as in the reference: a key that differs from a
+// field's name only by case is an unknown member and ignored (members.go).
+// typeName appears in the message for null or missing params, as the
+// reference words it ("invalid type: null, expected struct ReadParams").
+// Every failure is an -32602 error that names the offending field.
 func DecodeParams(raw json.RawMessage, v any, typeName string, required ...string) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -22,15 +25,25 @@ func DecodeParams(raw json.RawMessage, v any, typeName string, required ...strin
 	if raw[0] != '{' {
 		return InvalidParams("invalid type: %s, expected struct %s", jsonKind(raw[0]), typeName)
 	}
-	if len(required) > 0 {
-		present, err := TopLevelKeys(raw, required)
-		if err != nil {
+	sh := shapeOf(reflect.TypeOf(v))
+	if len(required) > 0 || sh != nil {
+		w := memberWalk{scanner: scanner{b: raw}, names: required, present: make([]bool, len(required))}
+		if err := w.object(sh, true, 0); err != nil {
+			if len(required) == 0 {
+				// Malformed: encoding/json words its own syntax errors.
+				if uerr := json.Unmarshal(raw, v); uerr != nil {
+					return InvalidParams("%s", describeJSONError(uerr))
+				}
+			}
 			return InvalidParams("%v", err)
 		}
 		for i, name := range required {
-			if !present[i] {
+			if !w.present[i] {
 				return InvalidParams("missing field `%s`", name)
 			}
+		}
+		if len(w.folded) > 0 {
+			raw = renameFolded(raw, w.folded)
 		}
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
@@ -131,57 +144,12 @@ func goKind(t string) string {
 // and without decoding values, so it is cheap even for a message carrying
 // tens of megabytes of base64. raw must start with '{'.
 func TopLevelKeys(raw []byte, names []string) ([]bool, error) {
-	present := make([]bool, len(names))
-	s := scanner{b: raw}
-	s.ws()
-	if !s.eat('{') {
-		return nil, errors.New("expected an object")
+	w := memberWalk{scanner: scanner{b: raw}, names: names, present: make([]bool, len(names))}
+	w.ws()
+	if err := w.object(nil, true, 0); err != nil {
+		return nil, err
 	}
-	s.ws()
-	if s.eat('}') {
-		return present, nil
-	}
-	for {
-		s.ws()
-		kStart := s.i
-		if !s.skipString() {
-			return nil, errors.New("key must be a string")
-		}
-		key := raw[kStart+1 : s.i-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			// An escaped key ("process\u0049d") names the same member as
-			// its plain spelling; compare the decoded text.
-			var k string
-			if err := json.Unmarshal(raw[kStart:s.i], &k); err != nil {
-				return nil, errors.New("invalid escape in a key")
-			}
-			key = []byte(k)
-		}
-		s.ws()
-		if !s.eat(':') {
-			return nil, errors.New("expected `:` after a key")
-		}
-		s.ws()
-		isNull := bytes.HasPrefix(raw[s.i:], []byte("null"))
-		if !s.skipValue(0) {
-			return nil, errors.New("invalid value")
-		}
-		if !isNull {
-			for i, n := range names {
-				if string(key) == n {
-					present[i] = true
-				}
-			}
-		}
-		s.ws()
-		if s.eat(',') {
-			continue
-		}
-		if s.eat('}') {
-			return present, nil
-		}
-		return nil, errors.New("expected `,` or `}`")
-	}
+	return w.present, nil
 }
 
 type scanner struct {

@@ -194,3 +194,82 @@ func TestCutMember(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeParamsExactNames pins serde's exact member matching (checked
+// on the reference with process/read, fs/readFile, initialize and
+// process/start): a key that differs from a field's name only by case, or by
+// Unicode folding (ſ, K), is an unknown member and ignored, wherever it is
+// nested; the correctly spelled key decodes whatever its position.
+func TestDecodeParamsExactNames(t *testing.T) {
+	type item struct {
+		Name string `json:"name"`
+	}
+	type opts struct {
+		MaxDepth uint64 `json:"maxDepth"`
+		Kind     string `json:"kind"`
+	}
+	type params struct {
+		ProcessID string            `json:"processId"`
+		AfterSeq  *uint64           `json:"afterSeq,omitempty"`
+		Env       map[string]string `json:"env,omitempty"`
+		Opts      *opts             `json:"opts,omitempty"`
+		Items     []item            `json:"items,omitempty"`
+		ByKey     map[string]item   `json:"byKey,omitempty"`
+		Raw       json.RawMessage   `json:"raw,omitempty"`
+		Untagged  string
+	}
+	u := func(v uint64) *uint64 { return &v }
+	tests := []struct {
+		name   string
+		raw    string
+		want   params
+		errMsg string
+	}{
+		{name: "wrong case alone is missing", raw: `{"ProcessId":"x"}`, errMsg: "missing field `processId`"},
+		{name: "wrong case spelled with an escape", raw: `{"Process\u0049d":"x"}`, errMsg: "missing field `processId`"},
+		{name: "upper case alone", raw: `{"PROCESSID":"x"}`, errMsg: "missing field `processId`"},
+		{name: "wrong case before right", raw: `{"ProcessId":"y","processId":"x"}`, want: params{ProcessID: "x"}},
+		{name: "wrong case after right", raw: `{"processId":"x","ProcessId":"y"}`, want: params{ProcessID: "x"}},
+		{name: "wrong case of another type ignored", raw: `{"PROCESSID":5,"processId":"x","AfterSeq":"zz"}`, want: params{ProcessID: "x"}},
+		{name: "right case still type-checked", raw: `{"processId":"x","afterSeq":"zz"}`, errMsg: "for field `afterSeq`"},
+		{name: "unicode folding ignored", raw: `{"processId":"x","afterſeq":7,"opts":{"\u212aind":"k"}}`, want: params{ProcessID: "x", Opts: &opts{}}},
+		{name: "nested struct", raw: `{"processId":"x","opts":{"MaxDepth":9,"maxDepth":1,"MAXDEPTH":"zz"}}`, want: params{ProcessID: "x", Opts: &opts{MaxDepth: 1}}},
+		{name: "structs in a slice", raw: `{"processId":"x","items":[{"Name":"a"},{"name":"b","NAME":1},null]}`, want: params{ProcessID: "x", Items: []item{{}, {Name: "b"}, {}}}},
+		{name: "structs in a map; map keys are data", raw: `{"processId":"x","byKey":{"Name":{"name":"b","Name":"a"}},"env":{"PATH":"1","path":"2"}}`,
+			want: params{ProcessID: "x", ByKey: map[string]item{"Name": {Name: "b"}}, Env: map[string]string{"PATH": "1", "path": "2"}}},
+		{name: "raw members are kept verbatim", raw: `{"processId":"x","raw":{"ProcessId":1}}`, want: params{ProcessID: "x", Raw: json.RawMessage(`{"ProcessId":1}`)}},
+		{name: "untagged field by its Go name only", raw: `{"processId":"x","Untagged":"yes","untagged":"no"}`, want: params{ProcessID: "x", Untagged: "yes"}},
+		{name: "exact spelling with an escape", raw: `{"process\u0049d":"x","after\u0053eq":3}`, want: params{ProcessID: "x", AfterSeq: u(3)}},
+		{name: "null wrong case", raw: `{"processId":"x","Opts":null,"Items":[1]}`, want: params{ProcessID: "x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got params
+			err := DecodeParams(json.RawMessage(tt.raw), &got, "ReadParams", "processId")
+			if tt.errMsg != "" {
+				wantError(t, err, CodeInvalidParams, tt.errMsg)
+				return
+			}
+			if err != nil {
+				t.Fatalf("DecodeParams(%s): %v", tt.raw, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("DecodeParams(%s) =\n %+v, want\n %+v", tt.raw, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDecodeParamsExactNamesNoRequired covers a decode without required
+// names (the walk then runs for the folding check alone) and a malformed
+// object there, which keeps encoding/json's syntax message.
+func TestDecodeParamsExactNamesNoRequired(t *testing.T) {
+	var got FsWalkOptions
+	if err := DecodeParams(json.RawMessage(`{"MaxDepth":3,"maxEntries":2}`), &got, "WalkOptions"); err != nil {
+		t.Fatal(err)
+	}
+	if got != (FsWalkOptions{MaxEntries: 2}) {
+		t.Errorf("got %+v, want only maxEntries 2", got)
+	}
+	wantError(t, DecodeParams(json.RawMessage(`{"maxDepth":3,}`), &got, "WalkOptions"), CodeInvalidParams, "invalid character '}'")
+}
