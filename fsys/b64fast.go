@@ -31,37 +31,3 @@ func encodeBase64(dst, src []byte) {
 	}
 	base64.StdEncoding.Encode(dst[di:], src[si:])
 }
-
-// dec12 maps two base64 characters (first in the high byte) to their 12
-// bits, or to 0xffff when either is not in the standard alphabet.
-var dec12 = func() *[1 << 16]uint16 {
-	var t [1 << 16]uint16
-	for i := range t {
-		a, b := b64val[i>>8], b64val[i&0xff]
-		if a == 0xff || b == 0xff {
-			t[i] = 0xffff
-			continue
-		}
-		t[i] = uint16(a)<<6 | uint16(b)
-	}
-	return &t
-}()
-
-// decodeFast decodes strict, padded standard base64 like
-// strictStd.Decode, eight characters at a time through dec12 while they are
-// all plain alphabet, leaving the last quantum (padding) and anything
-// unusual to encoding/base64. ok is false for invalid input (the caller
-// words the error).
-func decodeFast(dst, src []byte) (n int, ok bool) {
-	si, di := 0, 0
-	for ; si+12 <= len(src) && di+8 <= len(dst); si, di = si+8, di+6 {
-		v := binary.BigEndian.Uint64(src[si : si+8])
-		a, b, c, d := dec12[v>>48], dec12[v>>32&0xffff], dec12[v>>16&0xffff], dec12[v&0xffff]
-		if (a|b|c|d)&0xf000 != 0 {
-			break
-		}
-		binary.BigEndian.PutUint64(dst[di:di+8], uint64(a)<<52|uint64(b)<<40|uint64(c)<<28|uint64(d)<<16)
-	}
-	m, err := strictStd.Decode(dst[di:], src[si:])
-	return di + m, err == nil
-}

@@ -220,9 +220,10 @@ func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (an
 	if n := int64(len(p.Data)) / 4 * 3; n > f.opts.MaxFileBytes+3 {
 		return nil, tooLarge(protocol.MethodFsWriteFile, path, n, f.opts.MaxFileBytes)
 	}
-	data, err := decodeBase64(p.Data)
+	data, err := protocol.DecodeBase64(p.Data)
 	if err != nil {
-		return nil, protocol.InvalidRequest("fs/writeFile requires valid base64 dataBase64: %v", err)
+		// The reference answers -32600 here, not the -32602 of process/write.
+		return nil, protocol.InvalidRequest("fs/writeFile requires valid base64 dataBase64: %s", protocol.ToError(err).Message)
 	}
 	if int64(len(data)) > f.opts.MaxFileBytes {
 		return nil, tooLarge(protocol.MethodFsWriteFile, path, int64(len(data)), f.opts.MaxFileBytes)

@@ -255,9 +255,9 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	if len(text) == 0 || len(text) > base64.StdEncoding.EncodedLen(protocol.FsMaxBlockLen) {
 		return nil, protocol.InvalidRequest("file write block length must be between 1 and %d", protocol.FsMaxBlockLen)
 	}
-	data, err := decodeBase64(text)
+	data, err := protocol.DecodeBase64(text)
 	if err != nil {
-		return nil, protocol.InvalidParams("%v", err)
+		return nil, err
 	}
 	if len(data) < 1 || len(data) > protocol.FsMaxBlockLen {
 		return nil, protocol.InvalidRequest("file write block length must be between 1 and %d", protocol.FsMaxBlockLen)

@@ -46,13 +46,16 @@ func firstByte(b []byte) byte {
 var strictStd = base64.StdEncoding.Strict()
 
 // DecodeBase64 decodes standard, padded base64 as the reference does; an
-// error is -32602 with the reference's text.
+// error is -32602 with the reference's text. It is the one strict decoder:
+// process/write chunks (Base64) and the fs methods' payloads all go through
+// it. Large inputs are decoded in parallel chunks (base64fast.go).
 func DecodeBase64(src []byte) ([]byte, error) {
+	// DecodedLen may exceed the result by the padding (two bytes at most).
 	dst := make([]byte, strictStd.DecodedLen(len(src)))
-	n, err := strictStd.Decode(dst, src)
+	n, ok := decodeChunks(dst, src)
 	// Go's decoder skips CR and LF even in strict mode; the reference
 	// refuses them.
-	if err == nil && bytes.IndexByte(src, '\n') < 0 && bytes.IndexByte(src, '\r') < 0 {
+	if ok && bytes.IndexByte(src, '\n') < 0 && bytes.IndexByte(src, '\r') < 0 {
 		return dst[:n], nil
 	}
 	if msg := Base64ErrorText(src); msg != "" {

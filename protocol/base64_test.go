@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +44,23 @@ var referenceBase64Errors = []struct{ in, msg string }{
 	{"YQ==\n", "Invalid symbol 10, offset 4."},
 	{"YWJjZ\n", "Invalid symbol 10, offset 5."},
 	{"YWJjZGVm!", "Invalid symbol 33, offset 8."},
+	// Observed for fs/writeFile dataBase64 (fsys wraps them as -32600).
+	{"abc", "Invalid padding"},
+	{"YWJj\nZA==", "Invalid symbol 10, offset 4."},
+	{"==", "Invalid symbol 61, offset 0."},
+	{"YWJ=", "Invalid last symbol 74, offset 2."},
+	{"YQ==\x00", "Invalid symbol 0, offset 4."},
+	{"YWJjZA=a", "Invalid symbol 61, offset 6."},
+	{"-_==", "Invalid symbol 45, offset 0."},
+	{"YW=J", "Invalid symbol 61, offset 2."},
+	{"YWJjY===", "Invalid symbol 61, offset 5."},
+	{"YWJjZ!==", "Invalid symbol 33, offset 5."},
+	{"YW!jZA==", "Invalid symbol 33, offset 2."},
+	{"YWJjZA=!", "Invalid symbol 61, offset 6."},
+	{"YWJjZA", "Invalid padding"},
+	{"YWJjZ==", "Invalid symbol 61, offset 5."},
+	{"Y=!=", "Invalid symbol 61, offset 1."},
+	{"YWJjZGV!", "Invalid symbol 33, offset 7."},
 }
 
 func TestDecodeBase64ReferenceErrors(t *testing.T) {
@@ -52,7 +71,7 @@ func TestDecodeBase64ReferenceErrors(t *testing.T) {
 			t.Errorf("DecodeBase64(%q) = %q, want %q", tt.in, e.Message, tt.msg)
 		}
 	}
-	for _, ok := range []string{"", "Zm9vYmFy", "Zm9vYmE=", "Zm9vYg==", "YQ==", "+/+/"} {
+	for _, ok := range []string{"", "Zm9vYmFy", "Zm9vYmE=", "Zm9vYg==", "YQ==", "+/+/", "YWI=", "YWJjZGVm"} {
 		got, err := DecodeBase64([]byte(ok))
 		want, _ := base64.StdEncoding.DecodeString(ok)
 		if err != nil || !bytes.Equal(got, want) {
@@ -127,4 +146,74 @@ func errorsAs(err error, target **Error) bool {
 		*target = e
 	}
 	return ok
+}
+
+// FuzzDecodeBase64 checks the fast paths against the rules: DecodeBase64
+// fails exactly when Base64ErrorText has a text, and with that text; what it
+// decodes re-encodes to the input; decodeFast agrees with encoding/base64's
+// strict decoder byte for byte.
+func FuzzDecodeBase64(f *testing.F) {
+	for _, s := range []string{"", "YQ==", "YWJj", "abc", "!!!!", "YR==", "YWJj\nZA==", "Y", "YQ==\x00", "YWJjZA=a",
+		"YWJjZGVmZ2hpamtsbW5vcA==", "YWJj\nZGVmZ2hpamts", "!!!!!!!!!!!!"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := DecodeBase64(in)
+		emu := Base64ErrorText(in)
+		if err != nil {
+			e, ok := err.(*Error)
+			if !ok || e.Code != CodeInvalidParams || emu == "" || e.Message != emu {
+				t.Fatalf("DecodeBase64(%q) error %v, Base64ErrorText %q", in, err, emu)
+			}
+		} else {
+			if emu != "" {
+				t.Fatalf("DecodeBase64(%q) succeeded, Base64ErrorText says %q", in, emu)
+			}
+			if base64.StdEncoding.EncodeToString(got) != string(in) {
+				t.Fatalf("DecodeBase64(%q) = %x does not re-encode to the input", in, got)
+			}
+		}
+		dst := make([]byte, base64.StdEncoding.DecodedLen(len(in)))
+		n, ok := decodeFast(dst, in)
+		ref := make([]byte, len(dst))
+		m, serr := strictStd.Decode(ref, in)
+		if ok != (serr == nil) || (ok && !bytes.Equal(dst[:n], ref[:m])) {
+			t.Fatalf("decodeFast(%q) = %x, %v; encoding/base64: %x, %v", in, dst[:n], ok, ref[:m], serr)
+		}
+	})
+}
+
+// Parallel decoding: chunk boundaries change nothing, and padding at the end
+// of an inner chunk is still an error.
+func TestDecodeBase64Chunks(t *testing.T) {
+	old := decChunk
+	decChunk = 4 << 10 // many chunks from small inputs
+	t.Cleanup(func() { decChunk = old })
+	pattern := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*7 + i>>8)
+		}
+		return b
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	for _, size := range []int{2 * decChunk / 4 * 3, 2*decChunk/4*3 + 1, 3*decChunk/4*3 + 2, 5*decChunk/4*3 + 7} {
+		data := pattern(size)
+		got, err := DecodeBase64([]byte(b64(data)))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("size %d: %v, equal %v", size, err, bytes.Equal(got, data))
+		}
+	}
+	inner := b64(pattern(decChunk/4*3 - 1)) // exactly one chunk, ending in "="
+	if len(inner) != decChunk || !strings.HasSuffix(inner, "=") {
+		t.Fatal("bad construction")
+	}
+	src := []byte(inner + b64(pattern(decChunk)))
+	_, err := DecodeBase64(src)
+	wantError(t, err, CodeInvalidParams, fmt.Sprintf("Invalid symbol 61, offset %d.", decChunk-1))
+	// A newline deep inside a big input.
+	src = []byte(b64(pattern(3 * decChunk)))
+	src[2*decChunk+5] = '\n'
+	_, err = DecodeBase64(src)
+	wantError(t, err, CodeInvalidParams, fmt.Sprintf("Invalid symbol 10, offset %d.", 2*decChunk+5))
 }
