@@ -148,8 +148,8 @@ func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
 	var dataRaw []byte
 	dataNull := false
 	small := []byte{'{'}
-	err := eachMember(raw, func(key, value []byte) {
-		if keyIs(key, "dataBase64") {
+	err := protocol.EachMember(raw, func(key, value []byte) error {
+		if protocol.KeyIs(key, "dataBase64") {
 			switch {
 			case len(value) > 0 && value[0] == '"':
 				dataRaw = value
@@ -167,6 +167,7 @@ func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
 		small = append(small, key...)
 		small = append(small, '"', ':')
 		small = append(small, value...)
+		return nil
 	})
 	if err != nil {
 		// Not an object (or malformed): let DecodeParams word it.

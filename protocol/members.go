@@ -133,34 +133,16 @@ func (w *memberWalk) object(sh *shape, top bool, depth int) error {
 	if depth > 512 {
 		return errors.New("nesting too deep")
 	}
-	if !w.eat('{') {
-		return errors.New("expected an object")
-	}
-	w.ws()
-	if w.eat('}') {
-		return nil
-	}
-	for {
-		w.ws()
-		kStart := w.i
-		if !w.skipString() {
-			return errors.New("key must be a string")
-		}
-		key := w.b[kStart+1 : w.i-1]
+	return w.members(func(kStart int, key []byte) error {
 		if bytes.IndexByte(key, '\\') >= 0 {
 			// An escaped key ("process\u0049d") names the same member as
 			// its plain spelling; compare the decoded text.
-			var k string
-			if err := json.Unmarshal(w.b[kStart:w.i], &k); err != nil {
+			k, ok := unescapeKey(key)
+			if !ok {
 				return errors.New("invalid escape in a key")
 			}
 			key = []byte(k)
 		}
-		w.ws()
-		if !w.eat(':') {
-			return errors.New("expected `:` after a key")
-		}
-		w.ws()
 		var sub *shape
 		switch {
 		case sh == nil:
@@ -190,18 +172,8 @@ func (w *memberWalk) object(sh *shape, top bool, depth int) error {
 				}
 			}
 		}
-		if err := w.value(sub, depth+1); err != nil {
-			return err
-		}
-		w.ws()
-		if w.eat(',') {
-			continue
-		}
-		if w.eat('}') {
-			return nil
-		}
-		return errors.New("expected `,` or `}`")
-	}
+		return w.value(sub, depth+1)
+	})
 }
 
 // value walks the value at s.i with shape sh. A value of another kind than

@@ -186,6 +186,10 @@ func TestCutMember(t *testing.T) {
 		{`{"a":1}`, "chunk", `{"a":1}`, ``},
 		{`[1]`, "chunk", `[1]`, ``},
 		{`{}`, "chunk", `{}`, ``},
+		// An escaped key names the member its decoded text spells.
+		{`{"handleId":"h","c\u0068unk":"QUJD"}`, "chunk", `{"handleId":"h","c\u0068unk":null}`, `"QUJD"`},
+		{`{"Chunk":"QUJD"}`, "chunk", `{"Chunk":"QUJD"}`, ``},
+		{`{"a":1,"chunk":}`, "chunk", `{"a":1,"chunk":}`, ``},
 	}
 	for _, c := range cases {
 		rest, value := CutMember([]byte(c.raw), c.name)
@@ -272,4 +276,44 @@ func TestDecodeParamsExactNamesNoRequired(t *testing.T) {
 		t.Errorf("got %+v, want only maxEntries 2", got)
 	}
 	wantError(t, DecodeParams(json.RawMessage(`{"maxDepth":3,}`), &got, "WalkOptions"), CodeInvalidParams, "invalid character '}'")
+}
+
+func TestEachMember(t *testing.T) {
+	var got []string
+	err := EachMember([]byte(` { "a" : 1 , "b\"c" : {"x":[1,"}"]} , "d":"e\\" } `), func(key, value []byte) error {
+		got = append(got, string(key)+"="+string(value))
+		return nil
+	})
+	want := []string{`a=1`, `b\"c={"x":[1,"}"]}`, `d="e\\"`}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("EachMember = %q, %v; want %q", got, err, want)
+	}
+	stop := errors.New("stop here")
+	n := 0
+	if err := EachMember([]byte(`{"a":1,"b":2}`), func(_, _ []byte) error { n++; return stop }); err != stop || n != 1 {
+		t.Errorf("EachMember did not stop at f's error: %v after %d calls", err, n)
+	}
+	for _, raw := range []string{``, `[]`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1 "b":2}`, `{a:1}`, `{"a":{"b":1}`} {
+		if err := EachMember([]byte(raw), func(_, _ []byte) error { return nil }); err == nil {
+			t.Errorf("EachMember(%s) = nil, want an error", raw)
+		}
+	}
+}
+
+func TestKeyIs(t *testing.T) {
+	for _, c := range []struct {
+		key, name string
+		want      bool
+	}{
+		{`processId`, "processId", true},
+		{`process\u0049d`, "processId", true},
+		{`ProcessId`, "processId", false},
+		{`q\"k`, `q"k`, true},
+		{`bad\x`, "badx", false},
+		{``, "", true},
+	} {
+		if got := KeyIs([]byte(c.key), c.name); got != c.want {
+			t.Errorf("KeyIs(%s, %q) = %v, want %v", c.key, c.name, got, c.want)
+		}
+	}
 }
