@@ -39,6 +39,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,7 +65,8 @@ const (
 func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == Arg }
 
 // MaybeMain runs the init, and never returns, when this process was
-// started as one; otherwise it returns at once. Call it first in main.
+// started as one; otherwise it returns at once, and from then on Available
+// reports true. Call it first in main.
 func MaybeMain() {
 	if IsInit() {
 		if len(os.Args) > 2 && os.Args[2] == spawnerArg {
@@ -72,7 +74,16 @@ func MaybeMain() {
 		}
 		os.Exit(run(os.Args[2:]))
 	}
+	available.Store(true)
 }
+
+var available atomic.Bool
+
+// Available reports whether this binary can be re-executed as an init:
+// its main called MaybeMain. A program that embeds the server without
+// doing so must not be re-executed (its own main would run again), so it
+// gets no init and its children are started directly.
+func Available() bool { return available.Load() }
 
 // Prepare turns the start of path with argv, files (the child's stdin,
 // stdout and stderr) and sys into the start of an init that will run it:

@@ -46,6 +46,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// hostileArgs returns the server flags of a test: the words of the
+// environment variable env when it is set (HOSTILE_PARTIAL_ARGS=" " runs
+// with the defaults), def otherwise.
+func hostileArgs(env string, def ...string) []string {
+	if v, ok := os.LookupEnv(env); ok {
+		return strings.Fields(v)
+	}
+	return def
+}
+
 // full reports whether the heavier variants were asked for.
 func full() bool { return os.Getenv("HOSTILE_FULL") != "" }
 

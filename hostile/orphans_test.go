@@ -24,11 +24,10 @@ var orphanCases = []struct {
 	{"daemon", []string{"sh", "-c", "(sleep 1000 &); exec sleep 1000"}, 2},
 }
 
-// knownGaps are the (ending, case) pairs the process package does not
-// handle yet; see docs/security.md "Known gaps" (childinit.Spawner closes
-// them all once process starts children through it). They are still run: a
-// survivor makes the subtest skip with the evidence instead of failing,
-// unless HOSTILE_STRICT=1 (use it to verify a fix, then delete the entry).
+// knownGaps are the (ending, case) pairs that children started directly
+// (--contain-descendants=false) do not handle; see docs/security.md. They
+// are still run: a survivor makes the subtest skip with the evidence
+// instead of failing, unless HOSTILE_STRICT=1.
 var knownGaps = map[string]string{
 	"sigkill/grandchild":        "PR_SET_PDEATHSIG reaches only the direct child; its children are reparented to init",
 	"sigkill/setsid-grandchild": "PR_SET_PDEATHSIG reaches only the direct child; its children are reparented to init",
@@ -70,21 +69,21 @@ func TestNoOrphans(t *testing.T) {
 			time.Sleep(time.Second) // the TTL
 		}},
 	}
-	// The default server has the known gaps; with --contain-descendants
-	// (children started through childinit's subreaper) it has none, and
-	// every case is strict.
-	for _, mode := range []string{"default", "contained"} {
+	// The default server starts children through childinit's subreaper
+	// and has no gaps: every case is strict. With --contain-descendants=false
+	// (children started directly) it has the known gaps.
+	for _, mode := range []string{"default", "direct"} {
 		for _, e := range endings {
 			for _, c := range orphanCases {
 				name := e.name + "/" + c.name
 				args := e.args
-				if mode == "contained" {
-					args = append([]string{"--contain-descendants"}, e.args...)
+				if mode == "direct" {
+					args = append([]string{"--contain-descendants=false"}, e.args...)
 				}
 				t.Run(mode+"/"+name, func(t *testing.T) {
 					t.Parallel()
 					gap, known := knownGaps[name]
-					known = known && !strict() && mode == "default"
+					known = known && !strict() && mode == "direct"
 					mark := marker()
 					t.Cleanup(func() { killMarked(mark) })
 					s := startServer(t, nil, args...)

@@ -67,13 +67,16 @@ type Options struct {
 	// StdinBudget, when set, is shared with other managers: the bytes of
 	// stdin queued for all their processes; a write past it fails.
 	StdinBudget *budget.Bytes
-	// ContainDescendants starts children through a per-session init
-	// (package childinit) that is their subreaper: no descendant, not even
+	// DirectChildren starts children directly instead of through the
+	// session's init (package childinit, started on first use), which is
+	// their parent and subreaper: with the init, no descendant, not even
 	// one that called setsid, outlives its session or the server, even a
-	// server killed with SIGKILL. It costs about 1.4 ms more per start.
-	// The binary must call childinit.MaybeMain first thing in main.
-	ContainDescendants bool
-	Logger             *slog.Logger
+	// server killed with SIGKILL. The init needs the binary's main to call
+	// childinit.MaybeMain first thing; without that, children are always
+	// started directly. It costs about 1 MiB of memory per session that
+	// runs processes, and a few tenths of a millisecond per start.
+	DirectChildren bool
+	Logger         *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -119,7 +122,7 @@ type Manager struct {
 
 // spawnerFor returns the session's spawner, starting it on first use.
 func (m *Manager) spawnerFor() *childinit.Spawner {
-	if !m.opts.ContainDescendants {
+	if m.opts.DirectChildren || !childinit.Available() {
 		return nil
 	}
 	m.spawnerOnce.Do(func() {

@@ -48,11 +48,11 @@ type Config struct {
 	MaxSessions int
 	// MaxConnections bounds concurrent websocket connections. Default 10240.
 	MaxConnections int
-	// ContainDescendants starts each session's children through a small
-	// subreaper init so that no descendant outlives its session or the
-	// server, even a SIGKILLed one (see process.Options). Off by default:
-	// it makes every start about 1.4 ms slower.
-	ContainDescendants bool
+	// DirectChildren starts children directly instead of through each
+	// session's subreaper init, which makes sure that no descendant
+	// outlives its session or the server, even a SIGKILLed one (see
+	// process.Options; the init needs main to call childinit.MaybeMain).
+	DirectChildren bool
 	// InitTimeout closes a websocket connection that has not completed
 	// initialize within it. Default 30s.
 	InitTimeout time.Duration

@@ -43,11 +43,11 @@ func newUUID() string {
 func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 	ss := &session{id: newUUID(), srv: s, conn: conn}
 	ss.procs = process.NewManager(process.Options{
-		MaxProcesses:       s.cfg.MaxProcesses,
-		RetainBudget:       s.retained,
-		StdinBudget:        s.stdin,
-		ContainDescendants: s.cfg.ContainDescendants,
-		Logger:             s.cfg.Logger,
+		MaxProcesses:   s.cfg.MaxProcesses,
+		RetainBudget:   s.retained,
+		StdinBudget:    s.stdin,
+		DirectChildren: s.cfg.DirectChildren,
+		Logger:         s.cfg.Logger,
 	}, ss)
 	s.mu.Lock()
 	if s.closed {

@@ -235,6 +235,12 @@ func TestWebsocketServer(t *testing.T) {
 	w := dial(t, s.url)
 	w.init()
 	pid := s.cmd.Process.Pid
+	// The session's first process starts its init (the spawner), whose
+	// lifeline the server keeps as long as the session: count from after it.
+	w.call("process/start", map[string]any{"processId": "warm", "argv": []string{"true"},
+		"cwd": "file://" + t.TempDir(), "env": map[string]string{}, "tty": false})
+	for !bytes.Contains(w.read(), []byte(`"process/closed"`)) {
+	}
 	baseFDs := countFDs(pid)
 	// Many processes, pipes and PTYs; afterwards the server holds no more
 	// descriptors than before.
