@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/interop"
 )
 
@@ -74,6 +75,9 @@ type config struct {
 }
 
 func main() {
+	// "exec-bench serve" runs our server in-process; like exec-server, it
+	// starts children through this binary re-executed as their init.
+	childinit.MaybeMain()
 	os.Exit(run())
 }
 
