@@ -78,6 +78,9 @@ func FuzzDecodeParams(f *testing.F) {
 	for i, s := range seeds {
 		f.Add(uint8(i), []byte(s))
 	}
+	// Keys that differ from a field's name only by case, for a chosen type.
+	f.Add(uint8(2), []byte(`{"processId":"x","ProcessId":"y","AFTERSEQ":3}`))                      // ReadParams
+	f.Add(uint8(7), []byte(`{"path":"file:///a","PATH":"b","dataBase64":"","DataBase64":"aGk="}`)) // FsWriteFileParams
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		p := fuzzParams[int(sel)%len(fuzzParams)]
 		v := p.newV()
@@ -108,6 +111,9 @@ func FuzzDecodeParams(f *testing.F) {
 		if merr != nil {
 			t.Fatalf("%s: accepted %q but cannot re-encode it: %v", p.name, data, merr)
 		}
+		if want, ok := exactOracle(data, p.newV); ok && string(want) != string(again) {
+			t.Fatalf("%s: %q decoded as %s; with only the exactly named members it is %s", p.name, data, again, want)
+		}
 		w := p.newV()
 		if err := DecodeParams(again, w, p.name, required...); err != nil {
 			t.Fatalf("%s: accepted %q, refuses its re-encoding %q: %v", p.name, data, again, err)
@@ -134,4 +140,40 @@ func FuzzDecodeNoParams(f *testing.F) {
 			t.Fatalf("error %T %v is not -32602", err, err)
 		}
 	})
+}
+
+// exactOracle decodes data the slow, obvious way that serde's exact member
+// matching implies: keep only the top-level members whose (unescaped) name
+// is exactly a field's, then let encoding/json decode that. It answers only
+// for types without nested structs (their inner keys would still fold).
+func exactOracle(data []byte, newV func() any) ([]byte, bool) {
+	v := newV()
+	t := reflect.TypeOf(v).Elem()
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		ft := t.Field(i).Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct {
+			return nil, false
+		}
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil {
+		return nil, false
+	}
+	for k := range m {
+		if !names[k] {
+			delete(m, k)
+		}
+	}
+	only, err := json.Marshal(m)
+	if err != nil || json.Unmarshal(only, v) != nil {
+		return nil, false
+	}
+	out, err := json.Marshal(v)
+	return out, err == nil
 }
