@@ -18,7 +18,7 @@ import (
 // its bytes in time is read through, answered with an error, and the
 // connection stays usable; every byte is given back at the end.
 func TestHandlerMessageBudget(t *testing.T) {
-	b := budget.New("incoming message bytes", 100<<10)
+	b := budget.New("incoming message bytes", 300<<10)
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
 	srv := newWSServer(t, HandlerOptions{
@@ -69,32 +69,33 @@ func TestHandlerMessageBudget(t *testing.T) {
 	}
 
 	a, bc := dial(), dial()
-	// a's handler holds a 40 KB message (a 64 KiB buffer by doubling).
-	if err := a.Write(ctx, websocket.MessageText, []byte(big(1, "hold", 40000))); err != nil {
+	// a's handler holds a 200 KB message (a 256 KiB buffer by doubling).
+	if err := a.Write(ctx, websocket.MessageText, []byte(big(1, "hold", 200000))); err != nil {
 		t.Fatal(err)
 	}
 	<-held
-	if used := b.Used(); used < 40000 {
-		t.Fatalf("budget in use %d while a 40 KB message is held", used)
+	if used := b.Used(); used != 256<<10 {
+		t.Fatalf("budget in use %d while a 200 KB message is held, want 256 KiB", used)
 	}
-	// b's as big message does not fit next to it (by doubling it would
-	// hold 64 KiB as well).
-	reply := call(bc, big(2, "echo", 40000))
-	for _, want := range []string{`"code":-32600`, `"id":-1`, "message of 400", "refused: incoming message bytes: 32768 more bytes would exceed the server-wide limit of 102400 bytes"} {
+	// b's as big message does not fit next to it: its first 64 KiB are
+	// taken without waiting (small messages never wait, even past the
+	// limit), the next 64 KiB do not fit.
+	reply := call(bc, big(2, "echo", 200000))
+	for _, want := range []string{`"code":-32600`, `"id":-1`, "message of 2000", "refused: incoming message bytes: 65536 more bytes would exceed the server-wide limit of 307200 bytes (327680 in use)"} {
 		if !strings.Contains(reply, want) {
 			t.Errorf("refusal %s lacks %q", reply, want)
 		}
 	}
-	// Small messages still fit, and b's connection still works.
+	// Small messages still go through, and b's connection still works.
 	if reply := call(bc, `{"id":3,"method":"echo","params":[1]}`); reply != `{"id":3,"result":3}` {
 		t.Errorf("small message after the refusal: %s", reply)
 	}
 	// Once a's handler returns, its bytes are free for b.
 	close(release)
-	if _, r, err := a.Read(ctx); err != nil || !strings.Contains(string(r), `"result":40002`) {
+	if _, r, err := a.Read(ctx); err != nil || !strings.Contains(string(r), `"result":200002`) {
 		t.Fatalf("held reply %s, %v", r, err)
 	}
-	if reply := call(bc, big(4, "echo", 40000)); reply != `{"id":4,"result":40002}` {
+	if reply := call(bc, big(4, "echo", 200000)); reply != `{"id":4,"result":200002}` {
 		t.Errorf("big message after release: %s", reply)
 	}
 	a.Close(websocket.StatusNormalClosure, "")

@@ -36,9 +36,9 @@ func NewWebSocket(c *websocket.Conn, peer string) *WebSocket {
 }
 
 // Read returns the next message. With a budget, the message's buffer is
-// taken from it as it grows and given back by Release; a message that
-// cannot get its bytes within the budget wait is read through without
-// being kept and answered with an error (a *jsonrpc.DecodeError).
+// taken from it as it grows and given back by Release; a message over
+// 64 KiB that cannot get its bytes within the budget wait is read through
+// without being kept and answered with an error (a *jsonrpc.DecodeError).
 func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 	if w.budget == nil {
 		_, data, err := w.c.Read(ctx)
@@ -54,9 +54,17 @@ func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 			// Double the buffer, and take the growth from the budget
 			// first: what is counted is what is allocated.
 			grow := max(cap(buf), 1024)
-			actx, cancel := context.WithTimeout(ctx, w.budgetWait)
-			berr := w.budget.Acquire(actx, int64(grow))
-			cancel()
+			var berr error
+			if cap(buf)+grow <= smallMessage {
+				// Small messages never wait: a client must be able to
+				// terminate a process while others hog the budget. They
+				// are counted all the same, and make big ones wait.
+				w.budget.Force(int64(grow))
+			} else {
+				actx, cancel := context.WithTimeout(ctx, w.budgetWait)
+				berr = w.budget.Acquire(actx, int64(grow))
+				cancel()
+			}
 			if berr != nil {
 				w.budget.Release(int64(cap(buf)))
 				if ctx.Err() != nil {
@@ -83,6 +91,10 @@ func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 		}
 	}
 }
+
+// smallMessage is the size up to which a message's buffer is taken from
+// the budget without waiting.
+const smallMessage = 64 << 10
 
 // Release gives a message's bytes back to the budget (jsonrpc.Releaser).
 func (w *WebSocket) Release(msg []byte) {
