@@ -22,99 +22,6 @@ import (
 
 var errSlow = errors.New("not on the fast path")
 
-// eachField calls f with every top-level key and its raw value of the JSON
-// object raw. Keys with escapes are passed undecoded (callers only match
-// plain keys).
-func eachField(raw []byte, f func(key, val []byte) error) error {
-	s := jscan{b: raw}
-	s.ws()
-	if !s.eat('{') {
-		return errSlow
-	}
-	s.ws()
-	if s.eat('}') {
-		return nil
-	}
-	for {
-		s.ws()
-		ks := s.i
-		if !s.str() {
-			return errSlow
-		}
-		key := raw[ks+1 : s.i-1]
-		s.ws()
-		if !s.eat(':') {
-			return errSlow
-		}
-		s.ws()
-		vs := s.i
-		if !s.value() {
-			return errSlow
-		}
-		if err := f(key, raw[vs:s.i]); err != nil {
-			return err
-		}
-		s.ws()
-		if s.eat(',') {
-			continue
-		}
-		if s.eat('}') {
-			return nil
-		}
-		return errSlow
-	}
-}
-
-type jscan struct {
-	b []byte
-	i int
-}
-
-func (s *jscan) ws() {
-	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\n' || s.b[s.i] == '\r' || s.b[s.i] == '\t') {
-		s.i++
-	}
-}
-
-func (s *jscan) eat(c byte) bool {
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-// str skips a string. It finds the next quote with IndexByte and looks for
-// a backslash only before it: two vectorised scans, far faster on a long
-// base64 string than IndexAny's byte-by-byte set test.
-func (s *jscan) str() bool {
-	if !s.eat('"') {
-		return false
-	}
-	for {
-		q := bytes.IndexByte(s.b[s.i:], '"')
-		if q < 0 {
-			return false
-		}
-		bs := bytes.IndexByte(s.b[s.i:s.i+q], '\\')
-		if bs < 0 {
-			s.i += q + 1
-			return true
-		}
-		s.i += bs + 2 // the backslash and the byte it escapes
-		if s.i > len(s.b) {
-			return false
-		}
-	}
-}
-
-// value skips one JSON value with the server side's scanner.
-func (s *jscan) value() bool {
-	end, ok := protocol.SkipValue(s.b, s.i)
-	s.i = end
-	return ok
-}
-
 // plainString returns the contents of a JSON string without escapes, in
 // valid UTF-8 (encoding/json would replace invalid bytes).
 func plainString(val []byte) (string, bool) {
@@ -155,7 +62,7 @@ func base64Field(val []byte) ([]byte, bool) {
 
 // splitMessage finds the envelope fields of a server message.
 func splitMessage(data []byte, m *message) error {
-	err := eachField(data, func(key, val []byte) error {
+	err := protocol.EachMember(data, func(key, val []byte) error {
 		switch string(key) {
 		case "id":
 			m.ID = val
@@ -192,7 +99,7 @@ func splitMessage(data []byte, m *message) error {
 // decodeEvent decodes process/output, process/exited and process/closed
 // params.
 func decodeEvent(raw []byte, ev *event) error {
-	err := eachField(raw, func(key, val []byte) error {
+	err := protocol.EachMember(raw, func(key, val []byte) error {
 		var ok bool
 		switch string(key) {
 		case "processId":
@@ -272,7 +179,7 @@ type readBlockResult struct {
 }
 
 func (r *readBlockResult) decodeRaw(raw []byte) error {
-	err := eachField(raw, func(key, val []byte) error {
+	err := protocol.EachMember(raw, func(key, val []byte) error {
 		ok := true
 		switch string(key) {
 		case "chunk":
@@ -308,7 +215,7 @@ type readFileResult struct {
 }
 
 func (r *readFileResult) decodeRaw(raw []byte) error {
-	err := eachField(raw, func(key, val []byte) error {
+	err := protocol.EachMember(raw, func(key, val []byte) error {
 		if string(key) == "dataBase64" {
 			var ok bool
 			if r.DataBase64, ok = base64Field(val); !ok {
