@@ -6,66 +6,219 @@ package sandbox
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 
 	"github.com/execgo/exec-server/protocol"
 )
 
-// Policy is the sandbox parameter of fs methods and process/start.
+// Policy is the sandbox parameter of fs methods and process/start: the
+// parts this server looks at (other members are accepted and ignored, as
+// the reference ignores unknown ones).
 type Policy struct {
-	Permissions         *Permissions `json:"permissions"`
-	WindowsSandboxLevel *string      `json:"windowsSandboxLevel"`
+	Permissions         Permissions
+	WindowsSandboxLevel string
 }
 
 // Permissions is the tagged permission profile.
 type Permissions struct {
-	Type       string      `json:"type"` // disabled | external | managed
-	Network    string      `json:"network,omitempty"`
-	FileSystem *FileSystem `json:"file_system,omitempty"`
-}
-
-// FileSystem is the managed file-system policy.
-type FileSystem struct {
-	Type    string            `json:"type"` // unrestricted | restricted
-	Entries []json.RawMessage `json:"entries,omitempty"`
+	Type           string // disabled | external | managed
+	Network        string // restricted | enabled (external and managed)
+	FileSystemType string // unrestricted | restricted (managed)
 }
 
 // Parse validates raw (absent or null means no sandbox and returns nil).
+// Errors are -32602 with the reference's (serde's) texts: members are
+// checked in the order they come, and a missing member is reported after
+// every present one has been checked.
 func Parse(raw json.RawMessage) (*Policy, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
+	const ctx = "struct WireFileSystemSandboxContext"
+	if raw[0] != '{' {
+		if bytes.Equal(raw, []byte("[]")) {
+			return nil, invalid("invalid length 0, expected %s with 10 elements", ctx)
+		}
+		return nil, invalid("invalid type: %s, expected %s", unexpected(raw), ctx)
+	}
 	var p Policy
-	if err := protocol.DecodeParams(raw, &p, "SandboxPolicy", "permissions", "windowsSandboxLevel"); err != nil {
-		e := protocol.ToError(err)
-		e.Message = "invalid sandbox: " + e.Message
-		return nil, e
-	}
-	switch *p.WindowsSandboxLevel {
-	case "disabled", "restricted-token", "elevated", "mxc":
-	default:
-		return nil, protocol.InvalidParams("invalid sandbox: unknown windowsSandboxLevel `%s`", *p.WindowsSandboxLevel)
-	}
-	switch p.Permissions.Type {
-	case "disabled", "external":
-	case "managed":
-		switch p.Permissions.Network {
-		case "restricted", "enabled":
-		default:
-			return nil, protocol.InvalidParams("invalid sandbox: unknown network `%s`, expected `restricted` or `enabled`", p.Permissions.Network)
+	var seenPerm, seenLevel bool
+	err := members(raw, func(key string, val []byte) error {
+		switch key {
+		case "permissions":
+			if seenPerm {
+				return invalid("duplicate field `permissions`")
+			}
+			seenPerm = true
+			perm, err := parsePermissions(val)
+			p.Permissions = perm
+			return err
+		case "windowsSandboxLevel":
+			if seenLevel {
+				return invalid("duplicate field `windowsSandboxLevel`")
+			}
+			seenLevel = true
+			if isNumber(val) {
+				// Buffered by the reference before it is read: serde
+				// then says "number", not the number itself.
+				return invalid("invalid type: number, expected string or map")
+			}
+			level, err := variant(val, "string or map", "one of `disabled`, `restricted-token`, `elevated`, `mxc`", "disabled", "restricted-token", "elevated", "mxc")
+			p.WindowsSandboxLevel = level
+			return err
 		}
-		if p.Permissions.FileSystem == nil {
-			return nil, protocol.InvalidParams("invalid sandbox: missing field `file_system`")
-		}
-		switch p.Permissions.FileSystem.Type {
-		case "unrestricted", "restricted":
-		default:
-			return nil, protocol.InvalidParams("invalid sandbox: unknown file_system type `%s`", p.Permissions.FileSystem.Type)
-		}
-	default:
-		return nil, protocol.InvalidParams("invalid sandbox: unknown permissions type `%s`", p.Permissions.Type)
+		return nil
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case !seenPerm:
+		return nil, invalid("missing field `permissions`")
+	case !seenLevel:
+		return nil, invalid("missing field `windowsSandboxLevel`")
 	}
 	return &p, nil
+}
+
+// parsePermissions checks an internally tagged ExecPermissionProfile.
+func parsePermissions(raw []byte) (Permissions, error) {
+	var perm Permissions
+	if raw[0] != '{' {
+		return perm, invalid("invalid type: %s, expected internally tagged enum ExecPermissionProfile", unexpected(raw))
+	}
+	tag, err := tagOf(raw, "one of `managed`, `disabled`, `external`", "managed", "disabled", "external")
+	if err != nil {
+		return perm, err
+	}
+	perm.Type = tag
+	if tag == "disabled" {
+		return perm, nil
+	}
+	var seenNet, seenFS bool
+	err = members(raw, func(key string, val []byte) error {
+		switch {
+		case key == "network":
+			if seenNet {
+				return invalid("duplicate field `network`")
+			}
+			seenNet = true
+			v, err := variant(val, "string or map", "`restricted` or `enabled`", "restricted", "enabled")
+			perm.Network = v
+			return err
+		case key == "file_system" && tag == "managed":
+			if seenFS {
+				return invalid("duplicate field `file_system`")
+			}
+			seenFS = true
+			if val[0] != '{' {
+				return invalid("invalid type: %s, expected internally tagged enum ExecManagedFileSystemPermissions", unexpected(val))
+			}
+			v, err := tagOf(val, "`restricted` or `unrestricted`", "restricted", "unrestricted")
+			perm.FileSystemType = v
+			return err
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return perm, err
+	case tag == "managed" && !seenFS:
+		return perm, invalid("missing field `file_system`")
+	case !seenNet:
+		return perm, invalid("missing field `network`")
+	}
+	return perm, nil
+}
+
+// tagOf reads the "type" tag of an internally tagged enum.
+func tagOf(obj []byte, expected string, variants ...string) (string, error) {
+	var tag []byte
+	err := members(obj, func(key string, val []byte) error {
+		if key == "type" && tag == nil {
+			tag = val
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if tag == nil {
+		return "", invalid("missing field `type`")
+	}
+	if tag[0] != '"' {
+		return "", invalid("invalid type: %s, expected variant identifier", numberAsIs(tag))
+	}
+	return variant(tag, "variant identifier", expected, variants...)
+}
+
+// variant decodes a unit enum variant written as a JSON string.
+func variant(raw []byte, wantType, expected string, variants ...string) (string, error) {
+	var s string
+	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", invalid("invalid type: %s, expected %s", unexpected(raw), wantType)
+	}
+	for _, v := range variants {
+		if s == v {
+			return s, nil
+		}
+	}
+	return "", invalid("unknown variant `%s`, expected %s", s, expected)
+}
+
+// members walks an object's members in order, with keys decoded.
+func members(obj []byte, f func(key string, val []byte) error) error {
+	err := protocol.EachMember(obj, func(k, v []byte) error {
+		key := string(k) // as written, without its quotes
+		if bytes.IndexByte(k, '\\') >= 0 && json.Unmarshal([]byte(`"`+key+`"`), &key) != nil {
+			return invalid("invalid object key `%s`", k)
+		}
+		return f(key, v)
+	})
+	if err != nil {
+		if pe, ok := err.(*protocol.Error); ok {
+			return pe
+		}
+		return invalid("invalid sandbox: %v", err)
+	}
+	return nil
+}
+
+// numberAsIs is unexpected, except that a number is only "number" (a
+// value the reference buffered before reading it).
+func numberAsIs(v []byte) string {
+	if isNumber(v) {
+		return "number"
+	}
+	return unexpected(v)
+}
+
+func isNumber(v []byte) bool { return v[0] == '-' || (v[0] >= '0' && v[0] <= '9') }
+
+// unexpected describes a JSON value as serde_json's Unexpected does.
+func unexpected(v []byte) string {
+	switch v[0] {
+	case '"':
+		var s string
+		_ = json.Unmarshal(v, &s)
+		return "string " + strconv.Quote(s)
+	case '{':
+		return "map"
+	case '[':
+		return "sequence"
+	case 't', 'f':
+		return "boolean `" + string(v) + "`"
+	case 'n':
+		return "null"
+	}
+	if bytes.ContainsAny(v, ".eE") {
+		return "floating point `" + string(v) + "`"
+	}
+	return "integer `" + string(v) + "`"
+}
+
+func invalid(format string, args ...any) *protocol.Error {
+	return protocol.InvalidParams(format, args...)
 }
 
 // Restrictive reports whether the policy limits anything.
@@ -73,7 +226,7 @@ func (p *Policy) Restrictive() bool {
 	if p == nil || p.Permissions.Type != "managed" {
 		return false
 	}
-	return p.Permissions.Network == "restricted" || p.Permissions.FileSystem.Type == "restricted"
+	return p.Permissions.Network == "restricted" || p.Permissions.FileSystemType == "restricted"
 }
 
 // Check parses raw and refuses any policy this server cannot enforce.
@@ -87,3 +240,4 @@ func Check(raw json.RawMessage) error {
 	}
 	return nil
 }
+
