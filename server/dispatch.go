@@ -68,8 +68,13 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 	}
 	var wait []chan struct{}
 	var done chan struct{}
-	if m.family == familyFilesystem && !m.inline {
+	inline := m.inline
+	if m.family == familyFilesystem {
 		wait, done = cs.fsOrder.admit(msg.Method)
+		// fs/open and fs/close run on the read loop only when nothing
+		// earlier is pending: fs/close must not overtake an earlier
+		// fs/writeBlock on its handle.
+		inline = inline && allDone(wait)
 	}
 	run := func() {
 		ctx := cs.conn.Context()
@@ -83,7 +88,7 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		}
 		cs.conn.Reply(msg.ID, res, err)
 	}
-	if m.inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !isLongPoll(params)) {
+	if inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !isLongPoll(params)) {
 		run()
 		return
 	}

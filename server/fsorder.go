@@ -24,6 +24,10 @@ var fsMutations = map[string]bool{
 	protocol.MethodFsRemove:          true,
 	protocol.MethodFsCopy:            true,
 	protocol.MethodFsWriteBlock:      true,
+	// Handle table changes: a later request on the handle must see the
+	// open, and a close must come after earlier requests on it.
+	protocol.MethodFsOpen:  true,
+	protocol.MethodFsClose: true,
 }
 
 // admit registers a request and returns what it must wait for and the
@@ -53,6 +57,18 @@ func (o *fsOrder) admit(method string) (wait []chan struct{}, done chan struct{}
 		o.reads = live
 	}
 	return wait, done
+}
+
+// allDone reports whether every channel is already closed.
+func allDone(chans []chan struct{}) bool {
+	for _, c := range chans {
+		select {
+		case <-c:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // waitAll waits for every channel or for ctx.

@@ -586,6 +586,35 @@ func TestPipelinedFilesystem(t *testing.T) {
 	}
 }
 
+// Block writes pipelined behind fs/open and ahead of fs/close all land:
+// fs/close waits for the earlier requests on the connection (it used to run
+// at once on the read loop and close the handle under them).
+func TestPipelinedBlocksAndClose(t *testing.T) {
+	checkGoroutines(t)
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	dir := t.TempDir()
+	for round := range 5 {
+		path := fmt.Sprintf("%s/f%d", dir, round)
+		var ids []string
+		ids = append(ids, p.request("fs/open", map[string]any{"handleId": "w", "path": "file://" + path, "mode": "replace"}))
+		for i := range 4 {
+			chunk := base64.StdEncoding.EncodeToString([]byte(strings.Repeat(fmt.Sprint(i), 300000)))
+			ids = append(ids, p.request("fs/writeBlock", map[string]any{"handleId": "w", "offset": i * 300000, "chunk": chunk}))
+		}
+		ids = append(ids, p.request("fs/close", map[string]any{"handleId": "w"}))
+		for _, id := range ids {
+			if w := p.response(id); w.Error != nil {
+				t.Fatalf("round %d: %s", round, w.raw)
+			}
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || len(data) != 1200000 || data[1199999] != '3' {
+			t.Fatalf("round %d: file of %d bytes (%v), want 1200000", round, len(data), err)
+		}
+	}
+}
+
 // process/closeStdin (an extension) gives a pipe's reader end-of-file after
 // what was written before it.
 func TestCloseStdin(t *testing.T) {
