@@ -25,8 +25,7 @@ func TestHandlerMessageBudget(t *testing.T) {
 		MessageBudget: b,
 		BudgetWait:    50 * time.Millisecond,
 		Serve: func(ctx context.Context, s *WebSocket) {
-			var c *jsonrpc.Conn
-			c = jsonrpc.NewConn(s, jsonrpc.Options{})
+			c := jsonrpc.NewConn(s, jsonrpc.Options{})
 			_ = c.Run(ctx, func(m *jsonrpc.Message) {
 				switch m.Method {
 				case "hold":
