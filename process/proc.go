@@ -139,14 +139,18 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		if err != nil {
 			return protocol.SpawnError(err)
 		}
-		size := pty.Winsize{Rows: 24, Cols: 80}
+		if master, err = pollable(master); err != nil {
+			slave.Close()
+			return protocol.SpawnError(err)
+		}
+		rows, cols := uint16(24), uint16(80)
 		if sp.Rows != nil {
-			size.Rows = *sp.Rows
+			rows = *sp.Rows
 		}
 		if sp.Cols != nil {
-			size.Cols = *sp.Cols
+			cols = *sp.Cols
 		}
-		_ = pty.Setsize(master, &size)
+		_ = setSize(master, rows, cols)
 		p.master = master
 		files = [3]*os.File{slave, slave, slave}
 		parentEnds = append(parentEnds, slave)
@@ -366,6 +370,39 @@ func (p *Proc) emit(producers *sync.WaitGroup) {
 	p.mu.Unlock()
 	p.m.sink.Deliver(Event{Kind: EventClosed, ProcessID: p.id, Seq: seq})
 	p.m.closedProc(p)
+}
+
+// pollable turns a PTY master into a non-blocking descriptor served by the
+// netpoller, like a pipe. pty.Open leaves it in blocking mode (its ioctls
+// go through Fd): every read would hold an OS thread, and a write could
+// block its caller until the child reads.
+func pollable(f *os.File) (*os.File, error) {
+	defer f.Close()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// setSize sets a PTY's window size without (*os.File).Fd, which would put
+// the master back in blocking mode (see pollable).
+func setSize(master *os.File, rows, cols uint16) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	return ierr
 }
 
 func (p *Proc) broadcastLocked() {
