@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,8 +18,8 @@ import (
 	"github.com/execgo/exec-server/sandbox"
 )
 
-// rawEvent travels from a producer (an output reader or the reaper) to the
-// process's emitter, which numbers it.
+// rawEvent is what a producer (an output reader or the reaper) emits; emit
+// numbers it.
 type rawEvent struct {
 	kind     EventKind
 	stream   string
@@ -45,7 +46,15 @@ type Proc struct {
 	master  *os.File     // the PTY master, for resize
 	stdin   *stdinWriter // nil when stdin is not writable
 
-	events chan rawEvent
+	// emitMu orders events: a producer numbers its event and delivers it
+	// while holding it, so the sink gets events in seq order, on the
+	// producer's own goroutine (no hand-off to another goroutine for every
+	// chunk). Only producers take it, never a request handler: a producer
+	// blocked in Deliver (a client that does not read) holds up the
+	// process's other producers and nothing else, as a full channel to a
+	// separate emitter did. p.mu is never held while delivering.
+	emitMu    sync.Mutex
+	producers atomic.Int32 // producers still running; the last one emits closed
 
 	mu        sync.Mutex
 	nextSeq   uint64
@@ -231,33 +240,29 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	}
 	p.outputs = readers
 
-	p.events = make(chan rawEvent, 4)
-	var producers sync.WaitGroup
+	// Every reader and the reaper is a producer; the last one to finish
+	// emits closed. The reaper waits for the readers (briefly) so that
+	// output usually precedes exited.
+	p.producers.Store(int32(len(readers) + 1))
 	readersDone := make(chan struct{})
-	var readerWG sync.WaitGroup
+	var readersLeft atomic.Int32
+	readersLeft.Store(int32(len(readers)))
 	for i, r := range readers {
-		producers.Add(1)
-		readerWG.Add(1)
 		p.m.wg.Add(1)
 		go func() {
 			defer p.m.wg.Done()
-			defer producers.Done()
-			defer readerWG.Done()
 			p.pump(r, streams[i])
+			if readersLeft.Add(-1) == 0 {
+				close(readersDone)
+			}
+			p.producerDone()
 		}()
 	}
-	go func() { readerWG.Wait(); close(readersDone) }()
-	producers.Add(1)
 	p.m.wg.Add(1)
 	go func() {
 		defer p.m.wg.Done()
-		defer producers.Done()
 		p.reap(pidfd, readersDone)
-	}()
-	p.m.wg.Add(1)
-	go func() {
-		defer p.m.wg.Done()
-		p.emit(&producers)
+		p.producerDone()
 	}()
 	if p.stdin != nil {
 		p.m.wg.Add(1)
@@ -269,9 +274,9 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	return nil
 }
 
-// pump reads one output stream until EOF and hands each read to the
-// emitter. When the emitter is blocked (the client is not keeping up) the
-// pump blocks too and the child's writes stall: back-pressure, not loss.
+// pump reads one output stream until EOF and emits each read. When the
+// delivery blocks (the client is not keeping up) the pump blocks too and
+// the child's writes stall: back-pressure, not loss.
 func (p *Proc) pump(f *os.File, stream string) {
 	if stream != protocol.StreamPTY {
 		// A PTY master stays open until the child is reaped (see emit):
@@ -292,7 +297,7 @@ func (p *Proc) pump(f *os.File, stream string) {
 			} else {
 				data = append([]byte(nil), buf[:n]...)
 			}
-			p.events <- rawEvent{kind: EventOutput, stream: stream, data: data}
+			p.emit(rawEvent{kind: EventOutput, stream: stream, data: data})
 		}
 		if err != nil {
 			// EOF on a pipe, EIO on a PTY whose other side is gone.
@@ -318,7 +323,7 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
 		status, err = waitExit(p.pid, pidfd)
 	}
 	if err != nil {
-		p.events <- rawEvent{kind: EventExited, exitCode: -1}
+		p.emit(rawEvent{kind: EventExited, exitCode: -1})
 		return
 	}
 	code := status.ExitStatus()
@@ -334,26 +339,33 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
 	case <-t.C:
 	}
 	t.Stop()
-	p.events <- rawEvent{kind: EventExited, exitCode: code}
+	p.emit(rawEvent{kind: EventExited, exitCode: code})
 }
 
-// emit numbers events, records them, and delivers them in order. Once every
-// producer is done it emits closed, the last event.
-func (p *Proc) emit(producers *sync.WaitGroup) {
-	go func() { producers.Wait(); close(p.events) }()
-	for ev := range p.events {
-		p.mu.Lock()
-		seq := p.nextSeq
-		p.nextSeq++
-		switch ev.kind {
-		case EventOutput:
-			p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data})
-		case EventExited:
-			p.exited, p.exitSeq, p.exitCode = true, seq, ev.exitCode
-		}
-		p.broadcastLocked()
-		p.mu.Unlock()
-		p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode})
+// emit numbers an event, records it, and delivers it, in seq order (see
+// emitMu).
+func (p *Proc) emit(ev rawEvent) {
+	p.emitMu.Lock()
+	defer p.emitMu.Unlock()
+	p.mu.Lock()
+	seq := p.nextSeq
+	p.nextSeq++
+	switch ev.kind {
+	case EventOutput:
+		p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data})
+	case EventExited:
+		p.exited, p.exitSeq, p.exitCode = true, seq, ev.exitCode
+	}
+	p.broadcastLocked()
+	p.mu.Unlock()
+	p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode})
+}
+
+// producerDone is called by each producer when it has emitted its last
+// event. The last one emits closed, the last event.
+func (p *Proc) producerDone() {
+	if p.producers.Add(-1) > 0 {
+		return
 	}
 	if p.stdin != nil {
 		p.stdin.close()
@@ -362,6 +374,7 @@ func (p *Proc) emit(producers *sync.WaitGroup) {
 		// The child is reaped and every reader is done.
 		_ = p.master.Close()
 	}
+	p.emitMu.Lock()
 	p.mu.Lock()
 	seq := p.nextSeq
 	p.nextSeq++
@@ -369,6 +382,7 @@ func (p *Proc) emit(producers *sync.WaitGroup) {
 	p.broadcastLocked()
 	p.mu.Unlock()
 	p.m.sink.Deliver(Event{Kind: EventClosed, ProcessID: p.id, Seq: seq})
+	p.emitMu.Unlock()
 	p.m.closedProc(p)
 }
 
