@@ -74,7 +74,20 @@ type Conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	out      chan []byte
+	// Outgoing frames. Whoever holds the write token (writing) is the
+	// only writer of the stream: a sender that finds nothing queued and
+	// nobody writing takes it and writes its own frame (no hand-off to
+	// another goroutine, which costs a wake-up on every reply); otherwise
+	// it queues the frame for the writer goroutine. slots bounds the
+	// frames queued or being written (QueueLen+1): that is the
+	// back-pressure.
+	wmu      sync.Mutex
+	queue    [][]byte      // frames waiting, in order; non-empty only while writing
+	spare    [][]byte      // the writer's last batch, reused
+	writing  bool          // the write token is held
+	flushing bool          // Run is ending: the writer takes over the token
+	kick     chan struct{} // the token was passed to the writer goroutine
+	slots    chan struct{}
 	flush    chan struct{} // closed when the writer should drain and stop
 	dead     chan struct{} // closed when nothing more can be written
 	deadOnce sync.Once
@@ -104,7 +117,8 @@ func NewConn(stream Stream, opts Options) *Conn {
 		stream: stream,
 		opts:   opts,
 		log:    opts.Logger,
-		out:    make(chan []byte, opts.QueueLen),
+		kick:   make(chan struct{}, 1),
+		slots:  make(chan struct{}, opts.QueueLen+1), // + the frame being written
 		dead:   make(chan struct{}),
 		flush:  make(chan struct{}),
 		sem:    make(chan struct{}, opts.Concurrency),
@@ -274,11 +288,28 @@ func (c *Conn) ReplyError(id json.RawMessage, err *protocol.Error) {
 }
 
 // Send queues an encoded message, waiting while the queue is full. It
-// takes ownership of frame. It returns ErrClosed when the connection has
-// ended and ctx.Err() when ctx ends first.
+// takes ownership of frame. When nothing is queued or being written, Send
+// writes a small frame itself and returns once the stream has taken it (a
+// peer that does not read holds it up there, as a full queue would). It returns
+// ErrClosed when the connection has ended and ctx.Err() when ctx ends
+// first.
 func (c *Conn) Send(ctx context.Context, frame []byte) error {
 	return c.sendFrame(ctx, frame)
 }
+
+// directMax is the largest frame a sender writes itself. A larger one
+// (a chunk of output, a file) goes to the writer goroutine even when the
+// stream is idle: its producer then reads and encodes the next one while
+// this one is written, and the hand-off is small next to the frame.
+const directMax = 16 << 10
+
+// Bounds on the frames a sender writes for others after its own (see
+// sendFrame): small enough that a reply written from the read loop is not
+// held up by a stream of output.
+const (
+	helpFrames = 16
+	helpBytes  = 64 << 10
+)
 
 func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	select {
@@ -287,12 +318,76 @@ func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	default:
 	}
 	select {
-	case c.out <- frame:
+	case c.slots <- struct{}{}:
+	default:
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.dead:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c.wmu.Lock()
+	if c.writing || len(frame) > directMax {
+		c.queue = append(c.queue, frame)
+		if !c.writing {
+			c.writing = true
+			c.wmu.Unlock()
+			c.kickWriter()
+			return nil
+		}
+		c.wmu.Unlock()
 		return nil
-	case <-c.dead:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	}
+	c.writing = true
+	c.wmu.Unlock()
+
+	ok := c.write(frame, false)
+	<-c.slots
+	// Frames queued while we wrote: write them too when they are few
+	// and small (waking the writer goroutine for them would cost more
+	// than writing them), else pass the token to the writer.
+	helped := false
+	for ok {
+		c.wmu.Lock()
+		if len(c.queue) == 0 && !c.flushing {
+			c.writing = false
+			c.wmu.Unlock()
+			return nil
+		}
+		if helped || c.flushing || !small(c.queue) {
+			c.wmu.Unlock()
+			c.kickWriter()
+			return nil
+		}
+		batch := c.queue
+		c.queue = nil
+		c.wmu.Unlock()
+		helped = true
+		ok = c.writeBatch(batch)
+	}
+	return ErrClosed
+}
+
+// small reports whether a sender may write the queued frames for the
+// writer goroutine.
+func small(queue [][]byte) bool {
+	if len(queue) > helpFrames {
+		return false
+	}
+	n := 0
+	for _, f := range queue {
+		n += len(f)
+	}
+	return n <= helpBytes
+}
+
+// kickWriter passes the write token to the writer goroutine.
+func (c *Conn) kickWriter() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -303,37 +398,82 @@ func (c *Conn) markDead() {
 	})
 }
 
-// writeLoop is the only writer of the stream. The out channel is never
-// closed (senders on other goroutines may race with shutdown); instead flush
-// tells the loop to write what is queued and stop, and dead releases every
-// sender still waiting.
+// writeLoop is the writer goroutine: it writes the queued frames whenever
+// a sender passes it the write token. Senders may race with shutdown, so
+// nothing is ever closed under them: flush tells the loop to take the
+// token, write what is queued and stop, and dead releases every sender
+// still waiting for room.
 func (c *Conn) writeLoop() {
 	defer c.markDead()
 	for {
 		select {
-		case frame := <-c.out:
-			if !c.write(frame) {
+		case <-c.kick:
+			if !c.drain() {
 				return
 			}
 		case <-c.dead:
 			return
 		case <-c.flush:
-			for {
+			c.wmu.Lock()
+			c.flushing = true
+			held := c.writing
+			c.writing = true
+			c.wmu.Unlock()
+			if held {
+				// A sender is writing; it passes the token on
+				// when done, as flushing is set. A pending kick
+				// means the token is already ours.
 				select {
-				case frame := <-c.out:
-					if !c.write(frame) {
-						return
-					}
-				default:
+				case <-c.kick:
+				case <-c.dead:
 					return
 				}
 			}
+			c.drain()
+			return
 		}
 	}
 }
 
-func (c *Conn) write(frame []byte) bool {
-	err := c.stream.Write(context.Background(), frame, len(c.out) > 0)
+// drain writes queued frames, a batch at a time, until none is left, then
+// gives the write token back. It reports false after a write error.
+func (c *Conn) drain() bool {
+	for {
+		c.wmu.Lock()
+		batch := c.queue
+		if len(batch) == 0 {
+			c.writing = false
+			c.wmu.Unlock()
+			return true
+		}
+		c.queue = c.spare[:0]
+		c.spare = nil
+		c.wmu.Unlock()
+		if !c.writeBatch(batch) {
+			return false
+		}
+		c.wmu.Lock()
+		c.spare = batch[:0]
+		c.wmu.Unlock()
+	}
+}
+
+// writeBatch writes frames in order; the stream may flush once, after the
+// last. It reports false after a write error.
+func (c *Conn) writeBatch(batch [][]byte) bool {
+	for i, frame := range batch {
+		batch[i] = nil
+		ok := c.write(frame, i < len(batch)-1)
+		<-c.slots
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Conn) write(frame []byte, more bool) bool {
+	err := c.stream.Write(context.Background(), frame, more)
 	PutBuffer(frame)
 	if err != nil {
 		c.log.Debug("write failed; closing connection", "peer", c.stream.Describe(), "err", err)

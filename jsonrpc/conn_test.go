@@ -362,13 +362,14 @@ func TestConnBackPressure(t *testing.T) {
 	wait := runConn(c, context.Background(), func(*Message) {})
 
 	ctx := context.Background()
-	if err := c.Send(ctx, []byte(`{"n":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	select { // the writer holds frame 1, blocked in Write
+	// Nothing is queued: the sender writes frame 1 itself and waits in
+	// Write while the peer does not read.
+	first := make(chan error, 1)
+	go func() { first <- c.Send(ctx, []byte(`{"n":1}`)) }()
+	select {
 	case <-s.entered:
 	case <-time.After(5 * time.Second):
-		t.Fatal("writer never called Write")
+		t.Fatal("the sender never called Write")
 	}
 	for n := 2; n <= 3; n++ { // fill the queue
 		if err := c.Send(ctx, []byte(fmt.Sprintf(`{"n":%d}`, n))); err != nil {
@@ -391,13 +392,15 @@ func TestConnBackPressure(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(s.in) // the peer goes away; the stalled writer is aborted
-	select {
-	case err := <-blocked:
-		if !errors.Is(err, ErrClosed) {
-			t.Errorf("blocked Send = %v, want ErrClosed", err)
+	for name, ch := range map[string]chan error{"blocked": blocked, "writing": first} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("%s Send = %v, want ErrClosed", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s Send did not return after the connection ended", name)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("blocked Send did not return after the connection ended")
 	}
 	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatalf("Run: %v", err)
