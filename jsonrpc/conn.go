@@ -289,19 +289,16 @@ func (c *Conn) ReplyError(id json.RawMessage, err *protocol.Error) {
 
 // Send queues an encoded message, waiting while the queue is full. It
 // takes ownership of frame. When nothing is queued or being written, Send
-// writes a small frame itself and returns once the stream has taken it (a
-// peer that does not read holds it up there, as a full queue would). It returns
+// writes the frame itself and returns once the stream has taken it (a peer
+// that does not read holds it up there, as a full queue would). A producer
+// of output is then held while its chunk is written, and the next chunk it
+// reads has grown meanwhile: fewer, larger messages than when every chunk
+// is handed over at once. It returns
 // ErrClosed when the connection has ended and ctx.Err() when ctx ends
 // first.
 func (c *Conn) Send(ctx context.Context, frame []byte) error {
 	return c.sendFrame(ctx, frame)
 }
-
-// directMax is the largest frame a sender writes itself. A larger one
-// (a chunk of output, a file) goes to the writer goroutine even when the
-// stream is idle: its producer then reads and encodes the next one while
-// this one is written, and the hand-off is small next to the frame.
-const directMax = 16 << 10
 
 // Bounds on the frames a sender writes for others after its own (see
 // sendFrame): small enough that a reply written from the read loop is not
@@ -329,14 +326,8 @@ func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 		}
 	}
 	c.wmu.Lock()
-	if c.writing || len(frame) > directMax {
+	if c.writing {
 		c.queue = append(c.queue, frame)
-		if !c.writing {
-			c.writing = true
-			c.wmu.Unlock()
-			c.kickWriter()
-			return nil
-		}
 		c.wmu.Unlock()
 		return nil
 	}
