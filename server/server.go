@@ -34,6 +34,10 @@ type Server struct {
 	envOnce  sync.Once
 	envCache protocol.EnvironmentInfo
 
+	// probes holds, for each live connection whose stream can be pinged,
+	// how to check it and how to cut it (*jsonrpc.Conn → connProbe).
+	probes sync.Map
+
 	// Server-wide byte budgets (see Config).
 	incoming, retained, stdin *budget.Bytes
 }
@@ -177,6 +181,10 @@ func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose
 		opts.DrainOnEOF = 10 * time.Second
 	}
 	conn := jsonrpc.NewConn(st, opts)
+	if p, ok := st.(pinger); ok {
+		s.probes.Store(conn, connProbe{ping: p.Ping, cut: st.Close})
+		defer s.probes.Delete(conn)
+	}
 	cs := &connState{srv: s, conn: conn, endSessionOnClose: endSessionOnClose}
 	cs.handles = s.fs.newHandles()
 	s.cfg.Logger.Debug("connection opened", "peer", st.Describe())

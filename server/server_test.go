@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 func TestLifecycleErrors(t *testing.T) {
@@ -693,4 +696,58 @@ func TestInitTimeout(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	good.call("environment/status", nil)
+}
+
+// A session attached to a connection whose peer vanished without closing
+// (here: a client that never reads again, so it answers no ping) is taken
+// over by a resume once a ping goes unanswered, instead of being busy
+// until TCP notices; the silent connection is cut.
+func TestResumeTakesSessionFromSilentConnection(t *testing.T) {
+	checkGoroutines(t)
+	s := New(Config{})
+	url := wsServer(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	silent, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.CloseNow()
+	if err := silent.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"initialize","params":{"clientName":"t"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, reply, err := silent.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Result struct {
+			SessionID string `json:"sessionId"`
+		} `json:"result"`
+	}
+	mustUnmarshal(t, reply, &res)
+	sid := res.Result.SessionID
+	// From here on the silent client reads nothing.
+
+	p := wsPeer(t, url)
+	start := time.Now()
+	var got struct {
+		SessionID string `json:"sessionId"`
+	}
+	mustUnmarshal(t, p.call("initialize", map[string]any{"clientName": "t", "resumeSessionId": sid}), &got)
+	if got.SessionID != sid {
+		t.Fatalf("resumed %q, want %q", got.SessionID, sid)
+	}
+	t.Logf("session taken over after %v", time.Since(start))
+	// The silent connection was cut: reading it now fails.
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	if _, _, err := silent.Read(rctx); err == nil || rctx.Err() != nil {
+		t.Errorf("the silent connection is still open: %v", err)
+	}
+	// A connection that answers pings keeps its session.
+	p2 := wsPeer(t, url)
+	if code, _ := p2.callErr("initialize", map[string]any{"clientName": "t", "resumeSessionId": sid}); code != -32010 {
+		t.Errorf("resume of a session held by a live connection: %d, want -32010", code)
+	}
 }

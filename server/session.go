@@ -77,7 +77,26 @@ func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 	return ss, nil
 }
 
-// resume attaches an existing detached session to conn.
+// pinger is a stream that can check its peer is there (a websocket).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// connProbe checks and cuts one live connection.
+type connProbe struct {
+	ping func(context.Context) error
+	cut  func() error
+}
+
+// probeTimeout is how long the connection holding a session has to answer
+// a ping when another connection asks to resume that session.
+const probeTimeout = 2 * time.Second
+
+// resume attaches an existing detached session to conn. A session still
+// attached to a connection that does not answer a ping within probeTimeout
+// (its peer vanished without closing: a dropped network, a killed laptop)
+// is taken from that connection, which is cut; one whose connection answers
+// is busy (-32010), as on the reference.
 func (s *Server) resume(id string, conn *jsonrpc.Conn) (*session, error) {
 	s.mu.Lock()
 	ss := s.sessions[id]
@@ -86,6 +105,15 @@ func (s *Server) resume(id string, conn *jsonrpc.Conn) (*session, error) {
 		return nil, protocol.InvalidRequest("unknown session id %s", id)
 	}
 	ss.mu.Lock()
+	if old := ss.conn; old != nil && !ss.ended {
+		ss.mu.Unlock()
+		if s.alive(old) {
+			return nil, protocol.Errorf(protocol.CodeSessionBusy, "session %s is already attached to another connection", id)
+		}
+		s.cfg.Logger.Info("resume takes a session from a connection that does not answer", "session", id, "peer", old.Describe())
+		ss.detach(old, false)
+		ss.mu.Lock()
+	}
 	defer ss.mu.Unlock()
 	if ss.ended {
 		return nil, protocol.InvalidRequest("unknown session id %s", id)
@@ -99,6 +127,23 @@ func (s *Server) resume(id string, conn *jsonrpc.Conn) (*session, error) {
 	}
 	ss.conn = conn
 	return ss, nil
+}
+
+// alive pings conn (when its stream can be pinged) and cuts it when it does
+// not answer in time. A connection that cannot be pinged counts as alive.
+func (s *Server) alive(conn *jsonrpc.Conn) bool {
+	v, ok := s.probes.Load(conn)
+	if !ok {
+		return true
+	}
+	p := v.(connProbe)
+	ctx, cancel := context.WithTimeout(conn.Context(), probeTimeout)
+	defer cancel()
+	if err := p.ping(ctx); err == nil {
+		return true
+	}
+	_ = p.cut()
+	return false
 }
 
 // detach is called when conn ends. The session ends now if asked to

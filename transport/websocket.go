@@ -96,6 +96,11 @@ func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 // the budget without waiting.
 const smallMessage = 64 << 10
 
+// Ping checks that the peer is still there: it returns once the peer's
+// pong arrives, or fails when ctx ends first. Something must be reading the
+// connection meanwhile (the connection's own read loop is).
+func (w *WebSocket) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
+
 // Release gives a message's bytes back to the budget (jsonrpc.Releaser).
 func (w *WebSocket) Release(msg []byte) {
 	w.budget.Release(int64(cap(msg)))
