@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/base64"
 	"strconv"
 
 	"github.com/execgo/exec-server/jsonrpc"
@@ -22,7 +21,7 @@ func encodeEvent(dst []byte, ev process.Event) []byte {
 		dst = append(dst, `,"stream":"`...)
 		dst = append(dst, ev.Stream...)
 		dst = append(dst, `","chunk":"`...)
-		dst = base64.StdEncoding.AppendEncode(dst, ev.Data)
+		dst = jsonrpc.AppendBase64(dst, ev.Data)
 		return append(dst, `"}}`...)
 	case process.EventExited:
 		dst = append(dst, `{"method":"process/exited","params":{"processId":`...)
@@ -58,7 +57,7 @@ func (r readResult) AppendJSON(dst []byte) []byte {
 		dst = append(dst, `,"stream":"`...)
 		dst = append(dst, c.Stream...)
 		dst = append(dst, `","chunk":"`...)
-		dst = base64.StdEncoding.AppendEncode(dst, c.Chunk)
+		dst = jsonrpc.AppendBase64(dst, c.Chunk)
 		dst = append(dst, `"}`...)
 	}
 	dst = append(dst, `],"nextSeq":`...)
