@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/execgo/exec-server/protocol"
@@ -147,8 +148,35 @@ var ErrClosed = errors.New("jsonrpc: connection closed")
 // after every handler started with Go has returned and queued replies have
 // been written (for at most a second).
 func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
-	stop := context.AfterFunc(ctx, c.cancel)
-	defer stop()
+	// When ctx ends, the read loop notices in Read. It may instead be
+	// writing a reply itself to a peer that does not read: after a second
+	// the stream is closed under it, as waitOrAbort does for the others.
+	var loopEnded atomic.Bool
+	var abortMu sync.Mutex
+	var abort *time.Timer
+	ended := false
+	stop := context.AfterFunc(ctx, func() {
+		c.cancel()
+		abortMu.Lock()
+		defer abortMu.Unlock()
+		if !ended {
+			abort = time.AfterFunc(time.Second, func() {
+				if !loopEnded.Load() {
+					c.markDead()
+					c.stream.Close()
+				}
+			})
+		}
+	})
+	defer func() {
+		stop()
+		abortMu.Lock()
+		ended = true
+		if abort != nil {
+			abort.Stop()
+		}
+		abortMu.Unlock()
+	}()
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -192,6 +220,7 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 			rel.Release(data)
 		}
 	}
+	loopEnded.Store(true)
 	// Cancel handlers, let them finish, then give the writer a moment to
 	// flush what they queued before the stream is closed under it.
 	// A handler or the writer may be stuck on a peer that stopped

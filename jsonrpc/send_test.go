@@ -158,3 +158,28 @@ func (s *countStream) Write(_ context.Context, msg []byte, _ bool) error {
 
 func (s *countStream) Close() error     { return nil }
 func (s *countStream) Describe() string { return "count" }
+
+// The read loop writes an inline reply itself and the peer does not read:
+// when Run's context ends, Run still returns (the stream is closed under
+// the blocked write), and the write reports the end.
+func TestConnRunEndsWithContextWhileTheReadLoopWrites(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s := newFakeStream()
+	s.gate = make(chan struct{}) // never opened
+	c := NewConn(s, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	replied := make(chan error, 1)
+	wait := runConn(c, ctx, func(m *Message) {
+		replied <- c.Send(context.Background(), []byte(`{"id":1,"result":"inline"}`))
+	})
+	s.send(`{"id":1,"method":"m"}`)
+	<-s.entered // the read loop is in Write
+	cancel()
+	if err := wait(); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if err := <-replied; !errors.Is(err, ErrClosed) {
+		t.Errorf("the blocked reply = %v, want ErrClosed", err)
+	}
+	checkGoroutines(t, before)
+}
