@@ -241,7 +241,9 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 	close(c.flush)
 	c.waitOrAbort(writerDone)
 	c.stream.Close()
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+		// Ended by the caller: whatever the stream said as it was
+		// closed under the read loop is not an error.
 		err = nil
 	}
 	return err
