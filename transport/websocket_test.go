@@ -291,22 +291,53 @@ func TestHandlerMaxConnections(t *testing.T) {
 	}
 }
 
+// The server pings, a peer that does not answer for a while is not cut
+// off, and one that reads answers the pings.
 func TestHandlerPings(t *testing.T) {
-	srv := newWSServer(t, HandlerOptions{PingInterval: 10 * time.Millisecond})
+	// Not shorter: a ping's write gets the interval as its deadline, and
+	// coder/websocket closes the connection when a write's deadline passes
+	// mid-write; at 10 ms a pinging goroutine descheduled on a loaded
+	// machine closed the connection in 8 of 1000 runs.
+	srv := newWSServer(t, HandlerOptions{PingInterval: 100 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, wsURL(srv), nil)
+	pings := make(chan struct{}, 1000)
+	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			pings <- struct{}{}
+			return true // and answer it
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.CloseNow()
-	// Reading answers the server's pings; the connection stays usable.
-	time.Sleep(100 * time.Millisecond)
+	// Not reading for a while: pings go unanswered (each one waits an
+	// interval for its pong), the connection stays open.
+	time.Sleep(350 * time.Millisecond)
+	type result struct {
+		msg []byte
+		err error
+	}
+	echo := make(chan result, 1)
+	go func() {
+		_, msg, err := c.Read(ctx) // answers the pings as it meets them
+		echo <- result{msg, err}
+	}()
+	for i := range 3 {
+		select {
+		case <-pings:
+		case r := <-echo:
+			t.Fatalf("read ended after %d pings: %q %v", i, r.msg, r.err)
+		case <-ctx.Done():
+			t.Fatalf("%d pings in 10 s with a 100 ms interval", i)
+		}
+	}
 	if err := c.Write(ctx, websocket.MessageText, []byte("after pings")); err != nil {
 		t.Fatal(err)
 	}
-	if _, got, err := c.Read(ctx); err != nil || string(got) != "after pings" {
-		t.Fatalf("echo after pings: %q %v", got, err)
+	if r := <-echo; r.err != nil || string(r.msg) != "after pings" {
+		t.Fatalf("echo after pings: %q %v", r.msg, r.err)
 	}
 }
 
