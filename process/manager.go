@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
-
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/protocol"
@@ -248,7 +246,9 @@ func (m *Manager) Resize(p protocol.ResizeParams) error {
 	if !proc.tty {
 		return protocol.InvalidRequest("process %s has no terminal to resize", p.ProcessID)
 	}
-	if err := pty.Setsize(proc.master, &pty.Winsize{Rows: p.Rows, Cols: p.Cols}); err != nil {
+	// Not pty.Setsize: it calls Fd(), which would put the non-blocking
+	// master back in blocking mode.
+	if err := setSize(proc.master, p.Rows, p.Cols); err != nil {
 		return protocol.Internal("resize process %s: %v", p.ProcessID, err)
 	}
 	return nil
