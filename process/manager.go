@@ -246,8 +246,7 @@ func (m *Manager) Resize(p protocol.ResizeParams) error {
 	if !proc.tty {
 		return protocol.InvalidRequest("process %s has no terminal to resize", p.ProcessID)
 	}
-	// Not pty.Setsize: it calls Fd(), which would put the non-blocking
-	// master back in blocking mode.
+	// Through SyscallConn (setSize), as the os package advises, not Fd.
 	if err := setSize(proc.master, p.Rows, p.Cols); err != nil {
 		return protocol.Internal("resize process %s: %v", p.ProcessID, err)
 	}

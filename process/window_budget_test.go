@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/protocol"
 )
@@ -155,25 +153,3 @@ func TestStdinBudget(t *testing.T) {
 	}
 }
 
-// Resizing keeps the PTY master non-blocking (pty.Setsize would not: it
-// calls Fd(), which switches the descriptor back to blocking mode).
-func TestResizeKeepsMasterNonBlocking(t *testing.T) {
-	t.Parallel()
-	m, _ := newTestManager(t, Options{})
-	p := params(t, "tty", "sleep", "30")
-	p.TTY = true
-	mustStart(t, m, p)
-	if err := m.Resize(protocol.ResizeParams{ProcessID: "tty", Rows: 40, Cols: 120}); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := m.get("tty").master.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var flags int
-	_ = rc.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
-	if err != nil || flags&unix.O_NONBLOCK == 0 {
-		t.Fatalf("master flags %#x (%v): not non-blocking after a resize", flags, err)
-	}
-	m.Terminate(protocol.TerminateParams{ProcessID: "tty"})
-}
