@@ -152,4 +152,3 @@ func TestStdinBudget(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
