@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"sync"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // fs/readFile of a regular file encodes while it reads: the file goes
@@ -118,7 +120,7 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 		}
 		dst := out[off/3*4:]
 		if workers == 1 {
-			encodeBase64(dst, chunk)
+			protocol.EncodeBase64(dst, chunk)
 			if bp != nil {
 				chunkPool.Put(bp)
 			}
@@ -126,7 +128,7 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				encodeBase64(dst, chunk)
+				protocol.EncodeBase64(dst, chunk)
 				chunkPool.Put(bp)
 				<-sem
 			}()

@@ -436,19 +436,3 @@ func TestSocketIsNotAFile(t *testing.T) {
 		t.Fatalf("socket metadata %+v", m)
 	}
 }
-
-// FuzzEncodeBase64 checks the table-driven encoder against encoding/base64
-// on any input. (The decoder is protocol.DecodeBase64, fuzzed there.)
-func FuzzEncodeBase64(f *testing.F) {
-	for _, s := range []string{"", "a", "abcdefgh", "YWJjZGVmZ2hpamtsbW5vcA==", "YWJj\nZGVmZ2hpamts", "!!!!!!!!!!!!"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		want := base64.StdEncoding.EncodeToString(in)
-		got := make([]byte, len(want))
-		encodeBase64(got, in)
-		if string(got) != want {
-			t.Fatalf("encodeBase64(%x) = %q, want %q", in, got, want)
-		}
-	})
-}

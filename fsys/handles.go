@@ -219,7 +219,7 @@ func blockReply(chunk []byte, eof bool) *encodedReply {
 	end := frameReserve + len(head) + encLen + len(tail)
 	buf := make([]byte, end, end+frameSlack)
 	copy(buf[frameReserve:], head)
-	encodeBase64(buf[frameReserve+len(head):frameReserve+len(head)+encLen], chunk)
+	protocol.EncodeBase64(buf[frameReserve+len(head):frameReserve+len(head)+encLen], chunk)
 	copy(buf[end-len(tail):], tail)
 	return &encodedReply{buf: buf, start: frameReserve, end: end}
 }

@@ -1,4 +1,4 @@
-package jsonrpc
+package protocol
 
 import (
 	"encoding/base64"
@@ -27,12 +27,13 @@ func AppendBase64(dst, src []byte) []byte {
 	n := base64.StdEncoding.EncodedLen(len(src))
 	dst = slices.Grow(dst, n)
 	out := dst[len(dst) : len(dst)+n]
-	encodeBase64(out, src)
+	EncodeBase64(out, src)
 	return dst[:len(dst)+n]
 }
 
-// encodeBase64 is base64.StdEncoding.Encode(dst, src).
-func encodeBase64(dst, src []byte) {
+// EncodeBase64 is base64.StdEncoding.Encode(dst, src): dst must hold
+// base64.StdEncoding.EncodedLen(len(src)) bytes.
+func EncodeBase64(dst, src []byte) {
 	t := &base64Pairs
 	pack := func(v uint64) uint64 {
 		return uint64(t[(v>>52)&0xfff]) | uint64(t[(v>>40)&0xfff])<<16 |

@@ -21,7 +21,7 @@ func encodeEvent(dst []byte, ev process.Event) []byte {
 		dst = append(dst, `,"stream":"`...)
 		dst = append(dst, ev.Stream...)
 		dst = append(dst, `","chunk":"`...)
-		dst = jsonrpc.AppendBase64(dst, ev.Data)
+		dst = protocol.AppendBase64(dst, ev.Data)
 		return append(dst, `"}}`...)
 	case process.EventExited:
 		dst = append(dst, `{"method":"process/exited","params":{"processId":`...)
@@ -57,7 +57,7 @@ func (r readResult) AppendJSON(dst []byte) []byte {
 		dst = append(dst, `,"stream":"`...)
 		dst = append(dst, c.Stream...)
 		dst = append(dst, `","chunk":"`...)
-		dst = jsonrpc.AppendBase64(dst, c.Chunk)
+		dst = protocol.AppendBase64(dst, c.Chunk)
 		dst = append(dst, `"}`...)
 	}
 	dst = append(dst, `],"nextSeq":`...)
