@@ -455,15 +455,20 @@ func (c *Client) call(ctx context.Context, method string, params, result any, re
 	}
 }
 
-// callGen is call pinned to one connection generation: it fails with
-// errConnLost instead of retrying, and reports the generation used. File
-// handles use it because handles do not survive a reconnect.
-func (c *Client) callGen(ctx context.Context, method string, params, result any) (uint64, error) {
-	rc, gen, err := c.current(ctx)
+// callGen is call pinned to one connection generation, gen (0: the
+// current one): it fails with errConnLost instead of retrying, also without
+// sending anything when the current connection is a later one, and reports
+// the generation used. File handles use it because handles do not survive
+// a reconnect.
+func (c *Client) callGen(ctx context.Context, gen uint64, method string, params, result any) (uint64, error) {
+	rc, cur, err := c.current(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return gen, rc.call(ctx, method, params, result)
+	if gen != 0 && cur != gen {
+		return cur, fmt.Errorf("%w: connection %d, which the request belongs to, was replaced by connection %d", errConnLost, gen, cur)
+	}
+	return cur, rc.call(ctx, method, params, result)
 }
 
 // extension calls a method this project's server adds to the protocol. A

@@ -10,3 +10,19 @@ func SetStreamThreshold(n int) func() {
 	streamThreshold = n
 	return func() { streamThreshold = old }
 }
+
+// SetHandleChosenHook makes f run in every File request between choosing
+// the handle and sending the request that uses it, and returns a function
+// that removes it.
+func SetHandleChosenHook(f func()) func() {
+	testHookHandleChosen.Store(&f)
+	return func() { testHookHandleChosen.Store(nil) }
+}
+
+// Generation returns c's connection generation: 1 for the first
+// connection, one more for each reconnect.
+func Generation(c *Client) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}

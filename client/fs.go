@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/execgo/exec-server/fileuri"
@@ -309,7 +310,7 @@ func (c *Client) openFile(ctx context.Context, op, name string, write bool) (*Fi
 		return nil, err
 	}
 	f := &File{c: c, name: name, uri: u, write: write}
-	if _, err := f.handleFor(ctx); err != nil {
+	if _, _, err := f.handleFor(ctx); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -317,21 +318,21 @@ func (c *Client) openFile(ctx context.Context, op, name string, write bool) (*Fi
 
 // handleFor returns a handle valid on the current connection, opening (or,
 // for reading, reopening) it as needed.
-func (f *File) handleFor(ctx context.Context) (string, error) {
+func (f *File) handleFor(ctx context.Context) (string, uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return "", fmt.Errorf("exec-server client: %s: %w", f.name, errFileClosed)
+		return "", 0, fmt.Errorf("exec-server client: %s: %w", f.name, errFileClosed)
 	}
 	_, gen, err := f.c.current(ctx)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if f.handle != "" && f.gen == gen {
-		return f.handle, nil
+		return f.handle, gen, nil
 	}
 	if f.handle != "" && f.write {
-		return "", fmt.Errorf("%w: %s: the write handle did not survive a reconnect", ErrConnectionLost, f.name)
+		return "", 0, fmt.Errorf("%w: %s: the write handle did not survive a reconnect", ErrConnectionLost, f.name)
 	}
 	mode := protocol.FsOpenRead
 	if f.write {
@@ -339,31 +340,40 @@ func (f *File) handleFor(ctx context.Context) (string, error) {
 	}
 	for {
 		id := fmt.Sprintf("%s-h%d", f.c.idPrefix, f.c.nextProc.Add(1))
-		g, err := f.c.callGen(ctx, protocol.MethodFsOpen, protocol.FsOpenParams{HandleID: id, Path: f.uri, Mode: mode}, nil)
+		g, err := f.c.callGen(ctx, 0, protocol.MethodFsOpen, protocol.FsOpenParams{HandleID: id, Path: f.uri, Mode: mode}, nil)
 		if errors.Is(err, errConnLost) && !f.write && f.c.dialer != nil {
 			continue // a reconnect is under way; open on the next connection
 		}
 		if errors.Is(err, errConnLost) {
-			return "", fmt.Errorf("%w: %s: %v", ErrConnectionLost, f.name, err)
+			return "", 0, fmt.Errorf("%w: %s: %v", ErrConnectionLost, f.name, err)
 		}
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 		f.handle, f.gen = id, g
-		return id, nil
+		return id, g, nil
 	}
 }
 
 var errFileClosed = errors.New("file already closed")
 
+// testHookHandleChosen, set by tests, runs in do between choosing a handle
+// and sending the request that uses it.
+var testHookHandleChosen atomic.Pointer[func()]
+
 // do runs one handle request, reopening a read handle across reconnects.
 func (f *File) do(ctx context.Context, method string, params func(handle string) any, result any) error {
 	for {
-		h, err := f.handleFor(ctx)
+		h, gen, err := f.handleFor(ctx)
 		if err != nil {
 			return err
 		}
-		_, err = f.c.callGen(ctx, method, params(h), result)
+		if hook := testHookHandleChosen.Load(); hook != nil {
+			(*hook)()
+		}
+		// Sent only on the handle's own connection: a reconnect since
+		// handleFor means the handle is unknown on the new one.
+		_, err = f.c.callGen(ctx, gen, method, params(h), result)
 		if errors.Is(err, errConnLost) && !f.write && f.c.dialer != nil {
 			continue
 		}
