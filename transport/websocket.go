@@ -131,7 +131,8 @@ type HandlerOptions struct {
 	// MaxConnections bounds concurrent websocket connections; more get 503.
 	MaxConnections int
 	// PingInterval is how often the server pings (default 30s). A missing
-	// pong does not close the connection.
+	// pong does not close the connection; a ping that cannot even be
+	// written for pingWriteLimit (the peer takes nothing at all) does.
 	PingInterval time.Duration
 	// MessageBudget, when set, is shared by every connection: the bytes
 	// of incoming messages being read or handled. A message that cannot
@@ -267,6 +268,9 @@ func hasToken(h http.Header, name, token string) bool {
 	return false
 }
 
+// pingWriteLimit is how long a periodic ping may wait to be written.
+const pingWriteLimit = 5 * time.Minute
+
 // startPinger keeps intermediaries from closing an idle connection. It
 // costs no goroutine while idle (10 000 idle connections are a workload we
 // measure): a timer fires, pings on its own short-lived goroutine, and
@@ -282,7 +286,12 @@ func startPinger(ctx context.Context, c *websocket.Conn, every time.Duration) (s
 			return
 		}
 		mu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, every)
+		// coder/websocket closes the connection when a write's context
+		// ends before the write does: a ping stuck behind a reader that
+		// merely paused (back-pressure) must not cut it after one
+		// interval. The same context bounds the wait for the pong, which
+		// closes nothing when it ends.
+		pctx, cancel := context.WithTimeout(ctx, max(every, pingWriteLimit))
 		_ = c.Ping(pctx)
 		cancel()
 		mu.Lock()
