@@ -240,4 +240,3 @@ func Check(raw json.RawMessage) error {
 	}
 	return nil
 }
-
