@@ -202,42 +202,37 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		}
 	}
 
+	var pid int
 	if sp := p.m.spawnerFor(); sp != nil {
 		// The session's spawner starts the child and stays its parent and
 		// subreaper: nothing below it outlives the server.
-		pid, exitCh, err := sp.Start(childinit.SpawnAttr{
+		pid, p.exitCh, err = sp.Start(childinit.SpawnAttr{
 			Path: path, Argv: args, Env: env, Dir: dir,
 			Setsid: true, Setctty: attr.Setctty, Pdeathsig: true,
 		}, files)
-		for _, f := range parentEnds {
-			f.Close()
-		}
-		parentEnds = nil
-		if err != nil {
-			closeAll()
-			return protocol.SpawnError(err)
-		}
-		p.pid, p.pgid, p.exitCh = pid, pid, exitCh
 	} else {
-		proc, err := os.StartProcess(path, args, &os.ProcAttr{
+		var proc *os.Process
+		proc, err = os.StartProcess(path, args, &os.ProcAttr{
 			Dir:   dir,
 			Env:   env,
 			Files: files[:],
 			Sys:   attr,
 		})
-		for _, f := range parentEnds {
-			f.Close()
+		if err == nil {
+			pid = proc.Pid
+			// The reaper waits itself; the os.Process is not used again.
+			_ = proc.Release()
 		}
-		parentEnds = nil
-		if err != nil {
-			closeAll()
-			return protocol.SpawnError(err)
-		}
-		p.pid = proc.Pid
-		p.pgid = proc.Pid
-		// The reaper waits itself; the os.Process is not used again.
-		_ = proc.Release()
 	}
+	for _, f := range parentEnds {
+		f.Close()
+	}
+	parentEnds = nil
+	if err != nil {
+		closeAll()
+		return protocol.SpawnError(err)
+	}
+	p.pid, p.pgid = pid, pid
 	p.outputs = readers
 
 	// Every reader and the reaper is a producer; the last one to finish
