@@ -340,6 +340,25 @@ type runner struct {
 	deadline time.Time
 }
 
+// timed takes up to n latency samples in ms, one call of f each (f gets
+// the sample's number, counting on across takes), stopping early at the
+// runner's deadline or at f's first error.
+func (r *runner) timed(n int, next *int, f func(i int) error) ([]float64, error) {
+	var xs []float64
+	for range n {
+		if time.Now().After(r.deadline) {
+			break
+		}
+		*next++
+		t0 := time.Now()
+		if err := f(*next); err != nil {
+			return xs, err
+		}
+		xs = append(xs, ms(time.Since(t0)))
+	}
+	return xs, nil
+}
+
 // interleave opens a runner per side and takes total samples from each in
 // rounds, alternating sides, so drift on the machine hits both alike.
 func interleave(cfg *config, sides []side, tr interop.Transport, total, rounds int,

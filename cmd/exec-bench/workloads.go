@@ -29,19 +29,9 @@ func runSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 		r := &runner{close: srv.Close}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(2 * time.Minute)
-			var xs []float64
-			for range n {
-				if time.Now().After(r.deadline) {
-					break
-				}
-				next++
-				t0 := time.Now()
-				if err := roundTrip(ctx, cfg, c, fmt.Sprintf("s%d", next), "/bin/true"); err != nil {
-					return xs, err
-				}
-				xs = append(xs, ms(time.Since(t0)))
-			}
-			return xs, nil
+			return r.timed(n, &next, func(i int) error {
+				return roundTrip(ctx, cfg, c, fmt.Sprintf("s%d", i), "/bin/true")
+			})
 		}
 		return r, nil
 	})
@@ -261,33 +251,26 @@ func runTTY(cfg *config, sides []side, tr interop.Transport) []*row {
 		r := &runner{close: srv.Close}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
-			var xs []float64
-			for range n {
-				if time.Now().After(r.deadline) {
-					break
-				}
-				next++
-				t0 := time.Now()
-				var r struct {
+			return r.timed(n, &next, func(i int) error {
+				var res struct {
 					Status string `json:"status"`
 				}
-				if err := c.Call(ctx, "process/write", map[string]any{"processId": "tty", "chunk": "eA==", "writeId": fmt.Sprint(next)}, &r); err != nil {
-					return xs, err
+				if err := c.Call(ctx, "process/write", map[string]any{"processId": "tty", "chunk": "eA==", "writeId": fmt.Sprint(i)}, &res); err != nil {
+					return err
 				}
-				if r.Status != "accepted" {
-					return xs, fmt.Errorf("tty write: status %q", r.Status)
+				if res.Status != "accepted" {
+					return fmt.Errorf("tty write: status %q", res.Status)
 				}
 				select {
 				case b := <-out:
 					if !bytes.Equal(b, []byte("x")) {
-						return xs, fmt.Errorf("tty echo: got %q, want \"x\"", b)
+						return fmt.Errorf("tty echo: got %q, want \"x\"", b)
 					}
 				case <-ctx.Done():
-					return xs, errors.New("tty echo: no output")
+					return errors.New("tty echo: no output")
 				}
-				xs = append(xs, ms(time.Since(t0)))
-			}
-			return xs, nil
+				return nil
+			})
 		}
 		return r, nil
 	})
