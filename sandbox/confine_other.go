@@ -1,0 +1,29 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+)
+
+var errUnsupported = errors.New("sandbox: not supported on this system")
+
+func probe() Support { return Support{Missing: "a Linux kernel"} }
+
+// Probe reports what the kernel offers.
+func Probe() Support { return probe() }
+
+func registerOp(string, OpFunc) {}
+
+func (p *Plan) run(context.Context, string, []byte) ([]byte, *os.File, error) {
+	return nil, nil, errUnsupported
+}
+
+func (p *Plan) command(string, []string, []string, string) (*Spec, error) {
+	return nil, errUnsupported
+}
+
+// MaybeMain returns at once: no helper runs here.
+func MaybeMain() {}

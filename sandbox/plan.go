@@ -1,0 +1,112 @@
+package sandbox
+
+// This file is the contract between the three parts of the package:
+//
+//   - policy.go / resolve.go: the wire policy (Parse) and its resolution into
+//     a Plan of concrete host paths (Resolve);
+//   - confine_linux.go and friends: the kernel side, which builds the view a
+//     Plan describes in fresh namespaces and runs a command (Command) or a
+//     registered in-process operation (Run) inside it;
+//   - denied.go: the sandboxDenied heuristic.
+//
+// A Plan is plain data: it can be marshalled to JSON and handed to the
+// re-executed helper, which trusts it (the server built it).
+
+// Access is what a path of the view allows.
+type Access uint8
+
+const (
+	// AccessNone: invisible (as a root) or masked (as a mount): an empty,
+	// mode-000 file or read-only directory stands in its place.
+	AccessNone Access = iota
+	// AccessRead: visible, read-only.
+	AccessRead
+	// AccessWrite: visible, read-write.
+	AccessWrite
+)
+
+func (a Access) String() string {
+	switch a {
+	case AccessRead:
+		return "read"
+	case AccessWrite:
+		return "write"
+	}
+	return "none"
+}
+
+// Network is the network a sandboxed process may use.
+type Network uint8
+
+const (
+	// NetworkRestricted: no network at all but AF_UNIX (a network
+	// namespace and seccomp).
+	NetworkRestricted Network = iota
+	// NetworkEnabled: the host's network (seccomp still denies AF_VSOCK
+	// and io_uring).
+	NetworkEnabled
+)
+
+// Mount is one path of the view that differs from its parent's access.
+type Mount struct {
+	Path   string `json:"path"`   // absolute and lexically clean
+	Access Access `json:"access"` // as the most specific entry decided
+	// Protected marks a protected subpath of a writable root (.git,
+	// .agents, .codex, .aws, a gitdir pointer's target): always AccessRead,
+	// kept read-only even when missing.
+	Protected bool `json:"protected,omitempty"`
+	// Missing: the path did not exist when the plan was resolved. A missing
+	// Protected path is masked by an empty read-only directory (its mount
+	// point is created on the host for the sandbox's lifetime and removed
+	// afterwards); any other missing mount is skipped.
+	Missing bool `json:"missing,omitempty"`
+	// Dir is true when the path is (or, missing, stands for) a directory;
+	// a file deny mask is an empty mode-000 file.
+	Dir bool `json:"dir,omitempty"`
+}
+
+// Plan is a resolved policy: what the sandbox's view of the filesystem and
+// network is, in host paths.
+type Plan struct {
+	// Root is the access of "/" itself: AccessRead (a read-only view of
+	// the whole host: full-disk read), AccessWrite (writable: the
+	// filesystem is not restricted, only the network and the process may
+	// be) or AccessNone (an empty root in which only Mounts and the
+	// platform minimum, /bin /sbin /lib /lib64 /usr /etc, are visible).
+	Root Access `json:"root"`
+	// Mounts, shallowest first: a deeper mount overrides a shallower one,
+	// so applying them in order gives most-specific-wins.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// Network is what the network allows.
+	Network Network `json:"network"`
+	// DenyGlobs are the absolute patterns of deny glob entries (path.Match
+	// syntax per component, "**" for any number of components). Existing
+	// matches are already in Mounts; fs operations also refuse a new path
+	// that matches one.
+	DenyGlobs []string `json:"denyGlobs,omitempty"`
+	// FullRead: every path is readable (restricted with a root read or
+	// write entry and no deny entry; unrestricted, disabled, external).
+	// Read-type fs operations then run in the server itself.
+	FullRead bool `json:"fullRead"`
+	// FullWrite: every path is writable (a root write entry and nothing
+	// narrower; unrestricted, disabled, external). Mutating fs operations
+	// then run in the server itself.
+	FullWrite bool `json:"fullWrite"`
+	// Cwd is the context's cwd (a host path), "" when absent.
+	Cwd string `json:"cwd,omitempty"`
+}
+
+// Env is what resolution needs from the server.
+type Env struct {
+	// Cwd is the server's working directory: the sandbox cwd when the
+	// context has none.
+	Cwd string
+	// TempDir is the server's TMPDIR ("" for none): what the tmpdir
+	// special path resolves to when the context has no
+	// temporaryDirectories.
+	TempDir string
+}
+
+// SandboxTypeLinux is the sandboxType answered when a process/start ran
+// under a policy (any policy, as the reference: even disabled).
+const SandboxTypeLinux = "linuxSeccomp"
