@@ -56,6 +56,11 @@ type SpawnAttr struct {
 	Setsid    bool `json:"setsid"`
 	Setctty   bool `json:"setctty"`
 	Pdeathsig bool `json:"pdeathsig"`
+	// Cloneflags and the ID maps (for CLONE_NEWUSER) as in
+	// syscall.SysProcAttr: a sandboxed child starts in new namespaces.
+	Cloneflags  uintptr                `json:"cloneflags,omitempty"`
+	UidMappings []syscall.SysProcIDMap `json:"uidMappings,omitempty"`
+	GidMappings []syscall.SysProcIDMap `json:"gidMappings,omitempty"`
 }
 
 // Spawner protocol bytes (in addition to msgStarted, msgFailed, msgExited).
@@ -338,7 +343,8 @@ func runSpawner() int {
 					send(msg(msgFailed, uint32(syscall.EINVAL)))
 					continue
 				}
-				sys := &syscall.SysProcAttr{Setsid: a.Setsid, Setctty: a.Setctty}
+				sys := &syscall.SysProcAttr{Setsid: a.Setsid, Setctty: a.Setctty,
+					Cloneflags: a.Cloneflags, UidMappings: a.UidMappings, GidMappings: a.GidMappings}
 				if a.Pdeathsig {
 					sys.Pdeathsig = syscall.SIGKILL
 				}
