@@ -15,6 +15,7 @@ import (
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
 )
 
 // EventKind tells the three kinds of process events apart.
@@ -171,7 +172,12 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 		m.mu.Unlock()
 		return nil, err
 	}
-	return &protocol.StartResult{ProcessID: p.ProcessID, SandboxType: "none"}, nil
+	typ := "none"
+	if proc.sandboxed {
+		// Any sandbox value, even disabled, as the reference.
+		typ = sandbox.SandboxTypeLinux
+	}
+	return &protocol.StartResult{ProcessID: p.ProcessID, SandboxType: typ}, nil
 }
 
 func (m *Manager) get(id string) *Proc {

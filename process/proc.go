@@ -45,6 +45,14 @@ type Proc struct {
 	tty     bool
 	master  *os.File     // the PTY master, for resize
 	stdin   *stdinWriter // nil when stdin is not writable
+	// sandboxed: the command runs under a sandbox policy (the child is
+	// the sandbox's init). denial sees every output chunk of a sandboxed
+	// process, to judge its exit; release undoes the sandbox's traces on
+	// the host once the init is reaped (it runs once; a no-op without a
+	// sandbox).
+	sandboxed bool
+	denial    *sandbox.Denial
+	release   func()
 
 	// emitMu orders events: a producer numbers its event and delivers it
 	// while holding it, so the sink gets events in seq order, on the
@@ -62,6 +70,7 @@ type Proc struct {
 	exited    bool
 	exitSeq   uint64
 	exitCode  int
+	denied    bool // sandboxDenied, set with exited
 	closed    bool
 	changed   chan struct{} // closed and replaced on every event
 	writeIDs  map[string]struct{}
@@ -91,7 +100,8 @@ func (p *Proc) started() bool {
 
 func (p *Proc) spawn(sp protocol.StartParams) error {
 	defer close(p.ready)
-	if err := sandbox.Check(sp.Sandbox); err != nil {
+	plan, err := planFor(sp.Sandbox)
+	if err != nil {
 		return err
 	}
 	dir, err := fileuri.Parse(sp.Cwd)
@@ -126,6 +136,34 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		// parking an OS thread in wait4 for every live child.
 		PidFD: &pidfd,
 	}
+	// What is started: the command itself, or the sandbox's init, which
+	// runs the command (path, args, env, dir) inside the view.
+	start := childinit.SpawnAttr{Path: path, Argv: args, Env: env, Dir: dir}
+	p.release = onceFunc(nil)
+	if plan != nil {
+		if err := checkExecutable(path); err != nil {
+			return protocol.SpawnError(err)
+		}
+		spec, err := plan.Command(path, args, env, dir)
+		if err != nil {
+			return protocol.Internal("sandbox: %v", err)
+		}
+		p.release = onceFunc(spec.Release)
+		// The init starts in dir too: a missing cwd fails the start with
+		// the same error as without a sandbox.
+		start = childinit.SpawnAttr{Path: spec.Path, Argv: spec.Argv, Env: spec.Env, Dir: dir,
+			Cloneflags: spec.Cloneflags, UidMappings: idMaps(spec.UidMappings), GidMappings: idMaps(spec.GidMappings)}
+		attr.Cloneflags = start.Cloneflags
+		attr.UidMappings, attr.GidMappings = start.UidMappings, start.GidMappings
+		p.sandboxed = true
+		p.denial = new(sandbox.Denial)
+	}
+	startOK := false
+	defer func() {
+		if !startOK {
+			p.release()
+		}
+	}()
 
 	var files [3]*os.File
 	var parentEnds []*os.File // closed in the parent after start
@@ -206,15 +244,13 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if sp := p.m.spawnerFor(); sp != nil {
 		// The session's spawner starts the child and stays its parent and
 		// subreaper: nothing below it outlives the server.
-		pid, p.exitCh, err = sp.Start(childinit.SpawnAttr{
-			Path: path, Argv: args, Env: env, Dir: dir,
-			Setsid: true, Setctty: attr.Setctty, Pdeathsig: true,
-		}, files)
+		start.Setsid, start.Setctty, start.Pdeathsig = true, attr.Setctty, true
+		pid, p.exitCh, err = sp.Start(start, files)
 	} else {
 		var proc *os.Process
-		proc, err = os.StartProcess(path, args, &os.ProcAttr{
-			Dir:   dir,
-			Env:   env,
+		proc, err = os.StartProcess(start.Path, start.Argv, &os.ProcAttr{
+			Dir:   start.Dir,
+			Env:   start.Env,
 			Files: files[:],
 			Sys:   attr,
 		})
@@ -232,6 +268,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		closeAll()
 		return protocol.SpawnError(err)
 	}
+	startOK = true
 	p.pid, p.pgid = pid, pid
 	p.outputs = readers
 
@@ -284,6 +321,9 @@ func (p *Proc) pump(f *os.File, stream string) {
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
+			if p.denial != nil {
+				p.denial.Write(stream, buf[:n])
+			}
 			var data []byte
 			if n >= size/2 {
 				// Hand the buffer over; at most half of it is slack.
@@ -317,6 +357,9 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
 	} else {
 		status, err = waitExit(p.pid, pidfd)
 	}
+	// Reaped (or gone with the spawner): the sandbox's traces on the host
+	// can go.
+	p.release()
 	if err != nil {
 		p.emit(rawEvent{kind: EventExited, exitCode: -1})
 		return
@@ -350,10 +393,14 @@ func (p *Proc) emit(ev rawEvent) {
 		p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data})
 	case EventExited:
 		p.exited, p.exitSeq, p.exitCode = true, seq, ev.exitCode
+		// Judged once, on what the readers have seen by now (the reaper
+		// gave them a moment to drain).
+		p.denied = p.denial != nil && p.denial.Denied(ev.exitCode)
 	}
+	denied := p.denied
 	p.broadcastLocked()
 	p.mu.Unlock()
-	p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode})
+	p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode, SandboxDenied: denied && ev.kind == EventExited})
 }
 
 // producerDone is called by each producer when it has emitted its last
@@ -470,6 +517,7 @@ func (p *Proc) resultLocked(chunks []chunk, budgeted bool) *protocol.ReadResult 
 	if p.exited {
 		code := p.exitCode
 		res.ExitCode = &code
+		res.SandboxDenied = p.denied
 	}
 	return res
 }
