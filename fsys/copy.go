@@ -45,16 +45,21 @@ func (f *FS) copy(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 			return nil, protocol.InvalidParams("invalid type: expected a boolean for field `recursive`")
 		}
 	}
-	if err := checkSandbox(p.Sandbox); err != nil {
+	plan, err := f.confinement(protocol.MethodFsCopy, p.Sandbox, opWrite)
+	if err != nil {
 		return nil, err
 	}
+	if plan != nil {
+		return f.callConfined(ctx, plan, protocol.MethodFsCopy, raw)
+	}
+	g := f.deny
 	st, err := os.Lstat(src)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case st.Mode()&fs.ModeSymlink != 0:
-		return protocol.Empty{}, copySymlink(src, dst)
+		return protocol.Empty{}, copySymlink(src, dst, g)
 	case st.IsDir():
 		if !recursive {
 			return nil, protocol.InvalidRequest("fs/copy requires recursive: true when sourcePath is a directory")
@@ -70,9 +75,9 @@ func (f *FS) copy(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 		if dstReal == srcReal || strings.HasPrefix(dstReal, strings.TrimSuffix(srcReal, "/")+"/") {
 			return nil, protocol.InvalidRequest("fs/copy cannot copy a directory to itself or one of its descendants")
 		}
-		return protocol.Empty{}, copyTree(ctx, src, dst, st)
+		return protocol.Empty{}, copyTree(ctx, src, dst, st, g)
 	case st.Mode().IsRegular():
-		return protocol.Empty{}, copyFile(ctx, src, dst, st)
+		return protocol.Empty{}, copyFile(ctx, src, dst, st, g)
 	default:
 		return nil, protocol.InvalidRequest("fs/copy only supports regular files, directories, and symlinks")
 	}
@@ -91,9 +96,12 @@ func resolveDest(dst string) (string, error) {
 	return filepath.Join(parent, filepath.Base(dst)), nil
 }
 
-func copySymlink(src, dst string) error {
+func copySymlink(src, dst string, g guard) error {
 	target, err := os.Readlink(src)
 	if err != nil {
+		return err
+	}
+	if err := g.create(dst); err != nil {
 		return err
 	}
 	return os.Symlink(target, dst)
@@ -101,8 +109,12 @@ func copySymlink(src, dst string) error {
 
 // copyTree copies the directory src onto dst, merging into an existing
 // directory. Symlinks are copied as links; FIFOs, sockets and devices inside
-// the tree are skipped, as the reference does. ctx is checked per entry.
-func copyTree(ctx context.Context, src, dst string, st os.FileInfo) error {
+// the tree are skipped, as the reference does. ctx is checked per entry;
+// g per path made.
+func copyTree(ctx context.Context, src, dst string, st os.FileInfo, g guard) error {
+	if err := g.create(dst); err != nil {
+		return err
+	}
 	if err := os.Mkdir(dst, st.Mode().Perm()|0o700); err != nil {
 		if !errors.Is(err, fs.ErrExist) || !isDirNoFollow(dst) {
 			return err
@@ -129,11 +141,11 @@ func copyTree(ctx context.Context, src, dst string, st os.FileInfo) error {
 			}
 			switch {
 			case info.Mode()&fs.ModeSymlink != 0:
-				err = copySymlink(s, d)
+				err = copySymlink(s, d, g)
 			case info.IsDir():
-				err = copyTree(ctx, s, d, info)
+				err = copyTree(ctx, s, d, info, g)
 			case info.Mode().IsRegular():
-				err = copyFile(ctx, s, d, info)
+				err = copyFile(ctx, s, d, info, g)
 			}
 			if err != nil {
 				return err
@@ -161,7 +173,7 @@ func isDirNoFollow(p string) bool {
 // destination is truncated only once it is known to be a regular file.
 // The data moves with copy_file_range where the kernel allows, in pieces
 // so that ctx is honoured.
-func copyFile(ctx context.Context, src, dst string, st os.FileInfo) error {
+func copyFile(ctx context.Context, src, dst string, st os.FileInfo, g guard) error {
 	in, _, err := openRegular(src, os.O_RDONLY)
 	if err != nil {
 		return err
@@ -169,6 +181,9 @@ func copyFile(ctx context.Context, src, dst string, st os.FileInfo) error {
 	defer in.Close()
 	if dstSt, err := os.Stat(dst); err == nil && os.SameFile(st, dstSt) {
 		return nil
+	}
+	if err := g.create(dst); err != nil {
+		return err
 	}
 	out, outSt, err := openRegular(dst, os.O_WRONLY|os.O_CREATE)
 	if err != nil {

@@ -16,23 +16,34 @@ import (
 	"github.com/execgo/exec-server/protocol"
 )
 
-func (f *FS) createDirectory(_ context.Context, _ *Handles, raw json.RawMessage) (any, error) {
+func (f *FS) createDirectory(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsCreateDirectoryParams
-	path, err := decodePathParams(raw, &p, "WireFsCreateDirectoryParams", &p.Path, &p.Sandbox)
+	path, plan, err := f.decodePathParams(raw, &p, "WireFsCreateDirectoryParams", &p.Path, &p.Sandbox, protocol.MethodFsCreateDirectory, opWrite)
 	if err != nil {
 		return nil, err
 	}
-	if p.Recursive != nil && !*p.Recursive {
-		return protocol.Empty{}, os.Mkdir(path, 0o777)
+	if plan != nil {
+		return f.callConfined(ctx, plan, protocol.MethodFsCreateDirectory, raw)
 	}
-	return protocol.Empty{}, mkdirAll(path)
+	if p.Recursive != nil && !*p.Recursive {
+		return protocol.Empty{}, f.deny.mkdir(path)
+	}
+	return protocol.Empty{}, mkdirAll(path, f.deny)
+}
+
+// mkdir is os.Mkdir of a path the guard allows.
+func (g guard) mkdir(p string) error {
+	if err := g.create(p); err != nil {
+		return err
+	}
+	return os.Mkdir(p, 0o777)
 }
 
 // mkdirAll is Rust's create_dir_all, whose errors the reference reports: an
 // existing non-directory (a dangling symlink included) is EEXIST, where Go's
-// os.MkdirAll would say ENOTDIR.
-func mkdirAll(p string) error {
-	err := os.Mkdir(p, 0o777)
+// os.MkdirAll would say ENOTDIR. Each directory it makes is checked by g.
+func mkdirAll(p string, g guard) error {
+	err := g.mkdir(p)
 	switch {
 	case err == nil:
 		return nil
@@ -46,10 +57,10 @@ func mkdirAll(p string) error {
 	if parent == p {
 		return err
 	}
-	if err := mkdirAll(parent); err != nil {
+	if err := mkdirAll(parent, g); err != nil {
 		return err
 	}
-	if err := os.Mkdir(p, 0o777); err != nil && !isDir(p) {
+	if err := g.mkdir(p); err != nil && !isDir(p) {
 		return err
 	}
 	return nil
@@ -60,11 +71,14 @@ func isDir(p string) bool {
 	return err == nil && st.IsDir()
 }
 
-func (f *FS) getMetadata(_ context.Context, _ *Handles, raw json.RawMessage) (any, error) {
+func (f *FS) getMetadata(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsGetMetadataParams
-	path, err := decodePathParams(raw, &p, "WireFsGetMetadataParams", &p.Path, &p.Sandbox)
+	path, plan, err := f.decodePathParams(raw, &p, "WireFsGetMetadataParams", &p.Path, &p.Sandbox, protocol.MethodFsGetMetadata, opRead)
 	if err != nil {
 		return nil, err
+	}
+	if plan != nil {
+		return f.callConfined(ctx, plan, protocol.MethodFsGetMetadata, raw)
 	}
 	return metadata(path)
 }
@@ -94,11 +108,14 @@ func metadata(path string) (*protocol.FsMetadata, error) {
 	return m, nil
 }
 
-func (f *FS) canonicalize(_ context.Context, _ *Handles, raw json.RawMessage) (any, error) {
+func (f *FS) canonicalize(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsCanonicalizeParams
-	path, err := decodePathParams(raw, &p, "WireFsCanonicalizeParams", &p.Path, &p.Sandbox)
+	path, plan, err := f.decodePathParams(raw, &p, "WireFsCanonicalizeParams", &p.Path, &p.Sandbox, protocol.MethodFsCanonicalize, opRead)
 	if err != nil {
 		return nil, err
+	}
+	if plan != nil {
+		return f.callConfined(ctx, plan, protocol.MethodFsCanonicalize, raw)
 	}
 	real, err := realpath(path)
 	if err != nil {
@@ -118,9 +135,12 @@ func realpath(p string) (string, error) {
 
 func (f *FS) readDirectory(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsReadDirectoryParams
-	path, err := decodePathParams(raw, &p, "WireFsReadDirectoryParams", &p.Path, &p.Sandbox)
+	path, plan, err := f.decodePathParams(raw, &p, "WireFsReadDirectoryParams", &p.Path, &p.Sandbox, protocol.MethodFsReadDirectory, opRead)
 	if err != nil {
 		return nil, err
+	}
+	if plan != nil {
+		return f.callConfined(ctx, plan, protocol.MethodFsReadDirectory, raw)
 	}
 	dir, err := os.Open(path)
 	if err != nil {

@@ -51,12 +51,23 @@ func openRegular(p string, flag int) (*os.File, os.FileInfo, error) {
 
 func (f *FS) readFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsReadFileParams
-	path, err := decodePathParams(raw, &p, "WireFsReadFileParams", &p.Path, &p.Sandbox)
+	path, plan, err := f.decodePathParams(raw, &p, "WireFsReadFileParams", &p.Path, &p.Sandbox, protocol.MethodFsReadFile, opRead)
 	if err != nil {
 		return nil, err
 	}
-	file, st, err := openRegular(path, os.O_RDONLY)
-	if err != nil {
+	var file *os.File
+	var st os.FileInfo
+	if plan != nil {
+		// Opened (and checked to be a regular file) inside the view; the
+		// data is read here.
+		if file, err = f.confinedOpen(ctx, plan, path, protocol.FsOpenRead); err != nil {
+			return nil, err
+		}
+		if st, err = file.Stat(); err != nil {
+			file.Close()
+			return nil, err
+		}
+	} else if file, st, err = openRegular(path, os.O_RDONLY); err != nil {
 		return nil, err
 	}
 	defer file.Close()
@@ -215,7 +226,8 @@ func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (an
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSandbox(p.Sandbox); err != nil {
+	plan, err := f.confinement(protocol.MethodFsWriteFile, p.Sandbox, opWrite)
+	if err != nil {
 		return nil, err
 	}
 	if n := int64(len(p.Data)) / 4 * 3; n > f.opts.MaxFileBytes+3 {
@@ -228,6 +240,13 @@ func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (an
 	}
 	if int64(len(data)) > f.opts.MaxFileBytes {
 		return nil, tooLarge(protocol.MethodFsWriteFile, path, int64(len(data)), f.opts.MaxFileBytes)
+	}
+	if plan != nil {
+		// Checked here first: a bad request costs no helper.
+		return f.callConfined(ctx, plan, protocol.MethodFsWriteFile, raw)
+	}
+	if err := f.deny.create(path); err != nil {
+		return nil, err
 	}
 	return protocol.Empty{}, writeWhole(ctx, path, data)
 }

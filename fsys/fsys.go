@@ -4,22 +4,41 @@
 // method name and raw params and gets back a result value or an error.
 //
 // Every client path goes through fileuri.Parse before anything touches the
-// disk, and a restrictive sandbox policy is refused (sandbox.Check) rather
-// than run unconfined. It is safer than the reference on purpose: it never
-// removes / or a mount root, never blocks on a FIFO or device, caps
-// whole-file transfers, and stops work when the request's context ends.
+// disk. A call with a sandbox policy runs in this process only when the
+// policy cannot restrict it (reads under full-disk read, mutations under
+// full-disk write, sandbox.md §2); otherwise it runs confined in the sandbox
+// helper (sandbox.Plan.Run), where the kernel decides, with the reference's
+// codes: EROFS outside the writable roots (-32603), EACCES on deny masks
+// (-32600), ENOENT for what a restricted read view hides and for a missing
+// parent (-32004). When the kernel cannot give the sandbox the call fails
+// closed (-32603, naming what is missing). It is safer than the reference on
+// purpose: it never removes / or a mount root, never blocks on a FIFO or
+// device, caps whole-file transfers, and stops work when the request's
+// context ends.
 //
 // Answers match the reference (codex 0.169.0) request for request, texts
 // included, except where this package is deliberately different:
 //   - fs/remove refuses / and mount roots (and trees with a mount inside);
-//   - FIFOs, sockets and devices are refused (-32600) instead of blocking;
+//   - FIFOs, sockets and devices are refused (-32600) instead of blocking
+//     (so a sandboxed fs/writeFile to a FIFO answers, where the reference
+//     hangs);
 //   - fs/readFile and fs/writeFile are capped (Options.MaxFileBytes);
 //   - fs/copy of a file onto itself leaves it alone (the reference empties it);
 //   - createdAtMs is the birth time where the filesystem keeps one (the
 //     reference's musl build always says 0);
 //   - a negative number is reported with the field's name rather than as
 //     "invalid number" (same code, -32602);
-//   - paths that are not valid UTF-8 are refused (fileuri.Parse).
+//   - paths that are not valid UTF-8 are refused (fileuri.Parse);
+//   - under a sandbox, a new path matching a deny glob is refused (-32600
+//     "Permission denied") inside the helper; the reference expands deny
+//     globs once and lets a new match through;
+//   - under a sandbox, fs/remove of a writable root or a protected path
+//     (.git, .agents, .codex, .aws), or of a directory holding one, is
+//     refused up front (-32600); the reference fails half-way with EBUSY;
+//   - fs/open with mode "replace" counts as a mutation (confined unless the
+//     policy gives full-disk write), not as a read;
+//   - a confined operation has a deadline (30 s) and ends with the
+//     request; the reference's helper has none.
 package fsys
 
 import (
@@ -53,6 +72,10 @@ type FS struct {
 	opts    Options
 	methods map[string]func(context.Context, *Handles, json.RawMessage) (any, error)
 	mounts  mountTable
+	// confined: this FS serves inside the sandbox helper, where every call
+	// runs as it is; deny refuses new paths matching a deny glob there.
+	confined bool
+	deny     guard
 }
 
 // New returns an FS with opts (zero fields take defaults).
@@ -138,24 +161,35 @@ func isProtocolError(err error) bool {
 // parsePath is the one gate for client paths.
 func parsePath(uri string) (string, error) { return fileuri.Parse(uri) }
 
-// checkSandbox refuses a sandbox policy this server cannot enforce.
-func checkSandbox(raw json.RawMessage) error { return sandbox.Check(raw) }
-
 // decodePathParams decodes params whose required "path" names the file to
-// act on, then parses that URI and checks the sandbox policy, in the
-// reference's order. uri and sb point into p.
-func decodePathParams(raw json.RawMessage, p any, typeName string, uri *string, sb *json.RawMessage) (string, error) {
+// act on, then parses that URI and decides the sandbox (confinement), in the
+// reference's order. uri and sb point into p. A nil plan means the call
+// runs in this process.
+func (f *FS) decodePathParams(raw json.RawMessage, p any, typeName string, uri *string, sb *json.RawMessage, method string, kind opKind) (string, *sandbox.Plan, error) {
 	if err := protocol.DecodeParams(raw, p, typeName, "path"); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	path, err := parsePath(*uri)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if err := checkSandbox(*sb); err != nil {
-		return "", err
+	plan, err := f.confinement(method, *sb, kind)
+	if err != nil {
+		return "", nil, err
 	}
-	return path, nil
+	return path, plan, nil
+}
+
+// callConfined runs the call in the sandbox helper and returns its result.
+func (f *FS) callConfined(ctx context.Context, plan *sandbox.Plan, method string, raw json.RawMessage) (any, error) {
+	res, file, err := f.runConfined(ctx, plan, method, raw)
+	if file != nil {
+		file.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // notAFile is the reference's refusal of a path that is not a regular file.

@@ -74,7 +74,7 @@ func needHandles(h *Handles) error {
 	return nil
 }
 
-func (f *FS) open(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {
+func (f *FS) open(ctx context.Context, h *Handles, raw json.RawMessage) (any, error) {
 	var p struct {
 		HandleID string          `json:"handleId"`
 		Path     string          `json:"path"`
@@ -100,7 +100,13 @@ func (f *FS) open(_ context.Context, h *Handles, raw json.RawMessage) (any, erro
 			return nil, protocol.InvalidParams("unknown variant `%s`, expected `read` or `replace`", mode)
 		}
 	}
-	if err := checkSandbox(p.Sandbox); err != nil {
+	// replace writes: it runs here only under full-disk write.
+	kind := opRead
+	if mode == protocol.FsOpenReplace {
+		kind = opWrite
+	}
+	plan, err := f.confinement(protocol.MethodFsOpen, p.Sandbox, kind)
+	if err != nil {
 		return nil, err
 	}
 	if err := needHandles(h); err != nil {
@@ -110,9 +116,16 @@ func (f *FS) open(_ context.Context, h *Handles, raw json.RawMessage) (any, erro
 		return nil, err
 	}
 	var file *os.File
-	if mode == protocol.FsOpenRead {
+	switch {
+	case plan != nil:
+		// Opened inside the view; blocks then move on the descriptor here.
+		file, err = f.confinedOpen(ctx, plan, path, mode)
+	case mode == protocol.FsOpenRead:
 		file, _, err = openRegular(path, os.O_RDONLY)
-	} else {
+	default:
+		if err = f.deny.create(path); err != nil {
+			break
+		}
 		file, _, err = openRegular(path, os.O_WRONLY|os.O_CREATE)
 		if err == nil {
 			if err = file.Truncate(0); err != nil {

@@ -14,15 +14,21 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
 )
 
 // TestMain doubles as the unprivileged helper: with FSYS_TEST_HELPER set,
 // the test binary reads calls ({"method":..,"params":..} per line) from
-// stdin, runs them against a fresh FS and prints one reply per line.
+// stdin, runs them against a fresh FS and prints one reply per line. It is
+// also the sandbox helper (sandbox.MaybeMain) and the spawner childinit
+// starts.
 func TestMain(m *testing.M) {
+	childinit.MaybeMain()
+	sandbox.MaybeMain()
 	if os.Getenv("FSYS_TEST_HELPER") == "1" {
 		runHelper()
 		return

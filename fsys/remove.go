@@ -19,9 +19,15 @@ import (
 
 func (f *FS) remove(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsRemoveParams
-	path, err := decodePathParams(raw, &p, "WireFsRemoveParams", &p.Path, &p.Sandbox)
+	path, plan, err := f.decodePathParams(raw, &p, "WireFsRemoveParams", &p.Path, &p.Sandbox, protocol.MethodFsRemove, opWrite)
 	if err != nil {
 		return nil, err
+	}
+	if plan != nil {
+		if err := refuseProtectedRemove(plan, path); err != nil {
+			return nil, err
+		}
+		return f.callConfined(ctx, plan, protocol.MethodFsRemove, raw)
 	}
 	recursive := p.Recursive == nil || *p.Recursive
 	force := p.Force == nil || *p.Force

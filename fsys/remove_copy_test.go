@@ -275,7 +275,7 @@ func TestTreeOperationsHonourContext(t *testing.T) {
 	if err := removeTree(ctx, dir+"/tree", devOf(st)); err == nil {
 		t.Fatal("removeTree ignored a cancelled context")
 	}
-	if err := copyTree(ctx, dir+"/tree", dir+"/copy", st); err == nil {
+	if err := copyTree(ctx, dir+"/tree", dir+"/copy", st, nil); err == nil {
 		t.Fatal("copyTree ignored a cancelled context")
 	}
 	if _, err := walkTree(ctx, dir+"/tree", protocol.FsWalkOptions{MaxDepth: 5, MaxDirectories: 100, MaxEntries: 1000}); err == nil {

@@ -34,7 +34,8 @@ func (f *FS) walk(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 	if err := protocol.DecodeParams(p.Options, &opts, "WalkOptions", "maxDepth", "maxDirectories", "maxEntries", "followDirectorySymlinks"); err != nil {
 		return nil, err
 	}
-	if err := checkSandbox(p.Sandbox); err != nil {
+	plan, err := f.confinement(protocol.MethodFsWalk, p.Sandbox, opRead)
+	if err != nil {
 		return nil, err
 	}
 	if opts.MaxDepth > protocol.FsWalkMaxDepth || opts.MaxDirectories > protocol.FsWalkMaxDirectories || opts.MaxEntries > protocol.FsWalkMaxEntries {
@@ -43,6 +44,9 @@ func (f *FS) walk(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 	}
 	if opts.MaxDirectories == 0 || opts.MaxEntries == 0 {
 		return nil, protocol.InvalidRequest("filesystem walk limits must be greater than zero")
+	}
+	if plan != nil {
+		return f.callConfined(ctx, plan, protocol.MethodFsWalk, raw)
 	}
 	return walkTree(ctx, path, opts)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
 )
 
 // CompatibleVersion is the reference release whose protocol this server
@@ -42,7 +43,10 @@ func (s *Server) envInfo() protocol.EnvironmentInfo {
 	return s.envCache
 }
 
-// capabilities are true only for what this server implements.
+// capabilities are true only for what this server implements. The
+// reference's keys stay as they are; linuxSandbox (this server's own) says
+// whether a sandbox policy can be enforced here: when false, every request
+// that needs one fails with -32603 naming what is missing.
 func (s *Server) capabilities() map[string]bool {
 	fsStreaming := s.fs.has(protocol.MethodFsWriteBlock)
 	return map[string]bool{
@@ -61,6 +65,7 @@ func (s *Server) capabilities() map[string]bool {
 		"windowsMxc":                                  false,
 		"linuxRootWritePreservesDevices":              false,
 		"linuxApprovedRootWritePreservesRestrictions": false,
+		"linuxSandbox":                                sandbox.Probe().Available,
 	}
 }
 
