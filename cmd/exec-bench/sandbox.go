@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/execgo/exec-server/interop"
+)
+
+// The sandboxed workloads send what codex sends in `-s workspace-write`
+// (shared/spec/codex-client.md): a managed, restricted policy with the
+// workspace writable, on process/start and fs/writeFile.
+
+// sandboxWork is a workspace for the sandboxed workloads, with a home for
+// the reference's CODEX_HOME beside it. Both are outside the temp dir:
+// the reference will not set up its sandbox helper with CODEX_HOME under
+// it, and under workspace-write /tmp is writable anyway, so a workspace
+// there would not be what codex users have.
+type sandboxWork struct {
+	root string
+	work string
+	home string // CODEX_HOME for the reference
+}
+
+func newSandboxWork() (*sandboxWork, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return nil, fmt.Errorf("a scratch dir outside the temp dir: %w", err)
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp(base, "exec-bench-sandbox-")
+	if err != nil {
+		return nil, err
+	}
+	s := &sandboxWork{root: root, work: filepath.Join(root, "work"), home: filepath.Join(root, "codex-home")}
+	for _, d := range []string{s.work, s.home} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			os.RemoveAll(root)
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *sandboxWork) remove() { _ = os.RemoveAll(s.root) }
+
+// permissions is codex 0.169's workspace-write permission profile.
+func workspaceWritePermissions() map[string]any {
+	special := func(kind, subpath string) map[string]any {
+		v := map[string]any{"kind": kind}
+		if subpath != "" {
+			v["subpath"] = subpath
+		}
+		return map[string]any{"type": "special", "value": v}
+	}
+	entries := []any{
+		map[string]any{"path": special("root", ""), "access": "read"},
+		map[string]any{"path": special("project_roots", ""), "access": "write"},
+		map[string]any{"path": special("slash_tmp", ""), "access": "write"},
+		map[string]any{"path": special("tmpdir", ""), "access": "write"},
+	}
+	for _, sub := range []string{".git", ".agents", ".codex", ".aws"} {
+		entries = append(entries, map[string]any{"path": special("project_roots", sub), "access": "read", "missing_path_behavior": "skip"})
+	}
+	return map[string]any{"type": "managed", "network": "restricted",
+		"file_system": map[string]any{"type": "restricted", "entries": entries}}
+}
+
+// processSandbox is the sandbox object codex puts on process/start.
+func (s *sandboxWork) processSandbox() map[string]any {
+	uri := interop.FileURI(s.work)
+	return map[string]any{"permissions": workspaceWritePermissions(), "cwd": uri, "workspaceRoots": []string{uri},
+		"windowsSandboxLevel": "disabled", "windowsSandboxProxySettingsMode": "reconcile", "useLegacyLandlock": false}
+}
+
+// fsSandbox is the sandbox object codex puts on a mutating fs call.
+func (s *sandboxWork) fsSandbox() map[string]any {
+	uri := interop.FileURI(s.work)
+	home, _ := os.UserHomeDir()
+	return map[string]any{"permissions": workspaceWritePermissions(), "cwd": uri,
+		"policyContext":  map[string]any{"cwd": uri, "workspaceRoots": []string{uri}},
+		"workspaceRoots": []string{uri}, "userHomeDir": interop.FileURI(home),
+		"windowsSandboxLevel": "disabled", "useLegacyLandlock": false}
+}
+
+// startSandboxed starts sd's server for the sandboxed workloads: the
+// reference gets CODEX_HOME outside the temp dir (through env(1), since
+// interop.StartServer puts a reference's home under the temp dir).
+func (s *sandboxWork) start(ctx context.Context, sd side, tr interop.Transport) (*interop.Server, *interop.Client, error) {
+	if sd.ref {
+		args := []string{"CODEX_HOME=" + s.home, "RUST_LOG=error", sd.bin, "exec-server"}
+		sd = side{name: sd.name, bin: "/usr/bin/env", args: func() []string { return args }}
+	}
+	return conn(ctx, sd, tr)
+}
+
+// sandbox-writeFile: fs/writeFile of 4 KiB into the workspace under the
+// workspace-write policy, one at a time. ms per call.
+func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
+	sw, err := newSandboxWork()
+	if err != nil {
+		return []*row{mkrow("sandbox-writeFile", "latency", "ms", false, tr, errStats(sides, err))}
+	}
+	defer sw.remove()
+	st := interleave(cfg, sides, tr, cfg.sandboxN, 5, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := sw.start(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		data := make([]byte, 4<<10)
+		_, _ = rand.Read(data)
+		path := filepath.Join(sw.work, "bench-"+sd.name+".bin")
+		params, err := json.Marshal(map[string]any{"path": interop.FileURI(path),
+			"dataBase64": base64.StdEncoding.EncodeToString(data), "sandbox": sw.fsSandbox()})
+		if err != nil {
+			srv.Close()
+			return nil, err
+		}
+		var next int
+		r := &runner{close: srv.Close}
+		r.take = func(n int) ([]float64, error) {
+			ctx := timeout(time.Minute)
+			xs, err := r.timed(n, &next, func(int) error {
+				_, err := callBytes(ctx, c, "fs/writeFile", params, "")
+				return err
+			})
+			if err == nil && len(xs) > 0 {
+				if got, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(got, data) {
+					return xs, fmt.Errorf("fs/writeFile: the file on disk differs (%d bytes, %v)", len(got), rerr)
+				}
+			}
+			return xs, err
+		}
+		return r, nil
+	})
+	return []*row{mkrow("sandbox-writeFile", "latency", "ms", false, tr, st)}
+}
+
+// sandbox-spawn: /bin/true under the workspace-write policy,
+// process/start → process/closed, one at a time. ms per round trip. The
+// first start must answer sandboxType linuxSeccomp, so a server that
+// quietly ran the command unconfined cannot score.
+func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
+	sw, err := newSandboxWork()
+	if err != nil {
+		return []*row{mkrow("sandbox-spawn", "latency", "ms", false, tr, errStats(sides, err))}
+	}
+	defer sw.remove()
+	sandbox := sw.processSandbox()
+	st := interleave(cfg, sides, tr, cfg.sandboxN, 5, func(ctx context.Context, sd side) (*runner, error) {
+		srv, c, err := sw.start(ctx, sd, tr)
+		if err != nil {
+			return nil, err
+		}
+		start := func(ctx context.Context, id string) (string, error) {
+			p := map[string]any{"processId": id, "argv": []string{"/bin/true"}, "cwd": interop.FileURI(sw.work),
+				"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}
+			var res struct {
+				SandboxType string `json:"sandboxType"`
+			}
+			if err := c.Call(ctx, "process/start", p, &res); err != nil {
+				return "", err
+			}
+			evs, err := c.WaitClosed(ctx, id)
+			c.ForgetEvents(id)
+			if err == nil {
+				for _, ev := range evs {
+					if ev.Method == "process/exited" && ev.ExitCode != 0 {
+						err = fmt.Errorf("/bin/true exited %d in the sandbox", ev.ExitCode)
+					}
+				}
+			}
+			return res.SandboxType, err
+		}
+		if typ, err := start(timeout(30*time.Second), "sb0"); err != nil || typ != "linuxSeccomp" {
+			srv.Close()
+			if err == nil {
+				err = fmt.Errorf("process/start answered sandboxType %q, want linuxSeccomp", typ)
+			}
+			return nil, err
+		}
+		var next int
+		r := &runner{close: srv.Close}
+		r.take = func(n int) ([]float64, error) {
+			ctx := timeout(time.Minute)
+			return r.timed(n, &next, func(i int) error {
+				_, err := start(ctx, fmt.Sprintf("sb%d", i))
+				return err
+			})
+		}
+		return r, nil
+	})
+	return []*row{mkrow("sandbox-spawn", "latency", "ms", false, tr, st)}
+}
