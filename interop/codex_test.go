@@ -88,6 +88,8 @@ func scratchBase(t *testing.T) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Removed when empty (another run may still be using it).
+	t.Cleanup(func() { _ = os.Remove(dir) })
 	for _, tmp := range []string{os.TempDir(), "/tmp"} {
 		if rel, err := filepath.Rel(tmp, dir); err == nil && !strings.HasPrefix(rel, "..") {
 			t.Skipf("the user cache dir %s is under the temp dir %s; the codex test needs a scratch dir outside it", dir, tmp)
@@ -418,14 +420,23 @@ func (r *codexRun) checkSandboxes(want bool, fsToo bool) {
 }
 
 // commandRan checks that tool call callID's command exited with code and
-// that its output reached the model containing want.
-func (r *codexRun) commandRan(callID string, code int, want string) string {
+// that its output reached the model containing want; false when not.
+func (r *codexRun) commandRan(callID string, code int, want string) bool {
 	r.t.Helper()
 	out := r.toolOutput(callID)
 	if !strings.Contains(out, want) || !strings.Contains(out, fmt.Sprintf("Process exited with code %d", code)) {
-		r.t.Fatalf("tool call %s: the model got %q, want exit code %d and %q", callID, out, code, want)
+		r.t.Errorf("tool call %s: the model got %q, want exit code %d and %q", callID, out, code, want)
+		return false
 	}
-	return out
+	return true
+}
+
+// sandboxDenied checks what process/exited said for callID's command.
+func (r *codexRun) sandboxDenied(callID string, want bool) {
+	r.t.Helper()
+	if ex := r.exited(r.processOf(callID)); ex["sandboxDenied"] != want {
+		r.t.Errorf("tool call %s: process/exited %v, want sandboxDenied: %v", callID, ex, want)
+	}
 }
 
 // deniedBySandbox checks that callID's command failed with a read-only
@@ -433,17 +444,31 @@ func (r *codexRun) commandRan(callID string, code int, want string) string {
 // sandboxDenied: true.
 func (r *codexRun) deniedBySandbox(callID string) {
 	r.t.Helper()
-	r.commandRan(callID, 1, "Read-only file system")
-	ex := r.exited(r.processOf(callID))
-	if ex["sandboxDenied"] != true {
-		r.t.Errorf("tool call %s: process/exited %v, want sandboxDenied: true", callID, ex)
+	if r.commandRan(callID, 1, "Read-only file system") {
+		r.sandboxDenied(callID, true)
 	}
 }
 
 func (r *codexRun) mustNotExist(path string) {
 	r.t.Helper()
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
-		r.t.Fatalf("%s: want it absent, got err %v", path, err)
+		r.t.Errorf("%s: want it absent, got err %v", path, err)
+	}
+}
+
+// onlyEntries checks that dir holds exactly names.
+func (r *codexRun) onlyEntries(dir string, names ...string) {
+	r.t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		r.t.Errorf("%s holds %v, want %v", dir, got, names)
 	}
 }
 
@@ -451,7 +476,7 @@ func (r *codexRun) mustContain(path, want string) {
 	r.t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil || string(b) != want {
-		r.t.Fatalf("%s: got %q (err %v), want %q", path, b, err, want)
+		r.t.Errorf("%s: got %q (err %v), want %q", path, b, err, want)
 	}
 }
 
@@ -499,7 +524,9 @@ var codexScenarios = []codexScenario{
 		},
 		check: func(r *codexRun) {
 			r.checkSandboxes(true, false)
-			r.commandRan("call-echo", 0, "hello-"+r.token)
+			if r.commandRan("call-echo", 0, "hello-"+r.token) {
+				r.sandboxDenied("call-echo", false)
+			}
 			r.deniedBySandbox("call-touch")
 			r.mustNotExist(filepath.Join(r.work, "ro-"+r.token))
 		},
@@ -517,7 +544,9 @@ var codexScenarios = []codexScenario{
 		},
 		check: func(r *codexRun) {
 			r.checkSandboxes(true, true)
-			r.commandRan("call-inside", 0, "wrote")
+			if r.commandRan("call-inside", 0, "wrote") {
+				r.sandboxDenied("call-inside", false)
+			}
 			r.mustContain(filepath.Join(r.work, "inside.txt"), "inside-"+r.token+"\n")
 
 			// The new directory: fs/writeFile answers -32004, codex creates
@@ -530,6 +559,11 @@ var codexScenarios = []codexScenario{
 
 			r.deniedBySandbox("call-outside")
 			r.mustNotExist(filepath.Join(r.outside, "outside-"+r.token))
+			// Nothing else appeared: no mount points left for the
+			// protected subpaths (.git, .agents, .codex, .aws) that were
+			// missing.
+			r.onlyEntries(r.work, "inside.txt", "sub")
+			r.onlyEntries(r.outside, "work")
 		},
 	},
 	{
