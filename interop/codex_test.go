@@ -371,19 +371,25 @@ func startRPCProxy(t *testing.T, upstream string) *rpcProxy {
 	return p
 }
 
-// processOf returns the processId codex gave the command of tool call
-// callID, from its process/start.
-func (r *codexRun) processOf(callID string) string {
+// startOf returns codex's process/start for the command of tool call
+// callID.
+func (r *codexRun) startOf(callID string) *rpcCall {
 	r.t.Helper()
 	for _, c := range r.traffic.calls("process/start") {
-		p := c.params
-		if md, _ := p["metadata"].(map[string]any); md != nil && md["toolCallId"] == callID {
-			id, _ := p["processId"].(string)
-			return id
+		if md, _ := c.params["metadata"].(map[string]any); md != nil && md["toolCallId"] == callID {
+			return c
 		}
 	}
 	r.t.Fatalf("no process/start for tool call %s", callID)
-	return ""
+	return nil
+}
+
+// processOf returns the processId codex gave the command of tool call
+// callID.
+func (r *codexRun) processOf(callID string) string {
+	r.t.Helper()
+	id, _ := r.startOf(callID).params["processId"].(string)
+	return id
 }
 
 // exited returns the process/exited params of processID.
@@ -520,6 +526,8 @@ var codexScenarios = []codexScenario{
 			return [][]map[string]any{
 				execCommand("call-echo", "echo hello-"+token),
 				execCommand("call-touch", "touch ro-"+token),
+				// The same under a PTY.
+				{functionCall("call-tty", "exec_command", map[string]any{"cmd": "test -t 1 && echo tty-" + token, "tty": true, "yield_time_ms": 10000})},
 			}
 		},
 		check: func(r *codexRun) {
@@ -528,6 +536,12 @@ var codexScenarios = []codexScenario{
 				r.sandboxDenied("call-echo", false)
 			}
 			r.deniedBySandbox("call-touch")
+			if r.commandRan("call-tty", 0, "tty-"+r.token) {
+				r.sandboxDenied("call-tty", false)
+				if tty := r.startOf("call-tty").params["tty"]; tty != true {
+					r.t.Errorf("exec_command with tty: process/start had tty %v", tty)
+				}
+			}
 			r.mustNotExist(filepath.Join(r.work, "ro-"+r.token))
 		},
 	},
