@@ -100,7 +100,7 @@ func (p *Proc) started() bool {
 
 func (p *Proc) spawn(sp protocol.StartParams) error {
 	defer close(p.ready)
-	plan, err := planFor(sp.Sandbox)
+	plan, err := planOf(sp.Sandbox)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		if err := checkExecutable(path); err != nil {
 			return protocol.SpawnError(err)
 		}
-		spec, err := plan.Command(path, args, env, dir)
+		spec, err := planCommand(plan, path, args, env, dir)
 		if err != nil {
 			return protocol.Internal("sandbox: %v", err)
 		}

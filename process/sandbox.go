@@ -23,6 +23,14 @@ import (
 // in, ignores the group's signals and dies of SIGKILL like any member,
 // taking the whole namespace with it.
 
+// Seams for this package's tests, which stand in for the policy and
+// kernel sides to check the wiring on its own: the plan of a sandbox
+// parameter, and how to start a command under it.
+var (
+	planOf      = planFor
+	planCommand = (*sandbox.Plan).Command
+)
+
 // planFor parses raw and resolves it into a plan; nil, nil when there is
 // no sandbox. It never returns a plan the kernel cannot enforce.
 func planFor(raw json.RawMessage) (*sandbox.Plan, error) {

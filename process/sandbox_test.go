@@ -1,0 +1,707 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
+)
+
+// Sandboxed processes: real commands under real policies, each in its own
+// temporary directory. The workspace is base/ws; escapes aim at base/x.
+
+// codexWorkspaceWrite is the sandbox codex sends on every process/start in
+// -s workspace-write (shared/spec/codex-client.md), with WORK the
+// workspace. t.TempDir() lies under /tmp or TMPDIR, both writable in that
+// policy, so the test adds one entry making base read-only (more specific
+// than slash_tmp and tmpdir, less than the workspace): the sibling an
+// escape aims at is then outside every writable root wherever TMPDIR is.
+const codexWorkspaceWrite = `{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[
+   {"path":{"type":"special","value":{"kind":"root"}},"access":"read"},
+   {"path":{"type":"special","value":{"kind":"project_roots"}},"access":"write"},
+   {"path":{"type":"special","value":{"kind":"slash_tmp"}},"access":"write"},
+   {"path":{"type":"special","value":{"kind":"tmpdir"}},"access":"write"},
+   {"path":{"type":"special","value":{"kind":"project_roots","subpath":".git"}},"access":"read","missing_path_behavior":"skip"},
+   {"path":{"type":"special","value":{"kind":"project_roots","subpath":".agents"}},"access":"read","missing_path_behavior":"skip"},
+   {"path":{"type":"special","value":{"kind":"project_roots","subpath":".codex"}},"access":"read","missing_path_behavior":"skip"},
+   {"path":{"type":"special","value":{"kind":"project_roots","subpath":".aws"}},"access":"read","missing_path_behavior":"skip"},
+   {"path":{"type":"path","path":"BASE"},"access":"read"}]},
+  "network":"restricted"},
+ "cwd":"WORK","workspaceRoots":["WORK"],"windowsSandboxLevel":"disabled",
+ "windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`
+
+// codexReadOnly is codex's default (read-only) sandbox.
+const codexReadOnly = `{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[
+   {"path":{"type":"special","value":{"kind":"root"}},"access":"read"}]},"network":"restricted"},
+ "cwd":"WORK","workspaceRoots":["WORK"],"windowsSandboxLevel":"disabled",
+ "windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`
+
+// policy fills a policy template for workspace ws (base is its parent).
+func policy(tmpl, ws string) json.RawMessage {
+	r := strings.NewReplacer("WORK", fileURI(ws), "BASE", fileURI(filepath.Dir(ws)))
+	return json.RawMessage(r.Replace(tmpl))
+}
+
+// workspace returns a fresh base/ws, created.
+func workspace(t *testing.T) string {
+	ws := filepath.Join(t.TempDir(), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// sandboxParams runs argv in ws under the policy tmpl.
+func sandboxParams(t *testing.T, id, tmpl, ws string, argv ...string) protocol.StartParams {
+	p := params(t, id, argv...)
+	p.Cwd = fileURI(ws)
+	p.Sandbox = policy(tmpl, ws)
+	return p
+}
+
+// needSandbox skips a test that needs a part of the sandbox that has not
+// landed (or a kernel that cannot sandbox), saying which.
+func needSandbox(t *testing.T) {
+	t.Helper()
+	if s := sandbox.Probe(); !s.Available {
+		t.Skipf("no sandbox on this kernel or kernel side not built: missing %s", s.Missing)
+	}
+	if _, err := planFor(json.RawMessage(`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`)); err != nil {
+		t.Skipf("policy resolution not usable: %v", err)
+	}
+}
+
+// needDenial skips the sandboxDenied assertions while sandbox.Denial is a
+// stub (the policy work implements it).
+func needDenial(t *testing.T) {
+	t.Helper()
+	var d sandbox.Denial
+	d.Write(protocol.StreamStderr, []byte("touch: cannot touch '../x': Read-only file system\n"))
+	if !d.Denied(1) {
+		t.Skip("sandbox.Denial is still a stub")
+	}
+}
+
+func startSandboxed(t *testing.T, m *Manager, p protocol.StartParams) {
+	t.Helper()
+	res, err := m.Start(p)
+	if err != nil {
+		t.Fatalf("Start(%s %q): %v", p.ProcessID, p.Argv, err)
+	}
+	if res.ProcessID != p.ProcessID || res.SandboxType != sandbox.SandboxTypeLinux {
+		t.Fatalf("Start result %+v, want sandboxType %s", res, sandbox.SandboxTypeLinux)
+	}
+}
+
+// exitedEvent returns the process's exited event.
+func exitedEvent(t *testing.T, evs []Event) Event {
+	t.Helper()
+	for _, ev := range evs {
+		if ev.Kind == EventExited {
+			return ev
+		}
+	}
+	t.Fatalf("no exited event: %s", describeEvents(evs))
+	return Event{}
+}
+
+// modes runs f with the session's spawner and with direct children.
+func modes(t *testing.T, f func(t *testing.T, opts Options)) {
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
+			t.Parallel()
+			f(t, Options{DirectChildren: direct})
+		})
+	}
+}
+
+// protectedNames are the protected subpaths codex's workspace-write policy
+// names; a missing one is masked while the sandbox lives and must not be
+// left on the host (Spec.Release).
+var protectedNames = []string{".git", ".agents", ".codex", ".aws"}
+
+func checkNoTraces(t *testing.T, ws string) {
+	t.Helper()
+	for _, name := range protectedNames {
+		if _, err := os.Lstat(filepath.Join(ws, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left on the host after the sandbox: %v", name, err)
+		}
+	}
+}
+
+func TestSandboxWorkspaceWrite(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	modes(t, func(t *testing.T, opts Options) {
+		m, sink := newTestManager(t, opts)
+		ws := workspace(t)
+		base := filepath.Dir(ws)
+		tests := []struct {
+			id, script string
+			code       int
+			out        string // in the output
+			denied     bool
+		}{
+			{"inside", "echo ok > inside && cat inside", 0, "ok\n", false},
+			{"tmp", "d=$(mktemp -d /tmp/sbx.XXXXXX) && echo t > $d/f && cat $d/f && rm -r $d", 0, "t\n", false},
+			{"sibling", "touch ../x", 1, "Read-only file system", true},
+			{"false", "false", 1, "", false},
+			{"exit3", "exit 3", 3, "", false},
+			{"grep", "echo a | grep b", 1, "", false},
+		}
+		for _, tt := range tests {
+			startSandboxed(t, m, sandboxParams(t, tt.id, codexWorkspaceWrite, ws, "/bin/sh", "-c", tt.script))
+		}
+		for _, tt := range tests {
+			evs := sink.waitClosed(t, tt.id)
+			ex := exitedEvent(t, evs)
+			if out := output(evs, ""); ex.ExitCode != tt.code || !strings.Contains(out, tt.out) {
+				t.Errorf("%s: exit %d output %q, want %d and %q", tt.id, ex.ExitCode, out, tt.code, tt.out)
+			}
+			res, err := m.Read(context.Background(), protocol.ReadParams{ProcessID: tt.id})
+			if err != nil || !res.Exited || res.ExitCode == nil || *res.ExitCode != tt.code {
+				t.Fatalf("%s: read %+v %v", tt.id, res, err)
+			}
+			t.Run("denied/"+tt.id, func(t *testing.T) {
+				needDenial(t)
+				if ex.SandboxDenied != tt.denied || res.SandboxDenied != tt.denied {
+					t.Errorf("sandboxDenied exited=%v read=%v, want %v", ex.SandboxDenied, res.SandboxDenied, tt.denied)
+				}
+			})
+		}
+		if b, err := os.ReadFile(filepath.Join(ws, "inside")); err != nil || string(b) != "ok\n" {
+			t.Errorf("the write inside the workspace did not land: %q %v", b, err)
+		}
+		if _, err := os.Lstat(filepath.Join(base, "x")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the escape left %s: %v", filepath.Join(base, "x"), err)
+		}
+		checkNoTraces(t, ws)
+	})
+}
+
+func TestSandboxReadOnly(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	m, sink := newTestManager(t, Options{})
+	ws := workspace(t)
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("content\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startSandboxed(t, m, sandboxParams(t, "cat", codexReadOnly, ws, "cat", "f"))
+	startSandboxed(t, m, sandboxParams(t, "write", codexReadOnly, ws, "sh", "-c", "echo x > f"))
+	startSandboxed(t, m, sandboxParams(t, "new", codexReadOnly, ws, "touch", "new"))
+	evs := sink.waitClosed(t, "cat")
+	if got := output(evs, ""); got != "content\n" || exitedEvent(t, evs).ExitCode != 0 {
+		t.Errorf("cat: %s", describeEvents(evs))
+	}
+	for _, id := range []string{"write", "new"} {
+		evs := sink.waitClosed(t, id)
+		ex := exitedEvent(t, evs)
+		if ex.ExitCode == 0 || !strings.Contains(output(evs, ""), "Read-only file system") {
+			t.Errorf("%s: %s", id, describeEvents(evs))
+		}
+		t.Run("denied/"+id, func(t *testing.T) {
+			needDenial(t)
+			if !ex.SandboxDenied {
+				t.Error("sandboxDenied false")
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "f")); string(b) != "content\n" {
+		t.Errorf("f changed: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("new file created under a read-only policy: %v", err)
+	}
+}
+
+// TestSandboxType: any sandbox value, even disabled, answers linuxSeccomp
+// (and runs the command); none or null answers none.
+func TestSandboxType(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	m, sink := newTestManager(t, Options{})
+	ws := workspace(t)
+	tests := []struct {
+		id, sandbox, want string
+	}{
+		{"absent", "", "none"},
+		{"null", "null", "none"},
+		{"disabled", `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`, sandbox.SandboxTypeLinux},
+		{"external", `{"permissions":{"type":"external","network":"enabled"},"windowsSandboxLevel":"disabled"}`, sandbox.SandboxTypeLinux},
+		{"unrestricted", `{"permissions":{"type":"managed","file_system":{"type":"unrestricted"},"network":"restricted"},"windowsSandboxLevel":"disabled"}`, sandbox.SandboxTypeLinux},
+		{"read-only", policyString(codexReadOnly, ws), sandbox.SandboxTypeLinux},
+	}
+	for _, tt := range tests {
+		p := params(t, tt.id, "sh", "-c", "echo ran")
+		p.Cwd = fileURI(ws)
+		if tt.sandbox != "" {
+			p.Sandbox = json.RawMessage(tt.sandbox)
+		}
+		res, err := m.Start(p)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.id, err)
+		}
+		if res.SandboxType != tt.want {
+			t.Errorf("%s: sandboxType %q, want %q", tt.id, res.SandboxType, tt.want)
+		}
+	}
+	for _, tt := range tests {
+		evs := sink.waitClosed(t, tt.id)
+		ex := exitedEvent(t, evs)
+		if output(evs, "") != "ran\n" || ex.ExitCode != 0 || ex.SandboxDenied {
+			t.Errorf("%s: %s denied=%v", tt.id, describeEvents(evs), ex.SandboxDenied)
+		}
+	}
+}
+
+func policyString(tmpl, ws string) string { return string(policy(tmpl, ws)) }
+
+// TestSandboxEnv: the command sees exactly the requested environment, none
+// of the init's.
+func TestSandboxEnv(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	envBin, err := exec.LookPath("env")
+	if err != nil {
+		t.Skip("no env program")
+	}
+	m, sink := newTestManager(t, Options{})
+	ws := workspace(t)
+	tests := []struct {
+		id   string
+		env  map[string]string
+		want string
+	}{
+		{"empty", map[string]string{}, ""},
+		{"exact", map[string]string{"B": "x y", "A": "1", "EMPTY": ""}, "A=1\nB=x y\nEMPTY=\n"},
+	}
+	for _, tt := range tests {
+		p := sandboxParams(t, tt.id, codexWorkspaceWrite, ws, envBin)
+		p.Env = tt.env
+		startSandboxed(t, m, p)
+	}
+	for _, tt := range tests {
+		if got := output(sink.waitClosed(t, tt.id), ""); got != tt.want {
+			t.Errorf("%s: env %q, want %q", tt.id, got, tt.want)
+		}
+	}
+}
+
+// TestSandboxPTY: terminal, size, resize and stdin through the PTY.
+func TestSandboxPTY(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	modes(t, func(t *testing.T, opts Options) {
+		m, sink := newTestManager(t, opts)
+		ws := workspace(t)
+		p := sandboxParams(t, "pty", codexWorkspaceWrite, ws, "sh", "-c", `tty; stty size; echo ready; read line; stty size; echo "got $line"`)
+		p.TTY = true
+		rows, cols := uint16(30), uint16(100)
+		p.Rows, p.Cols = &rows, &cols
+		startSandboxed(t, m, p)
+		sink.waitOutput(t, "pty", "ready")
+		if err := m.Resize(protocol.ResizeParams{ProcessID: "pty", Rows: 40, Cols: 120}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Write(protocol.WriteParams{ProcessID: "pty", Chunk: []byte("hello\n"), WriteID: str("1")}); err != nil {
+			t.Fatal(err)
+		}
+		evs := sink.waitClosed(t, "pty")
+		out := output(evs, protocol.StreamPTY)
+		for _, want := range []string{"/dev/pts/", "30 100\r\n", "40 120\r\n", "got hello\r\n"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("pty output %q lacks %q", out, want)
+			}
+		}
+		if ex := exitedEvent(t, evs); ex.ExitCode != 0 || ex.SandboxDenied {
+			t.Errorf("exit %d denied %v", ex.ExitCode, ex.SandboxDenied)
+		}
+	})
+}
+
+// TestSandboxStdin: a stdin pipe, process/write and its end.
+func TestSandboxStdin(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	m, sink := newTestManager(t, Options{})
+	ws := workspace(t)
+	p := sandboxParams(t, "cat", codexWorkspaceWrite, ws, "cat")
+	p.PipeStdin = true
+	startSandboxed(t, m, p)
+	for i, chunk := range []string{"one\n", "two\n"} {
+		res, err := m.Write(protocol.WriteParams{ProcessID: "cat", Chunk: []byte(chunk), WriteID: str(strconv.Itoa(i))})
+		if err != nil || res.Status != protocol.WriteAccepted {
+			t.Fatalf("write: %+v %v", res, err)
+		}
+	}
+	sink.waitOutput(t, "cat", "one\ntwo\n")
+	if err := m.CloseStdin("cat"); err != nil {
+		t.Fatal(err)
+	}
+	evs := sink.waitClosed(t, "cat")
+	if got := output(evs, protocol.StreamStdout); got != "one\ntwo\n" || exitedEvent(t, evs).ExitCode != 0 {
+		t.Errorf("cat: %s", describeEvents(evs))
+	}
+}
+
+// TestSandboxSignal: signals to the group reach the command (the init
+// ignores them), and the init exits with the command's status.
+func TestSandboxSignal(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	m, sink := newTestManager(t, Options{})
+	ws := workspace(t)
+	for _, tty := range []bool{false, true} {
+		// A bare sleep dies of SIGINT: 130.
+		id := "sleep-" + strconv.FormatBool(tty)
+		p := sandboxParams(t, id, codexWorkspaceWrite, ws, "sleep", "30")
+		p.TTY = tty
+		startSandboxed(t, m, p)
+		// A shell that traps it.
+		tid := "trap-" + strconv.FormatBool(tty)
+		p = sandboxParams(t, tid, codexWorkspaceWrite, ws, "sh", "-c", `trap 'echo got INT; exit 5' INT; echo ready; while :; do sleep 0.02; done`)
+		p.TTY = tty
+		startSandboxed(t, m, p)
+		sink.waitOutput(t, tid, "ready")
+		// sleep has had time to exec too only if it is running: wait
+		// until the init has a child.
+		waitCommand(t, m, id)
+		for _, pid := range []string{id, tid} {
+			if err := m.Signal(protocol.SignalParams{ProcessID: pid, Signal: "interrupt"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if evs := sink.waitClosed(t, id); exitedEvent(t, evs).ExitCode != 130 {
+			t.Errorf("%s: %s, want exit 130", id, describeEvents(evs))
+		}
+		evs := sink.waitClosed(t, tid)
+		if !strings.Contains(output(evs, ""), "got INT") || exitedEvent(t, evs).ExitCode != 5 {
+			t.Errorf("%s: %s", tid, describeEvents(evs))
+		}
+	}
+}
+
+// waitCommand waits until the sandbox's init of process id has a child
+// (the command), so that a signal finds it.
+func waitCommand(t *testing.T, m *Manager, id string) {
+	t.Helper()
+	proc := m.get(id)
+	proc.mu.Lock()
+	init := proc.pid
+	proc.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(hostChildren(init)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the init %d of %s has no child", init, id)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// hostChildren lists pid's children, as the host sees them.
+func hostChildren(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(s); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+var tokenSeq atomic.Int64
+
+// sleepToken returns a sleep duration no other process uses, to find the
+// sleep on the host by its command line (pids inside the sandbox are its
+// PID namespace's).
+func sleepToken() string {
+	return fmt.Sprintf("%d.%09d", 3000+tokenSeq.Add(1), time.Now().Nanosecond())
+}
+
+// hostPids returns the pids of the live processes whose command line has
+// arg.
+func hostPids(arg string) []int {
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == arg {
+				pid, _ := strconv.Atoi(filepath.Base(d))
+				if alive(pid) {
+					out = append(out, pid)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// waitHostPids waits until n processes have arg on their command line.
+func waitHostPids(t *testing.T, arg string, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := hostPids(arg)
+		if len(pids) >= n {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes with %q, want %d", len(pids), arg, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSandboxTerminate: process/terminate kills the init and with it the
+// whole sandbox, a descendant that left the group (setsid) included.
+func TestSandboxTerminate(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	modes(t, func(t *testing.T, opts Options) {
+		m, sink := newTestManager(t, opts)
+		ws := workspace(t)
+		for _, tty := range []bool{false, true} {
+			id := "t-" + strconv.FormatBool(tty)
+			tok := sleepToken()
+			// A background sleep in the group, a setsid one whose
+			// parent has exited, and a foreground wait.
+			script := fmt.Sprintf(`sleep %s & setsid sh -c 'sleep %s' & echo ready; wait`, tok, tok)
+			p := sandboxParams(t, id, codexWorkspaceWrite, ws, "sh", "-c", script)
+			p.TTY = tty
+			startSandboxed(t, m, p)
+			sink.waitOutput(t, id, "ready")
+			pids := waitHostPids(t, tok, 2)
+			t.Cleanup(func() {
+				for _, pid := range pids {
+					_ = killPid(pid)
+				}
+			})
+			if res := m.Terminate(protocol.TerminateParams{ProcessID: id}); !res.Running {
+				t.Errorf("%s: terminate of a running process: running false", id)
+			}
+			evs := sink.waitClosed(t, id)
+			if ex := exitedEvent(t, evs); ex.ExitCode != 137 || ex.SandboxDenied {
+				t.Errorf("%s: exit %d denied %v, want 137 false", id, ex.ExitCode, ex.SandboxDenied)
+			}
+			waitDead(t, pids...)
+		}
+		checkNoTraces(t, ws)
+	})
+}
+
+// TestSandboxCloseKillsEverything: the session's end leaves nothing of a
+// sandbox behind, a setsid daemon included.
+func TestSandboxCloseKillsEverything(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	modes(t, func(t *testing.T, opts Options) {
+		sink := newRecSink()
+		m := NewManager(opts, sink)
+		ws := workspace(t)
+		tok := sleepToken()
+		startSandboxed(t, m, sandboxParams(t, "d", codexWorkspaceWrite, ws, "sh", "-c",
+			fmt.Sprintf(`setsid sh -c 'sleep %s' </dev/null >/dev/null 2>&1 & sleep %s & echo ready; wait`, tok, tok)))
+		sink.waitOutput(t, "d", "ready")
+		pids := waitHostPids(t, tok, 2)
+		t.Cleanup(func() {
+			for _, pid := range pids {
+				_ = killPid(pid)
+			}
+		})
+		done := make(chan struct{})
+		go func() { m.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close did not return within 10s")
+		}
+		waitDead(t, pids...)
+		checkNoTraces(t, ws)
+	})
+}
+
+// TestSandboxStartErrors: policy errors as Parse returns them, the
+// unsandboxed errors for a bad cwd or program, and no trace left by a
+// failed start.
+func TestSandboxStartErrors(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestManager(t, Options{})
+	ws := workspace(t)
+	p := params(t, "e", "true")
+	p.Sandbox = json.RawMessage(`{}`)
+	_, err := m.Start(p)
+	wantErr(t, err, protocol.CodeInvalidParams, "missing field `permissions`")
+	p.Sandbox = json.RawMessage(`{"permissions":{"type":"read-only"},"windowsSandboxLevel":"disabled"}`)
+	_, err = m.Start(p)
+	wantErr(t, err, protocol.CodeInvalidParams, "unknown variant `read-only`")
+
+	needSandbox(t)
+	tests := []struct {
+		name, cwd string
+		argv      []string
+		msg       string
+	}{
+		{"missing cwd", filepath.Join(ws, "nope"), []string{"true"}, "No such file or directory (os error 2)"},
+		{"missing program", ws, []string{"/nonexistent/prog"}, "No such file or directory (os error 2)"},
+		{"not executable", ws, []string{"/etc/hostname"}, "Permission denied (os error 13)"},
+		{"directory", ws, []string{"/"}, "Permission denied (os error 13)"},
+	}
+	for _, tt := range tests {
+		p := sandboxParams(t, "e", codexWorkspaceWrite, ws, tt.argv...)
+		p.Cwd = fileURI(tt.cwd)
+		_, err := m.Start(p)
+		wantErr(t, err, protocol.CodeInternal, tt.msg)
+	}
+	checkNoTraces(t, ws)
+	// None of the failures consumed the id.
+	startSandboxed(t, m, sandboxParams(t, "e", codexWorkspaceWrite, ws, "true"))
+}
+
+// TestSandboxFailClosed: when the kernel lacks a feature the sandbox needs,
+// a sandboxed start fails with -32603 naming it and nothing runs. Not
+// parallel: it sets the kernel side's simulation hook in the environment.
+func TestSandboxFailClosed(t *testing.T) {
+	if s := sandbox.Probe(); !s.Available {
+		t.Skipf("no sandbox to simulate a missing feature of: missing %s", s.Missing)
+	}
+	t.Setenv("EXEC_SERVER_SANDBOX_SIMULATE_MISSING", "landlock")
+	m, sink := newTestManager(t, Options{})
+	ws := workspace(t)
+	for _, tmpl := range []string{codexWorkspaceWrite, codexReadOnly, `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`} {
+		p := params(t, "f", "touch", filepath.Join(ws, "ran"))
+		p.Sandbox = policy(tmpl, ws)
+		_, err := m.Start(p)
+		wantErr(t, err, protocol.CodeInternal, "sandbox not available")
+		if !strings.Contains(strings.ToLower(err.Error()), "landlock") {
+			t.Errorf("the error does not name what is missing: %v", err)
+		}
+	}
+	if len(sink.of("f")) != 0 {
+		t.Error("a refused start emitted events")
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "ran")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran unconfined: %v", err)
+	}
+	// Without a sandbox the same start runs.
+	mustStart(t, m, params(t, "f", "true"))
+}
+
+// killPid is a test's last resort for a process it failed to kill.
+func killPid(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// TestSandboxWiring checks the process side alone, with stand-ins for the
+// policy and kernel sides: the Spec is started instead of the command, in
+// the namespaces and with the ID maps it asks for, through the spawner and
+// directly; the result says linuxSeccomp; Release runs exactly once, after
+// the reap or after a failed start; a terminate kills the namespace's
+// init. Not parallel: it swaps the package's seams.
+func TestSandboxWiring(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the stand-in starts namespaces without a user namespace: needs root")
+	}
+	var releases atomic.Int32
+	var lastCommand atomic.Pointer[[]string]
+	oldPlan, oldCommand := planOf, planCommand
+	t.Cleanup(func() { planOf, planCommand = oldPlan, oldCommand })
+	planOf = func(raw json.RawMessage) (*sandbox.Plan, error) {
+		pol, err := sandbox.Parse(raw)
+		if err != nil || pol == nil {
+			return nil, err
+		}
+		return &sandbox.Plan{}, nil
+	}
+	planCommand = func(_ *sandbox.Plan, path string, argv, env []string, dir string) (*sandbox.Spec, error) {
+		cmd := append([]string{path, dir}, argv...)
+		lastCommand.Store(&cmd)
+		// The init stand-in: a shell, PID 1 of a new PID namespace in a
+		// user namespace whose root is host uid 65534, that says so.
+		return &sandbox.Spec{
+			Path:        "/bin/sh",
+			Argv:        []string{"sh", "-c", `echo "pid=$$ uid=$(cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //')"; echo ready; eval "$SCRIPT"`},
+			Env:         append([]string{"PATH=/usr/bin:/bin"}, env...),
+			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+			UidMappings: []sandbox.IDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+			GidMappings: []sandbox.IDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+			Release:     func() { releases.Add(1) },
+		}, nil
+	}
+	disabled := json.RawMessage(`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`)
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
+			releases.Store(0)
+			m, sink := newTestManager(t, Options{DirectChildren: direct})
+			ws := workspace(t)
+			p := params(t, "w", "true", "arg")
+			p.Cwd = fileURI(ws)
+			p.Sandbox = disabled
+			p.Env = map[string]string{"SCRIPT": "exit 7"}
+			startSandboxed(t, m, p)
+			evs := sink.waitClosed(t, "w")
+			if out := output(evs, ""); !strings.Contains(out, "pid=1 uid=0 65534 1\n") || exitedEvent(t, evs).ExitCode != 7 {
+				t.Errorf("stand-in init: %s", describeEvents(evs))
+			}
+			truePath, _ := exec.LookPath("true")
+			if got, want := *lastCommand.Load(), []string{truePath, ws, "true", "arg"}; strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("Command got %q, want %q", got, want)
+			}
+			if n := releases.Load(); n != 1 {
+				t.Errorf("Release ran %d times after the reap, want 1", n)
+			}
+
+			// A failed start releases too.
+			p.ProcessID = "missing-cwd"
+			p.Cwd = fileURI(filepath.Join(ws, "nope"))
+			_, err := m.Start(p)
+			wantErr(t, err, protocol.CodeInternal, "No such file or directory (os error 2)")
+			if n := releases.Load(); n != 2 {
+				t.Errorf("Release ran %d times in all after a failed start, want 2", n)
+			}
+
+			// Terminate kills PID 1 of the namespace, so everything in it
+			// dies, a setsid grandchild included.
+			tok := sleepToken()
+			p.ProcessID, p.Cwd, p.TTY = "t", fileURI(ws), true
+			p.Env = map[string]string{"SCRIPT": fmt.Sprintf(`setsid sleep %s & sleep %s`, tok, tok)}
+			startSandboxed(t, m, p)
+			sink.waitOutput(t, "t", "ready")
+			pids := waitHostPids(t, tok, 2)
+			t.Cleanup(func() {
+				for _, pid := range pids {
+					_ = killPid(pid)
+				}
+			})
+			if res := m.Terminate(protocol.TerminateParams{ProcessID: "t"}); !res.Running {
+				t.Error("terminate: running false")
+			}
+			if code := exitCode(t, sink.waitClosed(t, "t")); code != 137 {
+				t.Errorf("exit %d, want 137", code)
+			}
+			waitDead(t, pids...)
+			if n := releases.Load(); n != 3 {
+				t.Errorf("Release ran %d times in all, want 3", n)
+			}
+		})
+	}
+}
