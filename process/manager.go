@@ -3,6 +3,11 @@
 // sequence, retaining recent output for process/read, long-poll reads, stdin
 // writes and signals. It knows the protocol's types but nothing of
 // connections or framing: events go to a Sink.
+//
+// A process/start with a sandbox parameter runs its command confined by
+// the policy (package sandbox; see sandbox.go here): it fails closed when
+// the kernel cannot build the sandbox, answers sandboxType linuxSeccomp,
+// and reports sandboxDenied on its exit.
 package process
 
 import (
