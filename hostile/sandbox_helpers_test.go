@@ -142,17 +142,13 @@ type sbxMode struct {
 var sbxModes = []sbxMode{{"root", -1}, {"nonroot", nobody}}
 
 // userNSForbidden reports why an unprivileged user cannot create a user
-// namespace here, or "" when it can.
+// namespace here, or "" when it can: the probe, run as nobody, starts a
+// child in a new user namespace (the clone is nobody's own).
 func userNSForbidden() string {
-	cmd := exec.Command("/bin/true")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential:  &syscall.Credential{Uid: nobody, Gid: nobody},
-		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: nobody, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: nobody, Size: 1}},
-	}
-	if err := cmd.Run(); err != nil {
-		return fmt.Sprintf("the kernel forbids unprivileged user namespaces (uid %d: %v)", nobody, err)
+	cmd := exec.Command(sbxProbe, "userns")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Sprintf("the kernel forbids unprivileged user namespaces (uid %d: %v: %s)", nobody, err, strings.TrimSpace(string(out)))
 	}
 	return ""
 }
@@ -231,6 +227,13 @@ func startSandboxServer(t *testing.T, m sbxMode, env ...string) *server {
 		s.addr = strings.TrimPrefix(line, "ws://")
 	case <-time.After(10 * time.Second):
 		t.Fatalf("server printed no URL; stderr: %s", s.stderr.String())
+	}
+	if m.uid >= 0 {
+		// The row is meaningful only if the server really is unprivileged.
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid()))
+		if want := fmt.Sprintf("\nUid:\t%d\t%d\t%d\t%d\n", m.uid, m.uid, m.uid, m.uid); !strings.Contains(string(status), want) {
+			t.Fatalf("the server does not run as uid %d:\n%s", m.uid, status)
+		}
 	}
 	return s
 }

@@ -12,6 +12,7 @@ const probeSource = `package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sort"
 	"strconv"
@@ -202,6 +203,16 @@ func main() {
 			check(op, "chdir", syscall.Chdir(arg(1)))
 		}
 		check(op, "write", os.WriteFile("f", []byte("deep"), 0o644))
+	case "userns":
+		// Whether this (unprivileged) user may create a user namespace:
+		// a child in a new one, mapped to ourselves.
+		cmd := exec.Command("/bin/true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		}
+		check(op, "clone", cmd.Run())
 	case "unshare-user":
 		check(op, "unshare", syscall.Unshare(syscall.CLONE_NEWUSER))
 	default:
