@@ -147,6 +147,7 @@ func case01Outside(t *testing.T, c *sbxClient) {
 	if r.StartErr == nil && !strings.Contains(r.Output, erofs) {
 		t.Errorf("mismatch: touch ../OUT/x: output %q, want %q", r.Output, erofs)
 	}
+	wantProcDenied(t, "touch ../OUT/x on a PTY", c.runIn(fx.WORK, []string{"touch", "../OUT/x_tty"}, nil, true), true)
 	wantProcDenied(t, "rm -rf ../OUT/victim", c.run([]string{"rm", "-rf", "../OUT/victim"}, nil), true)
 	wantProcDenied(t, "mkdir ../OUT/d", c.run([]string{"mkdir", "../OUT/d"}, nil), true)
 	wantProcDenied(t, "cp in.txt ../OUT/", c.run([]string{"cp", "in.txt", "../OUT/"}, nil), true)
@@ -419,6 +420,13 @@ func case13Proc(t *testing.T, c *sbxClient) {
 	wantProcDenied(t, "echo > /proc/self/cwd/../OUT/x", c.run([]string{"sh", "-c", "echo x > /proc/self/cwd/../OUT/x"}, nil), false)
 	wantProcDenied(t, "fd magic link: exec 3<../OUT; echo > /proc/self/fd/3/x", c.run([]string{"sh", "-c", "exec 3<../OUT && echo x > /proc/self/fd/3/x"}, nil), false)
 	wantProcDenied(t, "chmod via /proc/self/root", c.run(probeCmd("chmod", "/proc/self/root"+fx.o("secret.txt")), nil), false)
+	// Informational (§2, §9.5): a full-read policy reads in the server's
+	// own process, where /proc/self is the server.
+	if data, err := c.readFile("/proc/self/environ"); err == nil && strings.Contains(data, "TMPDIR=") {
+		t.Logf("informational: fs/readFile /proc/self/environ under a full-read sandbox returns the server's environment (%d bytes), as the reference", len(data))
+	} else {
+		t.Logf("informational: fs/readFile /proc/self/environ under a full-read sandbox: %v", err)
+	}
 }
 
 // setup14Existing creates every protected subpath with content.
@@ -1050,6 +1058,18 @@ func case25Network(t *testing.T, c *sbxClient) {
 		}
 	}
 	wantProcOK(t, "control: AF_UNIX socketpair", c.run(probeCmd("socketpair"), nil))
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		// What a real tool does: an interpreter's socket() and connect().
+		port := tcpAddr[strings.LastIndexByte(tcpAddr, ':')+1:]
+		for _, code := range []string{
+			"import socket; s = socket.socket(); s.connect(('127.0.0.1', " + port + "))",
+			"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); s.connect(('127.0.0.1', " + port + "))",
+			"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('127.0.0.1', " + udpAddr[strings.LastIndexByte(udpAddr, ':')+1:] + "))",
+		} {
+			wantProcDenied(t, "python3 -c "+code, c.run([]string{"/usr/bin/python3", "-c", code}, nil), true)
+		}
+		wantProcOK(t, "control: python3 AF_UNIX socketpair", c.run([]string{"/usr/bin/python3", "-c", "import os, socket; a, b = socket.socketpair(); os.write(a.fileno(), b'x'); assert os.read(b.fileno(), 1) == b'x'"}, nil))
+	}
 	time.Sleep(100 * time.Millisecond) // let a datagram that got out arrive
 	if n := accepted.Load(); n > 0 {
 		t.Errorf("HOLE: the host TCP listener accepted %d connections from the sandbox", n)
