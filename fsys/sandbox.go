@@ -218,8 +218,14 @@ func refuseProtectedRemove(plan *sandbox.Plan, p string) error {
 		if m.Protected {
 			what = "it is a protected path of the sandbox"
 		}
+		// A root may be an alias (a symlink) of the directory it makes
+		// writable; a protected symlink is masked itself, not its target.
 		names := []string{m.Path}
-		if real, err := realpath(m.Path); err == nil && real != m.Path {
+		if m.Protected {
+			if parent, err := realpath(filepath.Dir(m.Path)); err == nil {
+				names = append(names, filepath.Join(parent, filepath.Base(m.Path)))
+			}
+		} else if real, err := realpath(m.Path); err == nil {
 			names = append(names, real)
 		}
 		for _, t := range targets {

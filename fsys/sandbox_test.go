@@ -606,9 +606,16 @@ func TestRefuseProtectedRemove(t *testing.T) {
 	dir := t.TempDir()
 	w := dir + "/work"
 	writeTestFile(t, w+"/sub/f", nil)
+	if err := os.Symlink("sub", w+"/.codex"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(w, dir+"/alias"); err != nil {
+		t.Fatal(err)
+	}
 	plan := &sandbox.Plan{Root: sandbox.AccessRead, Mounts: []sandbox.Mount{
-		{Path: w, Access: sandbox.AccessWrite, Dir: true},
-		{Path: w + "/.git", Access: sandbox.AccessRead, Protected: true, Missing: true, Dir: true},
+		{Path: dir + "/alias", Access: sandbox.AccessWrite, Dir: true},
+		{Path: dir + "/alias/.git", Access: sandbox.AccessRead, Protected: true, Missing: true, Dir: true},
+		{Path: dir + "/alias/.codex", Access: sandbox.AccessRead, Protected: true},
 		{Path: w + "/sub/ro", Access: sandbox.AccessRead, Dir: true},
 	}}
 	for _, tc := range []struct {
@@ -619,7 +626,9 @@ func TestRefuseProtectedRemove(t *testing.T) {
 		{w + "/sub/..", "writable root"},
 		{dir, "holds"},
 		{w + "/.git", "protected"},
-		{w + "/sub", ""},
+		{dir + "/alias/.git", "protected"},
+		{w + "/.codex", "protected"},
+		{w + "/sub", ""}, // the target of the protected symlink .codex
 		{w + "/sub/f", ""},
 		{w + "/sub/ro", ""}, // read-only: the kernel says EROFS
 	} {
