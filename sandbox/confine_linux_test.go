@@ -1,0 +1,633 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// The test binary is also the sandbox helper (MaybeMain) and, with
+// probeEnv set, a probe command run inside sandboxes: each argument
+// "op:arg" prints "op:arg=RESULT" (ok, an errno name, or a value).
+const probeEnv = "SANDBOX_TEST_PROBE"
+
+func TestMain(m *testing.M) {
+	MaybeMain()
+	if os.Getenv(probeEnv) == "1" {
+		for _, a := range os.Args[1:] {
+			op, arg, _ := strings.Cut(a, ":")
+			fmt.Printf("%s=%s\n", a, probe(op, arg))
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func errnoOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return unix.ErrnoName(e)
+	}
+	return err.Error()
+}
+
+// probe runs one check (in the sandboxed command or in a Run op).
+func probe(op, arg string) string {
+	switch op {
+	case "write":
+		return errnoOf(os.WriteFile(arg, []byte("x"), 0o644))
+	case "read":
+		_, err := os.ReadFile(arg)
+		return errnoOf(err)
+	case "mkdir":
+		return errnoOf(os.Mkdir(arg, 0o755))
+	case "chmod":
+		return errnoOf(os.Chmod(arg, 0o600))
+	case "mknod":
+		return errnoOf(unix.Mknod(arg, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))))
+	case "socket":
+		dom, typ, proto := unix.AF_INET, unix.SOCK_STREAM, 0
+		switch arg {
+		case "udp":
+			typ = unix.SOCK_DGRAM
+		case "mptcp":
+			proto = 262
+		case "unix":
+			dom = unix.AF_UNIX
+		}
+		fd, err := unix.Socket(dom, typ, proto)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return errnoOf(err)
+	case "connect":
+		c, err := net.DialTimeout("tcp", arg, 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return errnoOf(err)
+	case "status": // the lines of /proc/self/status named by arg (comma list)
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return errnoOf(err)
+		}
+		var out []string
+		for _, l := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(l, ":")
+			for _, want := range strings.Split(arg, ",") {
+				if k == want {
+					out = append(out, k+"="+strings.TrimSpace(v))
+				}
+			}
+		}
+		return strings.Join(out, ";")
+	case "ppid":
+		return fmt.Sprint(os.Getppid())
+	case "fds": // the open descriptors whose target contains arg
+		ents, _ := os.ReadDir("/proc/self/fd")
+		var hits []string
+		for _, e := range ents {
+			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.Contains(l, arg) {
+				hits = append(hits, e.Name()+"->"+l)
+			}
+		}
+		return strings.Join(hits, ";")
+	case "userns":
+		_, err := syscall.ForkExec("/bin/true", nil, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}})
+		return errnoOf(err)
+	case "env":
+		return strings.Join(os.Environ(), ";")
+	}
+	return "unknown op " + op
+}
+
+type fsReq struct {
+	Op, Arg string
+}
+
+func init() {
+	RegisterOp("test.probe", func(req []byte) ([]byte, *os.File) {
+		var r fsReq
+		if err := json.Unmarshal(req, &r); err != nil {
+			return []byte(err.Error()), nil
+		}
+		if r.Op == "open" {
+			f, err := os.Open(r.Arg)
+			if err != nil {
+				return []byte(errnoOf(err)), nil
+			}
+			return []byte("ok"), f
+		}
+		return []byte(probe(r.Op, r.Arg)), nil
+	})
+}
+
+func needSandbox(t *testing.T) {
+	t.Helper()
+	if s := Probe(); !s.Available {
+		if os.Getenv("SANDBOX_TEST_NONROOT") == "1" {
+			t.Skip("sandbox not available: " + s.Missing)
+		}
+		t.Fatalf("sandbox not available: %s", s.Missing)
+	}
+}
+
+// runOp runs the test.probe op confined by p.
+func runOp(t *testing.T, p *Plan, op, arg string) string {
+	t.Helper()
+	req, _ := json.Marshal(fsReq{op, arg})
+	reply, f, err := p.Run(context.Background(), "test.probe", req)
+	if err != nil {
+		t.Fatalf("Run %s %s: %v", op, arg, err)
+	}
+	if f != nil {
+		f.Close()
+	}
+	return string(reply)
+}
+
+// fixture makes ws (writable) and out (a sibling, outside every root)
+// in a fresh temporary directory, with out/secret.txt.
+func fixture(t *testing.T) (ws, out string) {
+	t.Helper()
+	dir := t.TempDir()
+	ws, out = filepath.Join(dir, "ws"), filepath.Join(dir, "out")
+	for _, d := range []string{ws, out} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(out, "secret.txt"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ws, out
+}
+
+func workspaceWrite(ws string) *Plan {
+	return &Plan{Root: AccessRead, Mounts: []Mount{{Path: ws, Access: AccessWrite, Dir: true}}}
+}
+
+func TestRunWritableRoot(t *testing.T) {
+	needSandbox(t)
+	ws, out := fixture(t)
+	p := workspaceWrite(ws)
+	tests := []struct{ op, arg, want string }{
+		{"write", filepath.Join(ws, "in.txt"), "ok"},
+		{"mkdir", filepath.Join(ws, "sub"), "ok"},
+		{"write", filepath.Join(out, "x.txt"), "EROFS"},
+		{"write", filepath.Join(out, "secret.txt"), "EROFS"},
+		{"chmod", filepath.Join(out, "secret.txt"), "EROFS"},
+		{"read", filepath.Join(out, "secret.txt"), "ok"},
+		{"write", "/dev/null", "ok"},
+		{"socket", "tcp", "EPERM"},
+		{"socket", "unix", "ok"},
+		{"write", "/proc/sys/kernel/hostname", "EROFS"},
+	}
+	for _, tc := range tests {
+		if got := runOp(t, p, tc.op, tc.arg); got != tc.want {
+			t.Errorf("%s %s = %s, want %s", tc.op, tc.arg, got, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, "in.txt")); err != nil {
+		t.Errorf("the write inside did not land: %v", err)
+	}
+	assertTree(t, out, "secret.txt")
+}
+
+// assertTree fails unless dir holds exactly names.
+func assertTree(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Errorf("%s holds %v, want %v", dir, got, names)
+	}
+}
+
+func TestRunProtectedAndDenied(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("cfg"), 0o644)
+	os.WriteFile(filepath.Join(ws, "denied.txt"), []byte("no"), 0o644)
+	os.MkdirAll(filepath.Join(ws, "denydir"), 0o755)
+	os.WriteFile(filepath.Join(ws, "denydir", "x.txt"), []byte("no"), 0o644)
+	os.Mkdir(filepath.Join(ws, "decoy"), 0o755)
+	os.Symlink("decoy", filepath.Join(ws, ".agents"))
+	p := workspaceWrite(ws)
+	p.Mounts = append(p.Mounts,
+		Mount{Path: filepath.Join(ws, ".agents"), Access: AccessRead, Protected: true},
+		Mount{Path: filepath.Join(ws, ".codex"), Access: AccessRead, Protected: true, Missing: true, Dir: true},
+		Mount{Path: filepath.Join(ws, ".git"), Access: AccessRead, Protected: true, Dir: true},
+		Mount{Path: filepath.Join(ws, "denied.txt"), Access: AccessNone},
+		Mount{Path: filepath.Join(ws, "denydir"), Access: AccessNone, Dir: true},
+	)
+	tests := []struct{ op, arg, want string }{
+		{"write", filepath.Join(ws, ".git", "config"), "EROFS"},
+		{"mkdir", filepath.Join(ws, ".git", "hooks"), "EROFS"},
+		{"read", filepath.Join(ws, ".git", "config"), "ok"},
+		{"mkdir", filepath.Join(ws, ".codex", "x"), "EROFS"},
+		{"write", filepath.Join(ws, ".codex", "config.toml"), "EROFS"},
+		{"write", filepath.Join(ws, ".agents", "x"), "ENOTDIR"}, // the link itself is masked by a file
+		{"read", filepath.Join(ws, "denied.txt"), "EACCES"},
+		{"read", filepath.Join(ws, "denydir", "x.txt"), "EACCES"},
+		{"write", filepath.Join(ws, "denydir", "new.txt"), "EACCES"},
+		{"write", filepath.Join(ws, "ok.txt"), "ok"},
+	}
+	for _, tc := range tests {
+		if got := runOp(t, p, tc.op, tc.arg); got != tc.want {
+			t.Errorf("%s %s = %s, want %s", tc.op, tc.arg, got, tc.want)
+		}
+	}
+	// The mount point of the missing .codex is gone once Run returned and
+	// the helper is reaped.
+	waitGone(t, filepath.Join(ws, ".codex"))
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != "cfg" {
+		t.Errorf(".git/config changed: %q", b)
+	}
+	assertTree(t, filepath.Join(ws, "decoy"))
+}
+
+// waitGone waits (the helper is reaped in the background) until path is
+// no longer on the host.
+func waitGone(t *testing.T, path string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		_, err := os.Lstat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if i == 200 {
+			t.Fatalf("%s left on the host (%v)", path, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRunRestrictedRead(t *testing.T) {
+	needSandbox(t)
+	ws, out := fixture(t)
+	os.WriteFile(filepath.Join(ws, "in.txt"), []byte("in"), 0o644)
+	os.Symlink(out, filepath.Join(ws, "linkdir"))
+	p := &Plan{Root: AccessNone, Mounts: []Mount{{Path: ws, Access: AccessRead, Dir: true}}}
+	tests := []struct{ op, arg, want string }{
+		{"read", filepath.Join(ws, "in.txt"), "ok"},
+		{"read", filepath.Join(out, "secret.txt"), "ENOENT"},
+		{"read", filepath.Join(ws, "linkdir", "secret.txt"), "ENOENT"},
+		{"write", filepath.Join(ws, "new.txt"), "EROFS"},
+		{"read", "/etc/passwd", "ok"}, // the platform minimum
+	}
+	for _, tc := range tests {
+		if got := runOp(t, p, tc.op, tc.arg); got != tc.want {
+			t.Errorf("%s %s = %s, want %s", tc.op, tc.arg, got, tc.want)
+		}
+	}
+	assertTree(t, ws, "in.txt", "linkdir")
+}
+
+func TestRunReturnsFile(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	os.WriteFile(filepath.Join(ws, "in.txt"), []byte("content"), 0o644)
+	req, _ := json.Marshal(fsReq{"open", filepath.Join(ws, "in.txt")})
+	reply, f, err := workspaceWrite(ws).Run(context.Background(), "test.probe", req)
+	if err != nil || string(reply) != "ok" || f == nil {
+		t.Fatalf("Run = %q, %v, %v", reply, f, err)
+	}
+	defer f.Close()
+	if b, _ := io.ReadAll(f); string(b) != "content" {
+		t.Errorf("read %q through the returned file", b)
+	}
+}
+
+func TestRunFailures(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	_, _, err := workspaceWrite(ws).Run(context.Background(), "no.such.op", nil)
+	if err == nil || !strings.Contains(err.Error(), "unknown op") {
+		t.Errorf("unknown op: %v", err)
+	}
+	bad := &Plan{Root: AccessRead, Mounts: []Mount{{Path: "relative/path", Access: AccessWrite}}}
+	_, _, err = bad.Run(context.Background(), "test.probe", []byte(`{"Op":"pid"}`))
+	if err == nil || !strings.Contains(err.Error(), "mount relative/path") {
+		t.Errorf("bad plan: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err = workspaceWrite(ws).Run(ctx, "test.probe", []byte(`{"Op":"pid"}`)); !errors.Is(err, context.Canceled) {
+		t.Errorf("ended context: %v", err)
+	}
+}
+
+func TestProbeSimulate(t *testing.T) {
+	for _, f := range []string{"userns", "mountns", "landlock", "seccomp"} {
+		t.Run(f, func(t *testing.T) {
+			t.Setenv(SimulateEnv, f)
+			s := Probe()
+			if s.Available || !strings.Contains(s.Missing, SimulateEnv) {
+				t.Fatalf("Probe with %s=%s: %+v", SimulateEnv, f, s)
+			}
+			_, _, err := (&Plan{Root: AccessRead}).Run(context.Background(), "test.probe", nil)
+			if !errors.Is(err, ErrUnavailable) {
+				t.Errorf("Run: %v", err)
+			}
+			if _, err := (&Plan{Root: AccessRead}).Command("/bin/true", []string{"true"}, nil, "/"); !errors.Is(err, ErrUnavailable) {
+				t.Errorf("Command: %v", err)
+			}
+		})
+	}
+	if s := Probe(); s.Available && (s.LandlockABI == 0 || !s.Seccomp) {
+		t.Errorf("available without its layers: %+v", s)
+	}
+}
+
+// startSpec starts spec as the process package does (directly), with
+// files as fds 0, 1, 2 and extra after them, and waits for it.
+func startSpec(t *testing.T, spec *Spec, files []*os.File, sys *syscall.SysProcAttr) int {
+	t.Helper()
+	defer spec.Release()
+	if sys == nil {
+		sys = &syscall.SysProcAttr{Setpgid: true}
+	}
+	sys.Cloneflags = spec.Cloneflags
+	for _, m := range spec.UidMappings {
+		sys.UidMappings = append(sys.UidMappings, syscall.SysProcIDMap{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
+	}
+	for _, m := range spec.GidMappings {
+		sys.GidMappings = append(sys.GidMappings, syscall.SysProcIDMap{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
+	}
+	sys.Pdeathsig = syscall.SIGKILL
+	proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: files, Sys: sys})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	st, err := proc.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.ExitCode()
+}
+
+// runProbes runs the test binary as a probe command under p in dir and
+// returns its results by probe.
+func runProbes(t *testing.T, p *Plan, dir string, probes ...string) map[string]string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := p.Command(self, append([]string{"probe"}, probes...), []string{probeEnv + "=1", "ONLY=this"}, dir)
+	if err != nil {
+		t.Fatalf("Command: %v", err)
+	}
+	if strings.Contains(strings.Join(spec.Env, " "), "plan") {
+		t.Errorf("the plan travels in the environment: %v", spec.Env)
+	}
+	r, w, _ := os.Pipe()
+	leak, err := os.Open(filepath.Join(dir)) // a descriptor the command must not get
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leak.Close()
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	done := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); done <- b }()
+	code := startSpec(t, spec, []*os.File{null, w, w, leak}, nil)
+	w.Close()
+	out := <-done
+	if code != 0 {
+		t.Fatalf("probe command exited %d: %s", code, out)
+	}
+	res := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		res[k] = v
+	}
+	return res
+}
+
+func TestCommandConfined(t *testing.T) {
+	needSandbox(t)
+	ws, out := fixture(t)
+	p := workspaceWrite(ws)
+	p.Mounts = append(p.Mounts, Mount{Path: filepath.Join(ws, ".git"), Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	want := map[string]string{
+		"write:" + filepath.Join(ws, "in.txt"):      "ok",
+		"write:" + filepath.Join(out, "x.txt"):      "EROFS",
+		"chmod:" + filepath.Join(out, "secret.txt"): "EROFS",
+		"mkdir:" + filepath.Join(ws, ".git"):        "EEXIST",
+		"write:" + filepath.Join(ws, ".git", "x"):   "EROFS",
+		"mknod:" + filepath.Join(ws, "dev"):         "EACCES", // Landlock answers before the missing CAP_MKNOD
+		"ppid:":                                     "1",
+		"fds:" + ws:                                 "",
+		"socket:tcp":                                "EPERM",
+		"socket:udp":                                "EPERM",
+		"socket:mptcp":                              "EPERM",
+		"socket:unix":                               "ok",
+		"userns:":                                   "EPERM",
+		"env:":                                      probeEnv + "=1;ONLY=this",
+		"status:CapInh,CapPrm,CapEff,CapBnd,CapAmb,NoNewPrivs,Seccomp": "CapInh=0000000000000000;CapPrm=0000000000000000;CapEff=0000000000000000;CapBnd=0000000000000000;CapAmb=0000000000000000;NoNewPrivs=1;Seccomp=2",
+	}
+	var probes []string
+	for k := range want {
+		probes = append(probes, k)
+	}
+	got := runProbes(t, p, ws, probes...)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	waitGone(t, filepath.Join(ws, ".git"))
+	assertTree(t, out, "secret.txt")
+	assertTree(t, ws, "in.txt")
+}
+
+func TestCommandNetworkEnabled(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	p := workspaceWrite(ws)
+	p.Network = NetworkEnabled
+	got := runProbes(t, p, ws, "connect:"+ln.Addr().String(), "socket:udp")
+	if got["connect:"+ln.Addr().String()] != "ok" || got["socket:udp"] != "ok" {
+		t.Errorf("network enabled: %v", got)
+	}
+	p.Network = NetworkRestricted
+	if got := runProbes(t, p, ws, "connect:"+ln.Addr().String()); got["connect:"+ln.Addr().String()] == "ok" {
+		t.Errorf("network restricted: connected")
+	}
+}
+
+func TestCommandFreshProc(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	spec, err := workspaceWrite(ws).Command("/bin/sh", []string{"sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'"}, nil, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	r, w, _ := os.Pipe()
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	done := make(chan struct{})
+	go func() { io.Copy(&buf, r); close(done) }()
+	code := startSpec(t, spec, []*os.File{null, w, w}, nil)
+	w.Close()
+	<-done
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "exec-server-sandbox") {
+		t.Fatalf("exit %d, output %q", code, buf.String())
+	}
+	// init, sh, cat or ls: a handful, not the host's processes.
+	if n := strings.TrimSpace(lines[1]); len(n) != 1 {
+		t.Errorf("%s processes visible in /proc", n)
+	}
+}
+
+func TestCommandExitStatus(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	for _, tc := range []struct {
+		script string
+		want   int
+	}{{"exit 3", 3}, {"kill -TERM $$", 128 + 15}, {"true", 0}} {
+		spec, err := workspaceWrite(ws).Command("/bin/sh", []string{"sh", "-c", tc.script}, nil, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		null, _ := os.Open(os.DevNull)
+		if got := startSpec(t, spec, []*os.File{null, null, null}, nil); got != tc.want {
+			t.Errorf("%q exited %d, want %d", tc.script, got, tc.want)
+		}
+		null.Close()
+	}
+	// A directory or program the view does not show fails the start.
+	_, out := fixture(t)
+	p := &Plan{Root: AccessNone, Mounts: []Mount{{Path: ws, Access: AccessWrite, Dir: true}}}
+	if _, err := p.Command("/bin/sh", []string{"sh"}, nil, out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("invisible dir: %v", err)
+	}
+	if _, err := p.Command(filepath.Join(out, "prog"), []string{"prog"}, nil, ws); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("invisible program: %v", err)
+	}
+}
+
+func TestCommandPTY(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skip("no pty: ", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 77}); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := workspaceWrite(ws).Command("/bin/sh", []string{"sh", "-c", "tty; stty size; ls /dev/pts"}, []string{"PATH=/usr/bin:/bin"}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&buf, ptmx); close(done) }()
+	code := startSpec(t, spec, []*os.File{tty, tty, tty}, &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0})
+	tty.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	out := strings.ReplaceAll(buf.String(), "\r", "")
+	if code != 0 || !strings.Contains(out, tty.Name()+"\n") || !strings.Contains(out, "33 77") {
+		t.Errorf("exit %d, output %q (tty %s)", code, out, tty.Name())
+	}
+	if want := filepath.Base(tty.Name()) + "\n"; !strings.HasSuffix(out, "\n"+want) {
+		t.Errorf("/dev/pts shows more than the session's terminal: %q", out)
+	}
+}
+
+// TestNonRoot re-runs these tests as an unprivileged user (nobody), for
+// which the sandbox needs an unprivileged user namespace.
+func TestNonRoot(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs as root, re-running the tests as nobody")
+	}
+	if testing.Short() {
+		t.Skip("short")
+	}
+	dir, err := os.MkdirTemp("", "sandbox-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	self, _ := os.Executable()
+	bin := filepath.Join(dir, "sandbox.test")
+	if err := exec.Command("cp", self, bin).Run(); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "tmp")
+	os.Mkdir(tmp, 0o755)
+	os.Chown(tmp, 65534, 65534)
+	cmd := exec.Command(bin, "-test.run", "^Test(Run|Command|Probe)", "-test.v")
+	cmd.Env = []string{"TMPDIR=" + tmp, "SANDBOX_TEST_NONROOT=1", "PATH=/usr/bin:/bin"}
+	cmd.Dir = tmp
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if bytes.Contains(out, []byte("sandbox not available")) && !bytes.Contains(out, []byte("--- FAIL")) {
+		t.Skipf("the kernel forbids the unprivileged sandbox:\n%s", firstLines(out, "sandbox not available"))
+	}
+	if err != nil {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+	t.Logf("as nobody:\n%s", firstLines(out, "--- "))
+}
+
+func firstLines(out []byte, sub string) string {
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, sub) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}

@@ -1,0 +1,143 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The seccomp filter is hand-written classic BPF (libseccomp needs cgo and
+// headers; see docs/sandbox.md). It allows by default and denies, with
+// EPERM, what the sandbox never needs: the §3.5 rule set of the reference
+// plus the kernel attack surface listed in sandbox.md §7 and §9.6.
+
+// seccompArch is the AUDIT_ARCH of the running binary, 0 when unsupported
+// (the sandbox then fails closed).
+var seccompArch = map[string]uint32{
+	"amd64": unix.AUDIT_ARCH_X86_64,
+	"arm64": unix.AUDIT_ARCH_AARCH64,
+}[runtime.GOARCH]
+
+// Offsets in struct seccomp_data.
+const (
+	offNr   = 0
+	offArch = 4
+	offArg0 = 16 // low 32 bits on little-endian: both supported arches
+)
+
+// Syscalls denied under every policy.
+var alwaysDenied = []uintptr{
+	unix.SYS_PTRACE, unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV,
+	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
+	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD, unix.SYS_BPF, unix.SYS_PERF_EVENT_OPEN,
+	unix.SYS_OPEN_BY_HANDLE_AT, unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
+	unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY, unix.SYS_KEYCTL,
+}
+
+// Syscalls denied when the network is restricted (sandbox.md §3.5:
+// recvfrom stays allowed for unix socketpairs).
+var networkDenied = []uintptr{
+	unix.SYS_CONNECT, unix.SYS_ACCEPT, unix.SYS_ACCEPT4, unix.SYS_BIND, unix.SYS_LISTEN,
+	unix.SYS_GETPEERNAME, unix.SYS_GETSOCKNAME, unix.SYS_SHUTDOWN, unix.SYS_SENDTO,
+	unix.SYS_SENDMMSG, unix.SYS_RECVMMSG, unix.SYS_GETSOCKOPT, unix.SYS_SETSOCKOPT,
+}
+
+func bpfStmt(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
+
+func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
+	return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
+}
+
+const (
+	retAllow = unix.SECCOMP_RET_ALLOW
+	retEPERM = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	retNOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	retKill  = unix.SECCOMP_RET_KILL_PROCESS
+	ldW      = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	jeqK     = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	jgeK     = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	jsetK    = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	retK     = unix.BPF_RET | unix.BPF_K
+)
+
+// seccompProgram builds the filter for a network mode.
+func seccompProgram(network Network) []unix.SockFilter {
+	p := []unix.SockFilter{
+		bpfStmt(ldW, offArch),
+		bpfJump(jeqK, seccompArch, 1, 0),
+		bpfStmt(retK, retKill), // a foreign arch (e.g. i386 int 0x80 on amd64)
+		bpfStmt(ldW, offNr),
+	}
+	if runtime.GOARCH == "amd64" {
+		// x32 syscall numbers: the same calls under other numbers.
+		p = append(p, bpfJump(jgeK, 0x40000000, 0, 1), bpfStmt(retK, retKill))
+	}
+	deny := func(nr uintptr, ret uint32) {
+		p = append(p, bpfJump(jeqK, uint32(nr), 0, 1), bpfStmt(retK, ret))
+	}
+	// block runs only for syscall nr; it must end in returns, so that the
+	// code after it still has nr in the accumulator.
+	argBlock := func(nr uintptr, block ...unix.SockFilter) {
+		p = append(p, bpfJump(jeqK, uint32(nr), 0, uint8(len(block))))
+		p = append(p, block...)
+	}
+	for _, nr := range alwaysDenied {
+		deny(nr, retEPERM)
+	}
+	// clone3 passes its flags in memory, which BPF cannot read: ENOSYS
+	// makes libc fall back to clone, whose flags it can.
+	deny(unix.SYS_CLONE3, retNOSYS)
+	noNewUser := []unix.SockFilter{
+		bpfStmt(ldW, offArg0),
+		bpfJump(jsetK, unix.CLONE_NEWUSER, 0, 1),
+		bpfStmt(retK, retEPERM),
+		bpfStmt(retK, retAllow),
+	}
+	argBlock(unix.SYS_CLONE, noNewUser...)
+	argBlock(unix.SYS_UNSHARE, noNewUser...)
+	var sock []unix.SockFilter
+	if network == NetworkRestricted {
+		for _, nr := range networkDenied {
+			deny(nr, retEPERM)
+		}
+		sock = []unix.SockFilter{
+			bpfStmt(ldW, offArg0),
+			bpfJump(jeqK, unix.AF_UNIX, 0, 1),
+			bpfStmt(retK, retAllow),
+			bpfStmt(retK, retEPERM),
+		}
+	} else {
+		sock = []unix.SockFilter{
+			bpfStmt(ldW, offArg0),
+			bpfJump(jeqK, unix.AF_VSOCK, 0, 1),
+			bpfStmt(retK, retEPERM),
+			bpfStmt(retK, retAllow),
+		}
+	}
+	argBlock(unix.SYS_SOCKET, sock...)
+	argBlock(unix.SYS_SOCKETPAIR, sock...)
+	return append(p, bpfStmt(retK, retAllow))
+}
+
+// installSeccomp installs the filter on every thread of the process
+// (TSYNC). no_new_privs must already be set on the calling thread.
+func installSeccomp(network Network) error {
+	if seccompArch == 0 {
+		return errors.New("seccomp: unsupported architecture " + runtime.GOARCH)
+	}
+	prog := seccompProgram(network)
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if e != 0 {
+		return e
+	}
+	if r != 0 { // TSYNC could not sync thread r
+		return fmt.Errorf("seccomp: thread %d could not be synchronized", r)
+	}
+	return nil
+}
