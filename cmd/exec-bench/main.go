@@ -26,6 +26,7 @@ import (
 
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/interop"
+	"github.com/execgo/exec-server/sandbox"
 )
 
 // side is one server under test.
@@ -79,6 +80,7 @@ func main() {
 	// "exec-bench serve" runs our server in-process; like exec-server, it
 	// starts children through this binary re-executed as their init.
 	childinit.MaybeMain()
+	sandbox.MaybeMain()
 	os.Exit(run())
 }
 

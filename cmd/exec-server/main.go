@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/childinit"
+	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/server"
 )
 
 func main() {
 	childinit.MaybeMain()
+	sandbox.MaybeMain()
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
