@@ -324,7 +324,7 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	uid, gid := idMaps()
 	proc, err := os.StartProcess("/proc/self/exe", []string{"exec-server-sandbox", helperArg, "run"}, &os.ProcAttr{
 		Env:   []string{},
-		Files: []*os.File{null, null, os.Stderr, child},
+		Files: []*os.File{null, null, null, child}, // failures travel on the socket
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  cloneflags(false, NetworkRestricted),
 			UidMappings: sysMaps(uid),
@@ -538,7 +538,10 @@ func MaybeMain() {
 const helperSock = 3
 
 func helperRun() {
-	closeInherited(helperSock)
+	// Descriptors leaked to the server without O_CLOEXEC go. The Go
+	// runtime has none yet: fds 0-3 are blocking, so nothing initialized
+	// its poller.
+	_ = unix.CloseRange(helperSock+1, ^uint(0), 0)
 	sock := os.NewFile(helperSock, "sandbox-server")
 	fail := func(err error) {
 		msg := []byte(err.Error())
@@ -590,25 +593,6 @@ func helperRun() {
 		os.Exit(1)
 	}
 	os.Exit(0)
-}
-
-// closeInherited closes the descriptors this process did not ask for
-// (leaked without O_CLOEXEC by whoever started the server), but keep and
-// the Go runtime's own (anon inodes such as its epoll).
-func closeInherited(keep int) {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= 2 || fd == keep {
-			continue
-		}
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && !strings.HasPrefix(l, "anon_inode:") {
-			unix.Close(fd)
-		}
-	}
 }
 
 // initFail reports a failure of the init on the command's stderr and exits

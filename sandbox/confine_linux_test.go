@@ -631,3 +631,64 @@ func firstLines(out []byte, sub string) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// BenchmarkRunNoop is a whole sandboxed fs operation but the operation:
+// helper start, view, lockdown, request and reply.
+func BenchmarkRunNoop(b *testing.B) {
+	if !Probe().Available {
+		b.Skip(Probe().Missing)
+	}
+	dir := b.TempDir()
+	p := workspaceWrite(dir)
+	p.Mounts = append(p.Mounts, Mount{Path: filepath.Join(dir, ".git"), Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	for b.Loop() {
+		if _, _, err := p.Run(context.Background(), probeOp, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCommandTrue starts /bin/true confined and waits for it.
+func BenchmarkCommandTrue(b *testing.B) {
+	if !Probe().Available {
+		b.Skip(Probe().Missing)
+	}
+	dir := b.TempDir()
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	for _, network := range []Network{NetworkRestricted, NetworkEnabled} {
+		b.Run(map[Network]string{NetworkRestricted: "restricted", NetworkEnabled: "enabled"}[network], func(b *testing.B) {
+			p := workspaceWrite(dir)
+			p.Network = network
+			for b.Loop() {
+				spec, err := p.Command("/bin/true", []string{"true"}, nil, dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{null, null, null},
+					Sys: &syscall.SysProcAttr{Cloneflags: spec.Cloneflags, Setpgid: true}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				st, err := proc.Wait()
+				spec.Release()
+				if err != nil || st.ExitCode() != 0 {
+					b.Fatal(st, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTrueUnconfined is the baseline: /bin/true started directly.
+func BenchmarkTrueUnconfined(b *testing.B) {
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	for b.Loop() {
+		proc, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{Files: []*os.File{null, null, null}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		proc.Wait()
+	}
+}

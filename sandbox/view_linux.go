@@ -57,11 +57,12 @@ type viewBuilder struct {
 // rules that mirror it (paths of the view).
 func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
 	b := &viewBuilder{p: p, opts: opts, view: -1, masks: -1}
+	// The masks' detached tmpfs stays open until the process exits:
+	// closing a detached mount waits for an RCU grace period (about half
+	// a millisecond), which the exit pays after the reply instead.
 	defer func() {
-		for _, fd := range []int{b.view, b.masks} {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
+		if b.view >= 0 {
+			unix.Close(b.view)
 		}
 	}()
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -89,14 +90,15 @@ func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
 			return nil, stepErr("read-only root", err)
 		}
 	}
+	// chroot into the view, which is stacked on the host's root: unlike
+	// pivot_root, which visits every thread of the system (chroot_fs_refs:
+	// about 2 ms on a busy host), it costs nothing. Without capabilities
+	// (gone before anything foreign runs) there is no way back under it.
 	if err := unix.Fchdir(b.view); err != nil {
-		return nil, stepErr("pivot_root", err)
+		return nil, stepErr("chroot", err)
 	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return nil, stepErr("pivot_root", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return nil, stepErr("detach the host", err)
+	if err := unix.Chroot("."); err != nil {
+		return nil, stepErr("chroot", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
 		return nil, stepErr("chdir /", err)
