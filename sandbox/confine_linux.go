@@ -273,11 +273,6 @@ func acquireProtected(p *Plan) func() {
 
 // ---- Run ----
 
-type runRequest struct {
-	Op   string `json:"op"`
-	Plan *Plan  `json:"plan"`
-}
-
 // Reply status bytes.
 const (
 	replyOK    = 'O'
@@ -291,19 +286,159 @@ func (p *Plan) run(ctx context.Context, name string, req []byte) ([]byte, *os.Fi
 	return p.runHelper(ctx, name, req)
 }
 
+// A helper serves calls one at a time, for one plan. After a call it waits
+// (warm) for another of the same plan, for at most warmIdle, so that a
+// burst of operations (an apply_patch) pays the start-up (~4 ms: exec,
+// the Go runtime, the view) once. Its view is checked before reuse: if a
+// path of the plan now names another file (a workspace deleted and made
+// again), the helper is dropped.
+const (
+	warmIdle       = 2 * time.Second
+	warmPerPlan    = 2  // idle helpers kept per plan
+	warmTotal      = 16 // idle helpers kept in all
+	warmRequestMax = 1 << 30
+)
+
+type helper struct {
+	key     string
+	conn    *net.UnixConn
+	proc    *os.Process
+	exited  chan *os.ProcessState // the exit status, once reaped
+	inodes  map[string][2]uint64  // dev and inode of the plan's paths at start
+	timer   *time.Timer           // idle timer, while in the pool
+	started bool                  // served a call: the view was built
+}
+
+var (
+	warmMu   sync.Mutex
+	warmPool = map[string][]*helper{}
+	warmN    int
+)
+
 func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []byte, file *os.File, err error) {
-	head, err := json.Marshal(runRequest{Op: name, Plan: p})
+	key, err := json.Marshal(p)
 	if err != nil {
 		return nil, nil, err
 	}
+	h := takeWarm(string(key), p)
+	if h == nil {
+		if h, err = startHelper(p, string(key)); err != nil {
+			return nil, nil, err
+		}
+	}
+	reply, file, err = h.call(ctx, name, req)
+	if err != nil {
+		h.close(true)
+		return nil, nil, err
+	}
+	h.started = true
+	putWarm(h)
+	return reply, file, nil
+}
+
+// inodesOf records what p's paths are now.
+func inodesOf(p *Plan) map[string][2]uint64 {
+	m := map[string][2]uint64{}
+	for _, mt := range p.Mounts {
+		var st unix.Stat_t
+		if unix.Lstat(mt.Path, &st) == nil {
+			m[mt.Path] = [2]uint64{st.Dev, st.Ino}
+		}
+	}
+	return m
+}
+
+func takeWarm(key string, p *Plan) *helper {
+	warmMu.Lock()
+	defer warmMu.Unlock()
+	for hs := warmPool[key]; len(hs) > 0; hs = warmPool[key] {
+		h := hs[len(hs)-1]
+		warmPool[key] = hs[:len(hs)-1]
+		warmN--
+		if len(warmPool[key]) == 0 {
+			delete(warmPool, key)
+		}
+		if !h.timer.Stop() {
+			continue // its idle timer is closing it
+		}
+		now := inodesOf(p)
+		same := len(now) == len(h.inodes)
+		for k, v := range now {
+			same = same && h.inodes[k] == v
+		}
+		if !same {
+			go h.close(false)
+			continue
+		}
+		return h
+	}
+	return nil
+}
+
+func putWarm(h *helper) {
+	warmMu.Lock()
+	defer warmMu.Unlock()
+	if warmN >= warmTotal || len(warmPool[h.key]) >= warmPerPlan {
+		go h.close(false)
+		return
+	}
+	warmN++
+	warmPool[h.key] = append(warmPool[h.key], h)
+	h.timer = time.AfterFunc(warmIdle, func() {
+		warmMu.Lock()
+		hs := warmPool[h.key]
+		for i, x := range hs {
+			if x == h {
+				warmPool[h.key] = append(hs[:i:i], hs[i+1:]...)
+				warmN--
+				break
+			}
+		}
+		if len(warmPool[h.key]) == 0 {
+			delete(warmPool, h.key)
+		}
+		warmMu.Unlock()
+		h.close(false)
+	})
+}
+
+// closeIdle ends every idle helper now (tests; a server shutting down).
+func closeIdle() {
+	warmMu.Lock()
+	var hs []*helper
+	for k, list := range warmPool {
+		for _, h := range list {
+			if h.timer.Stop() {
+				hs = append(hs, h)
+			}
+		}
+		delete(warmPool, k)
+	}
+	warmN = 0
+	warmMu.Unlock()
+	for _, h := range hs {
+		h.close(false)
+	}
+}
+
+// close ends the helper: EOF makes an idle one exit; kill for one in an
+// unknown state. Its reaping releases its host mount points.
+func (h *helper) close(kill bool) {
+	if kill {
+		_ = h.proc.Kill()
+	}
+	h.conn.Close()
+}
+
+func startHelper(p *Plan, key string) (*helper, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, stepErr("socketpair", err)
+		return nil, stepErr("socketpair", err)
 	}
 	if err := unix.SetNonblock(fds[0], true); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
-		return nil, nil, stepErr("socketpair", err)
+		return nil, stepErr("socketpair", err)
 	}
 	f := os.NewFile(uintptr(fds[0]), "sandbox-helper")
 	c, err := net.FileConn(f)
@@ -311,18 +446,19 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	child := os.NewFile(uintptr(fds[1]), "sandbox-helper")
 	if err != nil {
 		child.Close()
-		return nil, nil, stepErr("socketpair", err)
+		return nil, stepErr("socketpair", err)
 	}
 	conn := c.(*net.UnixConn)
-	defer conn.Close()
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		child.Close()
-		return nil, nil, err
+		conn.Close()
+		return nil, err
 	}
+	h := &helper{key: key, conn: conn, exited: make(chan *os.ProcessState, 1), inodes: inodesOf(p)}
 	release := acquireProtected(p)
 	uid, gid := idMaps()
-	proc, err := os.StartProcess("/proc/self/exe", []string{"exec-server-sandbox", helperArg, "run"}, &os.ProcAttr{
+	h.proc, err = os.StartProcess("/proc/self/exe", []string{"exec-server-sandbox", helperArg, "run"}, &os.ProcAttr{
 		Env:   []string{},
 		Files: []*os.File{null, null, null, child}, // failures travel on the socket
 		Sys: &syscall.SysProcAttr{
@@ -336,32 +472,54 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	null.Close()
 	if err != nil {
 		release()
-		return nil, nil, stepErr("start the helper", err)
+		conn.Close()
+		return nil, stepErr("start the helper", err)
 	}
-	// The reply is used as soon as it is complete; the exit (namespace
-	// teardown) is waited for in the background, then the mount points go.
-	exited := make(chan *os.ProcessState, 1)
+	// The exit (namespace teardown) is waited for in the background; the
+	// host mount points go after it.
 	go func() {
-		st, _ := proc.Wait()
+		st, _ := h.proc.Wait()
 		release()
-		exited <- st
+		h.exited <- st
 	}()
+	// The plan goes first: the helper builds its view while the call is
+	// being written.
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(key)))
+	bufs := net.Buffers{n[:], []byte(key)}
+	if _, err := bufs.WriteTo(conn); err != nil {
+		h.close(true)
+		return nil, stepErr("sandbox helper: send the plan", err)
+	}
+	return h, nil
+}
+
+// call runs one operation in the helper.
+func (h *helper) call(ctx context.Context, name string, req []byte) ([]byte, *os.File, error) {
+	if len(req) > warmRequestMax {
+		return nil, nil, fmt.Errorf("sandbox helper: request of %d bytes", len(req))
+	}
 	stop := context.AfterFunc(ctx, func() {
-		_ = proc.Kill()
-		_ = conn.SetDeadline(time.Now())
+		_ = h.proc.Kill()
+		_ = h.conn.SetDeadline(time.Now())
 	})
 	defer stop()
 	var lens [8]byte
-	binary.LittleEndian.PutUint32(lens[:4], uint32(len(head)))
+	binary.LittleEndian.PutUint32(lens[:4], uint32(len(name)))
 	binary.LittleEndian.PutUint32(lens[4:], uint32(len(req)))
-	bufs := net.Buffers{lens[:4], head, lens[4:], req}
-	if _, err := bufs.WriteTo(conn); err != nil {
-		return nil, nil, p.helperFailed(ctx, "send the request", err, exited)
+	bufs := net.Buffers{lens[:4], []byte(name), lens[4:], req}
+	if _, err := bufs.WriteTo(h.conn); err != nil {
+		// A helper that failed to build its view said why before exiting.
+		if status, body, _, rerr := readReply(h.conn); rerr == nil && status == replyError {
+			return nil, nil, fmt.Errorf("sandbox helper: %s", body)
+		}
+		return nil, nil, h.failed(ctx, "send the request", err)
 	}
-	status, body, fd, err := readReply(conn)
+	status, body, fd, err := readReply(h.conn)
 	if err != nil {
-		return nil, nil, p.helperFailed(ctx, "read the reply", err, exited)
+		return nil, nil, h.failed(ctx, "read the reply", err)
 	}
+	var file *os.File
 	if fd >= 0 {
 		file = os.NewFile(uintptr(fd), "sandbox-file")
 	}
@@ -374,16 +532,20 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	return body, file, nil
 }
 
-// helperFailed makes the error of a helper that did not answer: ctx's if
-// it ended, else the helper's exit status.
-func (p *Plan) helperFailed(ctx context.Context, step string, err error, exited <-chan *os.ProcessState) error {
+// failed makes the error of a helper that did not answer: ctx's if it
+// ended, else the helper's exit status.
+func (h *helper) failed(ctx context.Context, step string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("sandbox helper: %w", ctx.Err())
 	}
 	select {
-	case st := <-exited:
-		if st != nil {
+	case st := <-h.exited:
+		h.exited <- st
+		if st != nil && !h.started {
 			return fmt.Errorf("sandbox helper exited before answering (%v): is sandbox.MaybeMain called first in main?", st)
+		}
+		if st != nil {
+			return fmt.Errorf("sandbox helper exited before answering (%v)", st)
 		}
 	case <-time.After(5 * time.Second):
 	}
@@ -543,56 +705,77 @@ func helperRun() {
 	// its poller.
 	_ = unix.CloseRange(helperSock+1, ^uint(0), 0)
 	sock := os.NewFile(helperSock, "sandbox-server")
+	reply := func(status byte, body []byte, file *os.File) {
+		hdr := []byte{status, 0, 0, 0, 0}
+		binary.LittleEndian.PutUint32(hdr[1:], uint32(len(body)))
+		var err error
+		if file != nil {
+			err = unix.Sendmsg(helperSock, hdr, unix.UnixRights(int(file.Fd())), nil, 0)
+			file.Close()
+		} else {
+			_, err = sock.Write(hdr)
+		}
+		if err == nil {
+			_, err = sock.Write(body)
+		}
+		if err != nil {
+			os.Exit(1)
+		}
+	}
 	fail := func(err error) {
-		msg := []byte(err.Error())
-		hdr := []byte{replyError, 0, 0, 0, 0}
-		binary.LittleEndian.PutUint32(hdr[1:], uint32(len(msg)))
-		_, _ = sock.Write(append(hdr, msg...))
+		reply(replyError, []byte(err.Error()), nil)
 		os.Exit(1)
 	}
 	var lens [4]byte
-	read := func() []byte {
+	read := func(max uint32) ([]byte, error) {
 		if _, err := io.ReadFull(sock, lens[:]); err != nil {
-			fail(stepErr("read the request", err))
+			return nil, err
 		}
-		b := make([]byte, binary.LittleEndian.Uint32(lens[:]))
-		if _, err := io.ReadFull(sock, b); err != nil {
-			fail(stepErr("read the request", err))
+		n := binary.LittleEndian.Uint32(lens[:])
+		if n > max {
+			return nil, fmt.Errorf("message of %d bytes", n)
 		}
-		return b
+		b := make([]byte, n)
+		_, err := io.ReadFull(sock, b)
+		return b, err
 	}
-	var rr runRequest
-	if err := json.Unmarshal(read(), &rr); err != nil || rr.Plan == nil {
-		fail(fmt.Errorf("read the request: bad header: %v", err))
+	b, err := read(64 << 20)
+	if err != nil {
+		fail(stepErr("read the plan", err))
 	}
-	req := read()
-	opsMu.RLock()
-	fn := ops[rr.Op]
-	opsMu.RUnlock()
-	if fn == nil {
-		fail(fmt.Errorf("unknown op %q (is its package linked in?)", rr.Op))
+	var p Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		fail(stepErr("read the plan", err))
 	}
-	rules, err := buildView(rr.Plan, viewOpts{})
+	rules, err := buildView(&p, viewOpts{})
 	if err != nil {
 		fail(err)
 	}
 	if err := lockdown(rules, NetworkRestricted); err != nil {
 		fail(err)
 	}
-	reply, file := fn(req)
-	hdr := []byte{replyOK, 0, 0, 0, 0}
-	binary.LittleEndian.PutUint32(hdr[1:], uint32(len(reply)))
-	if file != nil {
-		if err := unix.Sendmsg(helperSock, hdr, unix.UnixRights(int(file.Fd())), nil, 0); err != nil {
-			os.Exit(1)
+	for {
+		name, err := read(4096)
+		if err == io.EOF {
+			os.Exit(0)
 		}
-	} else if _, err := sock.Write(hdr); err != nil {
-		os.Exit(1)
+		if err != nil {
+			fail(stepErr("read the request", err))
+		}
+		req, err := read(warmRequestMax)
+		if err != nil {
+			fail(stepErr("read the request", err))
+		}
+		opsMu.RLock()
+		fn := ops[string(name)]
+		opsMu.RUnlock()
+		if fn == nil {
+			reply(replyError, []byte(fmt.Sprintf("unknown op %q (is its package linked in?)", name)), nil)
+			continue
+		}
+		out, file := fn(req)
+		reply(replyOK, out, file)
 	}
-	if _, err := sock.Write(reply); err != nil {
-		os.Exit(1)
-	}
-	os.Exit(0)
 }
 
 // initFail reports a failure of the init on the command's stderr and exits

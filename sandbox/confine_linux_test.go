@@ -277,6 +277,7 @@ func TestRunProtectedAndDenied(t *testing.T) {
 // no longer on the host.
 func waitGone(t *testing.T, path string) {
 	t.Helper()
+	closeIdle() // a warm helper keeps its mount points
 	for i := 0; ; i++ {
 		_, err := os.Lstat(path)
 		if errors.Is(err, os.ErrNotExist) {
@@ -632,8 +633,9 @@ func firstLines(out []byte, sub string) string {
 	return strings.Join(keep, "\n")
 }
 
-// BenchmarkRunNoop is a whole sandboxed fs operation but the operation:
-// helper start, view, lockdown, request and reply.
+// BenchmarkRunNoop is a whole sandboxed fs operation but the operation
+// itself: cold (helper start, view, lockdown, request and reply) and warm
+// (request and reply to a helper kept for the plan).
 func BenchmarkRunNoop(b *testing.B) {
 	if !Probe().Available {
 		b.Skip(Probe().Missing)
@@ -641,11 +643,19 @@ func BenchmarkRunNoop(b *testing.B) {
 	dir := b.TempDir()
 	p := workspaceWrite(dir)
 	p.Mounts = append(p.Mounts, Mount{Path: filepath.Join(dir, ".git"), Access: AccessRead, Protected: true, Missing: true, Dir: true})
-	for b.Loop() {
-		if _, _, err := p.Run(context.Background(), probeOp, nil); err != nil {
-			b.Fatal(err)
-		}
+	for _, warm := range []bool{false, true} {
+		b.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(b *testing.B) {
+			for b.Loop() {
+				if !warm {
+					closeIdle()
+				}
+				if _, _, err := p.Run(context.Background(), probeOp, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
+	closeIdle()
 }
 
 // BenchmarkCommandTrue starts /bin/true confined and waits for it.
@@ -691,4 +701,46 @@ func BenchmarkTrueUnconfined(b *testing.B) {
 		}
 		proc.Wait()
 	}
+}
+
+func TestRunWarmHelper(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	p := workspaceWrite(ws)
+	if got := runOp(t, p, "write", filepath.Join(ws, "old.txt")); got != "ok" {
+		t.Fatalf("write = %s", got)
+	}
+	// A workspace made again under the same name: the warm helper's view
+	// shows the old one, so it must not be reused.
+	if err := os.RemoveAll(ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := runOp(t, p, "write", filepath.Join(ws, "new.txt")); got != "ok" {
+		t.Fatalf("write in the new workspace = %s", got)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new.txt")); err != nil {
+		t.Errorf("the write went to the old workspace: %v", err)
+	}
+	// Calls at once: each gets its own helper or a free warm one.
+	errs := make(chan string, 16)
+	for i := range 16 {
+		go func() {
+			req, _ := json.Marshal(fsReq{"write", filepath.Join(ws, fmt.Sprint(i))})
+			reply, _, err := p.Run(context.Background(), "test.probe", req)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			errs <- string(reply)
+		}()
+	}
+	for range 16 {
+		if got := <-errs; got != "ok" {
+			t.Errorf("concurrent write = %s", got)
+		}
+	}
+	closeIdle()
 }
