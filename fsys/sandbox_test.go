@@ -164,6 +164,19 @@ func mustNotExist(t *testing.T, p string) {
 	}
 }
 
+// mustVanish waits for p to be gone from the host: the mount point of a
+// missing protected path is removed once the helper has exited, which may
+// be just after its reply.
+func mustVanish(t *testing.T, p string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+	}
+	mustNotExist(t, p)
+}
+
 func mustContain(t *testing.T, p, want string) {
 	t.Helper()
 	got, err := os.ReadFile(p)
@@ -280,7 +293,7 @@ func TestSandboxProtectedPaths(t *testing.T) {
 			x.call(t, pol, protocol.MethodFsCreateDirectory, "path", uri(w+"/"+name), "recursive", false)
 		}
 		for _, name := range []string{".git", ".codex", ".agents", ".aws"} {
-			mustNotExist(t, w+"/"+name)
+			mustVanish(t, w+"/"+name)
 		}
 	})
 }
