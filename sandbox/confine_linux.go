@@ -669,7 +669,7 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	return &Spec{
 		Path:        "/proc/self/exe",
 		Argv:        args,
-		Env:         env,
+		Env:         append([]string{}, env...), // never nil: nil would mean the caller's
 		Cloneflags:  cloneflags(true, p.Network),
 		UidMappings: uid,
 		GidMappings: gid,
@@ -785,12 +785,24 @@ func initFail(err error) {
 	os.Exit(125)
 }
 
+// initSignals are the signals a process group or terminal gets whose
+// default action would end or stop the init (SIGKILL and SIGSTOP cannot be
+// caught). Each Notify is a round trip to the runtime's signal thread
+// (about 50 us on a busy host), hence a short list, registered while the
+// view is built.
+var initSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2,
+	unix.SIGPIPE, unix.SIGALRM, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU,
+}
+
 func helperInit(args []string) {
 	// A signal sent to the process group reaches the command directly;
 	// the init only must not die of it.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs)
+	notified := make(chan struct{})
 	go func() {
+		sigs := make(chan os.Signal, 16)
+		signal.Notify(sigs, initSignals...)
+		close(notified)
 		for range sigs {
 		}
 	}()
@@ -817,6 +829,7 @@ func helperInit(args []string) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		initFail(stepErr("close descriptors", err))
 	}
+	<-notified
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
@@ -837,7 +850,7 @@ func helperInit(args []string) {
 		if wpid != pid {
 			continue // an orphan of the namespace, reaped
 		}
-		switch {
+			switch {
 		case ws.Exited():
 			os.Exit(ws.ExitStatus())
 		case ws.Signaled():
