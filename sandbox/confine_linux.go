@@ -850,7 +850,7 @@ func helperInit(args []string) {
 		if wpid != pid {
 			continue // an orphan of the namespace, reaped
 		}
-			switch {
+		switch {
 		case ws.Exited():
 			os.Exit(ws.ExitStatus())
 		case ws.Signaled():
