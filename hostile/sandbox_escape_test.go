@@ -553,6 +553,13 @@ func case14Symlink(t *testing.T, c *sbxClient) {
 // is refused and deletes nothing (the reference half-fails with EBUSY).
 func case15RemoveRoot(t *testing.T, c *sbxClient) {
 	fx := c.fx
+	if err := os.Mkdir(fx.w("gone"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if fx.mode.uid >= 0 {
+		_ = os.Lchown(fx.w("gone"), fx.mode.uid, fx.mode.uid)
+	}
+	wantOK(t, "control: fs/remove -r WORK/gone", c.remove(fx.w("gone"), true, false))
 	before := snapshot{}
 	if err := snapTree(fx.WORK, before); err != nil {
 		t.Fatal(err)
@@ -848,6 +855,9 @@ func case21Race(t *testing.T, c *sbxClient) {
 	t.Logf("race: %d swaps, %d fs calls (%d succeeded) in %v", swaps.Load(), ops.Load(), oks.Load(), dur)
 	if swaps.Load() == 0 {
 		t.Errorf("FAIL: the race never swapped (the test did not race)")
+	}
+	if oks.Load() == 0 {
+		t.Errorf("FAIL: no sandboxed operation succeeded during the race (while WORK/d was a directory, some must)")
 	}
 }
 
@@ -1180,6 +1190,7 @@ func case27Bounded(t *testing.T, c *sbxClient) {
 // 28: useLegacyLandlock and the Windows levels never mean "no sandbox".
 func case28Levels(t *testing.T, c *sbxClient) {
 	fx := c.fx
+	wantOK(t, "control: fs/writeFile WORK/ok.txt with the level disabled", c.writeFile(fx.w("ok.txt"), "ok"))
 	for _, v := range []struct {
 		label string
 		key   string
