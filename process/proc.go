@@ -146,7 +146,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		}
 		spec, err := planCommand(plan, path, args, env, dir)
 		if err != nil {
-			return protocol.Internal("sandbox: %v", err)
+			return commandError(err)
 		}
 		p.release = onceFunc(spec.Release)
 		// The init starts in dir too: a missing cwd fails the start with

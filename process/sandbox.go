@@ -72,6 +72,20 @@ func checkExecutable(path string) error {
 	return unix.Access(path, unix.X_OK)
 }
 
+// commandError maps a Plan.Command error: a missing kernel feature is
+// -32603 naming it; a program or cwd that is missing (or invisible in the
+// view) is the spawn error a start without a sandbox gets.
+func commandError(err error) error {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, sandbox.ErrUnavailable):
+		return protocol.Internal("%v", err)
+	case errors.As(err, &errno):
+		return protocol.SpawnError(err)
+	}
+	return protocol.Internal("sandbox: %v", err)
+}
+
 // onceFunc makes f safe to call more than once; it runs the first time
 // only (Spec.Release must run exactly once).
 func onceFunc(f func()) func() {

@@ -78,7 +78,7 @@ func needSandbox(t *testing.T) {
 	if s := sandbox.Probe(); !s.Available {
 		t.Skipf("no sandbox on this kernel or kernel side not built: missing %s", s.Missing)
 	}
-	if _, err := planFor(json.RawMessage(`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`)); err != nil {
+	if _, err := planOf(json.RawMessage(`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`)); err != nil {
 		t.Skipf("policy resolution not usable: %v", err)
 	}
 }
@@ -558,6 +558,10 @@ func TestSandboxStartErrors(t *testing.T) {
 	wantErr(t, err, protocol.CodeInvalidParams, "unknown variant `read-only`")
 
 	needSandbox(t)
+	noexec := filepath.Join(ws, "noexec")
+	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, cwd string
 		argv      []string
@@ -565,13 +569,16 @@ func TestSandboxStartErrors(t *testing.T) {
 	}{
 		{"missing cwd", filepath.Join(ws, "nope"), []string{"true"}, "No such file or directory (os error 2)"},
 		{"missing program", ws, []string{"/nonexistent/prog"}, "No such file or directory (os error 2)"},
-		{"not executable", ws, []string{"/etc/hostname"}, "Permission denied (os error 13)"},
+		{"not executable", ws, []string{noexec}, "Permission denied (os error 13)"},
 		{"directory", ws, []string{"/"}, "Permission denied (os error 13)"},
 	}
 	for _, tt := range tests {
 		p := sandboxParams(t, "e", codexWorkspaceWrite, ws, tt.argv...)
 		p.Cwd = fileURI(tt.cwd)
 		_, err := m.Start(p)
+		if err == nil {
+			t.Fatalf("%s: started", tt.name)
+		}
 		wantErr(t, err, protocol.CodeInternal, tt.msg)
 	}
 	checkNoTraces(t, ws)
