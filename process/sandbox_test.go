@@ -712,3 +712,39 @@ func TestSandboxWiring(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkStartTrue: /bin/true from start to closed, without a sandbox
+// and under codex's workspace-write policy, through the spawner.
+func BenchmarkStartTrue(b *testing.B) {
+	for _, sandboxed := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sandbox=%v", sandboxed), func(b *testing.B) {
+			ws := filepath.Join(b.TempDir(), "ws")
+			if err := os.Mkdir(ws, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			var p protocol.StartParams
+			p.Argv, p.Cwd = []string{"/bin/true"}, fileURI(ws)
+			if sandboxed {
+				p.Sandbox = policy(codexWorkspaceWrite, ws)
+				if _, err := planOf(p.Sandbox); err != nil {
+					b.Skipf("no sandbox: %v", err)
+				}
+			}
+			closed := make(chan struct{}, 1)
+			m := NewManager(Options{Retention: time.Millisecond}, SinkFunc(func(ev Event) {
+				if ev.Kind == EventClosed {
+					closed <- struct{}{}
+				}
+			}))
+			defer m.Close()
+			b.ResetTimer()
+			for i := range b.N {
+				p.ProcessID = strconv.Itoa(i)
+				if _, err := m.Start(p); err != nil {
+					b.Fatal(err)
+				}
+				<-closed
+			}
+		})
+	}
+}
