@@ -112,6 +112,21 @@ func probe(op, arg string) string {
 	case "userns":
 		_, err := syscall.ForkExec("/bin/true", nil, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}})
 		return errnoOf(err)
+	case "mountro": // "ro" when the topmost mount at arg is read-only
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return errnoOf(err)
+		}
+		res := "not a mount point"
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 5 && f[4] == arg {
+				res = "rw"
+				if strings.HasPrefix(f[5], "ro") {
+					res = "ro"
+				}
+			}
+		}
+		return res
 	case "env":
 		return strings.Join(os.Environ(), ";")
 	}
@@ -198,7 +213,12 @@ func TestRunWritableRoot(t *testing.T) {
 		{"write", "/dev/null", "ok"},
 		{"socket", "tcp", "EPERM"},
 		{"socket", "unix", "ok"},
-		{"write", "/proc/sys/kernel/hostname", "EROFS"},
+		// Not written to: without its own UTS or network namespace, a
+		// failure would change the host.
+		{"mountro", "/proc/sys", "ro"},
+	}
+	if _, err := os.Stat("/proc/sysrq-trigger"); err == nil {
+		tests = append(tests, struct{ op, arg, want string }{"mountro", "/proc/sysrq-trigger", "ro"})
 	}
 	for _, tc := range tests {
 		if got := runOp(t, p, tc.op, tc.arg); got != tc.want {
@@ -452,6 +472,7 @@ func TestCommandConfined(t *testing.T) {
 		"socket:mptcp":                              "EPERM",
 		"socket:unix":                               "ok",
 		"userns:":                                   "EPERM",
+		"write:/proc/sys/kernel/hostname":           "EROFS", // its own UTS namespace: harmless if it failed
 		"env:":                                      probeEnv + "=1;ONLY=this",
 		"status:CapInh,CapPrm,CapEff,CapBnd,CapAmb,NoNewPrivs,Seccomp": "CapInh=0000000000000000;CapPrm=0000000000000000;CapEff=0000000000000000;CapBnd=0000000000000000;CapAmb=0000000000000000;NoNewPrivs=1;Seccomp=2",
 	}
@@ -743,4 +764,31 @@ func TestRunWarmHelper(t *testing.T) {
 		}
 	}
 	closeIdle()
+}
+
+func TestCommandViews(t *testing.T) {
+	needSandbox(t)
+	ws, out := fixture(t)
+	self, _ := os.Executable()
+	none := &Plan{Root: AccessNone, Mounts: []Mount{
+		{Path: filepath.Dir(self), Access: AccessRead, Dir: true},
+		{Path: ws, Access: AccessWrite, Dir: true},
+	}}
+	got := runProbes(t, none, ws, "write:"+filepath.Join(ws, "a.txt"), "read:"+filepath.Join(out, "secret.txt"), "read:/etc/passwd", "write:/x")
+	for k, v := range map[string]string{
+		"write:" + filepath.Join(ws, "a.txt"):      "ok",
+		"read:" + filepath.Join(out, "secret.txt"): "ENOENT",
+		"read:/etc/passwd":                         "ok",
+		"write:/x":                                 "EROFS",
+	} {
+		if got[k] != v {
+			t.Errorf("empty root: %s = %q, want %q", k, got[k], v)
+		}
+	}
+	all := &Plan{Root: AccessWrite, Network: NetworkEnabled}
+	got = runProbes(t, all, ws, "write:"+filepath.Join(out, "w.txt"), "mountro:/proc/sys")
+	if got["write:"+filepath.Join(out, "w.txt")] != "ok" || got["mountro:/proc/sys"] != "ro" {
+		t.Errorf("writable root: %v", got)
+	}
+	assertTree(t, out, "secret.txt", "w.txt")
 }
