@@ -771,7 +771,7 @@ func TestCommandViews(t *testing.T) {
 	ws, out := fixture(t)
 	self, _ := os.Executable()
 	none := &Plan{Root: AccessNone, Mounts: []Mount{
-		{Path: filepath.Dir(self), Access: AccessRead, Dir: true},
+		{Path: self, Access: AccessRead}, // the probe command itself
 		{Path: ws, Access: AccessWrite, Dir: true},
 	}}
 	got := runProbes(t, none, ws, "write:"+filepath.Join(ws, "a.txt"), "read:"+filepath.Join(out, "secret.txt"), "read:/etc/passwd", "write:/x")
