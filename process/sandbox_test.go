@@ -593,16 +593,25 @@ func TestSandboxFailClosed(t *testing.T) {
 	if s := sandbox.Probe(); !s.Available {
 		t.Skipf("no sandbox to simulate a missing feature of: missing %s", s.Missing)
 	}
-	t.Setenv("EXEC_SERVER_SANDBOX_SIMULATE_MISSING", "landlock")
 	m, sink := newTestManager(t, Options{})
 	ws := workspace(t)
-	for _, tmpl := range []string{codexWorkspaceWrite, codexReadOnly, `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`} {
-		p := params(t, "f", "touch", filepath.Join(ws, "ran"))
-		p.Sandbox = policy(tmpl, ws)
-		_, err := m.Start(p)
-		wantErr(t, err, protocol.CodeInternal, "sandbox not available")
-		if !strings.Contains(strings.ToLower(err.Error()), "landlock") {
-			t.Errorf("the error does not name what is missing: %v", err)
+	for _, missing := range []struct{ feature, named string }{
+		{"landlock", "landlock"},
+		{"seccomp", "seccomp"},
+		{"mountns", "mount namespaces"},
+		{"userns", "user namespaces"},
+	} {
+		t.Setenv(sandbox.SimulateEnv, missing.feature)
+		for _, tmpl := range []string{codexWorkspaceWrite, codexReadOnly, `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`} {
+			for _, tty := range []bool{false, true} {
+				p := params(t, "f", "touch", filepath.Join(ws, "ran"))
+				p.Sandbox, p.TTY = policy(tmpl, ws), tty
+				_, err := m.Start(p)
+				wantErr(t, err, protocol.CodeInternal, "sandbox not available")
+				if !strings.Contains(strings.ToLower(err.Error()), missing.named) {
+					t.Errorf("the error does not name %s: %v", missing.named, err)
+				}
+			}
 		}
 	}
 	if len(sink.of("f")) != 0 {
