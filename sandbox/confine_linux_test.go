@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,6 +63,13 @@ func probe(op, arg string) string {
 		return errnoOf(os.Chmod(arg, 0o600))
 	case "mknod":
 		return errnoOf(unix.Mknod(arg, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))))
+	case "mknod-thread": // from another OS thread than the locked one
+		res := make(chan string)
+		go func() {
+			runtime.LockOSThread() // a fresh thread: locked threads are not reused
+			res <- probe("mknod", arg)
+		}()
+		return <-res
 	case "socket":
 		dom, typ, proto := unix.AF_INET, unix.SOCK_STREAM, 0
 		switch arg {
@@ -209,6 +217,8 @@ func TestRunWritableRoot(t *testing.T) {
 		{"write", filepath.Join(out, "x.txt"), "EROFS"},
 		{"write", filepath.Join(out, "secret.txt"), "EROFS"},
 		{"chmod", filepath.Join(out, "secret.txt"), "EROFS"},
+		{"mknod", filepath.Join(ws, "dev"), "EPERM"},
+		{"mknod-thread", filepath.Join(ws, "dev2"), "EPERM"},
 		{"read", filepath.Join(out, "secret.txt"), "ok"},
 		{"write", "/dev/null", "ok"},
 		{"socket", "tcp", "EPERM"},
@@ -464,7 +474,7 @@ func TestCommandConfined(t *testing.T) {
 		"chmod:" + filepath.Join(out, "secret.txt"): "EROFS",
 		"mkdir:" + filepath.Join(ws, ".git"):        "EEXIST",
 		"write:" + filepath.Join(ws, ".git", "x"):   "EROFS",
-		"mknod:" + filepath.Join(ws, "dev"):         "EACCES", // Landlock answers before the missing CAP_MKNOD
+		"mknod:" + filepath.Join(ws, "dev"):         "EPERM", // seccomp, before Landlock and the missing CAP_MKNOD
 		"ppid:":                                     "1",
 		"fds:" + ws:                                 "",
 		"socket:tcp":                                "EPERM",

@@ -26,6 +26,8 @@ const (
 	offNr   = 0
 	offArch = 4
 	offArg0 = 16 // low 32 bits on little-endian: both supported arches
+	offArg1 = 24
+	offArg2 = 32
 )
 
 // Syscalls denied under every policy.
@@ -35,7 +37,16 @@ var alwaysDenied = []uintptr{
 	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD, unix.SYS_BPF, unix.SYS_PERF_EVENT_OPEN,
 	unix.SYS_OPEN_BY_HANDLE_AT, unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
 	unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY, unix.SYS_KEYCTL,
+	// The mount API: the view is final. Capabilities already make these
+	// fail on the thread that runs foreign code, but seccomp covers every
+	// thread of the helper, including Go runtime threads that kept theirs.
+	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT,
+	unix.SYS_OPEN_TREE, unix.SYS_MOVE_MOUNT, unix.SYS_FSOPEN, unix.SYS_FSCONFIG,
+	unix.SYS_FSMOUNT, unix.SYS_FSPICK, unix.SYS_MOUNT_SETATTR, unix.SYS_SETNS,
 }
+
+// legacyMknod is mknod(2)'s number where it exists (amd64), -1 elsewhere.
+var legacyMknod = -1
 
 // Syscalls denied when the network is restricted (sandbox.md §3.5:
 // recvfrom stays allowed for unix socketpairs).
@@ -95,6 +106,21 @@ func seccompProgram(network Network) []unix.SockFilter {
 		bpfJump(jsetK, unix.CLONE_NEWUSER, 0, 1),
 		bpfStmt(retK, retEPERM),
 		bpfStmt(retK, retAllow),
+	}
+	// No device nodes, whatever a thread's capabilities.
+	noDevice := func(off uint32) []unix.SockFilter {
+		return []unix.SockFilter{
+			bpfStmt(ldW, off),
+			bpfStmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, unix.S_IFMT),
+			bpfJump(jeqK, unix.S_IFCHR, 2, 0),
+			bpfJump(jeqK, unix.S_IFBLK, 1, 0),
+			bpfStmt(retK, retAllow),
+			bpfStmt(retK, retEPERM),
+		}
+	}
+	argBlock(unix.SYS_MKNODAT, noDevice(offArg2)...)
+	if legacyMknod >= 0 {
+		argBlock(uintptr(legacyMknod), noDevice(offArg1)...)
 	}
 	argBlock(unix.SYS_CLONE, noNewUser...)
 	argBlock(unix.SYS_UNSHARE, noNewUser...)

@@ -1,0 +1,5 @@
+package sandbox
+
+import "golang.org/x/sys/unix"
+
+func init() { legacyMknod = unix.SYS_MKNOD }
