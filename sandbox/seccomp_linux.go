@@ -43,7 +43,14 @@ var alwaysDenied = []uintptr{
 	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT,
 	unix.SYS_OPEN_TREE, unix.SYS_MOVE_MOUNT, unix.SYS_FSOPEN, unix.SYS_FSCONFIG,
 	unix.SYS_FSMOUNT, unix.SYS_FSPICK, unix.SYS_MOUNT_SETATTR, unix.SYS_SETNS,
+	// Host-wide switches (the fs helper shares the host's UTS namespace).
+	unix.SYS_REBOOT, unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME, unix.SYS_CLOCK_ADJTIME,
+	unix.SYS_SWAPON, unix.SYS_SWAPOFF, unix.SYS_ACCT, unix.SYS_SETHOSTNAME,
+	unix.SYS_SETDOMAINNAME, unix.SYS_QUOTACTL,
 }
+
+// archDenied are denied syscalls that exist on some arches only.
+var archDenied []uintptr
 
 // legacyMknod is mknod(2)'s number where it exists (amd64), -1 elsewhere.
 var legacyMknod = -1
@@ -95,7 +102,7 @@ func seccompProgram(network Network) []unix.SockFilter {
 		p = append(p, bpfJump(jeqK, uint32(nr), 0, uint8(len(block))))
 		p = append(p, block...)
 	}
-	for _, nr := range alwaysDenied {
+	for _, nr := range append(alwaysDenied, archDenied...) {
 		deny(nr, retEPERM)
 	}
 	// clone3 passes its flags in memory, which BPF cannot read: ENOSYS
