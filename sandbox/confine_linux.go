@@ -37,7 +37,8 @@ const helperArg = "--exec-server-sandbox"
 // SimulateEnv names the variable that, for tests, makes Probe report
 // features missing: a comma list of userns, mountns, landlock, seccomp.
 // It can only take confinement away from what is available (the sandbox
-// then refuses to run), never weaken a sandbox.
+// then refuses to run), never weaken a sandbox. userns makes a difference
+// only to a server that is not root (root needs no user namespace).
 const SimulateEnv = "EXEC_SERVER_SANDBOX_SIMULATE_MISSING"
 
 // ErrUnavailable is wrapped by every Run and Command error caused by a
@@ -83,7 +84,11 @@ func simulate(s Support, list string) Support {
 		var what string
 		switch strings.TrimSpace(f) {
 		case "userns":
-			s.UserNS, what = false, "user namespaces"
+			s.UserNS = false
+			if os.Getuid() == 0 {
+				continue // root does not use one
+			}
+			what = "user namespaces"
 		case "mountns":
 			what = "mount namespaces"
 		case "landlock":
