@@ -24,14 +24,28 @@ import (
 // The helper is this binary re-executed with helperArg as argv[1]
 // (MaybeMain dispatches it). Two modes:
 //
-//   - "run": the fs helper. Its only descriptors are /dev/null, stderr and
-//     a socket (fd 3) on which the server sends the plan and the request;
-//     it builds the view, locks itself down, runs the registered OpFunc,
-//     answers on the socket (with the optional file as SCM_RIGHTS), exits.
-//   - "init": the process/start init (PID 1 of its namespaces). The plan
-//     travels in argv (Spec has no extra descriptor), never in the
-//     environment, which is exactly the command's.
-
+//   - "run": the fs helper, in new mount and PID namespaces (and a user
+//     namespace when the server is not root). Its descriptors are
+//     /dev/null and a socket (fd 3) on which the server sends the plan,
+//     then calls (op name and request); it builds the view, locks itself
+//     down, then runs each call's OpFunc on its locked thread and answers
+//     on the socket (the optional file as SCM_RIGHTS, closed after). It
+//     stays warm for the next call of the same plan (see warmIdle) and
+//     exits at EOF. OpFuncs must keep no state between calls and make
+//     their syscalls on their own goroutine: other threads of the helper
+//     keep the capabilities the locked one dropped (seccomp, which covers
+//     every thread, denies what they could do harm with).
+//   - "init": the process/start init (PID 1 of its namespaces, plus IPC,
+//     UTS, and a network namespace when the network is restricted). The
+//     plan travels in argv (Spec has no extra descriptor), never in the
+//     environment, which is exactly the command's. A failure before the
+//     command runs is reported on its stderr as "exec-server sandbox:
+//     <step>: <error>" with exit status 125; an exec failure as
+//     "<path>: <error>" with 127 (ENOENT) or 126.
+//
+// As the reference, a server that is not root maps its uid and gid to 0
+// in the user namespace: the command runs as root there, with no
+// capabilities; files it makes belong to the server's uid on the host.
 const helperArg = "--exec-server-sandbox"
 
 // SimulateEnv names the variable that, for tests, makes Probe report
