@@ -313,9 +313,9 @@ func (p *Plan) run(ctx context.Context, name string, req []byte) ([]byte, *os.Fi
 // again), the helper is dropped.
 const (
 	warmIdle       = 2 * time.Second
-	warmPerPlan    = 2  // idle helpers kept per plan
-	warmTotal      = 16 // idle helpers kept in all
-	warmRequestMax = 1 << 30
+	warmPerPlan    = 2       // idle helpers kept per plan
+	warmTotal      = 16      // idle helpers kept in all
+	warmRequestMax = 1 << 30 // bytes of a request or a reply
 )
 
 type helper struct {
@@ -607,12 +607,20 @@ func readReply(conn *net.UnixConn) (byte, []byte, int, error) {
 			return fail(err)
 		}
 	}
-	body := make([]byte, binary.LittleEndian.Uint32(hdr[1:]))
-	if _, err := io.ReadFull(conn, body); err != nil {
-		return fail(err)
-	}
 	if hdr[0] != replyOK && hdr[0] != replyError {
 		return fail(fmt.Errorf("bad reply status %q", hdr[0]))
+	}
+	size := binary.LittleEndian.Uint32(hdr[1:])
+	if size > warmRequestMax {
+		return fail(fmt.Errorf("reply of %d bytes", size))
+	}
+	// Grown as the bytes arrive: a header alone allocates nothing.
+	body, err := io.ReadAll(io.LimitReader(conn, int64(size)))
+	if err == nil && len(body) < int(size) {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return fail(err)
 	}
 	return hdr[0], body, fd, nil
 }
