@@ -753,19 +753,7 @@ func helperRun() {
 		reply(replyError, []byte(err.Error()), nil)
 		os.Exit(1)
 	}
-	var lens [4]byte
-	read := func(max uint32) ([]byte, error) {
-		if _, err := io.ReadFull(sock, lens[:]); err != nil {
-			return nil, err
-		}
-		n := binary.LittleEndian.Uint32(lens[:])
-		if n > max {
-			return nil, fmt.Errorf("message of %d bytes", n)
-		}
-		b := make([]byte, n)
-		_, err := io.ReadFull(sock, b)
-		return b, err
-	}
+	read := func(max uint32) ([]byte, error) { return readMsg(sock, max) }
 	b, err := read(64 << 20)
 	if err != nil {
 		fail(stepErr("read the plan", err))
@@ -803,6 +791,25 @@ func helperRun() {
 		out, file := fn(req)
 		reply(replyOK, out, file)
 	}
+}
+
+// readMsg reads one [u32 length][bytes] message of at most max bytes,
+// growing its buffer as the bytes arrive. A clean EOF before a message is
+// io.EOF.
+func readMsg(r io.Reader, max uint32) ([]byte, error) {
+	var lens [4]byte
+	if _, err := io.ReadFull(r, lens[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(lens[:])
+	if n > max {
+		return nil, fmt.Errorf("message of %d bytes", n)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err == nil && len(b) < int(n) {
+		err = io.ErrUnexpectedEOF
+	}
+	return b, err
 }
 
 // initFail reports a failure of the init on the command's stderr and exits

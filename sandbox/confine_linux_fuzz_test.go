@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
@@ -46,6 +48,30 @@ func FuzzReadReply(f *testing.F) {
 		}
 		if len(b) < 5 || !bytes.Equal(body, b[5:5+len(body)]) {
 			t.Errorf("body %q from %q", body, b)
+		}
+	})
+}
+
+// FuzzReadMsg feeds the helper's request decoder arbitrary bytes.
+func FuzzReadMsg(f *testing.F) {
+	f.Add([]byte("\x02\x00\x00\x00ok\x00\x00\x00\x00"), uint32(16))
+	f.Add([]byte("\xff\xff\xff\x7f"), uint32(1<<30))
+	f.Add([]byte("\x01\x00"), uint32(4))
+	f.Fuzz(func(t *testing.T, b []byte, max uint32) {
+		r := bytes.NewReader(b)
+		rest := b
+		for {
+			m, err := readMsg(r, max)
+			if err != nil {
+				if errors.Is(err, io.EOF) && len(rest) != 0 {
+					t.Errorf("EOF with %d bytes left", len(rest))
+				}
+				return
+			}
+			if uint32(len(m)) > max || !bytes.Equal(m, rest[4:4+len(m)]) {
+				t.Fatalf("message %q from %q (max %d)", m, rest, max)
+			}
+			rest = rest[4+len(m):]
 		}
 	})
 }
