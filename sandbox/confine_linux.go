@@ -788,9 +788,23 @@ func helperRun() {
 			reply(replyError, []byte(fmt.Sprintf("unknown op %q (is its package linked in?)", name)), nil)
 			continue
 		}
-		out, file := fn(req)
+		out, file, err := callOp(fn, req)
+		if err != nil {
+			fail(err) // its state is unknown: no further call
+		}
 		reply(replyOK, out, file)
 	}
+}
+
+// callOp runs fn, turning a panic into an error for the server.
+func callOp(fn OpFunc, req []byte) (out []byte, f *os.File, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the operation panicked: %v", r)
+		}
+	}()
+	out, f = fn(req)
+	return out, f, nil
 }
 
 // readMsg reads one [u32 length][bytes] message of at most max bytes,

@@ -151,6 +151,9 @@ func init() {
 		if err := json.Unmarshal(req, &r); err != nil {
 			return []byte(err.Error()), nil
 		}
+		if r.Op == "panic" {
+			panic("on purpose")
+		}
 		if r.Op == "open" {
 			f, err := os.Open(r.Arg)
 			if err != nil {
@@ -367,6 +370,13 @@ func TestRunFailures(t *testing.T) {
 	_, _, err = bad.Run(context.Background(), "test.probe", []byte(`{"Op":"pid"}`))
 	if err == nil || !strings.Contains(err.Error(), "mount relative/path") {
 		t.Errorf("bad plan: %v", err)
+	}
+	_, _, err = workspaceWrite(ws).Run(context.Background(), "test.probe", []byte(`{"Op":"panic"}`))
+	if err == nil || !strings.Contains(err.Error(), "panicked: on purpose") {
+		t.Errorf("panicking op: %v", err)
+	}
+	if got := runOp(t, workspaceWrite(ws), "write", filepath.Join(ws, "after.txt")); got != "ok" {
+		t.Errorf("after a panic: %s", got)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
