@@ -310,9 +310,12 @@ func (p *Plan) run(ctx context.Context, name string, req []byte) ([]byte, *os.Fi
 // burst of operations (an apply_patch) pays the start-up (~4 ms: exec,
 // the Go runtime, the view) once. Its view is checked before reuse: if a
 // path of the plan now names another file (a workspace deleted and made
-// again), the helper is dropped.
+// again), the helper is dropped. The idle time is short because a warm
+// helper keeps the host mount points of missing protected paths (empty
+// directories such as W/.codex, removed when it exits): a server that
+// exits leaves them behind for at most that long after its last call.
 const (
-	warmIdle       = 2 * time.Second
+	warmIdle       = 500 * time.Millisecond
 	warmPerPlan    = 2       // idle helpers kept per plan
 	warmTotal      = 16      // idle helpers kept in all
 	warmRequestMax = 1 << 30 // bytes of a request or a reply
