@@ -691,15 +691,20 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		n := min(len(s), planArgMax)
 		chunks, s = append(chunks, s[:n]), s[n:]
 	}
+	// The command's environment travels in argv too: as the init's own,
+	// it would act on the init before the sandbox exists (LD_PRELOAD into
+	// this dynamically linked binary, GODEBUG).
 	args := []string{"exec-server-sandbox", helperArg, "init", strconv.Itoa(len(chunks))}
 	args = append(args, chunks...)
+	args = append(args, strconv.Itoa(len(env)))
+	args = append(args, env...)
 	args = append(args, path, filepath.Clean(dir))
 	args = append(args, argv...)
 	uid, gid := idMaps()
 	return &Spec{
 		Path:        "/proc/self/exe",
 		Argv:        args,
-		Env:         append([]string{}, env...), // never nil: nil would mean the caller's
+		Env:         []string{}, // never nil: nil would mean the caller's
 		Cloneflags:  cloneflags(true, p.Network),
 		UidMappings: uid,
 		GidMappings: gid,
@@ -857,15 +862,12 @@ func helperInit(args []string) {
 		for range sigs {
 		}
 	}()
-	n, err := strconv.Atoi(firstOr(args, ""))
-	if err != nil || len(args) < 1+n+3 {
-		initFail(errors.New("bad arguments"))
+	ia, err := parseInitArgs(args)
+	if err != nil {
+		initFail(err)
 	}
-	var p Plan
-	if err := json.Unmarshal([]byte(strings.Join(args[1:1+n], "")), &p); err != nil {
-		initFail(fmt.Errorf("bad plan: %w", err))
-	}
-	path, dir, argv := args[1+n], args[2+n], args[3+n:]
+	p := ia.plan
+	path, dir, argv := ia.path, ia.dir, ia.argv
 	rules, err := buildView(&p, viewOpts{command: true, ptys: findPTYs()})
 	if err != nil {
 		initFail(err)
@@ -881,7 +883,7 @@ func helperInit(args []string) {
 		initFail(stepErr("close descriptors", err))
 	}
 	<-notified
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: ia.env, Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
 		if errors.Is(err, syscall.ENOENT) {
@@ -910,11 +912,46 @@ func helperInit(args []string) {
 	}
 }
 
-func firstOr(s []string, def string) string {
-	if len(s) == 0 {
-		return def
+type initArgs struct {
+	plan      Plan
+	env       []string
+	path, dir string
+	argv      []string
+}
+
+// parseInitArgs decodes the init's arguments (after "init"): the count of
+// plan chunks and the chunks, the count of environment entries and the
+// entries, the program, the directory, the command's argv.
+func parseInitArgs(args []string) (*initArgs, error) {
+	count := func() (int, error) {
+		if len(args) == 0 {
+			return 0, errors.New("bad arguments: too few")
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 0 || n > len(args)-1 {
+			return 0, fmt.Errorf("bad arguments: count %q", args[0])
+		}
+		args = args[1:]
+		return n, nil
 	}
-	return s[0]
+	n, err := count()
+	if err != nil {
+		return nil, err
+	}
+	ia := &initArgs{}
+	if err := json.Unmarshal([]byte(strings.Join(args[:n], "")), &ia.plan); err != nil {
+		return nil, fmt.Errorf("bad plan: %w", err)
+	}
+	args = args[n:]
+	if n, err = count(); err != nil {
+		return nil, err
+	}
+	ia.env, args = args[:n:n], args[n:]
+	if len(args) < 2 {
+		return nil, errors.New("bad arguments: no program or directory")
+	}
+	ia.path, ia.dir, ia.argv = args[0], args[1], args[2:]
+	return ia, nil
 }
 
 // findPTYs returns the host paths of the PTY slaves on fds 0-2.

@@ -818,3 +818,39 @@ func TestCommandViews(t *testing.T) {
 	}
 	assertTree(t, out, "secret.txt", "w.txt")
 }
+
+// TestCommandEnvNotTheInits: the command's environment must not act on
+// the init, which runs unconfined until the view is built: an LD_PRELOAD
+// library (written by an earlier sandboxed command, say) would run in it.
+func TestCommandEnvNotTheInits(t *testing.T) {
+	needSandbox(t)
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build the preload library")
+	}
+	ws, out := fixture(t)
+	src := filepath.Join(ws, "pwn.c")
+	so := filepath.Join(ws, "pwn.so")
+	code := fmt.Sprintf(`#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void pwn(void) {
+	int fd = open("%s/pwned", O_CREAT|O_WRONLY, 0644);
+	if (fd >= 0) close(fd);
+}`, out)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(gcc, "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, b)
+	}
+	spec, err := workspaceWrite(ws).Command("/bin/true", []string{"true"}, []string{"LD_PRELOAD=" + so}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	if code := startSpec(t, spec, []*os.File{null, null, null}, nil); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	assertTree(t, out, "secret.txt")
+}
