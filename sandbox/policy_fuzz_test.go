@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzParse checks the sandbox policy parser against hostile JSON: it never
-// panics; a refusal is a -32602 error; an
+// panics; a refusal is a -32602 error (-32600 for a foreign file: URI); an
 // accepted policy is nil only for an absent or null parameter; and Check
 // refuses exactly the restrictive policies, so a request never runs with
 // less confinement than it asked for.
@@ -29,6 +29,8 @@ func FuzzParse(f *testing.F) {
 		`{"permissions":{"type":"bogus"},"windowsSandboxLevel":"disabled"}`,
 		`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"restricted-token","extra":[1,2]}`,
 		`{"permissions":"disabled","windowsSandboxLevel":"disabled"}`,
+		`{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[{"path":{"type":"special","value":{"kind":"root"}},"access":"read"},{"path":{"type":"special","value":{"kind":"project_roots","subpath":".git"}},"access":"read","missing_path_behavior":"skip"},{"path":{"type":"glob_pattern","pattern":"**/*.env"},"access":"deny"},{"path":{"type":"path","path":"file:///w/x"},"access":"none"}],"glob_scan_max_depth":3},"network":"restricted"},"cwd":"file:///w","workspaceRoots":["file:///w"],"policyContext":{"cwd":"file:///w","workspaceRoots":["file:///w"]},"userHomeDir":"file:///root","temporaryDirectories":["file:///t"],"windowsSandboxLevel":"disabled","windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`,
+		`{"permissions":{"type":"managed","file_system":{"type":1,"entries":[{"path":{"type":2,"value":{"kind":5,"path":"x"}},"access":"none"}]},"network":"enabled"},"windowsSandboxLevel":"mxc","cwd":"file://other/x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -37,8 +39,8 @@ func FuzzParse(f *testing.F) {
 		absent := len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 		if err != nil {
 			var pe *protocol.Error
-			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams || pe.Message == "" {
-				t.Fatalf("Parse(%q): error %T %v is not an -32602 with a message", raw, err, err)
+			if !errors.As(err, &pe) || (pe.Code != protocol.CodeInvalidParams && pe.Code != protocol.CodeInvalidRequest) || pe.Message == "" {
+				t.Fatalf("Parse(%q): error %T %v is not an -32602 or -32600 with a message", raw, err, err)
 			}
 			if Check(raw) == nil {
 				t.Fatalf("Check(%q) accepts what Parse refuses", raw)
