@@ -22,10 +22,10 @@ type Policy struct {
 	Permissions         Permissions
 	WindowsSandboxLevel string
 	// WindowsSandboxProxySettingsMode is "reconcile", "preserve" or "".
-	WindowsSandboxProxySettingsMode string `json:",omitempty"`
-	Cwd                             *Location `json:",omitempty"`
+	WindowsSandboxProxySettingsMode string     `json:",omitempty"`
+	Cwd                             *Location  `json:",omitempty"`
 	WorkspaceRoots                  []Location `json:",omitempty"`
-	UserHomeDir                     *Location `json:",omitempty"`
+	UserHomeDir                     *Location  `json:",omitempty"`
 	// TemporaryDirectories is nil when absent or null.
 	TemporaryDirectories []Location `json:",omitempty"`
 	// PolicyContext, when present, overrides Cwd (when it has one) and
