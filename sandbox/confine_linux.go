@@ -338,6 +338,9 @@ var (
 )
 
 func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []byte, file *os.File, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("sandbox helper: %w", err)
+	}
 	key, err := json.Marshal(p)
 	if err != nil {
 		return nil, nil, err
@@ -722,6 +725,13 @@ func MaybeMain() {
 		return
 	}
 	runtime.LockOSThread() // everything below runs on this thread
+	// Not dumpable: its memory and descriptors (/proc/1/mem, /proc/1/fd)
+	// stay out of reach of the command, which has the same uid, while its
+	// other threads keep the capabilities the locked one drops.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "exec-server sandbox: not dumpable:", err)
+		os.Exit(125)
+	}
 	switch os.Args[2] {
 	case "run":
 		helperRun()

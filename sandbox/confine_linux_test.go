@@ -106,6 +106,12 @@ func probe(op, arg string) string {
 			}
 		}
 		return strings.Join(out, ";")
+	case "openrw": // open for writing without creating (e.g. /proc/1/mem)
+		f, err := os.OpenFile(arg, os.O_RDWR, 0)
+		if err == nil {
+			f.Close()
+		}
+		return errnoOf(err)
 	case "ppid":
 		return fmt.Sprint(os.Getppid())
 	case "fds": // the open descriptors whose target contains arg
@@ -492,6 +498,7 @@ func TestCommandConfined(t *testing.T) {
 		"write:" + filepath.Join(ws, ".git", "x"):   "EROFS",
 		"mknod:" + filepath.Join(ws, "dev"):         "EPERM", // seccomp, before Landlock and the missing CAP_MKNOD
 		"ppid:":                                     "1",
+		"openrw:/proc/1/mem":                        "EACCES", // the init's other threads keep capabilities
 		"fds:" + ws:                                 "",
 		"socket:tcp":                                "EPERM",
 		"socket:udp":                                "EPERM",
