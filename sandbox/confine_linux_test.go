@@ -618,7 +618,13 @@ func TestCommandPTY(t *testing.T) {
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 77}); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := workspaceWrite(ws).Command("/bin/sh", []string{"sh", "-c", "tty; stty size; ls /dev/pts"}, []string{"PATH=/usr/bin:/bin"}, ws)
+	// Job control: set -m puts the job in a process group of its own, and
+	// fg hands it the terminal (TIOCSPGRP) and waits for it.
+	// The job checks from /proc/self/stat that it has a controlling
+	// terminal whose foreground process group is its own.
+	job := `bash -c 'sleep 0.2; read -r _ _ _ _ pg _ tty tp _ </proc/self/stat; echo "fg=$((pg == tp)) ctty=$((tty != 0))"'`
+	script := "set -m; " + job + " & fg %1 >/dev/null; tty; stty size; ls /dev/pts"
+	spec, err := workspaceWrite(ws).Command("/bin/bash", []string{"bash", "-c", script}, []string{"PATH=/usr/bin:/bin"}, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +638,7 @@ func TestCommandPTY(t *testing.T) {
 	case <-time.After(5 * time.Second):
 	}
 	out := strings.ReplaceAll(buf.String(), "\r", "")
-	if code != 0 || !strings.Contains(out, tty.Name()+"\n") || !strings.Contains(out, "33 77") {
+	if code != 0 || !strings.Contains(out, "fg=1 ctty=1\n") || !strings.Contains(out, tty.Name()+"\n") || !strings.Contains(out, "33 77") {
 		t.Errorf("exit %d, output %q (tty %s)", code, out, tty.Name())
 	}
 	if want := filepath.Base(tty.Name()) + "\n"; !strings.HasSuffix(out, "\n"+want) {
