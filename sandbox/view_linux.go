@@ -57,12 +57,11 @@ type viewBuilder struct {
 // rules that mirror it (paths of the view).
 func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
 	b := &viewBuilder{p: p, opts: opts, view: -1, masks: -1}
-	// The masks' detached tmpfs stays open until the process exits:
-	// closing a detached mount waits for an RCU grace period (about half
-	// a millisecond), which the exit pays after the reply instead.
 	defer func() {
-		if b.view >= 0 {
-			unix.Close(b.view)
+		for _, fd := range []int{b.view, b.masks} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
 		}
 	}()
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -221,8 +220,19 @@ func (b *viewBuilder) makeMasks() error {
 			return err
 		}
 	}
-	return unix.MountSetattr(b.masks, "", unix.AT_EMPTY_PATH,
-		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC})
+	if err := unix.MountSetattr(b.masks, "", unix.AT_EMPTY_PATH,
+		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+		return err
+	}
+	// Kernels before 6.15 clone only mounts of the caller's namespace, not
+	// detached ones: the masks are attached on the view's /dev, which the
+	// fresh /dev covers later.
+	t, err := b.target("/dev", true)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	defer unix.Close(t)
+	return unix.MoveMount(b.masks, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 }
 
 // target opens path (absolute, of the view) as an O_PATH descriptor,
