@@ -144,17 +144,27 @@ func landlockRuleset(rules []landlockRule, network Network) (int, error) {
 // lockdown confines the calling thread (and, for seccomp, the process):
 // the Landlock ruleset is made while the capabilities are still there,
 // then they go, then Landlock and seccomp are enforced.
+//
+// At Landlock ABI 1 (kernels 5.13 to 5.18) a domain forbids every rename
+// or link across directories, even inside writable roots: as go-landlock's
+// best effort, the layer is then left out (the mount view, the empty
+// capability sets and seccomp still hold).
 func lockdown(rules []landlockRule, network Network) error {
-	ruleset, err := landlockRuleset(rules, network)
-	if err != nil {
-		return stepErr("landlock", err)
+	ruleset := -1
+	if landlockABI() >= 2 {
+		var err error
+		if ruleset, err = landlockRuleset(rules, network); err != nil {
+			return stepErr("landlock", err)
+		}
+		defer unix.Close(ruleset)
 	}
-	defer unix.Close(ruleset)
 	if err := dropPrivileges(); err != nil {
 		return stepErr("drop privileges", err)
 	}
-	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(ruleset), 0, 0); e != 0 {
-		return stepErr("landlock", fmt.Errorf("restrict: %w", e))
+	if ruleset >= 0 {
+		if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(ruleset), 0, 0); e != 0 {
+			return stepErr("landlock", fmt.Errorf("restrict: %w", e))
+		}
 	}
 	return stepErr("seccomp", installSeccomp(network))
 }
