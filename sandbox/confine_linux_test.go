@@ -85,6 +85,12 @@ func probe(op, arg string) string {
 			unix.Close(fd)
 		}
 		return errnoOf(err)
+	case "connect-unix":
+		c, err := net.DialTimeout("unix", arg, 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return errnoOf(err)
 	case "connect":
 		c, err := net.DialTimeout("tcp", arg, 2*time.Second)
 		if err == nil {
@@ -550,6 +556,20 @@ func TestCommandNetworkEnabled(t *testing.T) {
 	p.Network = NetworkRestricted
 	if got := runProbes(t, p, ws, "connect:"+ln.Addr().String()); got["connect:"+ln.Addr().String()] == "ok" {
 		t.Errorf("network restricted: connected")
+	}
+	// An abstract unix socket of the host (a daemon's): the same network
+	// namespace, but outside the Landlock domain (scoped from ABI 6).
+	if landlockABI() >= 6 {
+		name := fmt.Sprintf("@exec-server-sandbox-test-%d", os.Getpid())
+		ul, err := net.Listen("unix", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ul.Close()
+		p.Network = NetworkEnabled
+		if got := runProbes(t, p, ws, "connect-unix:"+name); got["connect-unix:"+name] != "EPERM" {
+			t.Errorf("abstract unix socket of the host: %v", got)
+		}
 	}
 }
 
