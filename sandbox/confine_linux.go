@@ -341,7 +341,11 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("sandbox helper: %w", err)
 	}
-	key, err := json.Marshal(p)
+	// The view does not depend on the context's cwd: plans that differ
+	// only there share helpers.
+	q := *p
+	q.Cwd = ""
+	key, err := json.Marshal(&q)
 	if err != nil {
 		return nil, nil, err
 	}
