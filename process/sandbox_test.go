@@ -83,17 +83,6 @@ func needSandbox(t *testing.T) {
 	}
 }
 
-// needDenial skips the sandboxDenied assertions while sandbox.Denial is a
-// stub (the policy work implements it).
-func needDenial(t *testing.T) {
-	t.Helper()
-	var d sandbox.Denial
-	d.Write(protocol.StreamStderr, []byte("touch: cannot touch '../x': Read-only file system\n"))
-	if !d.Denied(1) {
-		t.Skip("sandbox.Denial is still a stub")
-	}
-}
-
 func startSandboxed(t *testing.T, m *Manager, p protocol.StartParams) {
 	t.Helper()
 	res, err := m.Start(p)
@@ -174,12 +163,9 @@ func TestSandboxWorkspaceWrite(t *testing.T) {
 			if err != nil || !res.Exited || res.ExitCode == nil || *res.ExitCode != tt.code {
 				t.Fatalf("%s: read %+v %v", tt.id, res, err)
 			}
-			t.Run("denied/"+tt.id, func(t *testing.T) {
-				needDenial(t)
-				if ex.SandboxDenied != tt.denied || res.SandboxDenied != tt.denied {
-					t.Errorf("sandboxDenied exited=%v read=%v, want %v", ex.SandboxDenied, res.SandboxDenied, tt.denied)
-				}
-			})
+			if ex.SandboxDenied != tt.denied || res.SandboxDenied != tt.denied {
+				t.Errorf("%s: sandboxDenied exited=%v read=%v, want %v", tt.id, ex.SandboxDenied, res.SandboxDenied, tt.denied)
+			}
 		}
 		if b, err := os.ReadFile(filepath.Join(ws, "inside")); err != nil || string(b) != "ok\n" {
 			t.Errorf("the write inside the workspace did not land: %q %v", b, err)
@@ -212,12 +198,9 @@ func TestSandboxReadOnly(t *testing.T) {
 		if ex.ExitCode == 0 || !strings.Contains(output(evs, ""), "Read-only file system") {
 			t.Errorf("%s: %s", id, describeEvents(evs))
 		}
-		t.Run("denied/"+id, func(t *testing.T) {
-			needDenial(t)
-			if !ex.SandboxDenied {
-				t.Error("sandboxDenied false")
-			}
-		})
+		if !ex.SandboxDenied {
+			t.Errorf("%s: sandboxDenied false", id)
+		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws, "f")); string(b) != "content\n" {
 		t.Errorf("f changed: %q", b)
@@ -329,7 +312,40 @@ func TestSandboxPTY(t *testing.T) {
 		if ex := exitedEvent(t, evs); ex.ExitCode != 0 || ex.SandboxDenied {
 			t.Errorf("exit %d denied %v", ex.ExitCode, ex.SandboxDenied)
 		}
+
+		// A denial seen through the terminal.
+		p = sandboxParams(t, "pty-denied", codexWorkspaceWrite, ws, "touch", "../x")
+		p.TTY = true
+		startSandboxed(t, m, p)
+		evs = sink.waitClosed(t, "pty-denied")
+		if ex := exitedEvent(t, evs); ex.ExitCode != 1 || !ex.SandboxDenied || !strings.Contains(output(evs, ""), "Read-only file system") {
+			t.Errorf("pty touch ../x: %s denied %v", describeEvents(evs), ex.SandboxDenied)
+		}
+		if _, err := os.Lstat(filepath.Join(filepath.Dir(ws), "x")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the escape left a file: %v", err)
+		}
 	})
+}
+
+// TestUnsandboxedNeverDenied: without a sandbox, sandboxDenied is false
+// whatever the output and status.
+func TestUnsandboxedNeverDenied(t *testing.T) {
+	t.Parallel()
+	m, sink := newTestManager(t, Options{})
+	for _, tty := range []bool{false, true} {
+		id := "u-" + strconv.FormatBool(tty)
+		p := params(t, id, "sh", "-c", "echo 'touch: cannot touch x: Read-only file system' >&2; echo Operation not permitted; exit 1")
+		p.TTY = tty
+		mustStart(t, m, p)
+		evs := sink.waitClosed(t, id)
+		res, err := m.Read(context.Background(), protocol.ReadParams{ProcessID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex := exitedEvent(t, evs); ex.ExitCode != 1 || ex.SandboxDenied || res.SandboxDenied {
+			t.Errorf("%s: exit %d denied exited=%v read=%v", id, ex.ExitCode, ex.SandboxDenied, res.SandboxDenied)
+		}
+	}
 }
 
 // TestSandboxStdin: a stdin pipe, process/write and its end.
@@ -601,6 +617,9 @@ func TestSandboxFailClosed(t *testing.T) {
 		{"mountns", "mount namespaces"},
 		{"userns", "user namespaces"},
 	} {
+		if missing.feature == "userns" && os.Getuid() == 0 {
+			continue // root needs no user namespace: the sandbox works without
+		}
 		t.Setenv(sandbox.SimulateEnv, missing.feature)
 		for _, tmpl := range []string{codexWorkspaceWrite, codexReadOnly, `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`} {
 			for _, tty := range []bool{false, true} {
