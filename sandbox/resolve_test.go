@@ -616,3 +616,123 @@ func TestMatchGlob(t *testing.T) {
 		}
 	}
 }
+
+// FuzzResolve resolves policies built from the fuzzer's bytes over a fixed
+// temporary tree (every path the policy names is in it) and checks the
+// Plan's invariants (checkPlan), that it never gives an existing path more
+// than its most specific entry does, and that a deny entry wins at its own
+// path.
+func FuzzResolve(f *testing.F) {
+	d := tree(f, "w/a/b/f", "w/x.env", "o/x.env", "o/y")
+	for _, err := range []error{
+		os.WriteFile(d+"/w/.git", []byte("gitdir: ../o\n"), 0o644),
+		os.Symlink(d+"/o", d+"/w/link"),
+	} {
+		if err != nil {
+			f.Fatal(err)
+		}
+	}
+	paths := []string{d, d + "/w", d + "/w/a", d + "/w/a/b", d + "/w/.git", d + "/w/link", d + "/o", d + "/o/x.env", d + "/missing", d + "/w/missing"}
+	probes := []string{d, d + "/w", d + "/w/a", d + "/w/a/b", d + "/w/a/b/f", d + "/w/x.env", d + "/w/.git", d + "/o", d + "/o/x.env", d + "/o/y"}
+	subpaths := []string{"", "a", "../o", ".git", "a/../b"}
+	globs := []string{"**/*.env", "*", "a/**", "x.env", "{a,o}/*", "**", "../o/*"}
+	accesses := []string{"read", "write", "deny", "none"}
+	f.Add([]byte{1, 1, 0, 2, 2, 0, 6, 0, 0})
+	f.Add([]byte{10, 0, 0, 1, 1, 0, 13, 2, 0})
+	f.Add([]byte{0, 1, 0, 4, 1, 0, 5, 2, 1, 11, 1, 0})
+	f.Add([]byte{10, 2, 0, 2, 0, 0, 12, 1, 0, 14, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 60 {
+			return
+		}
+		var entries []string
+		type named struct {
+			path   string
+			access Access
+		}
+		var named_ []named
+		for i := 0; i+2 < len(b); i += 3 {
+			access := accesses[int(b[i+1])%len(accesses)]
+			skip := ""
+			if b[i+2]&1 == 1 {
+				skip = `,"missing_path_behavior":"skip"`
+			}
+			var e string
+			switch k := int(b[i]) % 15; {
+			case k < len(paths):
+				e = `{"path":{"type":"path","path":"` + uri(paths[k]) + `"},"access":"` + access + `"` + skip + `}`
+				if c, err := filepath.EvalSymlinks(paths[k]); err == nil {
+					a := map[string]Access{"read": AccessRead, "write": AccessWrite}[access]
+					named_ = append(named_, named{c, a})
+				}
+			case k == 10:
+				if access == "write" {
+					access = "read" // a writable "/" would look for /.git on the host
+				}
+				e = special("root", access)
+			case k == 11:
+				e = `{"path":{"type":"special","value":{"kind":"project_roots","subpath":"` + subpaths[int(b[i+2]>>1)%len(subpaths)] + `"}},"access":"` + access + `"}`
+			case k == 12:
+				e = special("tmpdir", access)
+			default:
+				e = glob(globs[int(b[i+2]>>1)%len(globs)], access)
+			}
+			entries = append(entries, e)
+		}
+		extra := `,"cwd":"` + uri(d+"/w") + `","workspaceRoots":["` + uri(d+"/w") + `"],"temporaryDirectories":["` + uri(d+"/o") + `"]`
+		if len(b) > 0 && b[0]&0x80 != 0 {
+			extra += `,"policyContext":{"workspaceRoots":["` + uri(d+"/w/a") + `"]}`
+		}
+		raw := ctx(entries, extra)
+		if len(b) > 0 && b[len(b)-1]&0x40 != 0 {
+			raw = strings.Replace(raw, `]}},`, fmt.Sprintf(`],"glob_scan_max_depth":%d}},`, 1+b[len(b)-1]%4), 1)
+		}
+		p, err := Parse([]byte(raw))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", raw, err)
+		}
+		plan, err := Resolve(p, Env{TempDir: d + "/o"})
+		if err != nil {
+			t.Fatalf("Resolve(%s): %v", raw, err)
+		}
+		if err := checkPlan(plan); err != nil {
+			t.Fatalf("%s: %v\n%s", raw, err, dump(plan))
+		}
+		// Never more than the most specific path entry, when one is the
+		// most specific of all entries naming an ancestor (specials and
+		// globs only narrow or are checked by the table tests).
+		for _, n := range named_ {
+			if n.access == AccessNone {
+				if got := plan.AccessAt(n.path); got != AccessNone {
+					t.Fatalf("%s: deny entry %s is %v\n%s", raw, n.path, got, dump(plan))
+				}
+			}
+		}
+		if plan.Root != AccessNone {
+			return
+		}
+		for _, probe := range probes {
+			c, err := filepath.EvalSymlinks(probe)
+			if err != nil {
+				continue
+			}
+			best, bestDepth, specialsOnly := AccessNone, -1, true
+			for _, n := range named_ {
+				if within(c, n.path) && depth(n.path) >= bestDepth {
+					if depth(n.path) > bestDepth {
+						best = n.access
+					} else {
+						best = combine(best, n.access)
+					}
+					bestDepth, specialsOnly = depth(n.path), false
+				}
+			}
+			if specialsOnly || strings.Contains(raw, `"special"`) {
+				continue
+			}
+			if got := plan.AccessAt(c); got > best {
+				t.Fatalf("%s: %s is %v, its most specific entry gives %v\n%s", raw, c, got, best, dump(plan))
+			}
+		}
+	})
+}
