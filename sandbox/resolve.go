@@ -173,6 +173,12 @@ func (r *resolver) entries() error {
 			r.add(canon, e.Access, m)
 			if e.Access == AccessNone {
 				r.anyDeny = true
+				if !exists {
+					// The reference masks a missing deny path (observed:
+					// creating it failed, EROFS); here it is a pattern
+					// too, so that fs operations refuse to create it.
+					r.globs = append(r.globs, escapeGlob(canon))
+				}
 			}
 		}
 	}
@@ -551,6 +557,18 @@ func cleanComps(comps []string) []string {
 		}
 	}
 	return out
+}
+
+// escapeGlob makes a path a pattern that matches only itself.
+func escapeGlob(p string) string {
+	var b strings.Builder
+	for _, c := range []byte(p) {
+		if strings.IndexByte(`*?[\`, c) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 func hasMeta(c string) bool { return strings.ContainsAny(c, `*?[\`) }
