@@ -120,7 +120,8 @@ func TestReadFileParams(t *testing.T) {
 		{`{"path":"file:///nonexistent-fsys-test","sandbox":null}`, protocol.CodeNotFound, ""},
 		{`{"path":"file:///nonexistent-fsys-test","sandbox":{}}`, protocol.CodeInvalidParams, "missing field `permissions`"},
 		{`{"path":"file:///nonexistent-fsys-test","sandbox":{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}}`, protocol.CodeNotFound, ""},
-		{`{"path":"file:///nonexistent-fsys-test","sandbox":{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"unrestricted"}},"windowsSandboxLevel":"disabled"}}`, protocol.CodeInternal, "sandbox not available"},
+		// Full-disk read: runs here, sandbox or not.
+		{`{"path":"file:///nonexistent-fsys-test","sandbox":{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"unrestricted"}},"windowsSandboxLevel":"disabled"}}`, protocol.CodeNotFound, ""},
 	} {
 		_, e := call(t, f, nil, protocol.MethodFsReadFile, json.RawMessage(tc.params))
 		wantErr(t, e, tc.code, tc.msg)
@@ -222,11 +223,18 @@ func TestWriteFile(t *testing.T) {
 			{`{"path":"relative","dataBase64":"!"}`, protocol.CodeInvalidParams, "invalid URI: relative URL without a base"},
 			{`{"path":"file:///nonexistent-fsys/x","dataBase64":"!"}`, protocol.CodeInvalidRequest, "Invalid symbol 33, offset 0."},
 			{`{"path":"file:///nonexistent-fsys/x","data\u0042ase64":"!"}`, protocol.CodeInvalidRequest, "Invalid symbol 33, offset 0."},
-			{`{"path":"file:///nonexistent-fsys/x","dataBase64":"YQ==","sandbox":{"permissions":{"type":"managed","network":"enabled","file_system":{"type":"restricted","entries":[]}},"windowsSandboxLevel":"disabled"}}`, protocol.CodeInternal, "sandbox not available"},
 			{`"str"`, protocol.CodeInvalidParams, "invalid type: string"},
 		} {
 			_, e := call(t, f, nil, protocol.MethodFsWriteFile, json.RawMessage(tc.params))
 			wantErr(t, e, tc.code, tc.msg)
+		}
+		// An empty view: confined, where nothing exists; without a
+		// sandbox, refused naming what is missing.
+		_, e := call(t, f, nil, protocol.MethodFsWriteFile, json.RawMessage(`{"path":"file:///nonexistent-fsys/x","dataBase64":"YQ==","sandbox":{"permissions":{"type":"managed","network":"enabled","file_system":{"type":"restricted","entries":[]}},"windowsSandboxLevel":"disabled"}}`))
+		if s := probeSandbox(); s.Available {
+			wantErr(t, e, protocol.CodeNotFound, "No such file or directory")
+		} else {
+			wantErr(t, e, protocol.CodeInternal, "not available on this server: missing "+s.Missing)
 		}
 	})
 }

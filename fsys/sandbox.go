@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,8 +46,12 @@ const (
 	opWrite               // needs full-disk write to run unconfined
 )
 
-// probeSandbox is sandbox.Probe (resolvePlan is sandbox.Resolve).
-var probeSandbox = sandbox.Probe
+// resolvePlan and probeSandbox are the sandbox package's (variables for
+// the tests).
+var (
+	resolvePlan  = sandbox.Resolve
+	probeSandbox = sandbox.Probe
+)
 
 // confinement decides how a call with the policy sb runs: nil for this
 // process, else the plan to run it under. It fails closed: a policy that
@@ -202,39 +205,58 @@ func (f *FS) confinedOpen(ctx context.Context, plan *sandbox.Plan, path, mode st
 }
 
 // refuseProtectedRemove refuses, before any helper runs, to remove a
-// writable root or a protected path of plan, or a directory that holds one:
-// the mounts that make them would fail it half-way (EBUSY), and removing
-// them is never what a confined client may do.
+// writable root of plan, or a path the plan keeps read-only or masks inside
+// one (protected subpaths, read and deny carve-outs), or a directory that
+// holds either: the mounts that make them would fail the removal half-way
+// (EBUSY), and removing them is never what a confined client may do.
 func refuseProtectedRemove(plan *sandbox.Plan, p string) error {
 	targets := []string{p}
 	if parent, err := realpath(filepath.Dir(p)); err == nil {
 		targets = append(targets, filepath.Join(parent, filepath.Base(p)))
 	}
-	for _, m := range plan.Mounts {
-		if !m.Protected && m.Access != sandbox.AccessWrite {
-			continue
-		}
-		what := "it is a writable root of the sandbox"
-		if m.Protected {
-			what = "it is a protected path of the sandbox"
-		}
-		// A root may be an alias (a symlink) of the directory it makes
-		// writable; a protected symlink is masked itself, not its target.
-		names := []string{m.Path}
-		if m.Protected {
-			if parent, err := realpath(filepath.Dir(m.Path)); err == nil {
-				names = append(names, filepath.Join(parent, filepath.Base(m.Path)))
+	// names gives the forms of a mount's path to compare: as planned and
+	// resolved. A root may be an alias (a symlink) of the directory it
+	// makes writable; a protected symlink is masked itself, not its target.
+	names := func(m sandbox.Mount) []string {
+		n := []string{m.Path}
+		if m.Access == sandbox.AccessWrite {
+			if real, err := realpath(m.Path); err == nil {
+				n = append(n, real)
 			}
-		} else if real, err := realpath(m.Path); err == nil {
-			names = append(names, real)
+		} else if parent, err := realpath(filepath.Dir(m.Path)); err == nil {
+			n = append(n, filepath.Join(parent, filepath.Base(m.Path)))
+		}
+		return n
+	}
+	var roots []string
+	for _, m := range plan.Mounts {
+		if m.Access == sandbox.AccessWrite && !m.Missing {
+			roots = append(roots, names(m)...)
+		}
+	}
+	for _, m := range plan.Mounts {
+		var what string
+		switch {
+		case m.Missing && !m.Protected:
+			continue // not in the view
+		case m.Access == sandbox.AccessWrite:
+			what = "a writable root of the sandbox"
+		case m.Protected:
+			what = "a protected path of the sandbox"
+		case !withinAny(m.Path, roots):
+			continue // the kernel refuses it (EROFS), as the reference does
+		case m.Access == sandbox.AccessRead:
+			what = "kept read-only by the sandbox"
+		default:
+			what = "denied by the sandbox"
 		}
 		for _, t := range targets {
-			for _, n := range names {
+			for _, n := range names(m) {
 				switch {
 				case n == t:
-					return refuseRemove(p, what)
-				case strings.HasPrefix(n, strings.TrimSuffix(t, "/")+"/"):
-					return refuseRemove(p, "it holds `"+m.Path+"`, which is "+strings.TrimPrefix(what, "it is "))
+					return refuseRemove(p, "it is "+what)
+				case within(n, t):
+					return refuseRemove(p, "it holds `"+m.Path+"`, which is "+what)
 				}
 			}
 		}
@@ -242,23 +264,37 @@ func refuseProtectedRemove(plan *sandbox.Plan, p string) error {
 	return nil
 }
 
-// guard holds the deny glob patterns of a plan (absolute; path.Match per
-// component, "**" for any number of components). The sandbox masks the
-// paths that matched when it was built; a guard refuses, inside the helper,
-// to create a new one (the reference lets it through, sandbox.md §1.3).
+// within reports whether p is strictly below dir.
+func within(p, dir string) bool {
+	return strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+func withinAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if within(p, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// guard holds the deny glob patterns of a plan (sandbox.Plan.DenyGlobs).
+// The sandbox masks the paths that matched when it was built; a guard
+// refuses, inside the helper, to create a new one (the reference lets it
+// through, sandbox.md §1.3).
 type guard []string
 
 // create checks that creating p (following a dangling symlink, as an open
-// with O_CREAT does) makes no path that a deny glob matches.
+// with O_CREAT does) makes no path that a deny glob matches, itself or
+// through a parent.
 func (g guard) create(p string) error {
 	if len(g) == 0 {
 		return nil
 	}
+	plan := sandbox.Plan{DenyGlobs: g}
 	for _, c := range newNames(p) {
-		for _, pat := range g {
-			if matchGlob(pat, c) {
-				return &fs.PathError{Op: "create", Path: p, Err: syscall.EACCES}
-			}
+		if plan.DeniedByGlob(c) {
+			return &fs.PathError{Op: "create", Path: p, Err: syscall.EACCES}
 		}
 	}
 	return nil
@@ -293,36 +329,4 @@ func newNames(p string) []string {
 	}
 	// A symlink loop: the create itself fails with ELOOP.
 	return names
-}
-
-// matchGlob reports whether the absolute path name matches pattern:
-// components match with path.Match, and a "**" component matches any
-// number of components (none included). A malformed component matches only
-// itself.
-func matchGlob(pattern, name string) bool {
-	ps := strings.Split(pattern, "/")
-	ns := strings.Split(name, "/")
-	// prev[j]: the pattern components so far match ns[:j].
-	prev := make([]bool, len(ns)+1)
-	cur := make([]bool, len(ns)+1)
-	prev[0] = true
-	for _, pc := range ps {
-		clear(cur)
-		if pc == "**" {
-			seen := false
-			for j := range cur {
-				seen = seen || prev[j]
-				cur[j] = seen
-			}
-		} else {
-			for j := 1; j <= len(ns); j++ {
-				if prev[j-1] {
-					ok, err := path.Match(pc, ns[j-1])
-					cur[j] = ok || (err != nil && pc == ns[j-1])
-				}
-			}
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(ns)]
 }
