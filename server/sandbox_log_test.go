@@ -31,3 +31,17 @@ func TestLogSandboxSupport(t *testing.T) {
 		t.Errorf("want one line, got %q", line)
 	}
 }
+
+// environment/info says whether a sandbox policy can be enforced here,
+// next to the reference's keys (which stay as they are).
+func TestEnvInfoLinuxSandbox(t *testing.T) {
+	caps := New(Config{}).envInfo().Capabilities
+	if got, want := caps["linuxSandbox"], sandbox.Probe().Available; got != want {
+		t.Fatalf("linuxSandbox = %v, probe says %v", got, want)
+	}
+	for _, k := range []string{"sandboxedFileStreaming", "capabilityDiscoverySandbox", "fileWriteStreaming"} {
+		if _, ok := caps[k]; !ok {
+			t.Errorf("reference key %s is gone", k)
+		}
+	}
+}
