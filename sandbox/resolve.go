@@ -113,6 +113,7 @@ type resolver struct {
 	prot    map[string]Mount // protected paths
 	globs   []string
 	anyDeny bool
+	evals   map[string]evalResult
 	budget  int // directory entries the glob scan may still read (from globScanBudget)
 }
 
@@ -165,7 +166,7 @@ func (r *resolver) entries() error {
 			}
 		}
 		for _, lex := range paths {
-			canon, exists := canonical(lex)
+			canon, exists := r.canonical(lex)
 			if !exists && e.SkipMissing {
 				continue
 			}
@@ -247,28 +248,49 @@ func within(p, dir string) bool {
 
 // canonical resolves the symlinks of p (clean and absolute); for a missing
 // p, those of its longest existing prefix, with the rest appended.
-func canonical(p string) (string, bool) {
-	if c, err := filepath.EvalSymlinks(p); err == nil {
+func canonical(p string) (string, bool) { return (&resolver{}).canonical(p) }
+
+func (r *resolver) canonical(p string) (string, bool) {
+	if c, ok := r.eval(p); ok {
 		return c, true
 	}
 	dir, rest := p, ""
 	for dir != "/" {
 		rest = path.Join(path.Base(dir), rest)
 		dir = path.Dir(dir)
-		if c, err := filepath.EvalSymlinks(dir); err == nil {
+		if c, ok := r.eval(dir); ok {
 			return path.Join(c, rest), false
 		}
 	}
 	return p, false
 }
 
+// eval is filepath.EvalSymlinks, remembered for the resolver's lifetime
+// (entries share their prefixes: each costs an lstat per component).
+func (r *resolver) eval(p string) (string, bool) {
+	if c, ok := r.evals[p]; ok {
+		return c.path, c.ok
+	}
+	c, err := filepath.EvalSymlinks(p)
+	if r.evals == nil {
+		r.evals = map[string]evalResult{}
+	}
+	r.evals[p] = evalResult{c, err == nil}
+	return c, err == nil
+}
+
+type evalResult struct {
+	path string
+	ok   bool
+}
+
 // canonicalParent resolves the symlinks of p's parent only: the path of p
 // itself, when p may be a symlink that must be handled as such.
-func canonicalParent(p string) string {
+func (r *resolver) canonicalParent(p string) string {
 	if p == "/" {
 		return p
 	}
-	dir, _ := canonical(path.Dir(p))
+	dir, _ := r.canonical(path.Dir(p))
 	return path.Join(dir, path.Base(p))
 }
 
@@ -318,22 +340,22 @@ func (r *resolver) protect() {
 		}
 		for _, name := range ProtectedNames {
 			p := path.Join(w, name)
-			m := lstatMount(p)
-			addIfWritable(m)
 			fi, err := os.Lstat(p)
 			if err != nil {
+				addIfWritable(Mount{Path: p, Missing: true, Dir: true})
 				continue
 			}
+			addIfWritable(Mount{Path: p, Dir: fi.IsDir()})
 			switch {
 			case fi.Mode()&fs.ModeSymlink != 0:
 				// The link is masked itself; what it points to, when
 				// writable, is protected too.
-				if t, ok := canonical(p); ok {
+				if t, ok := r.canonical(p); ok {
 					addIfWritable(Mount{Path: t, Dir: isDir(t)})
 				}
 			case name == ".git" && fi.Mode().IsRegular():
 				if t := gitdirTarget(p); t != "" {
-					c, exists := canonical(t)
+					c, exists := r.canonical(t)
 					addIfWritable(Mount{Path: c, Missing: !exists, Dir: true})
 				}
 			}
@@ -582,7 +604,7 @@ func (r *resolver) scan(comps []string) error {
 		fixed++
 	}
 	lexBase := "/" + strings.Join(comps[:fixed], "/")
-	base, _ := canonical(lexBase)
+	base, _ := r.canonical(lexBase)
 	rest := comps[fixed:]
 	g := path.Join(append([]string{lexBase}, rest...)...)
 	r.globs = append(r.globs, g)
@@ -648,7 +670,7 @@ func (r *resolver) scan(comps []string) error {
 
 // addMatch masks an existing match (a symlink is masked itself).
 func (r *resolver) addMatch(p string) {
-	c := canonicalParent(p)
+	c := r.canonicalParent(p)
 	m := lstatMount(c)
 	if m.Missing {
 		return

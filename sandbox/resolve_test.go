@@ -742,3 +742,24 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkResolveCodexWorkspaceWrite: the cost Resolve adds to each
+// sandboxed request codex makes in workspace-write mode.
+func BenchmarkResolveCodexWorkspaceWrite(b *testing.B) {
+	d := tree(b, "w/.git/config", "w/src/a.go", "tmp/")
+	w := uri(d + "/w")
+	raw := ctx([]string{special("root", "read"), special("project_roots", "write"), special("slash_tmp", "write"), special("tmpdir", "write"),
+		`{"path":{"type":"special","value":{"kind":"project_roots","subpath":".git"}},"access":"read","missing_path_behavior":"skip"}`,
+		`{"path":{"type":"special","value":{"kind":"project_roots","subpath":".agents"}},"access":"read","missing_path_behavior":"skip"}`,
+	}, `,"cwd":"`+w+`","workspaceRoots":["`+w+`"]`)
+	env := Env{TempDir: d + "/tmp"}
+	for b.Loop() {
+		p, err := Parse([]byte(raw))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Resolve(p, env); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
