@@ -309,10 +309,12 @@ func lstatMount(p string) Mount {
 }
 
 // effective is the access the entries give p (canonical): that of the
-// nearest entry at or above it, none when there is none.
+// nearest entry at or above it, none when there is none. An entry on a
+// missing path is passed over: the kernel side skips its mount, so its
+// parent's access is what the path would really get.
 func (r *resolver) effective(p string) Access {
 	for {
-		if a, ok := r.access[p]; ok {
+		if a, ok := r.access[p]; ok && !r.info[p].Missing {
 			return a
 		}
 		if p == "/" {

@@ -312,6 +312,28 @@ func TestResolveWorkspaceRoots(t *testing.T) {
 	}
 }
 
+func TestResolveForeignTemporaryDirectory(t *testing.T) {
+	raw := ctx([]string{special("root", "read"), special("tmpdir", "write")}, `,"temporaryDirectories":["file://other/t"]`)
+	p, err := Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Resolve(p, Env{})
+	var pe *protocol.Error
+	const want = "file system sandbox temporary directory is not native to this exec-server host: 'file://other/t' is invalid on 'linux'"
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidRequest || pe.Message != want {
+		t.Errorf("got %v, want -32600 %s", err, want)
+	}
+	// Unused, it is accepted (as the reference accepts it).
+	p, err = Parse([]byte(ctx([]string{special("root", "read")}, `,"temporaryDirectories":["file://other/t"]`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resolve(p, Env{}); err != nil {
+		t.Errorf("unused foreign temporary directory: %v", err)
+	}
+}
+
 func TestResolveMinimal(t *testing.T) {
 	p := resolve(t, ctx([]string{special("minimal", "read")}, ""), Env{})
 	if p.Root != AccessNone || p.FullRead {
@@ -388,6 +410,14 @@ func TestResolveProtected(t *testing.T) {
 	p = resolve(t, ctx([]string{pathEntry(w, "write"), pathEntry(w+"/.agents", "write")}, ""), Env{})
 	if m, _ := findMount(p, w+"/.agents"); m.Access != AccessRead || !m.Protected {
 		t.Errorf(".agents given write: %+v\n%s", m, dump(p))
+	}
+	// A missing protected path stays protected whatever a (missing) entry
+	// on it says: its mount would be skipped, leaving it writable.
+	for _, access := range []string{"read", "deny", "write"} {
+		p = resolve(t, ctx([]string{pathEntry(w, "write"), pathEntry(w+"/.aws", access)}, ""), Env{})
+		if m, _ := findMount(p, w+"/.aws"); m.Access != AccessRead || !m.Protected || !m.Missing {
+			t.Errorf("missing .aws with a %s entry: %+v\n%s", access, m, dump(p))
+		}
 	}
 	// A missing writable root has no protected paths.
 	p = resolve(t, ctx([]string{special("root", "read"), pathEntry(d+"/nope", "write")}, ""), Env{})
