@@ -208,6 +208,19 @@ func TestSandboxWorkspaceWrite(t *testing.T) {
 		x.fails(t, protocol.CodeInternal, erofs, pol, protocol.MethodFsCreateDirectory, "path", uri(w+"/linkdir/newdir"), "recursive", true)
 		mustNotExist(t, o+"/newdir")
 	})
+	t.Run("magic links and long names", func(t *testing.T) {
+		x.fails(t, protocol.CodeInternal, erofs, pol, protocol.MethodFsWriteFile, wf("/proc/self/root"+o+"/magic.txt", "bad")...)
+		mustNotExist(t, o+"/magic.txt")
+		x.fails(t, protocol.CodeInternal, "Filename too long (os error 36)", pol, protocol.MethodFsWriteFile, wf(w+"/"+strings.Repeat("n", 300), "x")...)
+	})
+	t.Run("an existing hard link is written in place (the reference's behaviour)", func(t *testing.T) {
+		writeTestFile(t, o+"/hl.txt", []byte("old"))
+		if err := os.Link(o+"/hl.txt", w+"/hardlink.txt"); err != nil {
+			t.Skip(err)
+		}
+		x.ok(t, pol, protocol.MethodFsWriteFile, wf(w+"/hardlink.txt", "new")...)
+		mustContain(t, o+"/hl.txt", "new")
+	})
 	t.Run("new directory: -32004, createDirectory, retry", func(t *testing.T) {
 		x.fails(t, protocol.CodeNotFound, enoent, pol, protocol.MethodFsWriteFile, wf(w+"/a/b/c.txt", "patch")...)
 		x.ok(t, pol, protocol.MethodFsCreateDirectory, "path", uri(w+"/a/b"), "recursive", true)
@@ -614,6 +627,22 @@ func TestRefuseProtectedRemove(t *testing.T) {
 			t.Errorf("%s: %v, want -32600 %q", tc.path, err, tc.want)
 		}
 	}
+}
+
+// A helper that cannot build its view is a -32603 that says so and names
+// the step; nothing runs unconfined.
+func TestSandboxHelperFailure(t *testing.T) {
+	if s := probeSandbox(); !s.Available {
+		t.Skipf("kernel sandbox not available: missing %s", s.Missing)
+	}
+	dir := t.TempDir()
+	plan := &sandbox.Plan{Root: sandbox.AccessRead, Mounts: []sandbox.Mount{{Path: "not/absolute", Access: sandbox.AccessWrite, Dir: true}}}
+	_, err := New(Options{}).callConfined(context.Background(), plan, protocol.MethodFsWriteFile, mustJSON(obj(wf(dir+"/a", "x")...)))
+	wantErr(t, protocol.ToError(err), protocol.CodeInternal, "fs sandbox helper failed: ")
+	if !strings.Contains(err.Error(), "not/absolute") {
+		t.Errorf("the error does not name the failed step: %v", err)
+	}
+	mustNotExist(t, dir+"/a")
 }
 
 // TestSandboxNonRoot re-runs the sandbox tests as nobody (an unprivileged
