@@ -33,8 +33,8 @@ import (
 const sandboxOpName = "fs"
 
 // sandboxTimeout bounds one confined operation (helper start included);
-// the request's own context can end it earlier.
-const sandboxTimeout = 30 * time.Second
+// the request's own context can end it earlier. A variable for the tests.
+var sandboxTimeout = 30 * time.Second
 
 func init() { sandbox.RegisterOp(sandboxOpName, runInHelper) }
 

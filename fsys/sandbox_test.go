@@ -645,6 +645,20 @@ func TestSandboxHelperFailure(t *testing.T) {
 	mustNotExist(t, dir+"/a")
 }
 
+// The per-operation deadline ends a confined call with -32603 saying so.
+func TestSandboxDeadline(t *testing.T) {
+	if s := probeSandbox(); !s.Available {
+		t.Skipf("kernel sandbox not available: missing %s", s.Missing)
+	}
+	old := sandboxTimeout
+	sandboxTimeout = time.Nanosecond
+	t.Cleanup(func() { sandboxTimeout = old })
+	dir := t.TempDir()
+	plan := &sandbox.Plan{Root: sandbox.AccessRead, Mounts: []sandbox.Mount{{Path: dir, Access: sandbox.AccessWrite, Dir: true}}}
+	_, err := New(Options{}).callConfined(context.Background(), plan, protocol.MethodFsWriteFile, mustJSON(obj(wf(dir+"/a", "x")...)))
+	wantErr(t, protocol.ToError(err), protocol.CodeInternal, "fs sandbox helper failed: fs/writeFile did not finish within 1ns")
+}
+
 // TestSandboxNonRoot re-runs the sandbox tests as nobody (an unprivileged
 // user namespace), in directories nobody owns outside /tmp; it skips with
 // the reason when the kernel forbids that.
