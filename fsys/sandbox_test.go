@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -729,6 +730,31 @@ func BenchmarkSandboxedWriteFile4KiB(b *testing.B) {
 	b.ReportAllocs()
 	defer reportCPU(b, cpuTime())
 	for b.Loop() {
+		if _, err := f.Call(context.Background(), nil, protocol.MethodFsWriteFile, params); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSandboxedWriteFile4KiBCold: the same with a new workspace each
+// time, so that no warm helper of the plan exists (a helper start each).
+func BenchmarkSandboxedWriteFile4KiBCold(b *testing.B) {
+	base := b.TempDir()
+	requireSandbox(b, codexWorkspaceWrite(base))
+	data := b64(pattern(4096))
+	f := New(Options{})
+	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		dir := fmt.Sprintf("%s/w%d", base, i)
+		i++
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		params := mustJSON(map[string]any{"path": uri(dir + "/bench.txt"), "dataBase64": data, "sandbox": codexWorkspaceWrite(dir)})
+		b.StartTimer()
 		if _, err := f.Call(context.Background(), nil, protocol.MethodFsWriteFile, params); err != nil {
 			b.Fatal(err)
 		}
