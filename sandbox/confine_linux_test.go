@@ -57,6 +57,8 @@ func probe(op, arg string) string {
 	case "read":
 		_, err := os.ReadFile(arg)
 		return errnoOf(err)
+	case "remove":
+		return errnoOf(os.Remove(arg))
 	case "mkdir":
 		return errnoOf(os.Mkdir(arg, 0o755))
 	case "chmod":
@@ -287,6 +289,7 @@ func TestRunProtectedAndDenied(t *testing.T) {
 	p := workspaceWrite(ws)
 	p.Mounts = append(p.Mounts,
 		Mount{Path: filepath.Join(ws, ".agents"), Access: AccessRead, Protected: true},
+		Mount{Path: filepath.Join(ws, "decoy"), Access: AccessRead, Protected: true, Dir: true}, // a protected link's target (as Resolve does)
 		Mount{Path: filepath.Join(ws, ".codex"), Access: AccessRead, Protected: true, Missing: true, Dir: true},
 		Mount{Path: filepath.Join(ws, ".git"), Access: AccessRead, Protected: true, Dir: true},
 		Mount{Path: filepath.Join(ws, "denied.txt"), Access: AccessNone},
@@ -298,7 +301,8 @@ func TestRunProtectedAndDenied(t *testing.T) {
 		{"read", filepath.Join(ws, ".git", "config"), "ok"},
 		{"mkdir", filepath.Join(ws, ".codex", "x"), "EROFS"},
 		{"write", filepath.Join(ws, ".codex", "config.toml"), "EROFS"},
-		{"write", filepath.Join(ws, ".agents", "x"), "ENOTDIR"}, // the link itself is masked by a file
+		{"write", filepath.Join(ws, ".agents", "x"), "EROFS"}, // through the link, to its protected target
+		{"remove", filepath.Join(ws, ".agents"), "EBUSY"},     // the link itself is a read-only mount
 		{"read", filepath.Join(ws, "denied.txt"), "EACCES"},
 		{"read", filepath.Join(ws, "denydir", "x.txt"), "EACCES"},
 		{"write", filepath.Join(ws, "denydir", "new.txt"), "EACCES"},

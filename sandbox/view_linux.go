@@ -357,7 +357,18 @@ func (b *viewBuilder) mount(m Mount) error {
 		}
 		return nil
 	case m.Protected && isLink:
-		return b.mask("f", m.Path)
+		// The link itself, bound read-only over itself: it cannot be
+		// removed or replaced (a mount point) and still leads where it
+		// did (its target, when protected too, is read-only there).
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			return fmt.Errorf("clone the link: %w", err)
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("attributes: %w", err)
+		}
+		return b.attach(fd, m.Path, false, false, false)
 	case m.Protected:
 		return b.bind(m.Path, Mount{Path: m.Path, Access: AccessRead, Protected: true})
 	case !exists:
