@@ -229,8 +229,28 @@ func parsePolicyContext(val []byte) (*PolicyContext, error) {
 	switch {
 	case isNull(val):
 		return nil, nil
-	case bytes.Equal(val, []byte("[]")):
-		return &PolicyContext{}, nil
+	case val[0] == '[':
+		// serde reads a struct from a sequence too: [cwd, workspaceRoots]
+		// (observed: [1] fails on cwd, ["file:///w"] is accepted).
+		var elems []json.RawMessage
+		if err := json.Unmarshal(val, &elems); err != nil {
+			return nil, invalid("invalid sandbox: %v", err)
+		}
+		if len(elems) > 2 {
+			return nil, invalid("invalid length %d, expected %s with 2 elements", len(elems), want)
+		}
+		var pc PolicyContext
+		var err error
+		if len(elems) > 0 {
+			pc.Cwd, err = optLocation(elems[0])
+		}
+		if err == nil && len(elems) > 1 {
+			pc.WorkspaceRoots, err = locations(elems[1])
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &pc, nil
 	case val[0] != '{':
 		return nil, invalid("invalid type: %s, expected %s", numberAsIs(val), want)
 	}
@@ -453,8 +473,25 @@ func parseEntries(val []byte) ([]Entry, error) {
 // members are checked in order).
 func parseEntry(val []byte) (Entry, error) {
 	var e Entry
+	const want = "struct ExecFileSystemSandboxEntry"
+	if val[0] == '[' {
+		// The sequence form of the struct, [path, access,
+		// missing_path_behavior] (observed: [path, access] is accepted).
+		var elems []json.RawMessage
+		if err := json.Unmarshal(val, &elems); err != nil {
+			return e, invalid("invalid sandbox: %v", err)
+		}
+		if len(elems) < 2 || len(elems) > 3 {
+			return e, invalid("invalid length %d, expected %s with 3 elements", len(elems), want)
+		}
+		obj := []byte(`{"path":` + string(elems[0]) + `,"access":` + string(elems[1]))
+		if len(elems) == 3 {
+			obj = append(append(obj, `,"missing_path_behavior":`...), elems[2]...)
+		}
+		val = append(obj, '}')
+	}
 	if val[0] != '{' {
-		return e, invalid("invalid type: %s, expected struct ExecFileSystemSandboxEntry", unexpected(val))
+		return e, invalid("invalid type: %s, expected %s", unexpected(val), want)
 	}
 	var seenPath, seenAccess, seenMissing bool
 	err := members(val, func(key string, v []byte) error {

@@ -45,6 +45,11 @@ func TestParseMatchesReference(t *testing.T) {
 		{`{"permissions":{"type":"disabled"},"windowsSandboxLevel":3}`, "invalid type: number, expected string or map"},
 		{`"x"`, `invalid type: string "x", expected struct WireFileSystemSandboxContext`},
 		{`[]`, "invalid length 0, expected struct WireFileSystemSandboxContext with 10 elements"},
+		{`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[{"path":{"type":"special","value":{"kind":"root"}},"access":"read"}]}},"windowsSandboxLevel":"disabled","windowsSandboxProxySettingsMode":null}`, ""},
+		{`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[{"path":{"type":"special","value":{"kind":"root"}},"access":"read"}]}},"windowsSandboxLevel":"disabled","policyContext":[1]}`, "invalid type: number, expected a string"},
+		{`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[{"path":{"type":"special","value":{"kind":"root"}},"access":"read"}]}},"windowsSandboxLevel":"disabled","policyContext":["file:///w"]}`, ""},
+		{`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":true,"entries":[]}},"windowsSandboxLevel":"disabled"}`, "invalid type: boolean `true`, expected variant identifier"},
+		{`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[[{"type":"special","value":{"kind":"root"}},"read"]]}},"windowsSandboxLevel":"disabled"}`, ""},
 		// The full context, each row checked on the reference the same way (Nov 2026),
 		// but for glob_scan_max_depth 1e3, sent to it as 1000.0. A "-32600 " prefix
 		// means that code instead of -32602.
