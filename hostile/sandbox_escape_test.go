@@ -531,22 +531,32 @@ func setup14Symlink(t *testing.T, fx *fixture) {
 	if err := os.Symlink("decoy2", fx.w(".agents")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(fx.w("decoy", "config.toml"), []byte("model = \"x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fx.protected = append(fx.protected, fx.w("decoy", "config.toml"), fx.w("decoy", "x"), fx.w("decoy", "p"), fx.w("decoy", "d"), fx.w("decoy2", "x"), fx.w("decoy2", "d"))
 }
 
 // 14: a protected path that is a symlink is masked itself, not followed:
-// nothing written through it lands in the decoy, and the link stays.
+// nothing written through it lands in the decoy, and the link stays. The
+// decoy itself may be protected too (codex reads .codex through the link,
+// so a writable target would be a way around the protection): the case
+// does not write it, and the host check holds it unchanged.
 func case14Symlink(t *testing.T, c *sbxClient) {
 	fx := c.fx
-	wantOK(t, "control: fs/writeFile decoy/ok.txt", c.writeFile(fx.w("decoy", "ok.txt"), "ok"))
-	wantDenied(t, "fs/writeFile .codex/x (symlink to decoy)", c.writeFile(fx.w(".codex", "x"), "x"), -32603, erofs)
-	wantDenied(t, "fs/writeFile .agents/x (relative symlink to decoy2)", c.writeFile(fx.w(".agents", "x"), "x"), -32603, erofs)
+	wantOK(t, "control: fs/writeFile WORK/ok.txt", c.writeFile(fx.w("ok.txt"), "ok"))
+	wantRefused(t, "fs/writeFile .codex/x (symlink to decoy)", c.writeFile(fx.w(".codex", "x"), "x"), -32603, -32600)
+	wantRefused(t, "fs/writeFile .agents/x (relative symlink to decoy2)", c.writeFile(fx.w(".agents", "x"), "x"), -32603, -32600)
+	wantRefused(t, "fs/createDirectory .codex/d", c.mkdir(fx.w(".codex", "d"), false), -32603, -32600)
 	wantRefused(t, "fs/remove .codex", c.remove(fx.w(".codex"), false, false), -32603, -32600)
-	for _, cmd := range []string{"echo x > .codex/p", "rm .codex", "ln -sfn /tmp .agents", "mv .codex c2"} {
+	for _, cmd := range []string{"echo x > .codex/p", "rm .codex", "ln -sfn /tmp .agents", "mv .codex c2", "mkdir .agents/d"} {
 		wantProcDenied(t, cmd, c.run([]string{"sh", "-c", cmd}, nil), false)
 	}
-	for _, p := range []string{fx.w("decoy", "x"), fx.w("decoy", "p"), fx.w("decoy2", "x")} {
+	for _, p := range []string{fx.w("decoy", "x"), fx.w("decoy", "p"), fx.w("decoy", "d"), fx.w("decoy2", "x"), fx.w("decoy2", "d")} {
 		mustNotExist(t, p)
 	}
+	r := c.run([]string{"sh", "-c", "echo x > decoy/direct; echo $?"}, nil)
+	t.Logf("informational: writing the decoy directly (the protected symlink's target): %v", r)
 }
 
 // 15: fs/remove of the writable root itself, or of a protected directory,
