@@ -55,22 +55,17 @@ func (f *FS) readFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any
 	if err != nil {
 		return nil, err
 	}
-	var file *os.File
-	var st os.FileInfo
-	if plan != nil {
-		// Opened (and checked to be a regular file) inside the view; the
-		// data is read here.
-		if file, err = f.confinedOpen(ctx, plan, path, protocol.FsOpenRead); err != nil {
-			return nil, err
-		}
-		if st, err = file.Stat(); err != nil {
-			file.Close()
-			return nil, err
-		}
-	} else if file, st, err = openRegular(path, os.O_RDONLY); err != nil {
+	// Under a plan the file is opened (and checked to be a regular file)
+	// inside the view; the data is read here either way.
+	file, err := f.openRead(ctx, protocol.MethodFsReadFile, plan, p.Sandbox, path)
+	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return nil, err
+	}
 	if st.Size() > f.opts.MaxFileBytes {
 		return nil, tooLarge(protocol.MethodFsReadFile, path, st.Size(), f.opts.MaxFileBytes)
 	}

@@ -35,6 +35,10 @@
 //   - under a sandbox, fs/remove of a writable root or a protected path
 //     (.git, .agents, .codex, .aws), or of a directory holding one, is
 //     refused up front (-32600); the reference fails half-way with EBUSY;
+//   - under a sandbox policy, fs/readFile and fs/open of a file on procfs
+//     run confined even under full-disk read: the client sees the
+//     sandbox's /proc, not the server's /proc/self (its environment and
+//     descriptors), which the reference serves in-process;
 //   - fs/open with mode "replace" counts as a mutation (confined unless the
 //     policy gives full-disk write), not as a read;
 //   - a confined operation has a deadline (30 s) and ends with the

@@ -117,11 +117,12 @@ func (f *FS) open(ctx context.Context, h *Handles, raw json.RawMessage) (any, er
 	}
 	var file *os.File
 	switch {
-	case plan != nil:
-		// Opened inside the view; blocks then move on the descriptor here.
-		file, err = f.confinedOpen(ctx, plan, path, mode)
 	case mode == protocol.FsOpenRead:
-		file, _, err = openRegular(path, os.O_RDONLY)
+		// Under a plan, opened inside the view; blocks then move on the
+		// descriptor here.
+		file, err = f.openRead(ctx, protocol.MethodFsOpen, plan, p.Sandbox, path)
+	case plan != nil:
+		file, err = f.confinedOpen(ctx, plan, path, mode)
 	default:
 		if err = f.deny.create(path); err != nil {
 			break

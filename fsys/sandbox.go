@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
@@ -44,6 +46,7 @@ type opKind uint8
 const (
 	opRead  opKind = iota // needs full-disk read to run unconfined
 	opWrite               // needs full-disk write to run unconfined
+	opAny                 // confined under any policy that restricts the filesystem
 )
 
 // resolvePlan and probeSandbox are the sandbox package's (variables for
@@ -66,6 +69,12 @@ func (f *FS) confinement(method string, sb json.RawMessage, kind opKind) (*sandb
 	if err != nil || pol == nil {
 		return nil, err
 	}
+	return f.confine(method, pol, kind)
+}
+
+// confine resolves pol; the plan is nil when kind of operation runs here
+// (opAny: only when the policy restricts nothing).
+func (f *FS) confine(method string, pol *sandbox.Policy, kind opKind) (*sandbox.Plan, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, protocol.Internal("%s: cannot resolve the sandbox policy: the server's working directory: %v", method, err)
@@ -74,13 +83,48 @@ func (f *FS) confinement(method string, sb json.RawMessage, kind opKind) (*sandb
 	if err != nil {
 		return nil, protocol.ToError(err)
 	}
-	if (kind == opRead && plan.FullRead) || (kind == opWrite && plan.FullWrite) {
+	if (kind == opRead && plan.FullRead) || (plan.FullWrite && kind != opRead) {
 		return nil, nil
 	}
 	if s := probeSandbox(); !s.Available {
 		return nil, protocol.Internal("%s needs the filesystem sandbox, which is not available on this server: missing %s", method, s.Missing)
 	}
 	return plan, nil
+}
+
+// openRead opens path for reading (fs/readFile, fs/open "read"): in the
+// helper under plan, else here. Under a policy, a file opened here that is
+// on procfs is opened again in the helper: full-disk read lets a client
+// read everything the sandbox shows, and the sandbox's /proc is its own,
+// while this process's /proc/self holds the server's environment and
+// descriptors (the reference serves them, sandbox.md §2). The check is on
+// the opened descriptor, so no symlink swapped in meanwhile escapes it.
+func (f *FS) openRead(ctx context.Context, method string, plan *sandbox.Plan, sb json.RawMessage, path string) (*os.File, error) {
+	if plan != nil {
+		return f.confinedOpen(ctx, plan, path, protocol.FsOpenRead)
+	}
+	file, _, err := openRegular(path, os.O_RDONLY)
+	if err != nil || f.confined || !onProcfs(file) {
+		return file, err
+	}
+	pol, err := sandbox.Parse(sb)
+	if err != nil || pol == nil {
+		return file, err
+	}
+	if plan, err = f.confine(method, pol, opAny); err != nil || plan == nil {
+		if err != nil {
+			file.Close()
+			return nil, err
+		}
+		return file, nil // a policy that restricts nothing
+	}
+	file.Close()
+	return f.confinedOpen(ctx, plan, path, protocol.FsOpenRead)
+}
+
+func onProcfs(file *os.File) bool {
+	var st unix.Statfs_t
+	return unix.Fstatfs(int(file.Fd()), &st) == nil && st.Type == unix.PROC_SUPER_MAGIC
 }
 
 // sandboxRequest is what the server hands the helper: a method and its

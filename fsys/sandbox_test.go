@@ -1,6 +1,7 @@
 package fsys
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -272,6 +273,37 @@ func TestSandboxWorkspaceWrite(t *testing.T) {
 			t.Fatalf("got %s", out)
 		}
 		x.ok(t, nil, protocol.MethodFsReadFile, "path", uri(o+"/secret.txt"))
+	})
+	t.Run("/proc/self is the sandbox's, not the server's", func(t *testing.T) {
+		// /proc/self/environ is the environment the process started with.
+		own, err := os.ReadFile("/proc/self/environ")
+		if err != nil || len(own) == 0 {
+			t.Skip("this test process has no environment to look for")
+		}
+		marker := string(own[:bytes.IndexByte(append(own, 0), 0)])
+		for _, p := range []string{"/proc/self/environ", w + "/procself"} {
+			if p != "/proc/self/environ" {
+				if err := os.Symlink("/proc/self/environ", p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, e := x.call(t, pol, protocol.MethodFsReadFile, "path", uri(p))
+			if e == nil && strings.Contains(string(decodeResult[struct{ DataBase64 []byte }](t, out).DataBase64), marker) {
+				t.Fatalf("readFile %s under a policy shows the server's environment", p)
+			}
+			if _, e := x.call(t, pol, protocol.MethodFsOpen, "handleId", "proc", "path", uri(p)); e == nil {
+				res, e := call(t, x.f, x.h, protocol.MethodFsReadBlock, obj("handleId", "proc", "offset", 0, "len", 65536))
+				mustCall(t, x.f, x.h, protocol.MethodFsClose, obj("handleId", "proc"))
+				if e == nil && strings.Contains(string(decodeResult[protocol.FsReadBlockResult](t, res).Chunk), marker) {
+					t.Fatalf("fs/open %s under a policy shows the server's environment", p)
+				}
+			}
+		}
+		// Without a policy, as the reference: the server's own.
+		out := x.ok(t, nil, protocol.MethodFsReadFile, "path", uri("/proc/self/environ"))
+		if !strings.Contains(string(decodeResult[struct{ DataBase64 []byte }](t, out).DataBase64), marker) {
+			t.Fatal("readFile /proc/self/environ without a policy lacks the marker")
+		}
 	})
 	t.Run("a FIFO write answers", func(t *testing.T) {
 		mkfifo(t, w+"/fifo")
