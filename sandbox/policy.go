@@ -131,6 +131,11 @@ func Parse(raw json.RawMessage) (*Policy, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
+	// The member walk (protocol.EachMember) skips values without checking
+	// their literals ("[A]" passes); the reference never sees invalid JSON.
+	if !json.Valid(raw) {
+		return nil, invalid("invalid sandbox: not valid JSON")
+	}
 	const ctx = "struct WireFileSystemSandboxContext"
 	if raw[0] != '{' {
 		if bytes.Equal(raw, []byte("[]")) {
