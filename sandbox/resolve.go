@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/execgo/exec-server/protocol"
 )
@@ -368,11 +369,17 @@ func (r *resolver) protect() {
 // gitdirTarget reads a gitdir pointer file ("gitdir: X"): X, made absolute
 // against the file's directory, or "" when the file is not one.
 func gitdirTarget(file string) string {
-	f, err := os.Open(file)
+	// Non-blocking, and a regular file once open: the sandboxed process
+	// may swap .git for a FIFO between the lstat and the open, and a
+	// blocked open would stall the server.
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 512), 4096)
 	if !sc.Scan() {
