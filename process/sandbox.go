@@ -46,7 +46,7 @@ func planFor(raw json.RawMessage) (*sandbox.Plan, error) {
 	if err != nil {
 		return nil, protocol.Internal("sandbox: the server's working directory: %v", err)
 	}
-	plan, err := resolvePlan(pol, sandbox.Env{Cwd: cwd, TempDir: os.Getenv("TMPDIR")})
+	plan, err := sandbox.Resolve(pol, sandbox.Env{Cwd: cwd, TempDir: os.Getenv("TMPDIR")})
 	if err != nil {
 		var pe *protocol.Error
 		if errors.As(err, &pe) {
