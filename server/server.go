@@ -78,6 +78,7 @@ func ParseListen(listen string) (stdio bool, addr string, err error) {
 
 // Run serves the configured listener until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
+	logSandboxSupport(s.cfg.Logger)
 	stdio, addr, err := ParseListen(s.cfg.Listen)
 	if err != nil {
 		return err
