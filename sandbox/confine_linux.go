@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -239,18 +240,28 @@ func sysMaps(m []IDMap) []syscall.SysProcIDMap {
 // ---- missing protected paths ----
 
 // Mount points of missing protected paths are created on the host for the
-// life of the sandboxes that need them, shared (refcounted) by concurrent
-// sandboxes, and removed by the last one if this process created them and
-// they are still empty.
+// life of the sandboxes that need them and removed by the last one, if an
+// exec-server made them and they hold nothing else. Several servers may
+// share one (a workspace, /tmp): each user, process-wide, keeps a marker
+// file in it (hidden by the mask in every view), so that the directory is
+// removed only when no server uses it any more: rmdir of a directory that
+// is a mount point in another namespace succeeds and lazily unmounts the
+// mask there, which would let that sandbox create the protected path.
 var (
 	protMu  sync.Mutex
 	protReg = map[string]*protEntry{}
+	protSeq atomic.Uint64
 )
 
 type protEntry struct {
-	n       int
-	created bool
+	n      int
+	marker string // this process's marker in the directory, "" if none
 }
+
+const (
+	protMarkerPrefix = ".exec-server-sandbox-"
+	protMadeMarker   = protMarkerPrefix + "made" // an exec-server made the directory
+)
 
 func acquireProtected(p *Plan) func() {
 	var paths []string
@@ -261,10 +272,9 @@ func acquireProtected(p *Plan) func() {
 		}
 		e := protReg[m.Path]
 		if e == nil {
-			e = &protEntry{}
-			// Another error (a missing parent) leaves it to the helper,
-			// which fails closed if the path could be created inside.
-			e.created = unix.Mkdir(m.Path, 0o755) == nil
+			// A failure (a missing parent) leaves it to the helper, which
+			// fails closed if the path could be created inside.
+			e = &protEntry{marker: placeMarker(m.Path)}
 			protReg[m.Path] = e
 		}
 		e.n++
@@ -282,11 +292,63 @@ func acquireProtected(p *Plan) func() {
 					continue
 				}
 				delete(protReg, path)
-				if e.created {
-					_ = unix.Rmdir(path) // only if still empty
-				}
+				removeMarker(path, e.marker)
 			}
 		})
+	}
+}
+
+// placeMarker makes path (a directory) if needed and this process's
+// marker in it; it returns the marker's name, "" on failure.
+func placeMarker(path string) string {
+	for try := 0; try < 3; try++ {
+		made := unix.Mkdir(path, 0o755) == nil
+		dfd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.ENOENT {
+			continue // removed by its last user meanwhile
+		}
+		if err != nil {
+			return ""
+		}
+		if made {
+			if fd, err := unix.Openat(dfd, protMadeMarker, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400); err == nil {
+				unix.Close(fd)
+			}
+		}
+		name := fmt.Sprintf("%s%d-%d", protMarkerPrefix, os.Getpid(), protSeq.Add(1))
+		fd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
+		unix.Close(dfd)
+		if err == nil {
+			unix.Close(fd)
+			return name
+		}
+		if err != unix.ENOENT {
+			return ""
+		}
+	}
+	return ""
+}
+
+// removeMarker removes this process's marker from path and, when only the
+// made marker is left, the directory.
+func removeMarker(path, marker string) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	defer dir.Close()
+	if marker != "" {
+		_ = unix.Unlinkat(fd, marker, 0)
+	}
+	names, err := dir.Readdirnames(3)
+	if err != nil && err != io.EOF {
+		return
+	}
+	if len(names) == 1 && names[0] == protMadeMarker {
+		if unix.Unlinkat(fd, protMadeMarker, 0) == nil {
+			_ = unix.Rmdir(path) // fails if a user came meanwhile
+		}
 	}
 }
 

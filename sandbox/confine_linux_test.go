@@ -891,3 +891,53 @@ __attribute__((constructor)) static void pwn(void) {
 	}
 	assertTree(t, out, "secret.txt")
 }
+
+// TestProtectedMountPointShared: a missing protected path's mount point
+// may be in use by another server (its marker is there): it stays until
+// the last user is gone; a directory nobody's exec-server made stays.
+func TestProtectedMountPointShared(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	codex := filepath.Join(ws, ".codex")
+	p := workspaceWrite(ws)
+	p.Mounts = append(p.Mounts, Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	run := func() {
+		t.Helper()
+		if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
+			t.Fatalf("write under the mask = %s", got)
+		}
+		closeIdle() // the helper's exit releases
+	}
+	// waitTree waits until codex holds exactly names (our marker gone).
+	waitTree := func(names ...string) {
+		t.Helper()
+		for i := 0; ; i++ {
+			ents, _ := os.ReadDir(codex)
+			var got []string
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if strings.Join(got, ",") == strings.Join(names, ",") {
+				return
+			}
+			if i == 200 {
+				t.Fatalf("%s holds %v, want %v", codex, got, names)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Another server's: made by an exec-server, in use by another.
+	os.Mkdir(codex, 0o755)
+	other := filepath.Join(codex, protMarkerPrefix+"1-1")
+	os.WriteFile(filepath.Join(codex, protMadeMarker), nil, 0o400)
+	os.WriteFile(other, nil, 0o400)
+	run()
+	waitTree(protMarkerPrefix+"1-1", protMadeMarker)
+	os.Remove(other) // that server is done
+	run()
+	waitGone(t, codex)
+	// A directory the user made (no made marker) stays.
+	os.Mkdir(codex, 0o755)
+	run()
+	waitTree()
+}

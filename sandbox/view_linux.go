@@ -343,10 +343,11 @@ func (b *viewBuilder) mount(m Mount) error {
 	isLink := exists && st.Mode&unix.S_IFMT == unix.S_IFLNK
 	isDir := exists && st.Mode&unix.S_IFMT == unix.S_IFDIR
 	switch {
-	case m.Protected && !exists:
-		// The server created the mount point on the host (acquire); if it
-		// could not and the parent is writable here, the path could be
-		// created from inside: fail closed.
+	case m.Protected && (m.Missing || !exists):
+		// The server made the mount point on the host (acquireProtected),
+		// with its marker in it, which the empty mask hides; if it could
+		// not and the parent is writable here, the path could be created
+		// from inside: fail closed.
 		t, err := b.target(m.Path, false)
 		if err == nil {
 			unix.Close(t)
