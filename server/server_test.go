@@ -185,7 +185,7 @@ func TestBadProcessParams(t *testing.T) {
 		{"bare missing", base(map[string]any{"argv": []string{"no-such-program-xyz"}}), -32603, "No such file or directory (os error 2)"},
 		{"not executable", base(map[string]any{"argv": []string{noexec}}), -32603, "Permission denied (os error 13)"},
 		{"child PATH wins", base(map[string]any{"argv": []string{"echo"}, "env": map[string]string{"PATH": "/nonexistent"}}), -32603, "No such file or directory (os error 2)"},
-		{"restrictive sandbox", base(map[string]any{"sandbox": map[string]any{"permissions": map[string]any{"type": "managed", "network": "restricted", "file_system": map[string]any{"type": "unrestricted"}}, "windowsSandboxLevel": "disabled"}}), -32603, "sandbox not available"},
+		{"bad sandbox", base(map[string]any{"sandbox": map[string]any{"permissions": map[string]any{"type": "bogus"}, "windowsSandboxLevel": "disabled"}}), -32602, "unknown variant `bogus`"},
 	}
 	for _, c := range cases {
 		code, msg := p.callErr("process/start", c.params)
