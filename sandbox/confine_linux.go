@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -241,27 +240,25 @@ func sysMaps(m []IDMap) []syscall.SysProcIDMap {
 
 // Mount points of missing protected paths are created on the host for the
 // life of the sandboxes that need them and removed by the last one, if an
-// exec-server made them and they hold nothing else. Several servers may
-// share one (a workspace, /tmp): each user, process-wide, keeps a marker
-// file in it (hidden by the mask in every view), so that the directory is
-// removed only when no server uses it any more: rmdir of a directory that
+// exec-server made them (a marker file in them says so, hidden by the mask
+// in every view) and they hold nothing else. Several servers, of any uid,
+// may share one (a workspace, /tmp): each holds a shared flock on the
+// directory while it uses it, and a server removes it only under an
+// exclusive one. That matters beyond tidiness: rmdir of a directory that
 // is a mount point in another namespace succeeds and lazily unmounts the
 // mask there, which would let that sandbox create the protected path.
 var (
 	protMu  sync.Mutex
 	protReg = map[string]*protEntry{}
-	protSeq atomic.Uint64
 )
 
 type protEntry struct {
-	n      int
-	marker string // this process's marker in the directory, "" if none
+	n   int
+	dir *os.File // the directory, flocked shared; nil if it could not be
 }
 
-const (
-	protMarkerPrefix = ".exec-server-sandbox-"
-	protMadeMarker   = protMarkerPrefix + "made" // an exec-server made the directory
-)
+// protMadeMarker marks a directory an exec-server made.
+const protMadeMarker = ".exec-server-sandbox-made"
 
 func acquireProtected(p *Plan) func() {
 	var paths []string
@@ -274,7 +271,7 @@ func acquireProtected(p *Plan) func() {
 		if e == nil {
 			// A failure (a missing parent) leaves it to the helper, which
 			// fails closed if the path could be created inside.
-			e = &protEntry{marker: placeMarker(m.Path)}
+			e = &protEntry{dir: lockMountPoint(m.Path)}
 			protReg[m.Path] = e
 		}
 		e.n++
@@ -292,54 +289,59 @@ func acquireProtected(p *Plan) func() {
 					continue
 				}
 				delete(protReg, path)
-				removeMarker(path, e.marker)
+				if e.dir != nil {
+					e.dir.Close() // drops the shared lock
+					removeMountPoint(path)
+				}
 			}
 		})
 	}
 }
 
-// placeMarker makes path (a directory) if needed and this process's
-// marker in it; it returns the marker's name, "" on failure.
-func placeMarker(path string) string {
-	for try := 0; try < 3; try++ {
+// lockMountPoint makes path (a directory) if needed and holds a shared
+// flock on it; nil on failure.
+func lockMountPoint(path string) *os.File {
+	for try := 0; try < 10; try++ {
 		made := unix.Mkdir(path, 0o755) == nil
-		dfd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == unix.ENOENT {
 			continue // removed by its last user meanwhile
 		}
 		if err != nil {
-			return ""
+			return nil
 		}
 		if made {
-			if fd, err := unix.Openat(dfd, protMadeMarker, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400); err == nil {
-				unix.Close(fd)
+			if m, err := unix.Openat(fd, protMadeMarker, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400); err == nil {
+				unix.Close(m)
 			}
 		}
-		name := fmt.Sprintf("%s%d-%d", protMarkerPrefix, os.Getpid(), protSeq.Add(1))
-		fd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
-		unix.Close(dfd)
-		if err == nil {
+		// Never blocking: anyone who can open the directory can lock it.
+		if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
 			unix.Close(fd)
-			return name
+			time.Sleep(time.Millisecond) // a remover holds it for microseconds
+			continue
 		}
-		if err != unix.ENOENT {
-			return ""
+		// Still the directory at path (not removed before the lock)?
+		var a, b unix.Stat_t
+		if unix.Fstat(fd, &a) == nil && unix.Lstat(path, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino {
+			return os.NewFile(uintptr(fd), path)
 		}
+		unix.Close(fd)
 	}
-	return ""
+	return nil
 }
 
-// removeMarker removes this process's marker from path and, when only the
-// made marker is left, the directory.
-func removeMarker(path, marker string) {
+// removeMountPoint removes path if nobody holds it, an exec-server made it
+// and it holds nothing but the marker.
+func removeMountPoint(path string) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
 	}
 	dir := os.NewFile(uintptr(fd), path)
 	defer dir.Close()
-	if marker != "" {
-		_ = unix.Unlinkat(fd, marker, 0)
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // another server's sandbox uses it
 	}
 	names, err := dir.Readdirnames(3)
 	if err != nil && err != io.EOF {
@@ -347,7 +349,7 @@ func removeMarker(path, marker string) {
 	}
 	if len(names) == 1 && names[0] == protMadeMarker {
 		if unix.Unlinkat(fd, protMadeMarker, 0) == nil {
-			_ = unix.Rmdir(path) // fails if a user came meanwhile
+			_ = unix.Rmdir(path)
 		}
 	}
 }

@@ -893,8 +893,8 @@ __attribute__((constructor)) static void pwn(void) {
 }
 
 // TestProtectedMountPointShared: a missing protected path's mount point
-// may be in use by another server (its marker is there): it stays until
-// the last user is gone; a directory nobody's exec-server made stays.
+// may be in use by another server (it holds a shared flock on it): it
+// stays until the last user is gone; a directory no exec-server made stays.
 func TestProtectedMountPointShared(t *testing.T) {
 	needSandbox(t)
 	ws, _ := fixture(t)
@@ -906,9 +906,22 @@ func TestProtectedMountPointShared(t *testing.T) {
 		if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
 			t.Fatalf("write under the mask = %s", got)
 		}
-		closeIdle() // the helper's exit releases
+		closeIdle()
+		// The helper's exit releases the mount point.
+		for i := 0; ; i++ {
+			protMu.Lock()
+			_, held := protReg[codex]
+			protMu.Unlock()
+			if !held {
+				break
+			}
+			if i == 500 {
+				t.Fatal("the mount point is still held")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
-	// waitTree waits until codex holds exactly names (our marker gone).
+	// waitTree waits until codex holds exactly names.
 	waitTree := func(names ...string) {
 		t.Helper()
 		for i := 0; ; i++ {
@@ -926,14 +939,19 @@ func TestProtectedMountPointShared(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	// Another server's: made by an exec-server, in use by another.
+	// Another server's: made by an exec-server, in use (flocked) by another.
 	os.Mkdir(codex, 0o755)
-	other := filepath.Join(codex, protMarkerPrefix+"1-1")
 	os.WriteFile(filepath.Join(codex, protMadeMarker), nil, 0o400)
-	os.WriteFile(other, nil, 0o400)
+	other, err := os.Open(codex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(other.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
 	run()
-	waitTree(protMarkerPrefix+"1-1", protMadeMarker)
-	os.Remove(other) // that server is done
+	waitTree(protMadeMarker)
+	other.Close() // that server is done
 	run()
 	waitGone(t, codex)
 	// A directory the user made (no made marker) stays.

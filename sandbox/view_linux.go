@@ -344,10 +344,10 @@ func (b *viewBuilder) mount(m Mount) error {
 	isDir := exists && st.Mode&unix.S_IFMT == unix.S_IFDIR
 	switch {
 	case m.Protected && (m.Missing || !exists):
-		// The server made the mount point on the host (acquireProtected),
-		// with its marker in it, which the empty mask hides; if it could
-		// not and the parent is writable here, the path could be created
-		// from inside: fail closed.
+		// The server made the mount point on the host (acquireProtected)
+		// and holds it; the empty mask hides its marker. If it could not
+		// and the parent is writable here, the path could be created from
+		// inside: fail closed.
 		t, err := b.target(m.Path, false)
 		if err == nil {
 			unix.Close(t)
