@@ -92,27 +92,34 @@ func (s *sandboxWork) fsSandbox() map[string]any {
 		"windowsSandboxLevel": "disabled", "useLegacyLandlock": false}
 }
 
-// startSandboxed starts sd's server for the sandboxed workloads: the
-// reference gets CODEX_HOME outside the temp dir (through env(1), since
-// interop.StartServer puts a reference's home under the temp dir).
-func (s *sandboxWork) start(ctx context.Context, sd side, tr interop.Transport) (*interop.Server, *interop.Client, error) {
+// startSandboxed makes a workspace for one side and starts its server
+// for the sandboxed workloads: the reference gets CODEX_HOME outside the
+// temp dir (through env(1), since interop.StartServer puts a reference's
+// home under the temp dir). Each side has its own workspace: a sandbox
+// may briefly create mount points for missing protected paths (W/.git,
+// W/.codex) in it, which the other server would see come and go.
+func startSandboxed(ctx context.Context, sd side, tr interop.Transport) (*sandboxWork, *interop.Server, *interop.Client, error) {
+	sw, err := newSandboxWork()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if sd.ref {
-		args := []string{"CODEX_HOME=" + s.home, "RUST_LOG=error", sd.bin, "exec-server"}
+		args := []string{"CODEX_HOME=" + sw.home, "RUST_LOG=error", sd.bin, "exec-server"}
 		sd = side{name: sd.name, bin: "/usr/bin/env", args: func() []string { return args }}
 	}
-	return conn(ctx, sd, tr)
+	srv, c, err := conn(ctx, sd, tr)
+	if err != nil {
+		sw.remove()
+		return nil, nil, nil, err
+	}
+	return sw, srv, c, nil
 }
 
 // sandbox-writeFile: fs/writeFile of 4 KiB into the workspace under the
 // workspace-write policy, one at a time. ms per call.
 func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
-	sw, err := newSandboxWork()
-	if err != nil {
-		return []*row{mkrow("sandbox-writeFile", "latency", "ms", false, tr, errStats(sides, err))}
-	}
-	defer sw.remove()
 	st := interleave(cfg, sides, tr, cfg.sandboxN, 5, func(ctx context.Context, sd side) (*runner, error) {
-		srv, c, err := sw.start(ctx, sd, tr)
+		sw, srv, c, err := startSandboxed(ctx, sd, tr)
 		if err != nil {
 			return nil, err
 		}
@@ -123,10 +130,11 @@ func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row
 			"dataBase64": base64.StdEncoding.EncodeToString(data), "sandbox": sw.fsSandbox()})
 		if err != nil {
 			srv.Close()
+			sw.remove()
 			return nil, err
 		}
 		var next int
-		r := &runner{close: srv.Close}
+		r := &runner{close: func() { srv.Close(); sw.remove() }}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
 			xs, err := r.timed(n, &next, func(int) error {
@@ -150,17 +158,12 @@ func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row
 // first start must answer sandboxType linuxSeccomp, so a server that
 // quietly ran the command unconfined cannot score.
 func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
-	sw, err := newSandboxWork()
-	if err != nil {
-		return []*row{mkrow("sandbox-spawn", "latency", "ms", false, tr, errStats(sides, err))}
-	}
-	defer sw.remove()
-	sandbox := sw.processSandbox()
 	st := interleave(cfg, sides, tr, cfg.sandboxN, 5, func(ctx context.Context, sd side) (*runner, error) {
-		srv, c, err := sw.start(ctx, sd, tr)
+		sw, srv, c, err := startSandboxed(ctx, sd, tr)
 		if err != nil {
 			return nil, err
 		}
+		sandbox := sw.processSandbox()
 		start := func(ctx context.Context, id string) (string, error) {
 			p := map[string]any{"processId": id, "argv": []string{"/bin/true"}, "cwd": interop.FileURI(sw.work),
 				"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}
@@ -183,13 +186,14 @@ func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 		}
 		if typ, err := start(timeout(30*time.Second), "sb0"); err != nil || typ != "linuxSeccomp" {
 			srv.Close()
+			sw.remove()
 			if err == nil {
 				err = fmt.Errorf("process/start answered sandboxType %q, want linuxSeccomp", typ)
 			}
 			return nil, err
 		}
 		var next int
-		r := &runner{close: srv.Close}
+		r := &runner{close: func() { srv.Close(); sw.remove() }}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
 			return r.timed(n, &next, func(i int) error {
