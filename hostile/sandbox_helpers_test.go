@@ -777,7 +777,9 @@ func wantDenied(t *testing.T, what string, err error, code int, msg string) {
 	}
 	if rpcCode(err) != code || (msg != "" && !strings.Contains(err.Error(), msg)) {
 		t.Errorf("mismatch: %s: got %v; want code %d with %q", what, err, code, msg)
+		return
 	}
+	t.Logf("observed: %s: %v", what, err)
 }
 
 // wantRefused accepts any of codes (the spec allows either), and fails
@@ -790,6 +792,7 @@ func wantRefused(t *testing.T, what string, err error, codes ...int) {
 	}
 	for _, c := range codes {
 		if rpcCode(err) == c {
+			t.Logf("observed: %s: %v", what, err)
 			return
 		}
 	}
@@ -827,6 +830,8 @@ func wantProcDenied(t *testing.T, what string, r procResult, denied bool) {
 		t.Errorf("mismatch: %s: sandboxType %q, want linuxSeccomp", what, r.SandboxType)
 	case denied && !r.SandboxDenied:
 		t.Errorf("mismatch: %s: sandboxDenied false: %v", what, r)
+	default:
+		t.Logf("observed: %s: %v", what, r)
 	}
 }
 
