@@ -264,7 +264,9 @@ func acquireProtected(p *Plan) func() {
 	var paths []string
 	protMu.Lock()
 	for _, m := range p.Mounts {
-		if !m.Protected || !m.Missing {
+		// A plan resolved while another sandbox held the mount point saw
+		// it exist: it must hold it too, or make it again if it went.
+		if !m.Protected || !m.Missing && !isMountPoint(m.Path) && exists(m.Path) {
 			continue
 		}
 		e := protReg[m.Path]
@@ -296,6 +298,17 @@ func acquireProtected(p *Plan) func() {
 			}
 		})
 	}
+}
+
+func exists(path string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil
+}
+
+// isMountPoint reports whether path is a mount point an exec-server made.
+func isMountPoint(path string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(filepath.Join(path, protMadeMarker), &st) == nil
 }
 
 // lockMountPoint makes path (a directory) if needed and holds a shared

@@ -343,7 +343,7 @@ func (b *viewBuilder) mount(m Mount) error {
 	isLink := exists && st.Mode&unix.S_IFMT == unix.S_IFLNK
 	isDir := exists && st.Mode&unix.S_IFMT == unix.S_IFDIR
 	switch {
-	case m.Protected && (m.Missing || !exists):
+	case m.Protected && (m.Missing || !exists || isDir && isMountPoint(m.Path)):
 		// The server made the mount point on the host (acquireProtected)
 		// and holds it; the empty mask hides its marker. If it could not
 		// and the parent is writable here, the path could be created from
