@@ -535,6 +535,16 @@ func execCommand(callID, cmd string) []map[string]any {
 	return []map[string]any{functionCall(callID, "exec_command", map[string]any{"cmd": cmd, "yield_time_ms": 10000})}
 }
 
+// What codex 0.169 (gpt-5.5's tool set) takes from the model, found by
+// reading the tools of its first request and by trying:
+//   - exec_command: a function_call item, arguments a JSON string
+//     {"cmd": "...", "yield_time_ms": N, "tty": bool}; codex runs
+//     /bin/bash -lc CMD and answers with a function_call_output whose text
+//     holds "Process exited with code N" and "Output:\n...".
+//   - apply_patch: a custom_tool_call item (a freeform tool), input the
+//     patch text ("*** Begin Patch\n*** Add File: P\n+line\n*** End Patch\n");
+//     the answer is a custom_tool_call_output ("Success. Updated the
+//     following files:\nA P").
 var codexScenarios = []codexScenario{
 	{
 		// codex's default: every command runs under a read-only policy.
