@@ -467,6 +467,13 @@ func takeWarm(key string, p *Plan) *helper {
 		if !h.timer.Stop() {
 			continue // its idle timer is closing it
 		}
+		select {
+		case st := <-h.exited: // died idle (Pdeathsig follows the thread that started it)
+			h.exited <- st
+			go h.close(false)
+			continue
+		default:
+		}
 		now := inodesOf(p)
 		same := len(now) == len(h.inodes)
 		for k, v := range now {
