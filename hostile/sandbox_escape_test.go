@@ -9,8 +9,12 @@ package hostile
 // sizes, modes, owners, mtimes, ctimes, contents, inodes, link counts.
 //
 // Failure messages start with HOLE (the sandbox let something through),
+// LEFTOVER (mount points of missing protected paths stayed on the host),
 // FAIL (something that must work did not, e.g. the sandbox is missing) or
 // mismatch (refused, but not with the spec's code or text).
+//
+// SANDBOX_ESCAPE_REFERENCE=<codex binary> runs the root row against the
+// reference (codex exec-server) instead, to calibrate the cases.
 
 import (
 	"context"
