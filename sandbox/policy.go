@@ -855,29 +855,3 @@ func serdeFloat(v []byte) string {
 func invalid(format string, args ...any) *protocol.Error {
 	return protocol.InvalidParams(format, args...)
 }
-
-// Restrictive reports whether the policy limits anything.
-//
-// Deprecated: callers resolve the policy (Resolve) and confine by its Plan;
-// kept until every caller has moved.
-func (p *Policy) Restrictive() bool {
-	if p == nil || p.Permissions.Type != "managed" {
-		return false
-	}
-	return p.Permissions.Network == "restricted" || p.Permissions.FileSystemType == "restricted"
-}
-
-// Check parses raw and refuses any policy this server cannot enforce.
-//
-// Deprecated: callers parse (Parse), resolve (Resolve) and confine by the
-// Plan; kept until every caller has moved.
-func Check(raw json.RawMessage) error {
-	p, err := Parse(raw)
-	if err != nil {
-		return err
-	}
-	if p.Restrictive() {
-		return protocol.Internal("sandbox not available: this server cannot enforce a restrictive sandbox policy")
-	}
-	return nil
-}

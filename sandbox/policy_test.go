@@ -207,23 +207,3 @@ func TestParseMatchesReference(t *testing.T) {
 		}
 	}
 }
-
-func TestCheckRefusesRestrictivePolicies(t *testing.T) {
-	for _, c := range []struct {
-		in      string
-		refused bool
-	}{
-		{`{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`, false},
-		{`{"permissions":{"type":"external","network":"restricted"},"windowsSandboxLevel":"disabled"}`, false},
-		{`{"permissions":{"type":"managed","network":"enabled","file_system":{"type":"unrestricted"}},"windowsSandboxLevel":"disabled"}`, false},
-		{`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"unrestricted"}},"windowsSandboxLevel":"disabled"}`, true},
-		{`{"permissions":{"type":"managed","network":"enabled","file_system":{"type":"restricted","entries":[]}},"windowsSandboxLevel":"disabled"}`, true},
-	} {
-		err := Check([]byte(c.in))
-		var pe *protocol.Error
-		refused := errors.As(err, &pe) && pe.Code == protocol.CodeInternal
-		if refused != c.refused || (!c.refused && err != nil) {
-			t.Errorf("%s: Check = %v, want refused=%v", c.in, err, c.refused)
-		}
-	}
-}
