@@ -75,6 +75,7 @@ var escapeCases = []escapeCase{
 	{"25_network", nil, case25Network},
 	{"26_signals_ptrace", nil, case26Signals},
 	{"27_bounded", setup27Tree, case27Bounded},
+	{"27_two_servers", nil, case27TwoServers},
 	{"28_legacy_windows_levels", nil, case28Levels},
 }
 
@@ -1198,6 +1199,42 @@ func case27Bounded(t *testing.T, c *sbxClient) {
 	wantOK(t, "fs/writeFile 4 MiB", c.writeFile(fx.w("big.bin"), big))
 	if fi, err := os.Stat(fx.w("big.bin")); err != nil || fi.Size() != int64(len(big)) {
 		t.Errorf("FAIL: the 4 MiB write left %v %v", fi, err)
+	}
+}
+
+// 27: two servers (two codex sessions on one host) sandbox the same
+// workspace at once: they share the mount points of its missing protected
+// paths and of the tmpdir and /tmp roots. Every operation must succeed,
+// and nothing may be left behind when both are done.
+func case27TwoServers(t *testing.T, c *sbxClient) {
+	fx := c.fx
+	c2 := connect(t, startSandboxServer(t, fx.mode), fx)
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for k, cl := range []*sbxClient{c, c2} {
+		for i := 0; i < 24; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := cl.writeFile(fx.w(fmt.Sprintf("s%d_%d.txt", k, i)), "x"); err != nil {
+					errs <- fmt.Errorf("server %d: fs/writeFile s%d_%d.txt: %w", k+1, k, i, err)
+				}
+			}()
+		}
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if r := cl.run([]string{"sh", "-c", fmt.Sprintf("echo x > p%d_%d.txt", k, i)}, nil); r.StartErr != nil || r.ExitCode != 0 {
+					errs <- fmt.Errorf("server %d: process p%d_%d: %v", k+1, k, i, r)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("FAIL: %v", err)
 	}
 }
 
