@@ -90,9 +90,10 @@ func StartSpawner() (*Spawner, error) {
 		return nil, err
 	}
 	defer null.Close()
+	pidfd := -1
 	proc, err := os.StartProcess(self, []string{"exec-server-spawner", Arg, spawnerArg}, &os.ProcAttr{
 		Files: []*os.File{null, null, os.Stderr, initEnd},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 	})
 	if err != nil {
 		f.Close()
@@ -100,17 +101,57 @@ func StartSpawner() (*Spawner, error) {
 	}
 	s := &Spawner{f: f, pid: proc.Pid, reply: make(chan spawnReply, 1), exits: map[int]chan syscall.WaitStatus{}, done: make(chan struct{})}
 	// The spawner is reaped when it exits; nobody needs its status.
-	go func() { _, _ = proc.Wait() }()
+	go reapChild(proc, pidfd)
 	_ = f.SetReadDeadline(time.Now().Add(30 * time.Second))
 	var b [1]byte
 	if _, err := io.ReadFull(f, b[:]); err != nil || b[0] != msgReady {
 		f.Close()
-		_ = proc.Kill()
+		_ = syscall.Kill(s.pid, syscall.SIGKILL) // still unreaped: the pid is its own
 		return nil, fmt.Errorf("childinit: the spawner did not start: %v", err)
 	}
 	_ = f.SetReadDeadline(time.Time{})
 	go s.readLoop()
 	return s, nil
+}
+
+// reapChild reaps a child whose status nobody needs. With a pidfd it waits
+// in the netpoller (the pidfd turns readable when the child exits): a
+// goroutine blocked in wait would hold an OS thread for the child's whole
+// life, and os.Process.Wait does exactly that, pidfd or not (it blocks in
+// waitid). One spawner per session would then cost a thread per session,
+// and Go aborts the whole server at 10 000 threads.
+func reapChild(proc *os.Process, pidfd int) {
+	if pidfd < 0 {
+		// No pidfd (kernel older than 5.3): a blocked thread it is.
+		_, _ = proc.Wait()
+		return
+	}
+	pid := proc.Pid
+	// The pidfd, not the os.Process, keeps the pid from being reused
+	// until it is reaped below.
+	_ = proc.Release()
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		unix.Close(pidfd)
+		_, _ = unix.Wait4(pid, nil, 0, nil)
+		return
+	}
+	f := os.NewFile(uintptr(pidfd), "spawner-pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(uintptr) bool {
+			for {
+				wpid, err := unix.Wait4(pid, nil, unix.WNOHANG, nil)
+				if err == unix.EINTR {
+					continue
+				}
+				return err != nil || wpid == pid
+			}
+		})
+	}
+	if err != nil {
+		_, _ = unix.Wait4(pid, nil, 0, nil)
+	}
 }
 
 // Pid is the spawner's pid.
