@@ -278,7 +278,7 @@ func run(args []string) int {
 	// The server may have died before the child existed; the lifeline
 	// reports that too, but do not even start counting on it.
 	if os.Getppid() != ppid {
-		killTree()
+		killTree(nil)
 		return 137
 	}
 	send(msgStarted, uint32(pid))
@@ -325,7 +325,11 @@ func run(args []string) int {
 		case <-tick.C:
 			reap()
 		case <-ctl:
-			killTree()
+			var kill func()
+			if exitCode < 0 {
+				kill = func() { _ = syscall.Kill(-pid, syscall.SIGKILL); _ = syscall.Kill(pid, syscall.SIGKILL) }
+			}
+			killTree(kill)
 			if exitCode < 0 {
 				exitCode = 128 + int(syscall.SIGKILL)
 			}
@@ -363,42 +367,71 @@ func hasChildren() bool {
 	return err != unix.ECHILD
 }
 
-// killTree SIGKILLs every descendant until none is left, reaping as it
-// goes. A descendant forked during a pass is reparented to the init when
-// its parent dies and is found by the next pass.
-func killTree() {
+// killTree SIGKILLs every descendant and reaps them all (this process is
+// their subreaper). kill, when not nil, kills the known part of the tree
+// first (a cgroup, process groups): when nothing else is left, the tree is
+// gone without a /proc scan, which reads one file per process on the
+// machine; with one spawner per session, a scan per spawner made shutdown
+// quadratic in the number of sessions. Whatever survives is found by
+// scanning, pass after pass: a descendant forked during a pass is
+// reparented here when its parent dies and is found by the next one.
+func killTree(kill func()) {
+	if kill != nil {
+		kill()
+		if reapAll(200 * time.Millisecond) {
+			return
+		}
+	}
 	self := os.Getpid()
 	deadline := time.Now().Add(5 * time.Second)
+	wait := 2 * time.Millisecond
 	for time.Now().Before(deadline) {
-		pids := descendants(self)
-		for _, p := range pids {
+		for _, p := range descendants(self, scanProcs()) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
-		for {
-			var st syscall.WaitStatus
-			wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err == syscall.ECHILD && len(pids) == 0 {
-				return
-			}
-			if err != nil || wpid <= 0 {
-				break
-			}
+		if reapAll(wait) {
+			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
-// descendants lists every process below root, from the parent links in
-// /proc.
-func descendants(root int) []int {
+// reapAll reaps children until there is none left (true), or for at most
+// wait (false).
+func reapAll(wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	pause := 200 * time.Microsecond
+	for {
+		var st syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+		switch {
+		case err == syscall.EINTR || wpid > 0:
+			continue
+		case err == syscall.ECHILD:
+			return true
+		case err != nil:
+			return false
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 10*time.Millisecond)
+	}
+}
+
+// procStat is one process's links, from /proc/PID/stat.
+type procStat struct {
+	pid, ppid, pgid, sid int
+}
+
+// scanProcs reads every process's links from /proc.
+func scanProcs() []procStat {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	children := map[int][]int{}
+	out := make([]procStat, 0, len(entries))
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -413,21 +446,45 @@ func descendants(root int) []int {
 		if i < 0 {
 			continue
 		}
+		// state ppid pgrp session ...
 		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
+		if len(f) < 4 {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], pid)
+		pgid, _ := strconv.Atoi(f[2])
+		sid, _ := strconv.Atoi(f[3])
+		out = append(out, procStat{pid: pid, ppid: ppid, pgid: pgid, sid: sid})
 	}
-	var out []int
+	return out
+}
+
+// descendants lists every process below the roots, from the parent links
+// in procs.
+func descendants(root int, procs []procStat, more ...int) []int {
+	children := map[int][]int{}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+	}
+	seen := map[int]bool{root: true}
 	queue := []int{root}
+	var out []int
+	for _, m := range more {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+			queue = append(queue, m)
+		}
+	}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
 		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+				queue = append(queue, c)
+			}
 		}
 	}
 	return out
