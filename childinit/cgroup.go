@@ -200,17 +200,18 @@ func (c *cgroups) killAll() bool {
 	return c.dir != "" && cgroupKill(c.dir) == nil
 }
 
-// remove removes every cgroup, once their processes are gone.
-func (c *cgroups) remove() {
+// remove removes every cgroup, once their processes are gone; it fails
+// while one still holds a process.
+func (c *cgroups) remove() error {
 	if c.dir == "" {
-		return
+		return nil
 	}
 	for pid, d := range c.byPID {
 		c.stale[d] = true
 		delete(c.byPID, pid)
 	}
 	c.sweep()
-	_ = removeCgroupTree(c.dir)
+	return removeCgroupTree(c.dir)
 }
 
 func cgroupKill(dir string) error {

@@ -125,19 +125,29 @@ func StartSpawner() (*Spawner, error) {
 // session would then cost a thread per session, and Go aborts the whole
 // server at 10 000 threads.
 func reapChild(proc *os.Process, pidfd int) {
-	defer releaseSpawnerCgroups(proc.Pid)
+	pid := proc.Pid
+	var st unix.WaitStatus
+	defer func() {
+		// A spawner that ran its course removed its cgroups itself:
+		// looking them up in cgroupfs would only contend with the other
+		// spawners' removals when many end at once.
+		if !st.Exited() || st.ExitStatus() != 0 {
+			releaseSpawnerCgroups(pid)
+		}
+	}()
 	if pidfd < 0 {
 		// No pidfd (kernel older than 5.3): a blocked thread it is.
-		_, _ = proc.Wait()
+		if ps, err := proc.Wait(); err == nil {
+			st = unix.WaitStatus(ps.Sys().(syscall.WaitStatus))
+		}
 		return
 	}
-	pid := proc.Pid
 	// The pidfd, not the os.Process, keeps the pid from being reused
 	// until it is reaped below.
 	_ = proc.Release()
 	if err := unix.SetNonblock(pidfd, true); err != nil {
 		unix.Close(pidfd)
-		_, _ = unix.Wait4(pid, nil, 0, nil)
+		_, _ = unix.Wait4(pid, &st, 0, nil)
 		return
 	}
 	f := os.NewFile(uintptr(pidfd), "spawner-pidfd")
@@ -146,7 +156,7 @@ func reapChild(proc *os.Process, pidfd int) {
 	if err == nil {
 		err = rc.Read(func(uintptr) bool {
 			for {
-				wpid, err := unix.Wait4(pid, nil, unix.WNOHANG, nil)
+				wpid, err := unix.Wait4(pid, &st, unix.WNOHANG, nil)
 				if err == unix.EINTR {
 					continue
 				}
@@ -155,7 +165,7 @@ func reapChild(proc *os.Process, pidfd int) {
 		})
 	}
 	if err != nil {
-		_, _ = unix.Wait4(pid, nil, 0, nil)
+		_, _ = unix.Wait4(pid, &st, 0, nil)
 	}
 }
 
@@ -517,8 +527,13 @@ func runSpawner() int {
 			})
 			reap()
 			cmu.Lock()
-			cg.remove()
+			err := cg.remove()
 			cmu.Unlock()
+			if err != nil {
+				// The server kills what is left and removes the cgroups
+				// when it sees a spawner fail (releaseSpawnerCgroups).
+				return 1
+			}
 			return 0
 		}
 	}

@@ -77,7 +77,7 @@ func TestKillTreeEveryDescendant(t *testing.T) {
 func cgroupsWork(t *testing.T) bool {
 	t.Helper()
 	c := newCgroups()
-	defer c.remove()
+	defer func() { _ = c.remove() }()
 	return c.dir != ""
 }
 
