@@ -134,6 +134,24 @@ func TestSoak(t *testing.T) {
 	}
 
 	// SIGTERM ends every session and kills every process.
+	// Threads are sampled meanwhile: ending every session at once must
+	// not park a thread per session either (Go would abort the server at
+	// 10 000 threads, in the middle of its shutdown).
+	var peakThreads atomic.Int64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if th, _, _ := procStatus(s.pid()); int64(th) > peakThreads.Load() {
+				peakThreads.Store(int64(th))
+			}
+			select {
+			case <-s.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
 	begin := time.Now()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -144,7 +162,11 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("soak: the server did not exit within 30 s of SIGTERM with %d sessions", n)
 	}
 	shutdown := time.Since(begin)
-	t.Logf("soak: SIGTERM to exit with %d sessions: %v (exit %v)", n, shutdown.Round(time.Millisecond), s.cmd.ProcessState)
+	<-sampled
+	t.Logf("soak: SIGTERM to exit with %d sessions: %v (exit %v), at most %d threads meanwhile", n, shutdown.Round(time.Millisecond), s.cmd.ProcessState, peakThreads.Load())
+	if p := peakThreads.Load(); p > 100 {
+		t.Errorf("soak: %d OS threads during the shutdown of %d sessions", p, n)
+	}
 	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("soak: exit code %d after SIGTERM", code)
 	}
