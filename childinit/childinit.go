@@ -21,6 +21,14 @@
 //     (KillTree) or when the lifeline reaches EOF: the kernel closes the
 //     server's end when the server dies, however it dies.
 //
+// A Spawner also puts each child in a cgroup of its own (cgroup v2, when
+// the server may create cgroups below its own; see cgroup.go), so that
+// killing one child's tree kills every descendant at once, even one that
+// started its own session after its parent died, and needs no /proc scan.
+// Without cgroups it freezes the tree (SIGSTOP) and scans /proc, which
+// misses a descendant that both left the session and was orphaned before
+// the kill.
+//
 // Two ways to use it. Spawner (recommended) is one init per session that
 // starts every child of the session on request: the init's start-up is paid
 // once, and a start costs about as much as a direct one. Prepare and
