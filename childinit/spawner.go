@@ -381,6 +381,9 @@ func runSpawner() int {
 			delete(children, wpid)
 			if mine {
 				cg.reaped(wpid)
+			} else if len(cg.stale) > 0 {
+				// Maybe the last process of a reaped child's cgroup.
+				cg.sweep()
 			}
 			cmu.Unlock()
 			if mine {

@@ -122,3 +122,48 @@ func TestSpawnerSIGKILLedCgroupReleased(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestChildCgroupRemovedWhenEmpty: a child's cgroup outlives the child
+// while a descendant it left runs there, and is removed once that one is
+// gone too: cgroups do not pile up in a long session.
+func TestChildCgroupRemovedWhenEmpty(t *testing.T) {
+	if !cgroupsWork(t) {
+		t.Skip("no writable cgroup v2 hierarchy here")
+	}
+	s := newSpawner(t)
+	mark := marker()
+	t.Cleanup(func() { killAll(mark) })
+	dir := spawnerCgroup(cgroupBaseOnce(), s.Pid())
+	children := func() int {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range entries {
+			if e.IsDir() {
+				n++
+			}
+		}
+		return n
+	}
+	waitChildren := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for children() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d cgroups in %s, want %d", children(), dir, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	_, ch := spawnSh(t, s, "setsid sleep 1000 & exit 0", []string{"PATH=/usr/bin:/bin", "CHILDINIT_MARK=" + mark}, true)
+	<-ch
+	pids := waitCount(mark, func(n int) bool { return n >= 1 }, 5*time.Second)
+	if len(pids) != 1 {
+		t.Fatalf("want the daemon alive, have %v", pids)
+	}
+	waitChildren(1)
+	_ = syscall.Kill(pids[0], syscall.SIGKILL)
+	waitChildren(0)
+}
