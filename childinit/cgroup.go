@@ -200,6 +200,12 @@ func (c *cgroups) killAll() bool {
 	return c.dir != "" && cgroupKill(c.dir) == nil
 }
 
+// populated reports whether a process still runs in one of the cgroups.
+func (c *cgroups) populated() bool {
+	data, err := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
+	return err != nil || !strings.Contains(string(data), "populated 0")
+}
+
 // remove removes every cgroup, once their processes are gone; it fails
 // while one still holds a process.
 func (c *cgroups) remove() error {

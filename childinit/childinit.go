@@ -286,7 +286,7 @@ func run(args []string) int {
 	// The server may have died before the child existed; the lifeline
 	// reports that too, but do not even start counting on it.
 	if os.Getppid() != ppid {
-		killTree(nil)
+		killTree(nil, nil)
 		return 137
 	}
 	send(msgStarted, uint32(pid))
@@ -337,7 +337,7 @@ func run(args []string) int {
 			if exitCode < 0 {
 				kill = func() { _ = syscall.Kill(-pid, syscall.SIGKILL); _ = syscall.Kill(pid, syscall.SIGKILL) }
 			}
-			killTree(kill)
+			killTree(kill, func(reaped map[int]bool) bool { return reaped[pid] })
 			if exitCode < 0 {
 				exitCode = 128 + int(syscall.SIGKILL)
 			}
@@ -377,16 +377,23 @@ func hasChildren() bool {
 
 // killTree SIGKILLs every descendant and reaps them all (this process is
 // their subreaper). kill, when not nil, kills the known part of the tree
-// first (a cgroup, process groups): when nothing else is left, the tree is
-// gone without a /proc scan, which reads one file per process on the
+// first (a cgroup, process groups), and settled reports when that part is
+// gone (given the pids reaped so far): when nothing else is left, the tree
+// is gone without a /proc scan, which reads one file per process on the
 // machine; with one spawner per session, a scan per spawner made shutdown
 // quadratic in the number of sessions. Whatever survives is found by
 // scanning, pass after pass: a descendant forked during a pass is
 // reparented here when its parent dies and is found by the next one.
-func killTree(kill func()) {
+func killTree(kill func(), settled func(reaped map[int]bool) bool) {
 	if kill != nil {
 		kill()
-		if reapAll(200 * time.Millisecond) {
+		// Killed processes can take a while to die when many die at once
+		// (a server shutting down): wait for them rather than scan.
+		reaped := map[int]bool{}
+		if reapUntil(3*time.Second, func() bool { return settled(reaped) }, reaped) {
+			return
+		}
+		if reapUntil(100*time.Millisecond, nil, nil) {
 			return
 		}
 	}
@@ -397,30 +404,36 @@ func killTree(kill func()) {
 		for _, p := range descendants(self, scanProcs()) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
-		if reapAll(wait) {
+		if reapUntil(wait, nil, nil) {
 			return
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
-// reapAll reaps children until there is none left (true), or for at most
-// wait (false).
-func reapAll(wait time.Duration) bool {
+// reapUntil reaps children until there is none left (true), or until done
+// (when not nil) reports true or wait has passed (false). It records the
+// reaped pids in reaped, when not nil.
+func reapUntil(wait time.Duration, done func() bool, reaped map[int]bool) bool {
 	deadline := time.Now().Add(wait)
 	pause := 200 * time.Microsecond
 	for {
 		var st syscall.WaitStatus
 		wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
 		switch {
-		case err == syscall.EINTR || wpid > 0:
+		case err == syscall.EINTR:
+			continue
+		case wpid > 0:
+			if reaped != nil {
+				reaped[wpid] = true
+			}
 			continue
 		case err == syscall.ECHILD:
 			return true
 		case err != nil:
 			return false
 		}
-		if time.Now().After(deadline) {
+		if (done != nil && done()) || time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(pause)

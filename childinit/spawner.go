@@ -94,6 +94,12 @@ func StartSpawner() (*Spawner, error) {
 	defer null.Close()
 	pidfd := -1
 	proc, err := os.StartProcess(self, []string{"exec-server-spawner", Arg, spawnerArg}, &os.ProcAttr{
+		// One P: the spawner has little to do, and there is one per
+		// session. With the default it keeps more OS threads (8 rather
+		// than 5), and its idle Ps spin whenever it wakes, which a server
+		// ending a thousand sessions at once pays for on every core.
+		// Its children get only the environment they are given.
+		Env:   append(os.Environ(), "GOMAXPROCS=1"),
 		Files: []*os.File{null, null, os.Stderr, initEnd},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 	})
@@ -519,14 +525,21 @@ func runSpawner() int {
 				known = append(known, pid)
 			}
 			cmu.Unlock()
+			viaCgroups := false
 			killTree(func() {
-				if cg.killAll() {
-					return
-				}
+				viaCgroups = cg.killAll()
+				// Children started without a cgroup (see cg.off) too.
 				for _, pid := range known {
 					_ = syscall.Kill(-pid, syscall.SIGKILL)
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
+			}, func(reaped map[int]bool) bool {
+				for _, pid := range known {
+					if !reaped[pid] {
+						return false
+					}
+				}
+				return !viaCgroups || !cg.populated()
 			})
 			reap()
 			cmu.Lock()
