@@ -63,7 +63,9 @@ func TestSoak(t *testing.T) {
 	n := soakSessions()
 	mark := marker()
 	t.Cleanup(func() { killMarked(mark) })
-	s := startServer(t, nil)
+	// SOAK_SERVER_ENV adds to the server's environment, e.g.
+	// EXEC_SERVER_NO_CGROUPS=1 to measure the spawners' fallback.
+	s := startServer(t, strings.Fields(os.Getenv("SOAK_SERVER_ENV")))
 	threads0, rss0, fds0 := procStatus(s.pid())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
