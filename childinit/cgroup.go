@@ -206,9 +206,10 @@ func (c *cgroups) populated() bool {
 	return err != nil || !strings.Contains(string(data), "populated 0")
 }
 
-// remove removes every cgroup, once their processes are gone; it fails
-// while one still holds a process.
-func (c *cgroups) remove() error {
+// remove removes every cgroup once their processes are gone, waiting up
+// to wait for the last ones to exit; it fails while one still holds a
+// process.
+func (c *cgroups) remove(wait time.Duration) error {
 	if c.dir == "" {
 		return nil
 	}
@@ -216,8 +217,44 @@ func (c *cgroups) remove() error {
 		c.stale[d] = true
 		delete(c.byPID, pid)
 	}
-	c.sweep()
-	return removeCgroupTree(c.dir)
+	deadline := time.Now().Add(wait)
+	for {
+		c.sweep()
+		err := removeCgroupTree(c.dir)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sweepStaleCgroups removes the empty cgroups of spawners that are gone
+// (killed, so that they could not remove their own) from an earlier server
+// or this one. It only removes: a populated cgroup stays, and so do its
+// processes, since a dead pid here might be a live one in another PID
+// namespace sharing this cgroup hierarchy.
+func sweepStaleCgroups() {
+	base := cgroupBaseOnce()
+	if base == "" {
+		return
+	}
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "exec-server-spawner-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if _, err := strconv.Atoi(rest); err != nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + rest); !os.IsNotExist(err) {
+			continue // alive, or not known to be dead
+		}
+		_ = removeCgroupTree(filepath.Join(base, e.Name()))
+	}
 }
 
 func cgroupKill(dir string) error {

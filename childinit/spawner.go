@@ -92,6 +92,7 @@ func StartSpawner() (*Spawner, error) {
 		return nil, err
 	}
 	defer null.Close()
+	sweepOnce.Do(func() { go sweepStaleCgroups() })
 	pidfd := -1
 	proc, err := os.StartProcess(self, []string{"exec-server-spawner", Arg, spawnerArg}, &os.ProcAttr{
 		// One P: the spawner has little to do, and there is one per
@@ -122,6 +123,10 @@ func StartSpawner() (*Spawner, error) {
 	go s.readLoop()
 	return s, nil
 }
+
+// sweepOnce removes what killed spawners left in the cgroup hierarchy,
+// once per server.
+var sweepOnce sync.Once
 
 // reapChild reaps a spawner, whose status nobody needs, and then releases
 // its cgroups. With a pidfd it waits in the netpoller (the pidfd turns
@@ -543,7 +548,8 @@ func runSpawner() int {
 			})
 			reap()
 			cmu.Lock()
-			err := cg.remove()
+			// Killed processes may still be exiting.
+			err := cg.remove(2 * time.Second)
 			cmu.Unlock()
 			if err != nil {
 				// The server kills what is left and removes the cgroups

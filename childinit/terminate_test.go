@@ -77,7 +77,7 @@ func TestKillTreeEveryDescendant(t *testing.T) {
 func cgroupsWork(t *testing.T) bool {
 	t.Helper()
 	c := newCgroups()
-	defer func() { _ = c.remove() }()
+	defer func() { _ = c.remove(0) }()
 	return c.dir != ""
 }
 
@@ -166,4 +166,36 @@ func TestChildCgroupRemovedWhenEmpty(t *testing.T) {
 	waitChildren(1)
 	_ = syscall.Kill(pids[0], syscall.SIGKILL)
 	waitChildren(0)
+}
+
+// TestSweepStaleCgroups: the empty cgroups of a spawner that is gone are
+// removed when the next spawner starts; a live spawner's are not.
+func TestSweepStaleCgroups(t *testing.T) {
+	if !cgroupsWork(t) {
+		t.Skip("no writable cgroup v2 hierarchy here")
+	}
+	// A pid that is certainly dead: a child that has been reaped.
+	p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	dead := spawnerCgroup(cgroupBaseOnce(), p.Pid)
+	if err := os.Mkdir(dead, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dead+"/1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = removeCgroupTree(dead) })
+	live := newSpawner(t)
+	sweepStaleCgroups()
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("%s of a dead spawner is still there (%v)", dead, err)
+	}
+	if _, err := os.Stat(spawnerCgroup(cgroupBaseOnce(), live.Pid())); err != nil {
+		t.Errorf("the live spawner's cgroup: %v", err)
+	}
 }
