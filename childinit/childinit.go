@@ -21,6 +21,14 @@
 //     (KillTree) or when the lifeline reaches EOF: the kernel closes the
 //     server's end when the server dies, however it dies.
 //
+// A Spawner also puts each child in a cgroup of its own (cgroup v2, when
+// the server may create cgroups below its own; see cgroup.go), so that
+// killing one child's tree kills every descendant at once, even one that
+// started its own session after its parent died, and needs no /proc scan.
+// Without cgroups it freezes the tree (SIGSTOP) and scans /proc, which
+// misses a descendant that both left the session and was orphaned before
+// the kill.
+//
 // Two ways to use it. Spawner (recommended) is one init per session that
 // starts every child of the session on request: the init's start-up is paid
 // once, and a start costs about as much as a direct one. Prepare and
@@ -278,7 +286,7 @@ func run(args []string) int {
 	// The server may have died before the child existed; the lifeline
 	// reports that too, but do not even start counting on it.
 	if os.Getppid() != ppid {
-		killTree()
+		killTree(nil, nil)
 		return 137
 	}
 	send(msgStarted, uint32(pid))
@@ -325,7 +333,11 @@ func run(args []string) int {
 		case <-tick.C:
 			reap()
 		case <-ctl:
-			killTree()
+			var kill func()
+			if exitCode < 0 {
+				kill = func() { _ = syscall.Kill(-pid, syscall.SIGKILL); _ = syscall.Kill(pid, syscall.SIGKILL) }
+			}
+			killTree(kill, func(reaped map[int]bool) bool { return reaped[pid] })
 			if exitCode < 0 {
 				exitCode = 128 + int(syscall.SIGKILL)
 			}
@@ -363,42 +375,84 @@ func hasChildren() bool {
 	return err != unix.ECHILD
 }
 
-// killTree SIGKILLs every descendant until none is left, reaping as it
-// goes. A descendant forked during a pass is reparented to the init when
-// its parent dies and is found by the next pass.
-func killTree() {
+// killTree SIGKILLs every descendant and reaps them all (this process is
+// their subreaper). kill, when not nil, kills the known part of the tree
+// first (a cgroup, process groups), and settled reports when that part is
+// gone (given the pids reaped so far): when nothing else is left, the tree
+// is gone without a /proc scan, which reads one file per process on the
+// machine; with one spawner per session, a scan per spawner made shutdown
+// quadratic in the number of sessions. Whatever survives is found by
+// scanning, pass after pass: a descendant forked during a pass is
+// reparented here when its parent dies and is found by the next one.
+func killTree(kill func(), settled func(reaped map[int]bool) bool) {
+	if kill != nil {
+		kill()
+		// Killed processes can take a while to die when many die at once
+		// (a server shutting down): wait for them rather than scan.
+		reaped := map[int]bool{}
+		if reapUntil(3*time.Second, func() bool { return settled(reaped) }, reaped) {
+			return
+		}
+		if reapUntil(100*time.Millisecond, nil, nil) {
+			return
+		}
+	}
 	self := os.Getpid()
 	deadline := time.Now().Add(5 * time.Second)
+	wait := 2 * time.Millisecond
 	for time.Now().Before(deadline) {
-		pids := descendants(self)
-		for _, p := range pids {
+		for _, p := range descendants(self, scanProcs()) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
-		for {
-			var st syscall.WaitStatus
-			wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err == syscall.ECHILD && len(pids) == 0 {
-				return
-			}
-			if err != nil || wpid <= 0 {
-				break
-			}
+		if reapUntil(wait, nil, nil) {
+			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
-// descendants lists every process below root, from the parent links in
-// /proc.
-func descendants(root int) []int {
+// reapUntil reaps children until there is none left (true), or until done
+// (when not nil) reports true or wait has passed (false). It records the
+// reaped pids in reaped, when not nil.
+func reapUntil(wait time.Duration, done func() bool, reaped map[int]bool) bool {
+	deadline := time.Now().Add(wait)
+	pause := 200 * time.Microsecond
+	for {
+		var st syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case wpid > 0:
+			if reaped != nil {
+				reaped[wpid] = true
+			}
+			continue
+		case err == syscall.ECHILD:
+			return true
+		case err != nil:
+			return false
+		}
+		if (done != nil && done()) || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 10*time.Millisecond)
+	}
+}
+
+// procStat is one process's links, from /proc/PID/stat.
+type procStat struct {
+	pid, ppid, pgid, sid int
+}
+
+// scanProcs reads every process's links from /proc.
+func scanProcs() []procStat {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	children := map[int][]int{}
+	out := make([]procStat, 0, len(entries))
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -413,21 +467,45 @@ func descendants(root int) []int {
 		if i < 0 {
 			continue
 		}
+		// state ppid pgrp session ...
 		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
+		if len(f) < 4 {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], pid)
+		pgid, _ := strconv.Atoi(f[2])
+		sid, _ := strconv.Atoi(f[3])
+		out = append(out, procStat{pid: pid, ppid: ppid, pgid: pgid, sid: sid})
 	}
-	var out []int
+	return out
+}
+
+// descendants lists every process below the roots, from the parent links
+// in procs.
+func descendants(root int, procs []procStat, more ...int) []int {
+	children := map[int][]int{}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+	}
+	seen := map[int]bool{root: true}
 	queue := []int{root}
+	var out []int
+	for _, m := range more {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+			queue = append(queue, m)
+		}
+	}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
 		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+				queue = append(queue, c)
+			}
 		}
 	}
 	return out

@@ -20,6 +20,11 @@ import (
 // shell commands under inits and then waits to be killed.
 func TestMain(m *testing.M) {
 	MaybeMain()
+	if os.Getenv("GORACE") == "" {
+		// A race-enabled binary sleeps 1 s at exit by default: every
+		// spawner's Close would wait for it.
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	if cmds := os.Getenv("CHILDINIT_FAKE_SERVER"); cmds != "" {
 		fakeServer(strings.Split(cmds, "\n"))
 		return

@@ -35,8 +35,9 @@ type Spawner struct {
 
 	mu    sync.Mutex
 	exits map[int]chan syscall.WaitStatus
-	err   error         // set when the lifeline broke
-	done  chan struct{} // closed when the reader ends
+	kills []chan struct{} // KillTree calls waiting for the spawner's word, in order
+	err   error           // set when the lifeline broke
+	done  chan struct{}   // closed when the reader ends
 }
 
 type spawnReply struct {
@@ -67,6 +68,7 @@ type SpawnAttr struct {
 const (
 	msgSpawn   = 'R' // + uint32 length, JSON SpawnAttr; SCM_RIGHTS stdin, stdout, stderr
 	msgKillOne = 'k' // + uint32 pid: kill that child's tree
+	msgKilled  = 'A' // + uint32 pid: its tree was killed (the answer to msgKillOne)
 	msgReady   = 'Y' // spawner up
 	spawnerArg = "spawner"
 )
@@ -95,27 +97,92 @@ func StartSpawner() (*Spawner, error) {
 		return nil, err
 	}
 	defer null.Close()
+	sweepOnce.Do(func() { go sweepStaleCgroups() })
+	pidfd := -1
 	proc, err := os.StartProcess(self, []string{"exec-server-spawner", Arg, spawnerArg}, &os.ProcAttr{
+		// One P: the spawner has little to do, and there is one per
+		// session. With the default it keeps more OS threads (8 rather
+		// than 5), and its idle Ps spin whenever it wakes, which a server
+		// ending a thousand sessions at once pays for on every core.
+		// Its children get only the environment they are given.
+		Env:   append(os.Environ(), "GOMAXPROCS=1"),
 		Files: []*os.File{null, null, os.Stderr, initEnd},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 	})
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("childinit: starting the spawner: %w", err)
 	}
 	s := &Spawner{f: f, pid: proc.Pid, reply: make(chan spawnReply, 1), exits: map[int]chan syscall.WaitStatus{}, done: make(chan struct{})}
-	// The spawner is reaped when it exits; nobody needs its status.
-	go func() { _, _ = proc.Wait() }()
 	_ = f.SetReadDeadline(time.Now().Add(30 * time.Second))
 	var b [1]byte
 	if _, err := io.ReadFull(f, b[:]); err != nil || b[0] != msgReady {
 		f.Close()
-		_ = proc.Kill()
+		_ = syscall.Kill(s.pid, syscall.SIGKILL) // not reaped yet: the pid is still its own
+		go reapChild(proc, pidfd)
 		return nil, fmt.Errorf("childinit: the spawner did not start: %v", err)
 	}
+	// The spawner is reaped when it exits; nobody needs its status.
+	go reapChild(proc, pidfd)
 	_ = f.SetReadDeadline(time.Time{})
 	go s.readLoop()
 	return s, nil
+}
+
+// sweepOnce removes what killed spawners left in the cgroup hierarchy,
+// once per server.
+var sweepOnce sync.Once
+
+// reapChild reaps a spawner, whose status nobody needs, and then releases
+// its cgroups. With a pidfd it waits in the netpoller (the pidfd turns
+// readable when the child exits): a goroutine blocked in wait would hold
+// an OS thread for the child's whole life, and os.Process.Wait does
+// exactly that, pidfd or not (it blocks in waitid). One spawner per
+// session would then cost a thread per session, and Go aborts the whole
+// server at 10 000 threads.
+func reapChild(proc *os.Process, pidfd int) {
+	pid := proc.Pid
+	var st unix.WaitStatus
+	defer func() {
+		// A spawner that ran its course removed its cgroups itself:
+		// looking them up in cgroupfs would only contend with the other
+		// spawners' removals when many end at once.
+		if !st.Exited() || st.ExitStatus() != 0 {
+			releaseSpawnerCgroups(pid)
+		}
+	}()
+	if pidfd < 0 {
+		// No pidfd (kernel older than 5.3): a blocked thread it is.
+		if ps, err := proc.Wait(); err == nil {
+			st = unix.WaitStatus(ps.Sys().(syscall.WaitStatus))
+		}
+		return
+	}
+	// The pidfd, not the os.Process, keeps the pid from being reused
+	// until it is reaped below.
+	_ = proc.Release()
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		unix.Close(pidfd)
+		_, _ = unix.Wait4(pid, &st, 0, nil)
+		return
+	}
+	f := os.NewFile(uintptr(pidfd), "spawner-pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(uintptr) bool {
+			for {
+				wpid, err := unix.Wait4(pid, &st, unix.WNOHANG, nil)
+				if err == unix.EINTR {
+					continue
+				}
+				return err != nil || wpid == pid
+			}
+		})
+	}
+	if err != nil {
+		_, _ = unix.Wait4(pid, &st, 0, nil)
+	}
 }
 
 // Pid is the spawner's pid.
@@ -139,6 +206,13 @@ func (s *Spawner) readLoop() {
 			s.reply <- spawnReply{pid: int(v), exit: ch}
 		case msgFailed:
 			s.reply <- spawnReply{errno: syscall.Errno(v)}
+		case msgKilled:
+			s.mu.Lock()
+			if len(s.kills) > 0 {
+				close(s.kills[0])
+				s.kills = s.kills[1:]
+			}
+			s.mu.Unlock()
 		case msgExited:
 			var st [4]byte
 			if _, err = io.ReadFull(s.f, st[:]); err != nil {
@@ -165,6 +239,10 @@ func (s *Spawner) readLoop() {
 		close(ch)
 		delete(s.exits, pid)
 	}
+	for _, ch := range s.kills {
+		close(ch)
+	}
+	s.kills = nil
 	s.mu.Unlock()
 	close(s.reply)
 }
@@ -224,19 +302,52 @@ func (s *Spawner) lifelineErr() error {
 	return s.err
 }
 
-// KillTree kills child pid, its process group and every process below it.
+// KillTree kills child pid and every process below it: its session and
+// process group, descendants that started their own, and orphans of the
+// tree, which were reparented to the spawner. It returns once the spawner
+// has sent SIGKILL to all of them (they may not have exited yet), so a
+// signal the caller sends afterwards cannot race with the tree kill (a
+// group killed first would orphan its setsid descendants, and the
+// spawner, with no cgroup, would no longer tell them apart). A pid that is
+// not a live child of the spawner is ignored.
 func (s *Spawner) KillTree(pid int) error {
 	var b [5]byte
 	b[0] = msgKillOne
 	binary.LittleEndian.PutUint32(b[1:], uint32(pid))
+	done := make(chan struct{})
 	s.startMu.Lock()
-	defer s.startMu.Unlock()
-	_, err := s.f.Write(b[:])
-	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+	s.mu.Lock()
+	if s.err != nil {
+		// The spawner is gone, and so is everything it started.
+		s.mu.Unlock()
+		s.startMu.Unlock()
 		return nil
+	}
+	s.kills = append(s.kills, done)
+	s.mu.Unlock()
+	_, err := s.f.Write(b[:])
+	s.startMu.Unlock()
+	if err != nil {
+		// The lifeline broke: the reader ends and releases done.
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+			err = nil
+		}
+	}
+	t := time.NewTimer(killTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		if err == nil {
+			err = errors.New("childinit: the spawner did not confirm the kill in time")
+		}
 	}
 	return err
 }
+
+// killTimeout bounds how long KillTree waits for the spawner: a kill
+// through a cgroup takes microseconds, a scan of /proc milliseconds.
+const killTimeout = 10 * time.Second
 
 // Close kills every process the spawner started, and everything below
 // them, and lets the spawner exit. It waits (at most 5 s) for the spawner's
@@ -278,11 +389,18 @@ func runSpawner() int {
 
 	var cmu sync.Mutex
 	children := map[int]bool{} // started and not yet reaped
+	cg := newCgroups()         // guarded by cmu too
 	reap := func() {
 		reapExited(func(wpid int, st syscall.WaitStatus) {
 			cmu.Lock()
 			mine := children[wpid]
 			delete(children, wpid)
+			if mine {
+				cg.reaped(wpid)
+			} else if len(cg.stale) > 0 {
+				// Maybe the last process of a reaped child's cgroup.
+				cg.sweep()
+			}
 			cmu.Unlock()
 			if mine {
 				var sb [4]byte
@@ -318,10 +436,13 @@ func runSpawner() int {
 				pid := int(binary.LittleEndian.Uint32(hdr[1:]))
 				cmu.Lock()
 				known := children[pid]
-				cmu.Unlock()
-				if known {
+				// Held during the kill: the child cannot be reaped (and
+				// its pid reused) meanwhile.
+				if known && !cg.kill(pid) {
 					killSubtree(pid)
 				}
+				cmu.Unlock()
+				send(msg(msgKilled, uint32(pid)))
 			case msgSpawn:
 				var files []int
 				if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
@@ -351,11 +472,33 @@ func runSpawner() int {
 				// Hold the lock across the fork and the report, so that a
 				// fast exit is reaped as ours and reported after its start.
 				cmu.Lock()
-				pid, err := syscall.ForkExec(a.Path, a.Argv, &syscall.ProcAttr{
+				cgDir, cgFD := cg.prepare()
+				if cgFD >= 0 {
+					// Born into its own cgroup, with everything it starts.
+					sys.UseCgroupFD, sys.CgroupFD = true, cgFD
+				}
+				attr := &syscall.ProcAttr{
 					Dir: a.Dir, Env: a.Env, Files: []uintptr{uintptr(files[0]), uintptr(files[1]), uintptr(files[2])}, Sys: sys,
-				})
+				}
+				pid, err := syscall.ForkExec(a.Path, a.Argv, attr)
+				if err != nil && cgFD >= 0 && !execError(err) {
+					// Maybe the cgroup is what failed (CLONE_INTO_CGROUP
+					// refused): if a start without one succeeds, stop using
+					// cgroups; the trees are then found by scanning.
+					sys.UseCgroupFD, sys.CgroupFD = false, 0
+					if pid, err = syscall.ForkExec(a.Path, a.Argv, attr); err == nil {
+						cg.off = true
+					}
+				}
+				if cgFD >= 0 {
+					unix.Close(cgFD)
+				}
 				for _, f := range files {
 					unix.Close(f)
+				}
+				if err != nil || !sys.UseCgroupFD {
+					cg.failed(cgDir)
+					cgDir = ""
 				}
 				if err != nil {
 					cmu.Unlock()
@@ -367,6 +510,7 @@ func runSpawner() int {
 					continue
 				}
 				children[pid] = true
+				cg.started(pid, cgDir)
 				send(msg(msgStarted, uint32(pid)))
 				cmu.Unlock()
 				reap() // in case it is already gone and SIGCHLD was missed
@@ -386,23 +530,69 @@ func runSpawner() int {
 		case <-tick.C:
 			reap()
 		case <-killAll:
-			killTree()
+			cmu.Lock()
+			known := make([]int, 0, len(children))
+			for pid := range children {
+				known = append(known, pid)
+			}
+			cmu.Unlock()
+			viaCgroups := false
+			killTree(func() {
+				viaCgroups = cg.killAll()
+				// Children started without a cgroup (see cg.off) too.
+				for _, pid := range known {
+					_ = syscall.Kill(-pid, syscall.SIGKILL)
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}, func(reaped map[int]bool) bool {
+				for _, pid := range known {
+					if !reaped[pid] {
+						return false
+					}
+				}
+				return !viaCgroups || !cg.populated()
+			})
 			reap()
+			cmu.Lock()
+			// Killed processes may still be exiting.
+			err := cg.remove(2 * time.Second)
+			cmu.Unlock()
+			if err != nil {
+				// The server kills what is left and removes the cgroups
+				// when it sees a spawner fail (releaseSpawnerCgroups).
+				return 1
+			}
 			return 0
 		}
 	}
 }
 
-// killSubtree SIGKILLs pid, its process group and every process below it.
-// The tree is frozen with SIGSTOP first, pass after pass until no new
-// descendant appears, so that none can fork (or be reparented away from
-// the tree by its parent's death) between the scan and the kill.
+// execError reports whether a failed start failed in execve (the
+// program's fault), not in clone (EACCES and EPERM may be either).
+func execError(err error) bool {
+	switch err {
+	case syscall.ENOENT, syscall.ENOEXEC, syscall.ENOTDIR, syscall.ELOOP,
+		syscall.ENAMETOOLONG, syscall.E2BIG, syscall.ETXTBSY, syscall.EISDIR:
+		return true
+	}
+	return false
+}
+
+// killSubtree SIGKILLs child pid and everything that belongs to its tree,
+// without a cgroup: its session and process group, every descendant, and
+// the orphans of the tree that were reparented to the spawner, recognised
+// by their session or group (an orphan that also started its own session
+// cannot be told apart from another child's, and is missed; cgroups do not
+// have that hole). The tree is frozen with SIGSTOP first, pass after pass
+// until no new member appears, so that none can fork, or be orphaned by
+// its parent's death, between the scan and the kill.
 func killSubtree(pid int) {
 	seen := map[int]bool{pid: true}
+	_ = syscall.Kill(-pid, syscall.SIGSTOP)
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	for pass := 0; pass < 100; pass++ {
 		grew := false
-		for _, p := range descendants(pid) {
+		for _, p := range tree(pid, scanProcs()) {
 			if !seen[p] {
 				seen[p] = true
 				grew = true
@@ -417,4 +607,16 @@ func killSubtree(pid int) {
 	for p := range seen {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
+}
+
+// tree lists the members of pid's session and process group (pid is a
+// live child, so these ids are its own) and every process below them.
+func tree(pid int, procs []procStat) []int {
+	var members []int
+	for _, p := range procs {
+		if p.pid != pid && (p.sid == pid || p.pgid == pid) {
+			members = append(members, p.pid)
+		}
+	}
+	return descendants(pid, procs, members...)
 }

@@ -317,12 +317,15 @@ func (m *Manager) Close() {
 		procs = append(procs, p)
 	}
 	m.mu.Unlock()
+	if m.spawner != nil {
+		// Everything the session ever started, daemons included, in one
+		// go: a tree kill per process first would cost a /proc scan per
+		// process where the spawner has no cgroups (a shutdown quadratic
+		// in sessions).
+		_ = m.spawner.Close()
+	}
 	for _, p := range procs {
 		p.kill()
-	}
-	if m.spawner != nil {
-		// Everything the session ever started, daemons included.
-		_ = m.spawner.Close()
 	}
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()

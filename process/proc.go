@@ -593,12 +593,14 @@ func (p *Proc) signal(sig syscall.Signal) bool {
 // reference kills it anyway).
 func (p *Proc) kill() {
 	<-p.ready
+	if p.exitCh != nil {
+		// Started by the session's spawner, which Close has closed: the
+		// whole tree is dead and reaped, and its ids may be others' now.
+		return
+	}
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
-	if sp := p.m.spawnerFor(); sp != nil && p.exitCh != nil {
-		_ = sp.KillTree(p.pgid)
-	}
 	if p.pgid > 0 && !closed {
 		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 	}
