@@ -51,11 +51,15 @@ type Options struct {
 	// Concurrency bounds the requests handled at once (the read loop waits
 	// when it is reached). 1 means strict arrival order.
 	Concurrency int
-	// QueueLen bounds the outgoing queue in messages. When it is full,
-	// senders wait: that is the back-pressure that keeps memory bounded.
-	QueueLen int
-	Limits   Limits
-	Logger   *slog.Logger
+	// QueueLen bounds the outgoing queue in messages, and QueueBytes in
+	// bytes (default 8 MiB). When either is reached, senders wait: that is
+	// the back-pressure that keeps memory bounded. A frame larger than
+	// QueueBytes is still sent, alone: it waits until nothing else is
+	// queued.
+	QueueLen   int
+	QueueBytes int
+	Limits     Limits
+	Logger     *slog.Logger
 	// DrainOnEOF, when positive, lets requests in flight finish (for at
 	// most this long) after the peer ends its input with io.EOF, before
 	// their context is cancelled. Right for stdio, where the client may
@@ -79,21 +83,24 @@ type Conn struct {
 	// only writer of the stream: a sender that finds nothing queued and
 	// nobody writing takes it and writes its own frame (no hand-off to
 	// another goroutine, which costs a wake-up on every reply); otherwise
-	// it queues the frame for the writer goroutine. slots bounds the
-	// frames queued or being written (QueueLen+1): that is the
-	// back-pressure.
-	wmu      sync.Mutex
-	queue    [][]byte      // frames waiting, in order; non-empty only while writing
-	spare    [][]byte      // the writer's last batch, reused
-	writing  bool          // the write token is held
-	flushing bool          // Run is ending: the writer takes over the token
-	kick     chan struct{} // the token was passed to the writer goroutine
-	slots    chan struct{}
-	flush    chan struct{} // closed when the writer should drain and stop
-	dead     chan struct{} // closed when nothing more can be written
-	deadOnce sync.Once
-	sem      chan struct{}
-	handlers sync.WaitGroup
+	// it queues the frame for the writer goroutine. held and heldBytes
+	// count the frames queued or being written; they are bounded by
+	// QueueLen+1 and QueueBytes: that is the back-pressure.
+	wmu       sync.Mutex
+	queue     [][]byte      // frames waiting, in order; non-empty only while writing
+	spare     [][]byte      // the writer's last batch, reused
+	writing   bool          // the write token is held
+	flushing  bool          // Run is ending: the writer takes over the token
+	kick      chan struct{} // the token was passed to the writer goroutine
+	held      int           // frames queued or being written
+	heldBytes int           // their bytes
+	room      chan struct{} // closed when frames are written, if roomWait
+	roomWait  bool          // a sender waits on room
+	flush     chan struct{} // closed when the writer should drain and stop
+	dead      chan struct{} // closed when nothing more can be written
+	deadOnce  sync.Once
+	sem       chan struct{}
+	handlers  sync.WaitGroup
 
 	// releasing is the message being dispatched when the stream is a
 	// Releaser; Go takes it over. Only the read loop touches it.
@@ -108,6 +115,9 @@ func NewConn(stream Stream, opts Options) *Conn {
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = 256
 	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = DefaultQueueBytes
+	}
 	if opts.Limits.MaxDepth == 0 {
 		opts.Limits = DefaultLimits
 	}
@@ -119,7 +129,7 @@ func NewConn(stream Stream, opts Options) *Conn {
 		opts:   opts,
 		log:    opts.Logger,
 		kick:   make(chan struct{}, 1),
-		slots:  make(chan struct{}, opts.QueueLen+1), // + the frame being written
+		room:   make(chan struct{}),
 		dead:   make(chan struct{}),
 		flush:  make(chan struct{}),
 		sem:    make(chan struct{}, opts.Concurrency),
@@ -339,24 +349,35 @@ const (
 	helpBytes  = 64 << 10
 )
 
+// DefaultQueueBytes bounds the bytes of a connection's outgoing queue
+// when Options.QueueBytes is not set. A message bound alone is not enough:
+// 256 messages may each be tens of megabytes.
+const DefaultQueueBytes = 8 << 20
+
 func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	select {
 	case <-c.dead:
 		return ErrClosed
 	default:
 	}
-	select {
-	case c.slots <- struct{}{}:
-	default:
+	c.wmu.Lock()
+	for !c.fits(len(frame)) {
+		c.roomWait = true
+		room := c.room
+		c.wmu.Unlock()
 		select {
-		case c.slots <- struct{}{}:
+		case <-room:
 		case <-c.dead:
+			PutBuffer(frame)
 			return ErrClosed
 		case <-ctx.Done():
+			PutBuffer(frame)
 			return ctx.Err()
 		}
+		c.wmu.Lock()
 	}
-	c.wmu.Lock()
+	c.held++
+	c.heldBytes += len(frame)
 	if c.writing {
 		c.queue = append(c.queue, frame)
 		c.wmu.Unlock()
@@ -366,7 +387,6 @@ func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	c.wmu.Unlock()
 
 	ok := c.write(frame, false)
-	<-c.slots
 	// Frames queued while we wrote: write them too when they are few
 	// and small (waking the writer goroutine for them would cost more
 	// than writing them), else pass the token to the writer.
@@ -486,7 +506,6 @@ func (c *Conn) writeBatch(batch [][]byte) bool {
 	for i, frame := range batch {
 		batch[i] = nil
 		ok := c.write(frame, i < len(batch)-1)
-		<-c.slots
 		if !ok {
 			return false
 		}
@@ -494,8 +513,31 @@ func (c *Conn) writeBatch(batch [][]byte) bool {
 	return true
 }
 
+// fits reports whether a frame of n bytes may be queued now. One frame is
+// always admitted when nothing is held, however large. Called with wmu.
+func (c *Conn) fits(n int) bool {
+	return c.held == 0 || (c.held <= c.opts.QueueLen && c.heldBytes+n <= c.opts.QueueBytes)
+}
+
+// QueuedBytes reports the bytes of the frames queued or being written.
+func (c *Conn) QueuedBytes() int {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.heldBytes
+}
+
+// write writes one frame and frees its place in the queue.
 func (c *Conn) write(frame []byte, more bool) bool {
 	err := c.stream.Write(context.Background(), frame, more)
+	c.wmu.Lock()
+	c.held--
+	c.heldBytes -= len(frame)
+	if c.roomWait {
+		c.roomWait = false
+		close(c.room)
+		c.room = make(chan struct{})
+	}
+	c.wmu.Unlock()
 	PutBuffer(frame)
 	if err != nil {
 		c.log.Debug("write failed; closing connection", "peer", c.stream.Describe(), "err", err)

@@ -20,6 +20,11 @@ type Config struct {
 	// ConcurrentRequests bounds the requests handled at once per
 	// connection; 1 gives strict arrival order. Default 64.
 	ConcurrentRequests int
+	// MaxQueueBytes bounds the bytes of one connection's outgoing queue
+	// (replies and pushed process events); past it the producer waits: a
+	// process's output stops being read until the client reads again.
+	// Default 8 MiB.
+	MaxQueueBytes int
 	// SessionTTL is how long a detached websocket session (and its
 	// processes) outlives its connection. Default 90s.
 	SessionTTL time.Duration
@@ -79,6 +84,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.ConcurrentRequests <= 0 {
 		d.ConcurrentRequests = 64
+	}
+	if d.MaxQueueBytes <= 0 {
+		d.MaxQueueBytes = 8 << 20
 	}
 	if d.SessionTTL <= 0 {
 		d.SessionTTL = 90 * time.Second

@@ -174,6 +174,7 @@ func (s *Server) ServeStream(ctx context.Context, st jsonrpc.Stream) {
 func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose bool) {
 	opts := jsonrpc.Options{
 		Concurrency: s.cfg.ConcurrentRequests,
+		QueueBytes:  s.cfg.MaxQueueBytes,
 		Logger:      s.cfg.Logger,
 	}
 	if endSessionOnClose {
