@@ -305,6 +305,30 @@ func (c *Conn) Go(f func()) {
 	}()
 }
 
+// GoDetached runs f on a goroutine of its own that does not count against
+// Concurrency: for a request that mostly waits (a long poll), which must
+// not hold a handler slot that other requests need. The caller bounds how
+// many it starts. Run waits for f like for any handler. It reports false,
+// without running f, when the connection has ended.
+func (c *Conn) GoDetached(f func()) bool {
+	if c.ctx.Err() != nil {
+		return false
+	}
+	msg := c.releasing
+	c.releasing = nil
+	c.handlers.Add(1)
+	go func() {
+		defer func() {
+			if msg != nil {
+				c.stream.(Releaser).Release(msg)
+			}
+			c.handlers.Done()
+		}()
+		f()
+	}()
+	return true
+}
+
 // Reply sends the result of a request, or its error when err is non-nil.
 func (c *Conn) Reply(id json.RawMessage, result any, err error) {
 	var frame []byte

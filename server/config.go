@@ -20,6 +20,11 @@ type Config struct {
 	// ConcurrentRequests bounds the requests handled at once per
 	// connection; 1 gives strict arrival order. Default 64.
 	ConcurrentRequests int
+	// MaxLongPolls bounds the process/read requests with waitMs that one
+	// connection may have waiting at once. They wait off the handler pool
+	// (ConcurrentRequests), so they never delay other requests; past the
+	// bound a long poll is refused with -32600. Default 1024.
+	MaxLongPolls int
 	// MaxQueueBytes bounds the bytes of one connection's outgoing queue
 	// (replies and pushed process events); past it the producer waits: a
 	// process's output stops being read until the client reads again.
@@ -84,6 +89,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.ConcurrentRequests <= 0 {
 		d.ConcurrentRequests = 64
+	}
+	if d.MaxLongPolls <= 0 {
+		d.MaxLongPolls = 1024
 	}
 	if d.MaxQueueBytes <= 0 {
 		d.MaxQueueBytes = 8 << 20
