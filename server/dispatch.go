@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/process"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -117,6 +118,32 @@ func (cs *connState) longPoll(id json.RawMessage, run func()) {
 	}
 }
 
+// withTermSize checks rows and cols (protocol.CheckTermSize) before dec
+// decodes the params: process/start and process/resize take the same values.
+func withTermSize(dec func(json.RawMessage) (any, error)) func(json.RawMessage) (any, error) {
+	return func(raw json.RawMessage) (any, error) {
+		if err := protocol.CheckTermSize(raw); err != nil {
+			return nil, err
+		}
+		return dec(raw)
+	}
+}
+
+var decodeStartParams = withTermSize(decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty"))
+
+// decodeStart decodes and checks process/start params: what no exec could
+// pass on (NUL bytes, env names with '=') is a params error, -32602.
+func decodeStart(raw json.RawMessage) (any, error) {
+	v, err := decodeStartParams(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := process.ValidateStart(v.(*protocol.StartParams)); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // MaxWaitMs is the longest a process/read waits: a larger waitMs is
 // clamped to it (the read then answers with what there is, as any long
 // poll whose time runs out), so that no request holds server resources
@@ -223,7 +250,7 @@ func (s *Server) buildMethods() map[string]method {
 		},
 		protocol.MethodProcessStart: {
 			family: familyExec, inline: true,
-			decode: decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty"),
+			decode: decodeStart,
 			call: func(_ context.Context, cs *connState, p any) (any, error) {
 				return cs.sess().procs.Start(*p.(*protocol.StartParams))
 			},
@@ -262,7 +289,7 @@ func (s *Server) buildMethods() map[string]method {
 		},
 		protocol.MethodProcessResize: {
 			family: familyExec, inline: true,
-			decode: decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols"),
+			decode: withTermSize(decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols")),
 			call: func(_ context.Context, cs *connState, p any) (any, error) {
 				return protocol.Empty{}, cs.sess().procs.Resize(*p.(*protocol.ResizeParams))
 			},
