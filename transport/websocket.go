@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,9 +310,21 @@ func startPinger(ctx context.Context, c *websocket.Conn, every time.Duration) (s
 }
 
 // Listen opens a TCP listener whose connections have TCP_NODELAY set:
-// every message is latency-sensitive and is written in one piece.
+// every message is latency-sensitive and is written in one piece. An IPv4
+// address binds IPv4 only and an IPv6 one IPv6 only: "tcp" would make
+// 0.0.0.0 a dual-stack [::] listener, reachable over IPv6 when the operator
+// asked for IPv4.
 func Listen(addr string) (net.Listener, error) {
-	l, err := net.Listen("tcp", addr)
+	network := "tcp"
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		switch a := ap.Addr(); {
+		case a.Is4():
+			network = "tcp4"
+		case a.Is6() && !a.Is4In6():
+			network = "tcp6"
+		}
+	}
+	l, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}
