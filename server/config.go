@@ -63,6 +63,11 @@ type Config struct {
 	// outlives its session or the server, even a SIGKILLed one (see
 	// process.Options; the init needs main to call childinit.MaybeMain).
 	DirectChildren bool
+	// MessageStallTimeout closes a websocket connection whose incoming
+	// message, once begun, makes no progress for this long: a peer that
+	// stops in the middle of a frame holds nothing for ever. Default 60s;
+	// negative: never.
+	MessageStallTimeout time.Duration
 	// InitTimeout closes a websocket connection that has not completed
 	// initialize within it. Default 30s.
 	InitTimeout time.Duration

@@ -150,6 +150,7 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 		MaxMessageBytes: s.cfg.MaxMessageBytes,
 		MaxConnections:  s.cfg.MaxConnections,
 		MessageBudget:   s.incoming,
+		StallTimeout:    s.cfg.MessageStallTimeout,
 		Authenticate:    s.cfg.Authenticate,
 		Logger:          s.cfg.Logger,
 		Serve: func(rctx context.Context, ws *transport.WebSocket) {
