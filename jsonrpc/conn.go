@@ -105,6 +105,9 @@ type Conn struct {
 	// releasing is the message being dispatched when the stream is a
 	// Releaser; Go takes it over. Only the read loop touches it.
 	releasing []byte
+	// dispatchLen is the size of the message being dispatched, for
+	// largeDone; Go takes it over as well.
+	dispatchLen int
 }
 
 // NewConn wraps a stream. Call Run to serve it.
@@ -218,12 +221,15 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 			c.replyDecodeError(de)
 			continue
 		}
+		c.dispatchLen = len(data)
 		if rel == nil {
 			dispatch(msg)
+			largeDone(c.dispatchLen) // 0 when a handler took it over
 			continue
 		}
 		c.releasing = data
 		dispatch(msg)
+		largeDone(c.dispatchLen)
 		if c.releasing != nil {
 			// Not handed to a handler: handled inline, or dropped.
 			c.releasing = nil
@@ -290,14 +296,15 @@ func (c *Conn) Go(f func()) {
 	case <-c.ctx.Done():
 		return
 	}
-	msg := c.releasing
-	c.releasing = nil
+	msg, size := c.releasing, c.dispatchLen
+	c.releasing, c.dispatchLen = nil, 0
 	c.handlers.Add(1)
 	go func() {
 		defer func() {
 			if msg != nil {
 				c.stream.(Releaser).Release(msg)
 			}
+			largeDone(size)
 			<-c.sem
 			c.handlers.Done()
 		}()
@@ -314,14 +321,15 @@ func (c *Conn) GoDetached(f func()) bool {
 	if c.ctx.Err() != nil {
 		return false
 	}
-	msg := c.releasing
-	c.releasing = nil
+	msg, size := c.releasing, c.dispatchLen
+	c.releasing, c.dispatchLen = nil, 0
 	c.handlers.Add(1)
 	go func() {
 		defer func() {
 			if msg != nil {
 				c.stream.(Releaser).Release(msg)
 			}
+			largeDone(size)
 			c.handlers.Done()
 		}()
 		f()
@@ -553,6 +561,7 @@ func (c *Conn) QueuedBytes() int {
 // write writes one frame and frees its place in the queue.
 func (c *Conn) write(frame []byte, more bool) bool {
 	err := c.stream.Write(context.Background(), frame, more)
+	largeDone(len(frame))
 	c.wmu.Lock()
 	c.held--
 	c.heldBytes -= len(frame)
