@@ -317,21 +317,19 @@ func (c *Conn) Go(f func()) {
 // not hold a handler slot that other requests need. The caller bounds how
 // many it starts. Run waits for f like for any handler. It reports false,
 // without running f, when the connection has ended.
+//
+// Unlike Go, the message being dispatched is left to the read loop, which
+// releases it as soon as dispatch returns: a waiting request must not hold
+// its message's bytes (counted in the server-wide incoming budget) for
+// minutes, so f must not use them (copy what it needs: Message.ID aliases
+// them).
 func (c *Conn) GoDetached(f func()) bool {
 	if c.ctx.Err() != nil {
 		return false
 	}
-	msg, size := c.releasing, c.dispatchLen
-	c.releasing, c.dispatchLen = nil, 0
 	c.handlers.Add(1)
 	go func() {
-		defer func() {
-			if msg != nil {
-				c.stream.(Releaser).Release(msg)
-			}
-			largeDone(size)
-			c.handlers.Done()
-		}()
+		defer c.handlers.Done()
 		f()
 	}()
 	return true

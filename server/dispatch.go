@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"sync"
@@ -97,6 +98,8 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		return
 	}
 	if longPoll {
+		// The message is released before the poll ends: keep the id.
+		msg.ID = bytes.Clone(msg.ID)
 		cs.longPoll(msg.ID, run)
 		return
 	}
