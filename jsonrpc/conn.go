@@ -94,13 +94,14 @@ type Conn struct {
 	kick      chan struct{} // the token was passed to the writer goroutine
 	held      int           // frames queued or being written
 	heldBytes int           // their bytes
-	room      chan struct{} // closed when frames are written, if roomWait
-	roomWait  bool          // a sender waits on room
-	flush     chan struct{} // closed when the writer should drain and stop
-	dead      chan struct{} // closed when nothing more can be written
-	deadOnce  sync.Once
-	sem       chan struct{}
-	handlers  sync.WaitGroup
+	// Senders waiting for room, admitted strictly in order: a large
+	// frame is not starved by smaller ones that would fit first.
+	waiters  []*sendWaiter
+	flush    chan struct{} // closed when the writer should drain and stop
+	dead     chan struct{} // closed when nothing more can be written
+	deadOnce sync.Once
+	sem      chan struct{}
+	handlers sync.WaitGroup
 
 	// releasing is the message being dispatched when the stream is a
 	// Releaser; Go takes it over. Only the read loop touches it.
@@ -132,7 +133,6 @@ func NewConn(stream Stream, opts Options) *Conn {
 		opts:   opts,
 		log:    opts.Logger,
 		kick:   make(chan struct{}, 1),
-		room:   make(chan struct{}),
 		dead:   make(chan struct{}),
 		flush:  make(chan struct{}),
 		sem:    make(chan struct{}, opts.Concurrency),
@@ -391,23 +391,27 @@ func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	default:
 	}
 	c.wmu.Lock()
-	for !c.fits(len(frame)) {
-		c.roomWait = true
-		room := c.room
+	if len(c.waiters) == 0 && c.fits(len(frame)) {
+		c.held++
+		c.heldBytes += len(frame)
+	} else {
+		w := &sendWaiter{n: len(frame), ready: make(chan struct{})}
+		c.waiters = append(c.waiters, w)
 		c.wmu.Unlock()
+		var err error
 		select {
-		case <-room:
+		case <-w.ready:
 		case <-c.dead:
-			PutBuffer(frame)
-			return ErrClosed
+			err = ErrClosed
 		case <-ctx.Done():
-			PutBuffer(frame)
-			return ctx.Err()
+			err = ctx.Err()
 		}
-		c.wmu.Lock()
+		if err != nil && c.abandon(w) {
+			PutBuffer(frame)
+			return err
+		}
+		c.wmu.Lock() // admitted: held counts the frame
 	}
-	c.held++
-	c.heldBytes += len(frame)
 	if c.writing {
 		c.queue = append(c.queue, frame)
 		c.wmu.Unlock()
@@ -543,10 +547,55 @@ func (c *Conn) writeBatch(batch [][]byte) bool {
 	return true
 }
 
+// sendWaiter is a sender waiting for room in the queue.
+type sendWaiter struct {
+	n     int           // the frame's bytes
+	ready chan struct{} // closed when admitted
+}
+
 // fits reports whether a frame of n bytes may be queued now. One frame is
 // always admitted when nothing is held, however large. Called with wmu.
 func (c *Conn) fits(n int) bool {
 	return c.held == 0 || (c.held <= c.opts.QueueLen && c.heldBytes+n <= c.opts.QueueBytes)
+}
+
+// admitLocked admits waiting senders, first come first served, while the
+// first one fits. Called with wmu.
+func (c *Conn) admitLocked() {
+	for len(c.waiters) > 0 && c.fits(c.waiters[0].n) {
+		w := c.waiters[0]
+		c.waiters[0] = nil
+		c.waiters = c.waiters[1:]
+		c.held++
+		c.heldBytes += w.n
+		close(w.ready)
+	}
+}
+
+// abandon withdraws a waiter whose sender gives up. It reports false when
+// the waiter was admitted meanwhile and the connection is still alive:
+// the sender then goes on as admitted.
+func (c *Conn) abandon(w *sendWaiter) bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-w.ready:
+		select {
+		case <-c.dead:
+			return true
+		default:
+			return false
+		}
+	default:
+	}
+	for i, o := range c.waiters {
+		if o == w {
+			c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+			break
+		}
+	}
+	c.admitLocked() // the next one may fit now
+	return true
 }
 
 // QueuedBytes reports the bytes of the frames queued or being written.
@@ -563,11 +612,7 @@ func (c *Conn) write(frame []byte, more bool) bool {
 	c.wmu.Lock()
 	c.held--
 	c.heldBytes -= len(frame)
-	if c.roomWait {
-		c.roomWait = false
-		close(c.room)
-		c.room = make(chan struct{})
-	}
+	c.admitLocked()
 	c.wmu.Unlock()
 	PutBuffer(frame)
 	if err != nil {

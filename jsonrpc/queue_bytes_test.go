@@ -108,3 +108,87 @@ func repeat(n, times int) []int {
 	}
 	return out
 }
+
+// tokenStream lets one Write through per token: the test paces the peer.
+type tokenStream struct {
+	*fakeStream
+	tokens chan struct{}
+}
+
+func (s *tokenStream) Write(ctx context.Context, msg []byte, more bool) error {
+	select {
+	case <-s.tokens:
+	case <-s.closed:
+		return errors.New("fake stream closed")
+	}
+	return s.fakeStream.Write(ctx, msg, more)
+}
+
+// A frame larger than the room left is not starved by a producer of
+// smaller frames that keeps the queue from ever emptying: senders are
+// admitted in the order they started to wait.
+func TestConnLargeFrameNotStarved(t *testing.T) {
+	before := runtime.NumGoroutine()
+	const small, frames = 1 << 10, 200
+	s := &tokenStream{fakeStream: newFakeStream(), tokens: make(chan struct{})}
+	c := NewConn(s, Options{QueueBytes: 8 * small})
+	wait := runConn(c, context.Background(), func(*Message) {})
+
+	produced := make(chan error, 1)
+	var sent atomic.Int64
+	go func() { // the producer: small frames, as fast as it may
+		for i := range frames {
+			if err := c.Send(context.Background(), bytes.Repeat([]byte{'s'}, small)); err != nil {
+				produced <- err
+				return
+			}
+			sent.Store(int64(i + 1))
+		}
+		produced <- nil
+	}()
+	// Wait until the producer is held by the full queue.
+	for last, still := int64(-1), 0; still < 5; {
+		time.Sleep(20 * time.Millisecond)
+		if n := sent.Load(); n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+	}
+	bigSent := make(chan error, 1)
+	go func() { bigSent <- c.Send(context.Background(), bytes.Repeat([]byte{'B'}, 16*small)) }()
+	time.Sleep(50 * time.Millisecond) // the big frame waits for room
+	pos := -1
+	for i := 0; i < frames+1; i++ {
+		// A slow peer: the producer has time to refill the queue.
+		time.Sleep(2 * time.Millisecond)
+		s.tokens <- struct{}{}
+		if f := s.next(t); f[0] == 'B' {
+			pos = i
+			break
+		}
+	}
+	if pos < 0 || pos > 50 {
+		t.Fatalf("the large frame was written at position %d of %d: starved by the small ones", pos, frames+1)
+	}
+	if err := <-bigSent; err != nil {
+		t.Fatal(err)
+	}
+	go func() { // let the rest through
+		for {
+			select {
+			case s.tokens <- struct{}{}:
+			case <-s.closed:
+				return
+			}
+		}
+	}()
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	close(s.in)
+	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("Run: %v", err)
+	}
+	checkGoroutines(t, before)
+}
