@@ -157,7 +157,14 @@ func TestConnLargeFrameNotStarved(t *testing.T) {
 	}
 	bigSent := make(chan error, 1)
 	go func() { bigSent <- c.Send(context.Background(), bytes.Repeat([]byte{'B'}, 16*small)) }()
-	time.Sleep(50 * time.Millisecond) // the big frame waits for room
+	for waiting := false; !waiting; { // the big frame waits for room
+		time.Sleep(time.Millisecond)
+		c.wmu.Lock()
+		for _, w := range c.waiters {
+			waiting = waiting || w.n == 16*small
+		}
+		c.wmu.Unlock()
+	}
 	pos := -1
 	for i := 0; i < frames+1; i++ {
 		// A slow peer: the producer has time to refill the queue.

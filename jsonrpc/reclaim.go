@@ -17,24 +17,30 @@ import (
 // largeMessage is the size from which a message arms the reclaim.
 const largeMessage = 16 << 20
 
-var (
-	reclaimDelay = 5 * time.Second
-	freeOSMemory = debug.FreeOSMemory // replaced by tests
-
-	reclaimMu    sync.Mutex
-	reclaimTimer *time.Timer
-)
+var reclaim = struct {
+	sync.Mutex
+	delay time.Duration
+	free  func() // debug.FreeOSMemory; tests replace it
+	timer *time.Timer
+}{delay: 5 * time.Second, free: debug.FreeOSMemory}
 
 // largeDone notes that a message of n bytes is no longer in use.
 func largeDone(n int) {
 	if n < largeMessage {
 		return
 	}
-	reclaimMu.Lock()
-	defer reclaimMu.Unlock()
-	if reclaimTimer == nil {
-		reclaimTimer = time.AfterFunc(reclaimDelay, func() { freeOSMemory() })
+	reclaim.Lock()
+	defer reclaim.Unlock()
+	if reclaim.timer == nil {
+		reclaim.timer = time.AfterFunc(reclaim.delay, reclaimNow)
 		return
 	}
-	reclaimTimer.Reset(reclaimDelay)
+	reclaim.timer.Reset(reclaim.delay)
+}
+
+func reclaimNow() {
+	reclaim.Lock()
+	free := reclaim.free
+	reclaim.Unlock()
+	free()
 }

@@ -16,18 +16,20 @@ import (
 // once per burst, and small messages never trigger it.
 func TestLargeMessagesReturnMemory(t *testing.T) {
 	var freed atomic.Int32
-	oldFree, oldDelay := freeOSMemory, reclaimDelay
-	freeOSMemory = func() { freed.Add(1) }
-	reclaimDelay = time.Second // longer than decoding a large message under -race
-	t.Cleanup(func() {
-		reclaimMu.Lock()
-		if reclaimTimer != nil {
-			reclaimTimer.Stop()
-			reclaimTimer = nil
+	const delay = 300 * time.Millisecond
+	swap := func(d time.Duration, f func()) (time.Duration, func()) {
+		reclaim.Lock()
+		defer reclaim.Unlock()
+		if reclaim.timer != nil {
+			reclaim.timer.Stop()
+			reclaim.timer = nil
 		}
-		reclaimMu.Unlock()
-		freeOSMemory, reclaimDelay = oldFree, oldDelay
-	})
+		oldD, oldF := reclaim.delay, reclaim.free
+		reclaim.delay, reclaim.free = d, f
+		return oldD, oldF
+	}
+	oldDelay, oldFree := swap(delay, func() { freed.Add(1) })
+	t.Cleanup(func() { swap(oldDelay, oldFree) })
 
 	s := newFakeStream()
 	c := NewConn(s, Options{})
@@ -49,7 +51,7 @@ func TestLargeMessagesReturnMemory(t *testing.T) {
 		for freed.Load() < want && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(reclaimDelay + reclaimDelay/4) // and no more than want
+		time.Sleep(delay + delay/4) // and no more than want
 		if got := freed.Load(); got != want {
 			t.Fatalf("memory returned %d times, want %d", got, want)
 		}
@@ -59,24 +61,24 @@ func TestLargeMessagesReturnMemory(t *testing.T) {
 		s.send(`{"id":1,"method":"inline","params":"small"}`)
 		<-handled
 	}
-	time.Sleep(reclaimDelay + reclaimDelay/4)
+	time.Sleep(delay + delay/4)
 	if got := freed.Load(); got != 0 {
 		t.Fatalf("memory returned %d times after small messages", got)
 	}
 
-	big := `{"id":2,"method":"inline","params":"` + strings.Repeat("x", largeMessage) + `"}`
-	for range 3 { // a burst, pipelined: one reclaim after it
-		s.send(big)
-	}
-	for range 3 {
-		<-handled
-	}
+	s.send(`{"id":2,"method":"inline","params":"` + strings.Repeat("x", largeMessage) + `"}`)
+	<-handled
 	waitFreed(1)
 
 	s.send(`{"id":3,"method":"handler"}`) // a large reply
 	<-handled
 	s.next(t)
 	waitFreed(2)
+
+	for range 3 { // a burst: one reclaim after it
+		largeDone(largeMessage)
+	}
+	waitFreed(3)
 
 	close(s.in)
 	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
