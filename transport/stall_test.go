@@ -85,6 +85,10 @@ func TestStalledMessageClosesConnection(t *testing.T) {
 	})
 
 	t.Run("slow progress and idling are not cut", func(t *testing.T) {
+		// A longer limit: a loaded machine must not pause the writer
+		// for a whole limit between two fragments.
+		const stall = 1500 * time.Millisecond
+		srv := newWSServer(t, HandlerOptions{StallTimeout: stall, PingInterval: 100 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*stall)
 		defer cancel()
 		c, _, err := websocket.Dial(ctx, wsURL(srv), nil)
@@ -100,19 +104,19 @@ func TestStalledMessageClosesConnection(t *testing.T) {
 			}
 			read <- string(msg)
 		}()
-		time.Sleep(2 * stall) // idle between messages
+		time.Sleep(stall + stall/5) // idle between messages, longer than the limit
 		w, err := c.Writer(ctx, websocket.MessageText)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var want strings.Builder
-		for i := range 8 { // 8 fragments, stall/3 apart: longer than stall in all
+		for i := range 8 { // 8 fragments, stall/4 apart: longer than stall in all
 			part := fmt.Sprintf("part%d ", i)
 			want.WriteString(part)
 			if _, err := w.Write([]byte(part)); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(stall / 3)
+			time.Sleep(stall / 4)
 		}
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
