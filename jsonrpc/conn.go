@@ -51,11 +51,15 @@ type Options struct {
 	// Concurrency bounds the requests handled at once (the read loop waits
 	// when it is reached). 1 means strict arrival order.
 	Concurrency int
-	// QueueLen bounds the outgoing queue in messages. When it is full,
-	// senders wait: that is the back-pressure that keeps memory bounded.
-	QueueLen int
-	Limits   Limits
-	Logger   *slog.Logger
+	// QueueLen bounds the outgoing queue in messages, and QueueBytes in
+	// bytes (default 8 MiB). When either is reached, senders wait: that is
+	// the back-pressure that keeps memory bounded. A frame larger than
+	// QueueBytes is still sent, alone: it waits until nothing else is
+	// queued.
+	QueueLen   int
+	QueueBytes int
+	Limits     Limits
+	Logger     *slog.Logger
 	// DrainOnEOF, when positive, lets requests in flight finish (for at
 	// most this long) after the peer ends its input with io.EOF, before
 	// their context is cancelled. Right for stdio, where the client may
@@ -79,16 +83,20 @@ type Conn struct {
 	// only writer of the stream: a sender that finds nothing queued and
 	// nobody writing takes it and writes its own frame (no hand-off to
 	// another goroutine, which costs a wake-up on every reply); otherwise
-	// it queues the frame for the writer goroutine. slots bounds the
-	// frames queued or being written (QueueLen+1): that is the
-	// back-pressure.
-	wmu      sync.Mutex
-	queue    [][]byte      // frames waiting, in order; non-empty only while writing
-	spare    [][]byte      // the writer's last batch, reused
-	writing  bool          // the write token is held
-	flushing bool          // Run is ending: the writer takes over the token
-	kick     chan struct{} // the token was passed to the writer goroutine
-	slots    chan struct{}
+	// it queues the frame for the writer goroutine. held and heldBytes
+	// count the frames queued or being written; they are bounded by
+	// QueueLen+1 and QueueBytes: that is the back-pressure.
+	wmu       sync.Mutex
+	queue     [][]byte      // frames waiting, in order; non-empty only while writing
+	spare     [][]byte      // the writer's last batch, reused
+	writing   bool          // the write token is held
+	flushing  bool          // Run is ending: the writer takes over the token
+	kick      chan struct{} // the token was passed to the writer goroutine
+	held      int           // frames queued or being written
+	heldBytes int           // their bytes
+	// Senders waiting for room, admitted strictly in order: a large
+	// frame is not starved by smaller ones that would fit first.
+	waiters  []*sendWaiter
 	flush    chan struct{} // closed when the writer should drain and stop
 	dead     chan struct{} // closed when nothing more can be written
 	deadOnce sync.Once
@@ -98,6 +106,9 @@ type Conn struct {
 	// releasing is the message being dispatched when the stream is a
 	// Releaser; Go takes it over. Only the read loop touches it.
 	releasing []byte
+	// dispatchLen is the size of the message being dispatched, for
+	// largeDone; Go takes it over as well.
+	dispatchLen int
 }
 
 // NewConn wraps a stream. Call Run to serve it.
@@ -107,6 +118,9 @@ func NewConn(stream Stream, opts Options) *Conn {
 	}
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = 256
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = DefaultQueueBytes
 	}
 	if opts.Limits.MaxDepth == 0 {
 		opts.Limits = DefaultLimits
@@ -119,7 +133,6 @@ func NewConn(stream Stream, opts Options) *Conn {
 		opts:   opts,
 		log:    opts.Logger,
 		kick:   make(chan struct{}, 1),
-		slots:  make(chan struct{}, opts.QueueLen+1), // + the frame being written
 		dead:   make(chan struct{}),
 		flush:  make(chan struct{}),
 		sem:    make(chan struct{}, opts.Concurrency),
@@ -208,12 +221,15 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 			c.replyDecodeError(de)
 			continue
 		}
+		c.dispatchLen = len(data)
 		if rel == nil {
 			dispatch(msg)
+			largeDone(c.dispatchLen) // 0 when a handler took it over
 			continue
 		}
 		c.releasing = data
 		dispatch(msg)
+		largeDone(c.dispatchLen)
 		if c.releasing != nil {
 			// Not handed to a handler: handled inline, or dropped.
 			c.releasing = nil
@@ -280,19 +296,43 @@ func (c *Conn) Go(f func()) {
 	case <-c.ctx.Done():
 		return
 	}
-	msg := c.releasing
-	c.releasing = nil
+	msg, size := c.releasing, c.dispatchLen
+	c.releasing, c.dispatchLen = nil, 0
 	c.handlers.Add(1)
 	go func() {
 		defer func() {
 			if msg != nil {
 				c.stream.(Releaser).Release(msg)
 			}
+			largeDone(size)
 			<-c.sem
 			c.handlers.Done()
 		}()
 		f()
 	}()
+}
+
+// GoDetached runs f on a goroutine of its own that does not count against
+// Concurrency: for a request that mostly waits (a long poll), which must
+// not hold a handler slot that other requests need. The caller bounds how
+// many it starts. Run waits for f like for any handler. It reports false,
+// without running f, when the connection has ended.
+//
+// Unlike Go, the message being dispatched is left to the read loop, which
+// releases it as soon as dispatch returns: a waiting request must not hold
+// its message's bytes (counted in the server-wide incoming budget) for
+// minutes, so f must not use them (copy what it needs: Message.ID aliases
+// them).
+func (c *Conn) GoDetached(f func()) bool {
+	if c.ctx.Err() != nil {
+		return false
+	}
+	c.handlers.Add(1)
+	go func() {
+		defer c.handlers.Done()
+		f()
+	}()
+	return true
 }
 
 // Reply sends the result of a request, or its error when err is non-nil.
@@ -339,24 +379,39 @@ const (
 	helpBytes  = 64 << 10
 )
 
+// DefaultQueueBytes bounds the bytes of a connection's outgoing queue
+// when Options.QueueBytes is not set. A message bound alone is not enough:
+// 256 messages may each be tens of megabytes.
+const DefaultQueueBytes = 8 << 20
+
 func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	select {
 	case <-c.dead:
 		return ErrClosed
 	default:
 	}
-	select {
-	case c.slots <- struct{}{}:
-	default:
-		select {
-		case c.slots <- struct{}{}:
-		case <-c.dead:
-			return ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	c.wmu.Lock()
+	if len(c.waiters) == 0 && c.fits(len(frame)) {
+		c.held++
+		c.heldBytes += len(frame)
+	} else {
+		w := &sendWaiter{n: len(frame), ready: make(chan struct{})}
+		c.waiters = append(c.waiters, w)
+		c.wmu.Unlock()
+		var err error
+		select {
+		case <-w.ready:
+		case <-c.dead:
+			err = ErrClosed
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil && c.abandon(w) {
+			PutBuffer(frame)
+			return err
+		}
+		c.wmu.Lock() // admitted: held counts the frame
+	}
 	if c.writing {
 		c.queue = append(c.queue, frame)
 		c.wmu.Unlock()
@@ -366,7 +421,6 @@ func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	c.wmu.Unlock()
 
 	ok := c.write(frame, false)
-	<-c.slots
 	// Frames queued while we wrote: write them too when they are few
 	// and small (waking the writer goroutine for them would cost more
 	// than writing them), else pass the token to the writer.
@@ -486,7 +540,6 @@ func (c *Conn) writeBatch(batch [][]byte) bool {
 	for i, frame := range batch {
 		batch[i] = nil
 		ok := c.write(frame, i < len(batch)-1)
-		<-c.slots
 		if !ok {
 			return false
 		}
@@ -494,8 +547,73 @@ func (c *Conn) writeBatch(batch [][]byte) bool {
 	return true
 }
 
+// sendWaiter is a sender waiting for room in the queue.
+type sendWaiter struct {
+	n     int           // the frame's bytes
+	ready chan struct{} // closed when admitted
+}
+
+// fits reports whether a frame of n bytes may be queued now. One frame is
+// always admitted when nothing is held, however large. Called with wmu.
+func (c *Conn) fits(n int) bool {
+	return c.held == 0 || (c.held <= c.opts.QueueLen && c.heldBytes+n <= c.opts.QueueBytes)
+}
+
+// admitLocked admits waiting senders, first come first served, while the
+// first one fits. Called with wmu.
+func (c *Conn) admitLocked() {
+	for len(c.waiters) > 0 && c.fits(c.waiters[0].n) {
+		w := c.waiters[0]
+		c.waiters[0] = nil
+		c.waiters = c.waiters[1:]
+		c.held++
+		c.heldBytes += w.n
+		close(w.ready)
+	}
+}
+
+// abandon withdraws a waiter whose sender gives up. It reports false when
+// the waiter was admitted meanwhile and the connection is still alive:
+// the sender then goes on as admitted.
+func (c *Conn) abandon(w *sendWaiter) bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-w.ready:
+		select {
+		case <-c.dead:
+			return true
+		default:
+			return false
+		}
+	default:
+	}
+	for i, o := range c.waiters {
+		if o == w {
+			c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+			break
+		}
+	}
+	c.admitLocked() // the next one may fit now
+	return true
+}
+
+// QueuedBytes reports the bytes of the frames queued or being written.
+func (c *Conn) QueuedBytes() int {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.heldBytes
+}
+
+// write writes one frame and frees its place in the queue.
 func (c *Conn) write(frame []byte, more bool) bool {
 	err := c.stream.Write(context.Background(), frame, more)
+	largeDone(len(frame))
+	c.wmu.Lock()
+	c.held--
+	c.heldBytes -= len(frame)
+	c.admitLocked()
+	c.wmu.Unlock()
 	PutBuffer(frame)
 	if err != nil {
 		c.log.Debug("write failed; closing connection", "peer", c.stream.Describe(), "err", err)

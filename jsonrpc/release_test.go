@@ -77,3 +77,39 @@ func TestConnReleasesEveryMessageOnce(t *testing.T) {
 		}
 	}
 }
+
+// A request handed to GoDetached (a long poll) does not hold its message
+// while it waits: the message is released once dispatch returns.
+func TestConnGoDetachedReleasesAtOnce(t *testing.T) {
+	s := &releasingStream{fakeStream: newFakeStream(), released: map[string]int{}}
+	c := NewConn(s, Options{})
+	hold := make(chan struct{})
+	dispatched := make(chan struct{})
+	wait := runConn(c, context.Background(), func(m *Message) {
+		id := append(json.RawMessage(nil), m.ID...)
+		c.GoDetached(func() {
+			<-hold
+			c.Reply(id, json.RawMessage(`1`), nil)
+		})
+		close(dispatched)
+	})
+	msg := `{"id":"poll","method":"wait"}`
+	s.send(msg)
+	<-dispatched
+	s.send(`{"id":"x"`) // the read loop has moved on: a parse error
+	s.next(t)
+	s.mu.Lock()
+	n := s.released[msg]
+	s.mu.Unlock()
+	if n != 1 {
+		t.Errorf("waiting request's message released %d times, want 1", n)
+	}
+	close(hold)
+	if got := s.next(t); got != `{"id":"poll","result":1}` {
+		t.Errorf("reply %s", got)
+	}
+	close(s.in)
+	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -68,6 +69,9 @@ func buildEnv(env map[string]string, rawPolicy json.RawMessage) ([]string, error
 				delete(vars, k)
 			}
 		}
+		if err := checkEnv("envPolicy.set", pol.Set); err != nil {
+			return nil, err
+		}
 		for k, v := range pol.Set {
 			vars[k] = v
 		}
@@ -79,11 +83,16 @@ func buildEnv(env map[string]string, rawPolicy json.RawMessage) ([]string, error
 			}
 		}
 	}
+	if err := checkEnv("env", env); err != nil {
+		return nil, err
+	}
 	for k, v := range env {
 		vars[k] = v
 	}
 	out := make([]string, 0, len(vars))
 	for k, v := range vars {
+		// What is still invalid here came from the server's own
+		// environment, which a client does not choose: skip it.
 		if stripped[k] || k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
 			continue
 		}
@@ -91,6 +100,58 @@ func buildEnv(env map[string]string, rawPolicy json.RawMessage) ([]string, error
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// ValidateStart checks what a process/start's params can carry that no
+// exec can pass on: a NUL byte in an argument, and environment entries that
+// cannot be written as NAME=VALUE. Such a start was refused by the kernel
+// with a -32603 (argv), or started without the entry (env); it is now a
+// -32602 that names the offending value. The server calls it while it
+// decodes the params; buildEnv checks the env again.
+func ValidateStart(p *protocol.StartParams) error {
+	for i, a := range p.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return protocol.InvalidParams("invalid argv[%d] %s: an argument must not contain a NUL byte", i, quoteShort(a))
+		}
+	}
+	if p.Arg0 != nil && strings.IndexByte(*p.Arg0, 0) >= 0 {
+		return protocol.InvalidParams("invalid arg0 %s: it must not contain a NUL byte", quoteShort(*p.Arg0))
+	}
+	return checkEnv("env", p.Env)
+}
+
+// checkEnv refuses, naming it, the first entry (in name order, so the
+// answer does not depend on map order) whose name is empty or holds '=' or
+// NUL, or whose value holds NUL.
+func checkEnv(field string, env map[string]string) error {
+	var bad []string
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	k := bad[0]
+	switch {
+	case k == "":
+		return protocol.InvalidParams("invalid %s entry %s: a variable name must not be empty", field, quoteShort(k))
+	case strings.IndexByte(k, 0) >= 0:
+		return protocol.InvalidParams("invalid %s entry %s: a variable name must not contain a NUL byte", field, quoteShort(k))
+	case strings.IndexByte(k, '=') >= 0:
+		return protocol.InvalidParams("invalid %s entry %s: a variable name must not contain '='", field, quoteShort(k))
+	}
+	return protocol.InvalidParams("invalid %s entry %s: its value must not contain a NUL byte", field, quoteShort(k))
+}
+
+// quoteShort quotes s for an error message, NULs visible, cut at 64 bytes.
+func quoteShort(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 func matchAny(patterns []string, name string) bool {

@@ -34,8 +34,7 @@ func TestBuildEnv(t *testing.T) {
 		{name: "exact, no policy", env: map[string]string{"B": "2", "A": "1"}, want: []string{"A=1", "B=2"}, exact: true},
 		{name: "null policy", env: map[string]string{"A": "1"}, policy: "null", want: []string{"A=1"}, exact: true},
 		{name: "nil env", want: nil, exact: true},
-		{name: "stripped and invalid names", env: map[string]string{
-			"CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE": "1", "": "x", "A=B": "c", "NUL": "a\x00b", "OK": ""},
+		{name: "stripped names", env: map[string]string{"CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE": "1", "OK": ""},
 			want: []string{"OK="}, exact: true},
 		{name: "inherit none", env: map[string]string{"A": "1"}, policy: `{"inherit":"none","set":{"B":"2"}}`,
 			want: []string{"A=1", "B=2"}, exact: true},
@@ -156,3 +155,60 @@ func TestResolveProgram(t *testing.T) {
 		t.Errorf("sh via the server PATH: %q %v", got, err)
 	}
 }
+
+// Entries that cannot be passed as NAME=VALUE are refused with -32602
+// naming the first of them, in env and in envPolicy.set; argv and arg0
+// with a NUL likewise (issue 14: they were dropped silently, or -32603).
+func TestInvalidStartValues(t *testing.T) {
+	tests := []struct {
+		name   string
+		env    map[string]string
+		policy string
+		argv   []string
+		arg0   *string
+		want   string
+	}{
+		{name: "empty name", env: map[string]string{"": "x", "OK": "1"}, want: `invalid env entry "": a variable name must not be empty`},
+		{name: "= in name", env: map[string]string{"A=B": "c"}, want: `invalid env entry "A=B": a variable name must not contain '='`},
+		{name: "NUL in name", env: map[string]string{"A\x00B": "c"}, want: `invalid env entry "A\x00B": a variable name must not contain a NUL byte`},
+		{name: "NUL in value", env: map[string]string{"NUL": "a\x00b"}, want: `invalid env entry "NUL": its value must not contain a NUL byte`},
+		{name: "first in name order", env: map[string]string{"Z=": "", "B=": "", "M\x00": ""}, want: `"B="`},
+		{name: "long name cut", env: map[string]string{strings.Repeat("k", 100) + "=": ""}, want: `"` + strings.Repeat("k", 64) + `"...: a variable`},
+		{name: "policy set", policy: `{"inherit":"none","set":{"X=Y":"1"}}`, want: `invalid envPolicy.set entry "X=Y"`},
+		{name: "NUL in argv", argv: []string{"echo", "a\x00b"}, want: `invalid argv[1] "a\x00b": an argument must not contain a NUL byte`},
+		{name: "NUL in argv[0]", argv: []string{"ec\x00ho"}, want: `invalid argv[0] "ec\x00ho"`},
+		{name: "NUL in arg0", arg0: ptr("x\x00"), want: `invalid arg0 "x\x00"`},
+		{name: "valid", env: map[string]string{"A": "", "B": "=x="}, argv: []string{"a", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			argv := tt.argv
+			if argv == nil {
+				argv = []string{"true"}
+			}
+			err := ValidateStart(&protocol.StartParams{Argv: argv, Arg0: tt.arg0, Env: tt.env})
+			if tt.policy == "" && tt.argv == nil && tt.arg0 == nil {
+				// buildEnv refuses the same env on its own.
+				_, berr := buildEnv(tt.env, nil)
+				if (berr == nil) != (err == nil) {
+					t.Errorf("ValidateStart: %v, buildEnv: %v", err, berr)
+				}
+			}
+			if tt.policy != "" {
+				_, err = buildEnv(tt.env, json.RawMessage(tt.policy))
+			}
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams || !strings.Contains(pe.Message, tt.want) {
+				t.Fatalf("err %v, want -32602 containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -5,9 +5,11 @@ import (
 	"encoding"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // encoding/json matches an object key to a struct field case-insensitively
@@ -172,8 +174,48 @@ func (w *memberWalk) object(sh *shape, top bool, depth int) error {
 				}
 			}
 		}
-		return w.value(sub, depth+1)
+		vStart := w.i
+		if err := w.value(sub, depth+1); err != nil {
+			return err
+		}
+		if top && sh != nil && sh.kind == reflect.Struct && isIDName(key) {
+			return checkIDLength(key, w.b[vStart:w.i])
+		}
+		return nil
 	})
+}
+
+// MaxIDBytes bounds every client-chosen id (processId, writeId, handleId,
+// resumeSessionId: any top-level params member whose name ends in "Id").
+// The server repeats an id in every message about its object (each
+// process/output carries its processId) and keeps it in tables and error
+// texts, so an unbounded id multiplies into unbounded memory.
+const MaxIDBytes = 256
+
+func isIDName(key []byte) bool {
+	return bytes.HasSuffix(key, []byte("Id"))
+}
+
+// checkIDLength fails when the JSON string raw decodes to more than
+// MaxIDBytes bytes. Other kinds of values are left to encoding/json.
+func checkIDLength(key, raw []byte) error {
+	if len(raw) < 2 || raw[0] != '"' {
+		return nil
+	}
+	n := len(raw) - 2
+	// Escapes, and invalid UTF-8 (each bad byte becomes a 3-byte U+FFFD),
+	// change the length: measure what encoding/json will decode.
+	if bytes.IndexByte(raw, '\\') >= 0 || !utf8.Valid(raw) {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil // encoding/json words the error
+		}
+		n = len(s)
+	}
+	if n <= MaxIDBytes {
+		return nil
+	}
+	return fmt.Errorf("`%s` is too long: %d bytes, the limit is %d", key, n, MaxIDBytes)
 }
 
 // value walks the value at s.i with shape sh. A value of another kind than

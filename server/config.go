@@ -20,6 +20,16 @@ type Config struct {
 	// ConcurrentRequests bounds the requests handled at once per
 	// connection; 1 gives strict arrival order. Default 64.
 	ConcurrentRequests int
+	// MaxLongPolls bounds the process/read requests with waitMs that one
+	// connection may have waiting at once. They wait off the handler pool
+	// (ConcurrentRequests), so they never delay other requests; past the
+	// bound a long poll is refused with -32600. Default 1024.
+	MaxLongPolls int
+	// MaxQueueBytes bounds the bytes of one connection's outgoing queue
+	// (replies and pushed process events); past it the producer waits: a
+	// process's output stops being read until the client reads again.
+	// Default 8 MiB.
+	MaxQueueBytes int
 	// SessionTTL is how long a detached websocket session (and its
 	// processes) outlives its connection. Default 90s.
 	SessionTTL time.Duration
@@ -53,6 +63,11 @@ type Config struct {
 	// outlives its session or the server, even a SIGKILLed one (see
 	// process.Options; the init needs main to call childinit.MaybeMain).
 	DirectChildren bool
+	// MessageStallTimeout closes a websocket connection whose incoming
+	// message, once begun, makes no progress for this long: a peer that
+	// stops in the middle of a frame holds nothing for ever. Default 60s;
+	// negative: never.
+	MessageStallTimeout time.Duration
 	// InitTimeout closes a websocket connection that has not completed
 	// initialize within it. Default 30s.
 	InitTimeout time.Duration
@@ -79,6 +94,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.ConcurrentRequests <= 0 {
 		d.ConcurrentRequests = 64
+	}
+	if d.MaxLongPolls <= 0 {
+		d.MaxLongPolls = 1024
+	}
+	if d.MaxQueueBytes <= 0 {
+		d.MaxQueueBytes = 8 << 20
 	}
 	if d.SessionTTL <= 0 {
 		d.SessionTTL = 90 * time.Second

@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 
 	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/process"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -36,6 +39,7 @@ type connState struct {
 	endSessionOnClose bool
 	handles           fsHandles
 	fsOrder           fsOrder
+	longPolls         atomic.Int32 // process/read requests waiting off the handler pool
 
 	mu          sync.Mutex
 	initStarted bool // initialize received (and not failed)
@@ -88,11 +92,79 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		}
 		cs.conn.Reply(msg.ID, res, err)
 	}
-	if inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !isLongPoll(params)) {
+	longPoll := msg.Method == protocol.MethodProcessRead && isLongPoll(params)
+	if inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !longPoll) {
 		run()
 		return
 	}
+	if longPoll {
+		// The message is released before the poll ends: keep the id.
+		msg.ID = bytes.Clone(msg.ID)
+		cs.longPoll(msg.ID, run)
+		return
+	}
 	cs.conn.Go(run)
+}
+
+// longPoll runs a waiting process/read off the handler pool, so that no
+// number of pending long polls delays other requests; the long polls of a
+// connection are bounded by MaxLongPolls instead.
+func (cs *connState) longPoll(id json.RawMessage, run func()) {
+	limit := int32(cs.srv.cfg.MaxLongPolls)
+	if cs.longPolls.Add(1) > limit {
+		cs.longPolls.Add(-1)
+		cs.conn.ReplyError(id, protocol.InvalidRequest("too many pending long polls: this connection already waits in %d process/read requests with waitMs (limit %d); wait for one to finish or read without waitMs", limit, limit))
+		return
+	}
+	if !cs.conn.GoDetached(func() { defer cs.longPolls.Add(-1); run() }) {
+		cs.longPolls.Add(-1)
+	}
+}
+
+// withTermSize checks rows and cols (protocol.CheckTermSize) before dec
+// decodes the params: process/start and process/resize take the same values.
+func withTermSize(dec func(json.RawMessage) (any, error)) func(json.RawMessage) (any, error) {
+	return func(raw json.RawMessage) (any, error) {
+		if err := protocol.CheckTermSize(raw); err != nil {
+			return nil, err
+		}
+		return dec(raw)
+	}
+}
+
+var decodeStartParams = withTermSize(decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty"))
+
+// decodeStart decodes and checks process/start params: what no exec could
+// pass on (NUL bytes, env names with '=') is a params error, -32602.
+func decodeStart(raw json.RawMessage) (any, error) {
+	v, err := decodeStartParams(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := process.ValidateStart(v.(*protocol.StartParams)); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// MaxWaitMs is the longest a process/read waits: a larger waitMs is
+// clamped to it (the read then answers with what there is, as any long
+// poll whose time runs out), so that no request holds server resources
+// for hours. Clients poll again.
+const MaxWaitMs = 5 * 60 * 1000
+
+// decodeRead decodes process/read params and clamps waitMs.
+func decodeRead(raw json.RawMessage) (any, error) {
+	v, err := decodeInto[protocol.ReadParams]("ReadParams", "processId")(raw)
+	if err != nil {
+		return nil, err
+	}
+	p := v.(*protocol.ReadParams)
+	if p.WaitMs != nil && *p.WaitMs > MaxWaitMs {
+		w := uint64(MaxWaitMs)
+		p.WaitMs = &w
+	}
+	return p, nil
 }
 
 func isLongPoll(params any) bool {
@@ -181,14 +253,14 @@ func (s *Server) buildMethods() map[string]method {
 		},
 		protocol.MethodProcessStart: {
 			family: familyExec, inline: true,
-			decode: decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty"),
+			decode: decodeStart,
 			call: func(_ context.Context, cs *connState, p any) (any, error) {
 				return cs.sess().procs.Start(*p.(*protocol.StartParams))
 			},
 		},
 		protocol.MethodProcessRead: {
 			family: familyExec,
-			decode: decodeInto[protocol.ReadParams]("ReadParams", "processId"),
+			decode: decodeRead,
 			call: func(ctx context.Context, cs *connState, p any) (any, error) {
 				res, err := cs.sess().procs.Read(ctx, *p.(*protocol.ReadParams))
 				if err != nil {
@@ -220,7 +292,7 @@ func (s *Server) buildMethods() map[string]method {
 		},
 		protocol.MethodProcessResize: {
 			family: familyExec, inline: true,
-			decode: decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols"),
+			decode: withTermSize(decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols")),
 			call: func(_ context.Context, cs *connState, p any) (any, error) {
 				return protocol.Empty{}, cs.sess().procs.Resize(*p.(*protocol.ResizeParams))
 			},

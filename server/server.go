@@ -151,6 +151,7 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 		MaxMessageBytes: s.cfg.MaxMessageBytes,
 		MaxConnections:  s.cfg.MaxConnections,
 		MessageBudget:   s.incoming,
+		StallTimeout:    s.cfg.MessageStallTimeout,
 		Authenticate:    s.cfg.Authenticate,
 		Logger:          s.cfg.Logger,
 		Serve: func(rctx context.Context, ws *transport.WebSocket) {
@@ -175,6 +176,7 @@ func (s *Server) ServeStream(ctx context.Context, st jsonrpc.Stream) {
 func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose bool) {
 	opts := jsonrpc.Options{
 		Concurrency: s.cfg.ConcurrentRequests,
+		QueueBytes:  s.cfg.MaxQueueBytes,
 		Logger:      s.cfg.Logger,
 	}
 	if endSessionOnClose {

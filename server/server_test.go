@@ -185,6 +185,17 @@ func TestBadProcessParams(t *testing.T) {
 		{"bare missing", base(map[string]any{"argv": []string{"no-such-program-xyz"}}), -32603, "No such file or directory (os error 2)"},
 		{"not executable", base(map[string]any{"argv": []string{noexec}}), -32603, "Permission denied (os error 13)"},
 		{"child PATH wins", base(map[string]any{"argv": []string{"echo"}, "env": map[string]string{"PATH": "/nonexistent"}}), -32603, "No such file or directory (os error 2)"},
+		{"empty env name", base(map[string]any{"env": map[string]string{"": "x"}}), -32602, `invalid env entry "": a variable name must not be empty`},
+		{"= in env name", base(map[string]any{"env": map[string]string{"A=B": "x"}}), -32602, `invalid env entry "A=B"`},
+		{"NUL in env name", base(map[string]any{"env": map[string]string{"A\x00": "x"}}), -32602, `invalid env entry "A\x00"`},
+		{"NUL in env value", base(map[string]any{"env": map[string]string{"V": "a\x00b"}}), -32602, `invalid env entry "V": its value must not contain a NUL byte`},
+		{"NUL in policy set", base(map[string]any{"envPolicy": map[string]any{"inherit": "none", "set": map[string]string{"V": "\x00"}}}), -32602, `invalid envPolicy.set entry "V"`},
+		{"NUL in argv", base(map[string]any{"argv": []string{"echo", "a\x00b"}}), -32602, `invalid argv[1] "a\x00b": an argument must not contain a NUL byte`},
+		{"NUL in program", base(map[string]any{"argv": []string{"tr\x00ue"}}), -32602, `invalid argv[0]`},
+		{"rows 0", base(map[string]any{"tty": true, "rows": 0}), -32602, "`rows` must be an integer from 1 to 1000, got 0"},
+		{"cols 1001", base(map[string]any{"tty": true, "cols": 1001}), -32602, "`cols` must be an integer from 1 to 1000, got 1001"},
+		{"rows 65536", base(map[string]any{"tty": true, "rows": 65536}), -32602, "`rows` must be an integer from 1 to 1000, got 65536"},
+		{"long processId", base(map[string]any{"processId": strings.Repeat("p", 4<<20)}), -32602, "`processId` is too long: 4194304 bytes, the limit is 256"},
 		{"bad sandbox", base(map[string]any{"sandbox": map[string]any{"permissions": map[string]any{"type": "bogus"}, "windowsSandboxLevel": "disabled"}}), -32602, "unknown variant `bogus`"},
 	}
 	for _, c := range cases {
@@ -667,8 +678,18 @@ func TestResize(t *testing.T) {
 	if !strings.Contains(out, "50 132") {
 		t.Errorf("after resize: %q", out)
 	}
-	if code, _ := p.callErr("process/resize", map[string]any{"processId": "r", "rows": 0, "cols": 80}); code != -32602 {
-		t.Errorf("zero rows: %d", code)
+	// The same validation, and the same texts, as process/start's.
+	for _, bad := range []struct {
+		rows, cols int
+		msg        string
+	}{
+		{0, 80, "`rows` must be an integer from 1 to 1000, got 0"},
+		{24, 1001, "`cols` must be an integer from 1 to 1000, got 1001"},
+		{65536, 80, "`rows` must be an integer from 1 to 1000, got 65536"},
+	} {
+		if code, msg := p.callErr("process/resize", map[string]any{"processId": "r", "rows": bad.rows, "cols": bad.cols}); code != -32602 || msg != bad.msg {
+			t.Errorf("resize %dx%d: %d %q, want -32602 %q", bad.rows, bad.cols, code, msg, bad.msg)
+		}
 	}
 	p.call("process/start", startParams(t, "pipe", false, "true"))
 	if code, _ := p.callErr("process/resize", map[string]any{"processId": "pipe", "rows": 10, "cols": 10}); code != -32600 {

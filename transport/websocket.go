@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ type WebSocket struct {
 
 	budget     *budget.Bytes
 	budgetWait time.Duration
+	stall      *stallWatch // nil: a message may stall forever
 }
 
 // NewWebSocket wraps an accepted (or dialled) websocket connection.
@@ -39,15 +41,29 @@ func NewWebSocket(c *websocket.Conn, peer string) *WebSocket {
 // taken from it as it grows and given back by Release; a message over
 // 64 KiB that cannot get its bytes within the budget wait is read through
 // without being kept and answered with an error (a *jsonrpc.DecodeError).
+//
+// Once a message has begun, its data must keep coming: a message that
+// makes no progress for the handler's StallTimeout closes the connection
+// (a peer that sends a frame header, or the first fragment, and then
+// nothing would hold its buffer and its connection forever, even while it
+// answers pings). Between messages a connection may idle.
 func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
-	if w.budget == nil {
-		_, data, err := w.c.Read(ctx)
-		return data, err
-	}
 	_, r, err := w.c.Reader(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if w.stall != nil {
+		w.stall.begin()
+		defer w.stall.end()
+	}
+	data, err := w.readMessage(ctx, r)
+	if err != nil && w.stall != nil && w.stall.fired.Load() {
+		return nil, fmt.Errorf("message made no progress for %v: %w", w.stall.limit, err)
+	}
+	return data, err
+}
+
+func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error) {
 	var buf []byte
 	for {
 		if len(buf) == cap(buf) {
@@ -82,6 +98,9 @@ func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
+		if n > 0 && w.stall != nil {
+			w.stall.progress()
+		}
 		if err == io.EOF {
 			return buf, nil
 		}
@@ -90,6 +109,62 @@ func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// stallWatch closes a connection whose current message makes no progress
+// for limit. One timer per connection, re-armed per message, not per read:
+// progress is a timestamp, checked when the timer fires.
+type stallWatch struct {
+	limit time.Duration
+	cut   func()
+
+	last   atomic.Int64 // unix nanoseconds of the last progress
+	fired  atomic.Bool
+	mu     sync.Mutex
+	active bool
+	t      *time.Timer
+}
+
+func newStallWatch(limit time.Duration, cut func()) *stallWatch {
+	return &stallWatch{limit: limit, cut: cut}
+}
+
+func (s *stallWatch) begin() {
+	s.last.Store(time.Now().UnixNano())
+	s.mu.Lock()
+	s.active = true
+	if s.t == nil {
+		s.t = time.AfterFunc(s.limit, s.check)
+	} else {
+		s.t.Reset(s.limit)
+	}
+	s.mu.Unlock()
+}
+
+func (s *stallWatch) progress() { s.last.Store(time.Now().UnixNano()) }
+
+func (s *stallWatch) end() {
+	s.mu.Lock()
+	s.active = false
+	s.t.Stop()
+	s.mu.Unlock()
+}
+
+func (s *stallWatch) check() {
+	s.mu.Lock()
+	if !s.active {
+		s.mu.Unlock()
+		return
+	}
+	if idle := time.Since(time.Unix(0, s.last.Load())); idle < s.limit {
+		s.t.Reset(s.limit - idle)
+		s.mu.Unlock()
+		return
+	}
+	s.active = false
+	s.fired.Store(true)
+	s.mu.Unlock()
+	s.cut()
 }
 
 // smallMessage is the size up to which a message's buffer is taken from
@@ -123,6 +198,10 @@ func (w *WebSocket) Describe() string { return w.name }
 // Framing names the framing in parse errors (jsonrpc.FramingNamer).
 func (w *WebSocket) Framing() string { return "websocket" }
 
+// DefaultStallTimeout is how long an incoming message may make no progress
+// before its connection is closed.
+const DefaultStallTimeout = 60 * time.Second
+
 // HandlerOptions configure the websocket HTTP handler.
 type HandlerOptions struct {
 	// MaxMessageBytes bounds one incoming message (default
@@ -140,6 +219,10 @@ type HandlerOptions struct {
 	// error reply; the connection stays open.
 	MessageBudget *budget.Bytes
 	BudgetWait    time.Duration
+	// StallTimeout closes a connection whose incoming message, once
+	// begun, makes no progress for this long (default
+	// DefaultStallTimeout; negative: never).
+	StallTimeout time.Duration
 	// Authenticate, when set, checks upgrade requests; an error is a 401
 	// with the error's text.
 	Authenticate func(*http.Request) error
@@ -165,6 +248,9 @@ func NewHandler(opts HandlerOptions) http.Handler {
 	}
 	if opts.BudgetWait <= 0 {
 		opts.BudgetWait = 10 * time.Second
+	}
+	if opts.StallTimeout == 0 {
+		opts.StallTimeout = DefaultStallTimeout
 	}
 	var active atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -227,6 +313,13 @@ func NewHandler(opts HandlerOptions) http.Handler {
 		defer stopPing()
 		ws := NewWebSocket(c, r.RemoteAddr)
 		ws.budget, ws.budgetWait = opts.MessageBudget, opts.BudgetWait
+		if opts.StallTimeout > 0 {
+			peer := r.RemoteAddr
+			ws.stall = newStallWatch(opts.StallTimeout, func() {
+				opts.Logger.Info("closing a connection whose message made no progress", "peer", peer, "timeout", opts.StallTimeout)
+				c.CloseNow()
+			})
+		}
 		opts.Serve(ctx, ws)
 	})
 }
@@ -309,9 +402,21 @@ func startPinger(ctx context.Context, c *websocket.Conn, every time.Duration) (s
 }
 
 // Listen opens a TCP listener whose connections have TCP_NODELAY set:
-// every message is latency-sensitive and is written in one piece.
+// every message is latency-sensitive and is written in one piece. An IPv4
+// address binds IPv4 only and an IPv6 one IPv6 only: "tcp" would make
+// 0.0.0.0 a dual-stack [::] listener, reachable over IPv6 when the operator
+// asked for IPv4.
 func Listen(addr string) (net.Listener, error) {
-	l, err := net.Listen("tcp", addr)
+	network := "tcp"
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		switch a := ap.Addr(); {
+		case a.Is4():
+			network = "tcp4"
+		case a.Is6() && !a.Is4In6():
+			network = "tcp6"
+		}
+	}
+	l, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -458,3 +458,47 @@ func TestListenSetsNoDelay(t *testing.T) {
 		t.Error("Listen on a bad address succeeded")
 	}
 }
+
+// The listener binds the family that was asked for, and reports it:
+// 0.0.0.0 is IPv4 only, not a dual-stack [::] (issue 14).
+func TestListenBindsTheAskedFamily(t *testing.T) {
+	tests := []struct {
+		addr, wantPrefix string
+		v6               bool
+	}{
+		{"0.0.0.0:0", "0.0.0.0:", false},
+		{"127.0.0.1:0", "127.0.0.1:", false},
+		{"[::1]:0", "[::1]:", true},
+		{"[::]:0", "[::]:", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.addr, func(t *testing.T) {
+			l, err := Listen(tc.addr)
+			if err != nil {
+				if tc.v6 {
+					t.Skipf("no IPv6 here: %v", err)
+				}
+				t.Fatal(err)
+			}
+			defer l.Close()
+			got := l.Addr().String()
+			if !strings.HasPrefix(got, tc.wantPrefix) {
+				t.Fatalf("Listen(%s) bound %s, want %s...", tc.addr, got, tc.wantPrefix)
+			}
+			if tc.addr != "0.0.0.0:0" {
+				return
+			}
+			// Not reachable over IPv6 loopback (when the host has it).
+			probe, err := net.Listen("tcp6", "[::1]:0")
+			if err != nil {
+				return
+			}
+			probe.Close()
+			_, port, _ := net.SplitHostPort(got)
+			if c, err := net.DialTimeout("tcp6", "[::1]:"+port, 2*time.Second); err == nil {
+				c.Close()
+				t.Fatalf("0.0.0.0 listener accepted an IPv6 connection on [::1]:%s", port)
+			}
+		})
+	}
+}
