@@ -61,6 +61,9 @@ type securityFlags struct {
 	maxHandles      int
 	maxSessions     int
 	maxConnections  int
+	maxQueueBytes   int
+	maxLongPolls    int
+	messageStall    time.Duration
 	maxJSONDepth    int
 	maxJSONValues   int
 }
@@ -70,6 +73,7 @@ type securityFlags struct {
 // array), --ws-max-clock-skew-seconds, --insecure-no-auth, --tls-cert,
 // --tls-key, and the limit flags (--max-message-bytes, --max-file-bytes,
 // --max-incoming-bytes, --max-retained-bytes, --max-stdin-bytes, --max-processes, --max-handles, --max-sessions, --max-connections,
+// --max-queue-bytes, --max-long-polls, --message-stall-timeout,
 // --max-json-depth, --max-json-values).
 func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	s := &securityFlags{fs: fs}
@@ -92,6 +96,9 @@ func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	fs.IntVar(&s.maxHandles, "max-handles", defaultMaxHandles, "open fs handles per connection")
 	fs.IntVar(&s.maxSessions, "max-sessions", defaultMaxSessions, "sessions per server")
 	fs.IntVar(&s.maxConnections, "max-connections", defaultMaxConnections, "concurrent websocket connections")
+	fs.IntVar(&s.maxQueueBytes, "max-queue-bytes", 8<<20, "`BYTES` queued for sending on one connection before producers wait (back-pressure)")
+	fs.IntVar(&s.maxLongPolls, "max-long-polls", 1024, "pending process/read long polls per connection")
+	fs.DurationVar(&s.messageStall, "message-stall-timeout", 60*time.Second, "close a websocket connection whose incoming message makes no progress for this `DURATION`")
 	fs.IntVar(&s.maxJSONDepth, "max-json-depth", jsonrpc.DefaultLimits.MaxDepth, "nesting depth of arrays and objects in one message")
 	fs.IntVar(&s.maxJSONValues, "max-json-values", jsonrpc.DefaultLimits.MaxValues, "JSON values in one message")
 	return s
@@ -187,6 +194,9 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 	cfg.MaxHandles = s.maxHandles
 	cfg.MaxSessions = s.maxSessions
 	cfg.MaxConnections = s.maxConnections
+	cfg.MaxQueueBytes = s.maxQueueBytes
+	cfg.MaxLongPolls = s.maxLongPolls
+	cfg.MessageStallTimeout = s.messageStall
 	// The decoder's limits are process-wide; they are set here, before the
 	// server starts, and never change afterwards.
 	jsonrpc.DefaultLimits = jsonrpc.Limits{MaxDepth: s.maxJSONDepth, MaxValues: s.maxJSONValues}
@@ -219,8 +229,13 @@ func (s *securityFlags) checkLimits() error {
 		{"max-handles", s.maxHandles, 1, 1 << 20},
 		{"max-sessions", s.maxSessions, 1, 1 << 20},
 		{"max-connections", s.maxConnections, 1, 1 << 20},
+		{"max-queue-bytes", s.maxQueueBytes, 64 << 10, 1 << 30},
+		{"max-long-polls", s.maxLongPolls, 1, 1 << 20},
 		{"max-json-depth", s.maxJSONDepth, 2, maxJSONDepth},
 		{"max-json-values", s.maxJSONValues, 16, maxJSONValues},
+	}
+	if s.messageStall <= 0 {
+		return fmt.Errorf("--message-stall-timeout must be positive, got %s", s.messageStall)
 	}
 	for _, l := range ints {
 		if l.v < l.lo || l.v > l.h {

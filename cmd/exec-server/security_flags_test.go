@@ -147,6 +147,13 @@ func TestSecurityFlagsApply(t *testing.T) {
 		{"incoming below one message", loop, []string{"--max-incoming-bytes", "1000000"}, "--max-incoming-bytes must be at least --max-message-bytes (67108864), got 1000000", nil},
 		{"tiny retained budget", loop, []string{"--max-retained-bytes", "0"}, "--max-retained-bytes must be at least 1048576, got 0", nil},
 		{"tiny stdin budget", loop, []string{"--max-stdin-bytes", "100"}, "--max-stdin-bytes must be at least 1048576, got 100", nil},
+		{"queue and long polls", loop, []string{"--max-queue-bytes", "1048576", "--max-long-polls", "7", "--message-stall-timeout", "5s"}, "", func(t *testing.T, cfg *server.Config) {
+			if cfg.MaxQueueBytes != 1<<20 || cfg.MaxLongPolls != 7 || cfg.MessageStallTimeout != 5*time.Second {
+				t.Errorf("queue %d, long polls %d, stall %s", cfg.MaxQueueBytes, cfg.MaxLongPolls, cfg.MessageStallTimeout)
+			}
+		}},
+		{"tiny queue", loop, []string{"--max-queue-bytes", "10"}, "--max-queue-bytes must be between 65536 and 1073741824, got 10", nil},
+		{"zero stall timeout", loop, []string{"--message-stall-timeout", "0s"}, "--message-stall-timeout must be positive, got 0s", nil},
 		{"zero processes", loop, []string{"--max-processes", "0"}, "--max-processes must be between 1 and 1048576, got 0", nil},
 		{"negative connections", loop, []string{"--max-connections", "-1"}, "--max-connections must be between 1 and 1048576, got -1", nil},
 	}
