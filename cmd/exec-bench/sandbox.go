@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/execgo/exec-server/interop"
@@ -137,7 +139,7 @@ func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row
 		r := &runner{close: func() { srv.Close(); sw.remove() }}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
-			xs, err := r.timed(n, &next, func(int) error {
+			xs, err := r.timedRetry(n, &next, func(int) error {
 				_, err := callBytes(ctx, c, "fs/writeFile", params, "")
 				return err
 			})
@@ -150,6 +152,7 @@ func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row
 		}
 		return settle(r, sd), nil
 	})
+	reportRaces("sandbox-writeFile", tr)
 	return []*row{mkrow("sandbox-writeFile", "latency", "ms", false, tr, st)}
 }
 
@@ -178,7 +181,7 @@ func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 			if err == nil {
 				for _, ev := range evs {
 					if ev.Method == "process/exited" && ev.ExitCode != 0 {
-						err = fmt.Errorf("/bin/true exited %d in the sandbox", ev.ExitCode)
+						err = fmt.Errorf("/bin/true exited %d in the sandbox: %q", ev.ExitCode, interop.Output(evs)["stderr"])
 					}
 				}
 			}
@@ -196,13 +199,14 @@ func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 		r := &runner{close: func() { srv.Close(); sw.remove() }}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
-			return r.timed(n, &next, func(i int) error {
+			return r.timedRetry(n, &next, func(i int) error {
 				_, err := start(ctx, fmt.Sprintf("sb%d", i))
 				return err
 			})
 		}
 		return settle(r, sd), nil
 	})
+	reportRaces("sandbox-spawn", tr)
 	return []*row{mkrow("sandbox-spawn", "latency", "ms", false, tr, st)}
 }
 
@@ -223,4 +227,52 @@ func settle(r *runner, sd side) *runner {
 		return xs, err
 	}
 	return r
+}
+
+// hostRace says whether err is the reference's bwrap failing because of
+// another sandbox on the host: a mount point of a missing protected path
+// under /tmp (/tmp/.git, made for the life of a sandbox by ours and the
+// reference's alike) existed when the policy was resolved and was gone
+// when bwrap bound it. Other engineers' tests cause it on a shared
+// machine; it is not the server's cost.
+func hostRace(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "bwrap: Can't") && strings.Contains(msg, "tmp/.")
+}
+
+// hostRaces counts samples taken again after a host race.
+var hostRaces atomic.Int64
+
+// timedRetry is runner.timed, except that a sample failing with a host
+// race is taken again (at most 5 times); the failed attempt is not timed.
+func (r *runner) timedRetry(n int, next *int, f func(i int) error) ([]float64, error) {
+	var xs []float64
+	for range n {
+		if time.Now().After(r.deadline) {
+			break
+		}
+		*next++
+		var err error
+		for range 5 {
+			t0 := time.Now()
+			if err = f(*next); err == nil {
+				xs = append(xs, ms(time.Since(t0)))
+				break
+			}
+			if !hostRace(err) {
+				break
+			}
+			hostRaces.Add(1)
+		}
+		if err != nil {
+			return xs, err
+		}
+	}
+	return xs, nil
+}
+
+func reportRaces(w string, tr interop.Transport) {
+	if n := hostRaces.Swap(0); n > 0 {
+		fmt.Fprintf(os.Stderr, "exec-bench: %s %s: %d samples taken again after a host race (bwrap: a /tmp mount point of another sandbox came and went)\n", w, tr, n)
+	}
 }
