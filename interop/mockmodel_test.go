@@ -121,6 +121,27 @@ func (m *mockModel) toolOutput(callID string) (string, bool) {
 	return "", false
 }
 
+// hostRace returns a tool output that shows bwrap (the reference's
+// sandbox) failing on a /tmp mount point of another sandbox that came and
+// went ("bwrap: Can't find source path /tmp/.git"), or "".
+func (m *mockModel) hostRace() string {
+	for _, req := range m.requests() {
+		input, _ := req["input"].([]any)
+		for _, it := range input {
+			item, _ := it.(map[string]any)
+			if item == nil || (item["type"] != "function_call_output" && item["type"] != "custom_tool_call_output") {
+				continue
+			}
+			out := outputText(item["output"])
+			if i := strings.Index(out, "bwrap: Can't"); i >= 0 && strings.Contains(out[i:], "tmp/.") {
+				line, _, _ := strings.Cut(out[i:], "\n")
+				return line
+			}
+		}
+	}
+	return ""
+}
+
 // outputText flattens a tool output: a string, or a list of content items
 // with text.
 func outputText(v any) string {
