@@ -353,7 +353,17 @@ func removeMountPoint(path string) {
 	}
 	dir := os.NewFile(uintptr(fd), path)
 	defer dir.Close()
-	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+	// A shared lock may also be held for a moment by a child this server
+	// is forking (the descriptor is close-on-exec, but between fork and
+	// exec the child shares it): retry briefly before concluding that
+	// another server's sandbox uses it.
+	locked := false
+	for try := 0; try < 25 && !locked; try++ {
+		if locked = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil; !locked {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if !locked {
 		return // another server's sandbox uses it
 	}
 	names, err := dir.Readdirnames(3)
