@@ -11,10 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 )
@@ -696,9 +696,6 @@ func TestSandboxDeadline(t *testing.T) {
 // user namespace), in directories nobody owns outside /tmp; it skips with
 // the reason when the kernel forbids that.
 func TestSandboxNonRoot(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("not root: the other tests already run unprivileged")
-	}
 	if testing.Short() {
 		t.Skip("short")
 	}
@@ -709,45 +706,7 @@ func TestSandboxNonRoot(t *testing.T) {
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(base, "fsys.test")
-	copyForTest(t, self, bin)
-	home, tmp := filepath.Join(base, "home"), filepath.Join(base, "tmp")
-	for _, d := range []string{home, tmp} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(d, 65534, 65534); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(bin, "-test.run", "^TestSandbox(WorkspaceWrite|ProtectedPaths|Deny|ReadOnly|RestrictedRead|FailClosed)$", "-test.v", "-test.count=1")
-	cmd.Env = []string{"TMPDIR=" + tmp, "PATH=/usr/local/bin:/usr/bin:/bin"}
-	cmd.Dir = home
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("as nobody: %v\n%s", err, out)
-	}
-	var ran, skipped []string
-	for _, l := range strings.Split(string(out), "\n") {
-		switch {
-		case strings.HasPrefix(l, "--- PASS: TestSandbox"):
-			ran = append(ran, l)
-		case strings.HasPrefix(l, "--- SKIP: TestSandbox"):
-			skipped = append(skipped, l)
-		}
-	}
-	if len(ran) == 0 {
-		if strings.Contains(string(out), "kernel sandbox not available") {
-			t.Skipf("the kernel forbids the unprivileged sandbox:\n%s", out)
-		}
-		t.Fatalf("as nobody, no sandbox test passed:\n%s", out)
-	}
-	t.Logf("as nobody: %d passed, skipped: %q", len(ran), skipped)
+	asnobody.Run(t, base, "^TestSandbox(WorkspaceWrite|ProtectedPaths|Deny|ReadOnly|RestrictedRead|FailClosed)$", nil, "kernel sandbox not available")
 }
 
 // BenchmarkSandboxedWriteFile4KiB: fs/writeFile of 4 KiB under codex's

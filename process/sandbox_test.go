@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 )
@@ -647,61 +648,11 @@ func TestSandboxFailClosed(t *testing.T) {
 // (nobody): a server that is not root sandboxes in an unprivileged user
 // namespace. It skips, with the reason, when the kernel forbids that.
 func TestSandboxNonRoot(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("not root: the other tests already run unprivileged")
-	}
 	if testing.Short() {
 		t.Skip("short")
 	}
 	needSandbox(t)
-	// A copy of the test binary that nobody can run, and a TMPDIR it owns.
-	dir, err := os.MkdirTemp("", "process-nonroot-") // t.TempDir's parent is private
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "process.test")
-	if out, err := exec.Command("cp", self, bin).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v %s", err, out)
-	}
-	tmp := filepath.Join(dir, "tmp")
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(tmp, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run", "^TestSandbox(WorkspaceWrite|ReadOnly|Type|Env|PTY|Stdin|Signal|Terminate|CloseKillsEverything|StartErrors|FailClosed)$", "-test.v", "-test.count=1")
-	cmd.Env = []string{"TMPDIR=" + tmp, "PATH=/usr/local/bin:/usr/bin:/bin"}
-	cmd.Dir = tmp
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("as nobody: %v\n%s", err, out)
-	}
-	var ran, skipped []string
-	for _, l := range strings.Split(string(out), "\n") {
-		switch {
-		case strings.HasPrefix(l, "--- PASS: TestSandbox"):
-			ran = append(ran, l)
-		case strings.HasPrefix(l, "--- SKIP: TestSandbox"):
-			skipped = append(skipped, l)
-		}
-	}
-	if len(ran) == 0 {
-		if strings.Contains(string(out), "sandbox not available") || strings.Contains(string(out), "no sandbox") {
-			t.Skipf("the kernel forbids the unprivileged sandbox:\n%s", out)
-		}
-		t.Fatalf("as nobody, no sandbox test passed:\n%s", out)
-	}
-	t.Logf("as nobody: %d passed, skipped: %q", len(ran), skipped)
+	asnobody.Run(t, "", "^TestSandbox(WorkspaceWrite|ReadOnly|Type|Env|PTY|Stdin|Signal|Terminate|CloseKillsEverything|StartErrors|FailClosed)$", nil, "sandbox not available", "no sandbox")
 }
 
 // killPid is a test's last resort for a process it failed to kill.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/execgo/exec-server/internal/asnobody"
 	"golang.org/x/sys/unix"
 )
 
@@ -673,38 +674,10 @@ func TestCommandPTY(t *testing.T) {
 // TestNonRoot re-runs these tests as an unprivileged user (nobody), for
 // which the sandbox needs an unprivileged user namespace.
 func TestNonRoot(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("runs as root, re-running the tests as nobody")
-	}
 	if testing.Short() {
 		t.Skip("short")
 	}
-	dir, err := os.MkdirTemp("", "sandbox-nonroot-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	self, _ := os.Executable()
-	bin := filepath.Join(dir, "sandbox.test")
-	if err := exec.Command("cp", self, bin).Run(); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, "tmp")
-	os.Mkdir(tmp, 0o755)
-	os.Chown(tmp, 65534, 65534)
-	cmd := exec.Command(bin, "-test.run", "^Test(Run|Command|Probe)", "-test.v")
-	cmd.Env = []string{"TMPDIR=" + tmp, "SANDBOX_TEST_NONROOT=1", "PATH=/usr/bin:/bin"}
-	cmd.Dir = tmp
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if bytes.Contains(out, []byte("sandbox not available")) && !bytes.Contains(out, []byte("--- FAIL")) {
-		t.Skipf("the kernel forbids the unprivileged sandbox:\n%s", firstLines(out, "sandbox not available"))
-	}
-	if err != nil {
-		t.Fatalf("as nobody: %v\n%s", err, out)
-	}
-	t.Logf("as nobody:\n%s", firstLines(out, "--- "))
+	asnobody.Run(t, "", "^Test(Run|Command|Probe)", []string{"SANDBOX_TEST_NONROOT=1"}, "sandbox not available")
 }
 
 func firstLines(out []byte, sub string) string {
