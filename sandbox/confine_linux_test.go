@@ -680,16 +680,6 @@ func TestNonRoot(t *testing.T) {
 	asnobody.Run(t, "", "^Test(Run|Command|Probe)", []string{"SANDBOX_TEST_NONROOT=1"}, "sandbox not available")
 }
 
-func firstLines(out []byte, sub string) string {
-	var keep []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, sub) {
-			keep = append(keep, l)
-		}
-	}
-	return strings.Join(keep, "\n")
-}
-
 // BenchmarkRunNoop is a whole sandboxed fs operation but the operation
 // itself: cold (helper start, view, lockdown, request and reply) and warm
 // (request and reply to a helper kept for the plan).
