@@ -430,7 +430,7 @@ func case13Proc(t *testing.T, c *sbxClient) {
 	if data, err := c.readFile("/proc/self/environ"); err == nil && strings.Contains(data, "TMPDIR=") {
 		t.Logf("informational: fs/readFile /proc/self/environ under a full-read sandbox returns the server's environment (%d bytes), as the reference", len(data))
 	} else {
-		t.Logf("informational: fs/readFile /proc/self/environ under a full-read sandbox: %v", err)
+		t.Logf("informational: fs/readFile /proc/self/environ under a full-read sandbox: %d bytes, no TMPDIR (not the server's), %v", len(data), err)
 	}
 }
 
