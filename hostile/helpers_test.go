@@ -94,6 +94,14 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"--listen", "ws://127.0.0.1:0", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
+	return runServer(t, cmd, "server")
+}
+
+// runServer starts cmd (a server that prints its ws:// URL as stdout's
+// first line) and returns once it did; it is killed at the end of the test,
+// and its stderr (named name) is logged if the test failed.
+func runServer(t *testing.T, cmd *exec.Cmd, name string) *server {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +116,7 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 		_ = cmd.Process.Kill()
 		<-s.done
 		if t.Failed() {
-			t.Logf("server stderr:\n%s", s.stderr.String())
+			t.Logf("%s stderr:\n%s", name, s.stderr.String())
 		}
 	})
 	lines := make(chan string, 1)
@@ -126,7 +134,7 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 		s.url = line
 		s.addr = strings.TrimPrefix(line, "ws://")
 	case <-time.After(10 * time.Second):
-		t.Fatalf("server printed no URL; stderr: %s", s.stderr.String())
+		t.Fatalf("%s printed no URL; stderr: %s", name, s.stderr.String())
 	}
 	return s
 }

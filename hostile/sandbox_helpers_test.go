@@ -9,7 +9,6 @@ package hostile
 // cannot (renameat2, MPTCP, vsock, ptrace, ...).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -194,40 +193,7 @@ func startSandboxServer(t *testing.T, m sbxMode, env ...string) *server {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.uid)}}
 		cmd.Env = append(cmd.Env, "HOME=/nonexistent", "USER=nobody")
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-s.done
-		if t.Failed() {
-			t.Logf("server (%s) stderr:\n%s", m.name, s.stderr.String())
-		}
-	})
-	lines := make(chan string, 1)
-	go func() {
-		r := bufio.NewReader(stdout)
-		line, _ := r.ReadString('\n')
-		lines <- strings.TrimSpace(line)
-		_, _ = r.WriteTo(discard{})
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, "ws://") {
-			t.Fatalf("first stdout line %q is not a ws:// URL; stderr: %s", line, s.stderr.String())
-		}
-		s.url = line
-		s.addr = strings.TrimPrefix(line, "ws://")
-	case <-time.After(10 * time.Second):
-		t.Fatalf("server printed no URL; stderr: %s", s.stderr.String())
-	}
+	s := runServer(t, cmd, "server ("+m.name+")")
 	if m.uid >= 0 {
 		// The row is meaningful only if the server really is unprivileged.
 		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid()))
