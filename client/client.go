@@ -492,6 +492,17 @@ func (c *Client) extension(ctx context.Context, method string, params, result an
 	return err
 }
 
+// ListProcesses lists the session's processes, the finished ones the
+// server still retains included (process/list, an extension of this
+// project's server; others make it fail with errors.ErrUnsupported).
+func (c *Client) ListProcesses(ctx context.Context) ([]protocol.ProcessInfo, error) {
+	var res protocol.ListResult
+	if err := c.extension(ctx, protocol.MethodProcessList, nil, &res, true); err != nil {
+		return nil, err
+	}
+	return res.Processes, nil
+}
+
 // SessionID returns the server's session id (stable across reconnects).
 func (c *Client) SessionID() string {
 	c.mu.Lock()
