@@ -128,7 +128,9 @@ func (p *Proc) info() protocol.ProcessInfo {
 		State:       protocol.StateStarting,
 		StartedAtMs: p.ext.startedAt.UnixMilli(),
 	}
-	if !p.started() {
+	if !p.started() || p.pgid == 0 {
+		// Still spawning, or the spawn failed and the id is about to be
+		// freed.
 		return in
 	}
 	// pgid, tty and sandboxed are set before ready is closed; pgid keeps

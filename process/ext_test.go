@@ -72,6 +72,9 @@ func TestListStates(t *testing.T) {
 		t.Errorf("not started: %+v", in)
 	}
 	close(p.ready)
+	if in := p.info(); in.State != protocol.StateStarting {
+		t.Errorf("failed spawn, not yet forgotten: %+v", in)
+	}
 	p.pgid = 42
 	if in := p.info(); in.State != protocol.StateRunning || in.Pid != 42 {
 		t.Errorf("started: %+v", in)
