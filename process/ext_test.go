@@ -222,3 +222,30 @@ func TestTimeoutBounds(t *testing.T) {
 		t.Errorf("refused starts listed: %+v", l)
 	}
 }
+
+// TestTerminateGraceSandboxed: the SIGTERM reaches a sandboxed command too
+// (through the sandbox's init), and the kill still follows for one that
+// ignores it.
+func TestTerminateGraceSandboxed(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	modes(t, func(t *testing.T, opts Options) {
+		m, sink := newTestManager(t, opts)
+		ws := workspace(t)
+		for _, tc := range []struct {
+			id, trap string
+			grace    uint64
+			code     int
+		}{{"polite", "trap 'exit 7' TERM", protocol.MaxGraceMs, 7}, {"stubborn", "trap '' TERM", 100, 137}} {
+			startSandboxed(t, m, sandboxParams(t, tc.id, codexWorkspaceWrite, ws, "sh", "-c", tc.trap+"; echo ready; while :; do sleep 0.05; done"))
+			sink.waitOutput(t, tc.id, "ready")
+			if res := m.Terminate(protocol.TerminateParams{ProcessID: tc.id, GraceMs: u64(tc.grace)}); !res.Running {
+				t.Errorf("%s: running false", tc.id)
+			}
+			if ex := exitedEvent(t, sink.waitClosed(t, tc.id)); ex.ExitCode != tc.code || ex.SandboxDenied {
+				t.Errorf("%s: exit %d denied %v, want %d", tc.id, ex.ExitCode, ex.SandboxDenied, tc.code)
+			}
+		}
+		checkNoTraces(t, ws)
+	})
+}
