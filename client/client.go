@@ -69,6 +69,12 @@ type Options struct {
 	// Logger receives debug logs about reconnects and recovery. Default
 	// discards.
 	Logger *slog.Logger
+	// ResumeSession, when set, resumes that session (a detached websocket
+	// session's SessionID, within the server's session TTL) instead of
+	// starting a new one: its processes are the session's, for
+	// ListProcesses. Processes it started before are not Process values
+	// of this Client.
+	ResumeSession string
 }
 
 func (o Options) withDefaults() Options {
@@ -234,7 +240,11 @@ func newClient(opts Options) *Client {
 
 // start performs the first handshake on s and installs the connection.
 func (c *Client) start(ctx context.Context, s stream) error {
-	rc, res, err := c.handshake(ctx, s, nil)
+	var resume *string
+	if c.opts.ResumeSession != "" {
+		resume = &c.opts.ResumeSession
+	}
+	rc, res, err := c.handshake(ctx, s, resume)
 	if err != nil {
 		c.cancel()
 		return err
@@ -490,6 +500,17 @@ func (c *Client) extension(ctx context.Context, method string, params, result an
 		return fmt.Errorf("exec-server client: %s: %w by this server (%v)", method, errors.ErrUnsupported, pe)
 	}
 	return err
+}
+
+// ListProcesses lists the session's processes, the finished ones the
+// server still retains included (process/list, an extension of this
+// project's server; others make it fail with errors.ErrUnsupported).
+func (c *Client) ListProcesses(ctx context.Context) ([]protocol.ProcessInfo, error) {
+	var res protocol.ListResult
+	if err := c.extension(ctx, protocol.MethodProcessList, nil, &res, true); err != nil {
+		return nil, err
+	}
+	return res.Processes, nil
 }
 
 // SessionID returns the server's session id (stable across reconnects).

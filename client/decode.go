@@ -122,6 +122,12 @@ func decodeEvent(raw []byte, ev *event) error {
 			case "null":
 				ev.SandboxDenied, ok = nil, true
 			}
+		case "timedOut":
+			// An extension of this project's server, present when true.
+			switch string(val) {
+			case "true", "false":
+				ev.TimedOut, ok = string(val) == "true", true
+			}
 		default:
 			ok = !mayMatch(key, eventFields)
 		}
@@ -138,7 +144,7 @@ func decodeEvent(raw []byte, ev *event) error {
 }
 
 var (
-	eventFields   = []string{"processId", "seq", "stream", "chunk", "exitCode", "sandboxDenied"}
+	eventFields   = []string{"processId", "seq", "stream", "chunk", "exitCode", "sandboxDenied", "timedOut"}
 	messageFields = []string{"id", "method", "params", "result", "error"}
 )
 

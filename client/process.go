@@ -81,6 +81,12 @@ type Cmd struct {
 	// Stdout receives it all) from goroutines that Wait waits for, as with
 	// os/exec. When nil, read it with Process.Stdout/Stderr/Output instead.
 	Stdout, Stderr io.Writer
+	// Timeout, when positive, has the server kill the process's tree once
+	// it has run this long (process/start's timeoutMs, an extension of
+	// this project's server; rounded up to a millisecond, at most 7 days);
+	// Process.TimedOut then reports it. Start fails with
+	// errors.ErrUnsupported on a server that does not advertise it.
+	Timeout time.Duration
 	// BufferSize bounds the unread output the client holds for this process
 	// (both streams together). Default DefaultBufferSize. See Process.
 	BufferSize int
@@ -125,6 +131,7 @@ type event struct {
 	Chunk         []byte `json:"chunk"`
 	ExitCode      int    `json:"exitCode"`
 	SandboxDenied *bool  `json:"sandboxDenied"`
+	TimedOut      bool   `json:"timedOut"`
 }
 
 // Process is a process running on the server.
@@ -171,6 +178,7 @@ type Process struct {
 	exitCode    int
 	exitSeq     uint64
 	denied      *bool
+	timedOut    bool
 	closedKnown bool
 	closedSeq   uint64
 	done        chan struct{} // closed when the exit status is final, or on failure
@@ -231,6 +239,16 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 	}
 	if cmd.Arg0 != "" {
 		params.Arg0 = &cmd.Arg0
+	}
+	if cmd.Timeout > 0 {
+		if !c.Info().Capabilities["processTimeout"] {
+			return nil, fmt.Errorf("exec-server client: Start: Timeout: %w by this server", errors.ErrUnsupported)
+		}
+		ms := uint64((cmd.Timeout + time.Millisecond - 1) / time.Millisecond)
+		if ms > protocol.MaxTimeoutMs {
+			return nil, fmt.Errorf("exec-server client: Start: Timeout %v is longer than %v", cmd.Timeout, time.Duration(protocol.MaxTimeoutMs)*time.Millisecond)
+		}
+		params.TimeoutMs = &ms
 	}
 	if cmd.InheritEnv != "" {
 		raw, err := json.Marshal(envPolicy{Inherit: cmd.InheritEnv, Exclude: []string{}, Set: map[string]string{}, IncludeOnly: []string{}})
@@ -446,6 +464,7 @@ func (p *Process) note(ev *event) {
 		if ev.SandboxDenied != nil {
 			p.denied = ev.SandboxDenied
 		}
+		p.timedOut = p.timedOut || ev.TimedOut
 	case evClosed:
 		p.closedKnown, p.closedSeq = true, ev.Seq
 	}
@@ -631,6 +650,7 @@ func (p *Process) merge(res *protocol.ReadResult) bool {
 			d := res.SandboxDenied
 			p.denied = &d
 		}
+		p.timedOut = p.timedOut || res.TimedOut
 	}
 	for i := range res.Chunks {
 		ch := &res.Chunks[i]
@@ -804,6 +824,35 @@ func (p *Process) Terminate(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return res.Running, nil
+}
+
+// TerminateGrace asks the process to stop: SIGTERM to its process group
+// now, and the kill of Terminate after grace if it still runs (rounded up
+// to a millisecond, at most 5 minutes). It returns at once and reports
+// whether the process was running. A server without process/terminate's
+// graceMs (capability terminateGrace) would ignore it and kill at once, so
+// there TerminateGrace fails with errors.ErrUnsupported and sends nothing
+// (the reference's process/signal cannot send SIGTERM either): call
+// Terminate instead.
+func (p *Process) TerminateGrace(ctx context.Context, grace time.Duration) (bool, error) {
+	grace = min(max(grace, 0), time.Duration(protocol.MaxGraceMs)*time.Millisecond)
+	if !p.c.Info().Capabilities["terminateGrace"] {
+		return false, fmt.Errorf("exec-server client: TerminateGrace: %w by this server", errors.ErrUnsupported)
+	}
+	ms := uint64((grace + time.Millisecond - 1) / time.Millisecond)
+	var res protocol.TerminateResult
+	if err := p.c.call(ctx, protocol.MethodProcessTerminate, protocol.TerminateParams{ProcessID: p.id, GraceMs: &ms}, &res, true); err != nil {
+		return false, err
+	}
+	return res.Running, nil
+}
+
+// TimedOut reports whether the server killed the process because its
+// Cmd.Timeout expired. It is final once Wait has returned.
+func (p *Process) TimedOut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.timedOut
 }
 
 // Resize sets a TTY process's terminal size (process/resize, an extension

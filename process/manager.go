@@ -13,6 +13,7 @@ package process
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +43,7 @@ type Event struct {
 	Data          []byte // output only; must not be modified
 	ExitCode      int    // exited only
 	SandboxDenied bool   // exited only
+	TimedOut      bool   // exited only: killed by the start's timeoutMs
 }
 
 // Sink receives every event of every process, per process in seq order.
@@ -151,6 +153,9 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	if len(p.Argv) == 0 {
 		return nil, protocol.InvalidParams("argv must not be empty")
 	}
+	if err := checkTimeout(&p); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -166,6 +171,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	}
 	proc := newProc(m, p.ProcessID)
 	proc.win.budget = m.opts.RetainBudget
+	proc.ext.argv, proc.ext.startedAt = slices.Clone(p.Argv), time.Now()
 	m.procs[p.ProcessID] = proc
 	m.live++
 	m.mu.Unlock()
@@ -177,6 +183,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 		m.mu.Unlock()
 		return nil, err
 	}
+	proc.armTimeout(p.TimeoutMs)
 	typ := "none"
 	if proc.sandboxed {
 		// Any sandbox value, even disabled, as the reference.
@@ -291,7 +298,9 @@ func (m *Manager) Signal(p protocol.SignalParams) error {
 }
 
 // Terminate kills the process's whole group with SIGKILL. It reports
-// whether the process was still running.
+// whether the process was still running. With GraceMs (an extension,
+// clamped to MaxGraceMs) it sends SIGTERM to the group first and the kill
+// only after GraceMs if the process still runs; it answers at once.
 func (m *Manager) Terminate(p protocol.TerminateParams) *protocol.TerminateResult {
 	proc := m.get(p.ProcessID)
 	if proc == nil {
@@ -301,6 +310,10 @@ func (m *Manager) Terminate(p protocol.TerminateParams) *protocol.TerminateResul
 	// takes a fork and an exec), as the reference does; one whose start
 	// failed was never running.
 	<-proc.ready
+	if p.GraceMs != nil {
+		grace := time.Duration(min(*p.GraceMs, protocol.MaxGraceMs)) * time.Millisecond
+		return &protocol.TerminateResult{Running: proc.terminateGrace(grace)}
+	}
 	return &protocol.TerminateResult{Running: proc.signal(syscall.SIGKILL)}
 }
 
@@ -327,6 +340,9 @@ func (m *Manager) Close() {
 		_ = m.spawner.Close()
 	}
 	for _, p := range procs {
+		p.mu.Lock()
+		p.ext.stopLocked()
+		p.mu.Unlock()
 		p.kill()
 	}
 	done := make(chan struct{})

@@ -76,6 +76,7 @@ type Proc struct {
 	writeIDs  map[string]struct{}
 	writeFIFO []string
 	retention *time.Timer
+	ext       extState // list, grace and timeout (ext.go)
 }
 
 func newProc(m *Manager, id string) *Proc {
@@ -396,11 +397,12 @@ func (p *Proc) emit(ev rawEvent) {
 		// Judged once, on what the readers have seen by now (the reaper
 		// gave them a moment to drain).
 		p.denied = p.denial != nil && p.denial.Denied(ev.exitCode)
+		p.ext.exitedLocked()
 	}
-	denied := p.denied
+	denied, timedOut := p.denied, p.ext.timedOut
 	p.broadcastLocked()
 	p.mu.Unlock()
-	p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode, SandboxDenied: denied && ev.kind == EventExited})
+	p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode, SandboxDenied: denied && ev.kind == EventExited, TimedOut: timedOut && ev.kind == EventExited})
 }
 
 // producerDone is called by each producer when it has emitted its last
@@ -518,6 +520,7 @@ func (p *Proc) resultLocked(chunks []chunk, budgeted bool) *protocol.ReadResult 
 		code := p.exitCode
 		res.ExitCode = &code
 		res.SandboxDenied = p.denied
+		res.TimedOut = p.ext.timedOut
 	}
 	return res
 }

@@ -20,6 +20,9 @@ const (
 	// MethodProcessResize is an extension of this server: it resizes a
 	// process's PTY. The reference answers -32601.
 	MethodProcessResize = "process/resize"
+	// MethodProcessList is an extension of this server: it lists the
+	// session's processes. The reference answers -32601.
+	MethodProcessList = "process/list"
 
 	MethodFsReadFile        = "fs/readFile"
 	MethodFsWriteFile       = "fs/writeFile"
@@ -101,7 +104,16 @@ type StartParams struct {
 	// Rows and Cols (an extension) set a PTY's initial size; default 24x80.
 	Rows *uint16 `json:"rows,omitempty"`
 	Cols *uint16 `json:"cols,omitempty"`
+	// TimeoutMs (an extension) kills the process's tree once it has run
+	// this long; its exit then carries timedOut. 1..MaxTimeoutMs.
+	TimeoutMs *uint64 `json:"timeoutMs,omitempty"`
 }
+
+// MaxTimeoutMs bounds process/start's timeoutMs (7 days).
+const MaxTimeoutMs = 7 * 24 * 3600 * 1000
+
+// MaxGraceMs bounds process/terminate's graceMs (5 minutes).
+const MaxGraceMs = 5 * 60 * 1000
 
 // StartResult is the result of process/start.
 type StartResult struct {
@@ -133,6 +145,9 @@ type ReadResult struct {
 	Closed        bool    `json:"closed"`
 	Failure       *string `json:"failure"`
 	SandboxDenied bool    `json:"sandboxDenied"`
+	// TimedOut (an extension) is present only when the process was killed
+	// by its timeoutMs.
+	TimedOut bool `json:"timedOut,omitempty"`
 }
 
 // WriteParams are the params of process/write. WriteID is required by the
@@ -165,6 +180,10 @@ type SignalParams struct {
 // TerminateParams are the params of process/terminate.
 type TerminateParams struct {
 	ProcessID string `json:"processId"`
+	// GraceMs (an extension): SIGTERM to the process group first, and the
+	// SIGKILL of the whole tree only after this long if it still runs.
+	// 0..MaxGraceMs. Absent: the reference's immediate SIGKILL.
+	GraceMs *uint64 `json:"graceMs,omitempty"`
 }
 
 // CloseStdinParams are the params of process/closeStdin.
@@ -198,12 +217,40 @@ type ExitedNotification struct {
 	Seq           uint64 `json:"seq"`
 	ExitCode      int    `json:"exitCode"`
 	SandboxDenied *bool  `json:"sandboxDenied,omitempty"`
+	TimedOut      bool   `json:"timedOut,omitempty"` // an extension
 }
 
 // ClosedNotification is process/closed.
 type ClosedNotification struct {
 	ProcessID string `json:"processId"`
 	Seq       uint64 `json:"seq"`
+}
+
+// Process states in process/list.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateExited   = "exited"
+	StateClosed   = "closed"
+)
+
+// ProcessInfo is one process in process/list's result.
+type ProcessInfo struct {
+	ProcessID   string   `json:"processId"`
+	Argv        []string `json:"argv"`
+	Pid         int      `json:"pid"` // 0 while starting
+	TTY         bool     `json:"tty"`
+	State       string   `json:"state"`
+	StartedAtMs int64    `json:"startedAtMs"` // Unix milliseconds
+	ExitedAtMs  *int64   `json:"exitedAtMs,omitempty"`
+	ExitCode    *int     `json:"exitCode,omitempty"`
+	Sandboxed   bool     `json:"sandboxed,omitempty"`
+	TimedOut    bool     `json:"timedOut,omitempty"`
+}
+
+// ListResult is the result of process/list (an extension).
+type ListResult struct {
+	Processes []ProcessInfo `json:"processes"`
 }
 
 // Empty is the {} result.

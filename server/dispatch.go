@@ -147,6 +147,21 @@ func decodeStart(raw json.RawMessage) (any, error) {
 	return v, nil
 }
 
+var decodeTerminateParams = decodeInto[protocol.TerminateParams]("TerminateParams", "processId")
+
+// decodeTerminate decodes process/terminate params and refuses a graceMs
+// past protocol.MaxGraceMs.
+func decodeTerminate(raw json.RawMessage) (any, error) {
+	v, err := decodeTerminateParams(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := process.CheckGrace(v.(*protocol.TerminateParams)); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // MaxWaitMs is the longest a process/read waits: a larger waitMs is
 // clamped to it (the read then answers with what there is, as any long
 // poll whose time runs out), so that no request holds server resources
@@ -299,9 +314,15 @@ func (s *Server) buildMethods() map[string]method {
 		},
 		protocol.MethodProcessTerminate: {
 			family: familyExec, inline: true,
-			decode: decodeInto[protocol.TerminateParams]("TerminateParams", "processId"),
+			decode: decodeTerminate,
 			call: func(_ context.Context, cs *connState, p any) (any, error) {
 				return cs.sess().procs.Terminate(*p.(*protocol.TerminateParams)), nil
+			},
+		},
+		protocol.MethodProcessList: {
+			family: familyExec, inline: true, decode: decodeNone,
+			call: func(_ context.Context, cs *connState, _ any) (any, error) {
+				return cs.sess().procs.List(), nil
 			},
 		},
 	}

@@ -66,6 +66,11 @@ func (s *Server) capabilities() map[string]bool {
 		"linuxRootWritePreservesDevices":              false,
 		"linuxApprovedRootWritePreservesRestrictions": false,
 		"linuxSandbox":                                sandbox.Probe().Available,
+		// This server's extensions (process/list, process/terminate's
+		// graceMs, process/start's timeoutMs).
+		"processList":    true,
+		"terminateGrace": true,
+		"processTimeout": true,
 	}
 }
 

@@ -32,6 +32,11 @@ func encodeEvent(dst []byte, ev process.Event) []byte {
 		dst = strconv.AppendInt(dst, int64(ev.ExitCode), 10)
 		dst = append(dst, `,"sandboxDenied":`...)
 		dst = strconv.AppendBool(dst, ev.SandboxDenied)
+		if ev.TimedOut {
+			// An extension, present only when true: a reference client
+			// sees what it always saw.
+			dst = append(dst, `,"timedOut":true`...)
+		}
 		return append(dst, `}}`...)
 	default:
 		dst = append(dst, `{"method":"process/closed","params":{"processId":`...)
@@ -74,5 +79,8 @@ func (r readResult) AppendJSON(dst []byte) []byte {
 	dst = strconv.AppendBool(dst, r.Closed)
 	dst = append(dst, `,"failure":null,"sandboxDenied":`...)
 	dst = strconv.AppendBool(dst, r.SandboxDenied)
+	if r.TimedOut {
+		dst = append(dst, `,"timedOut":true`...)
+	}
 	return append(dst, '}')
 }

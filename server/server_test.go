@@ -73,7 +73,7 @@ func TestLifecycleErrors(t *testing.T) {
 	if code, _ := p.callErr("environment/info", map[string]any{"a": 1}); code != -32602 {
 		t.Errorf("environment/info with params: %d", code)
 	}
-	if code, msg := p.callErr("process/list", nil); code != -32601 || !strings.Contains(msg, "process/list") {
+	if code, msg := p.callErr("process/nope", nil); code != -32601 || !strings.Contains(msg, "process/nope") {
 		t.Errorf("unknown method: %d %q", code, msg)
 	}
 }

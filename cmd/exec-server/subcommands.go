@@ -9,11 +9,11 @@ import (
 	"github.com/execgo/exec-server/internal/cli"
 )
 
-// runSubcommand runs a client subcommand (exec, cp, ls, cat). ok is false
+// runSubcommand runs a client subcommand (exec, cp, ls, cat, ps). ok is false
 // when name is not one.
 func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ok bool) {
 	switch name {
-	case "exec", "cp", "ls", "cat":
+	case "exec", "cp", "ls", "cat", "ps":
 	default:
 		return 0, false
 	}

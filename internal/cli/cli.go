@@ -25,7 +25,7 @@ const (
 	exitRemote  = 255
 )
 
-// Main runs subcommand name ("exec", "cp", "ls", "cat") with its args and
+// Main runs subcommand name ("exec", "cp", "ls", "cat", "ps") with its args and
 // returns the process exit code.
 func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := &command{name: name, stdin: stdin, stdout: stdout, stderr: stderr}
@@ -38,8 +38,10 @@ func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdo
 		return cmd.ls(ctx, args)
 	case "cat":
 		return cmd.cat(ctx, args)
+	case "ps":
+		return cmd.ps(ctx, args)
 	}
-	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want exec, cp, ls or cat)\n", name)
+	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want exec, cp, ls, cat or ps)\n", name)
 	return exitUsage
 }
 
@@ -55,6 +57,7 @@ type command struct {
 	tokenFile      string
 	caFile         string
 	connectTimeout time.Duration
+	session        string // ps: the session to resume
 	usage          string // the synopsis after "exec-server NAME"
 }
 
@@ -124,7 +127,7 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 			return nil, c.fail(exitRemote, "--token-file %s is empty", c.tokenFile)
 		}
 	}
-	opts := client.Options{ClientName: "exec-server-cli", Token: token}
+	opts := client.Options{ClientName: "exec-server-cli", Token: token, ResumeSession: c.session}
 	if c.caFile != "" {
 		hc, err := httpClientTrusting(c.caFile)
 		if err != nil {

@@ -1,5 +1,5 @@
 // Package cli implements the client subcommands of the exec-server binary:
-// exec, cp, ls and cat. They talk to a running exec-server over a websocket
+// exec, cp, ls, cat and ps. They talk to a running exec-server over a websocket
 // with the client package.
 //
 // # Connecting
@@ -32,6 +32,11 @@
 //	                   core or none; variables named like *KEY*, *SECRET*,
 //	                   *TOKEN* are never inherited
 //	--cwd DIR          working directory on the server (absolute)
+//	--timeout D        the server kills CMD's whole tree after D (a Go
+//	                   duration: 90s, 5m; at most 7 days); exec then says so
+//	                   on stderr and exits with 124, as timeout(1). A server
+//	                   without the processTimeout capability refuses it
+//	                   (exit 1) rather than run CMD without a limit
 //
 // Without -t, Ctrl-C (SIGINT) is forwarded to the remote process as an
 // interrupt. SIGTERM and SIGHUP are forwarded as themselves (a server that
@@ -72,6 +77,18 @@
 //	exec-server cat :/FILE...
 //
 // writes remote files to stdout in blocks.
+//
+// # ps
+//
+//	exec-server ps --session ID
+//
+// lists the processes of a session (process/list, this server's
+// extension) as a table: id, pid, state (starting, running, exited,
+// closed), whether it has a terminal, start time (UTC), exit code and
+// command. Processes belong to the session that started them, so ps
+// resumes that session: it must be detached (its websocket connection
+// gone, within the server's session TTL), and ps leaves it detached again.
+// --session defaults to $EXEC_SERVER_SESSION.
 //
 // Errors are one line on stderr, "exec-server SUBCOMMAND: ...", with exit
 // code 1 (2 for usage errors).

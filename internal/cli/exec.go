@@ -53,6 +53,7 @@ func (c *command) exec(ctx context.Context, args []string) int {
 	tty := fs.Bool("t", false, "run on a pseudo-terminal")
 	it := fs.Bool("it", false, "-i and -t: an interactive terminal session")
 	ti := fs.Bool("ti", false, "same as -it")
+	timeout := fs.Duration("timeout", 0, "kill the remote command (its whole tree) after `D`, on the server; exit 124 then")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
@@ -68,6 +69,9 @@ func (c *command) exec(ctx context.Context, args []string) int {
 	if *cwd != "" && !strings.HasPrefix(*cwd, "/") {
 		return c.usageErr("--cwd %q: want an absolute path on the server", *cwd)
 	}
+	if *timeout < 0 {
+		return c.usageErr("--timeout %v: want a positive duration", *timeout)
+	}
 	if *it || *ti {
 		*interactive, *tty = true, true
 	}
@@ -78,7 +82,7 @@ func (c *command) exec(ctx context.Context, args []string) int {
 	}
 	defer cl.Close()
 
-	cmd := client.Cmd{Argv: argv, Cwd: *cwd, Env: map[string]string(env), TTY: *tty, Stdin: *interactive}
+	cmd := client.Cmd{Argv: argv, Cwd: *cwd, Env: map[string]string(env), TTY: *tty, Stdin: *interactive, Timeout: *timeout}
 	if *inherit != "none" {
 		cmd.InheritEnv = *inherit
 	}
@@ -97,6 +101,9 @@ func (c *command) exec(ctx context.Context, args []string) int {
 	}
 
 	p, err := cl.Start(ctx, cmd)
+	if errors.Is(err, errors.ErrUnsupported) && *timeout > 0 {
+		return c.fail(exitFailure, "--timeout: the server cannot time a command out (no processTimeout capability)")
+	}
 	if err != nil {
 		return c.startFailed(argv[0], err)
 	}
@@ -231,7 +238,7 @@ wait:
 			return c.fail(exitRemote, "%s", describe(err))
 		}
 	}
-	return res.code
+	return c.timedOut(p, *timeout, res.code)
 }
 
 var errWriteFailed = errors.New("local write failed")
