@@ -40,6 +40,7 @@ type connState struct {
 	handles           fsHandles
 	fsOrder           fsOrder
 	longPolls         atomic.Int32 // process/read requests waiting off the handler pool
+	watches           watches
 
 	mu          sync.Mutex
 	initStarted bool // initialize received (and not failed)
@@ -209,6 +210,7 @@ func (cs *connState) sess() *session {
 
 // close runs after the connection has ended.
 func (cs *connState) close() {
+	cs.closeWatches()
 	if cs.handles != nil {
 		cs.handles.CloseAll()
 	}
@@ -315,6 +317,7 @@ func (s *Server) buildMethods() map[string]method {
 			},
 		}
 	}
+	s.watchMethods(m)
 	return m
 }
 

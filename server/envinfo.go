@@ -55,7 +55,7 @@ func (s *Server) capabilities() map[string]bool {
 		"credentialMasking":                           false,
 		"credentialMaskingCustomProviders":            false,
 		"capabilityDiscoverySandbox":                  false,
-		"fsWatchMissing":                              false,
+		"fsWatchMissing":                              true,
 		"capabilityDiscoveryV2":                       false,
 		"environmentConfigRead":                       false,
 		"httpHeaderEnvVars":                           false,
