@@ -139,3 +139,54 @@ func decodeStrings(v []byte) ([]string, error) {
 	}
 	return out, nil
 }
+
+// WatchParams are fs/watch's params, with the path parsed.
+type WatchParams struct {
+	WatchID   string `json:"watchId"`
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+}
+
+// MaxWatchIDBytes bounds a watch id: it is echoed in every fs/changed.
+const MaxWatchIDBytes = 256
+
+// DecodeWatchParams decodes fs/watch params.
+func DecodeWatchParams(raw []byte) (WatchParams, error) {
+	var p WatchParams
+	if err := protocol.DecodeParams(raw, &p, "WatchParams", "watchId", "path"); err != nil {
+		return p, err
+	}
+	if err := checkWatchID(p.WatchID); err != nil {
+		return p, err
+	}
+	path, err := fileuri.Parse(p.Path)
+	if err != nil {
+		return p, err
+	}
+	p.Path = path
+	return p, nil
+}
+
+// UnwatchParams are fs/unwatch's params.
+type UnwatchParams struct {
+	WatchID string `json:"watchId"`
+}
+
+// DecodeUnwatchParams decodes fs/unwatch params.
+func DecodeUnwatchParams(raw []byte) (UnwatchParams, error) {
+	var p UnwatchParams
+	if err := protocol.DecodeParams(raw, &p, "UnwatchParams", "watchId"); err != nil {
+		return p, err
+	}
+	return p, checkWatchID(p.WatchID)
+}
+
+func checkWatchID(id string) error {
+	if id == "" {
+		return protocol.InvalidParams("watchId must not be empty")
+	}
+	if len(id) > MaxWatchIDBytes {
+		return protocol.InvalidParams("watchId is %d bytes long (limit %d)", len(id), MaxWatchIDBytes)
+	}
+	return nil
+}

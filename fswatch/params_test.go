@@ -69,3 +69,33 @@ func FuzzDecodeMissingParams(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeWatchParams: fs/watch and fs/unwatch params decode or fail
+// with -32602 (-32600 for a URI naming another host, as fileuri words it);
+// a decoded watch has a non-empty, bounded id and an absolute
+// path.
+func FuzzDecodeWatchParams(f *testing.F) {
+	for _, s := range []string{`{"watchId":"w","path":"file:///a","recursive":true}`, `{"watchId":"","path":"file:///a"}`, `{"watchId":1}`, `{"watchId":"w","path":"/a"}`, `null`, `{"watchId":"0","path":"file://0"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		check := func(err error) bool {
+			if err == nil {
+				return true
+			}
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || (pe.Code != protocol.CodeInvalidParams && pe.Code != protocol.CodeInvalidRequest) {
+				t.Fatalf("%q: error %v is not a params error", raw, err)
+			}
+			return false
+		}
+		if p, err := DecodeWatchParams(raw); check(err) {
+			if p.WatchID == "" || len(p.WatchID) > MaxWatchIDBytes || p.Path == "" || p.Path[0] != '/' {
+				t.Fatalf("%q decoded to %+v", raw, p)
+			}
+		}
+		if p, err := DecodeUnwatchParams(raw); check(err) && (p.WatchID == "" || len(p.WatchID) > MaxWatchIDBytes) {
+			t.Fatalf("%q decoded to %+v", raw, p)
+		}
+	})
+}

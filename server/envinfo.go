@@ -56,6 +56,7 @@ func (s *Server) capabilities() map[string]bool {
 		"credentialMaskingCustomProviders":            false,
 		"capabilityDiscoverySandbox":                  false,
 		"fsWatchMissing":                              true,
+		"fsWatch":                                     true,
 		"capabilityDiscoveryV2":                       false,
 		"environmentConfigRead":                       false,
 		"httpHeaderEnvVars":                           false,
