@@ -6,6 +6,7 @@ package fswatch
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -32,8 +33,7 @@ type Missing struct {
 	fire func(watchID uint64) // called at most once per watch, from the watch's goroutine
 
 	mu      sync.Mutex
-	current uint64
-	have    bool // a request was accepted (current is meaningful)
+	current uint64 // 0 before the first watch: a watchId must be above it, as on the reference
 	active  *missingWatch
 	closed  bool
 }
@@ -61,19 +61,20 @@ func (m *Missing) Watch(p MissingParams) (bool, error) {
 		m.mu.Unlock()
 		return false, nil
 	}
-	if m.have && p.WatchID <= m.current {
+	if p.WatchID <= m.current {
 		// A stale request: the newer watch stays in force.
 		m.mu.Unlock()
 		return false, nil
 	}
-	m.have, m.current = true, p.WatchID
+	m.current = p.WatchID
 	old := m.active
 	m.active = nil
 	m.mu.Unlock()
 	if old != nil {
 		old.cancel()
 	}
-	if len(p.Missing) == 0 && p.Present == "" {
+	if len(p.Missing) == 0 {
+		// present alone is not watched: the reference answers false.
 		return false, nil
 	}
 	mw, ok, err := startMissing(p)
@@ -155,7 +156,9 @@ func startMissing(p MissingParams) (*missingWatch, bool, error) {
 		}
 	}
 	for _, path := range p.Missing {
-		if _, err := os.Lstat(path); err == nil {
+		// Only "does not exist" is missing: a path under a file (ENOTDIR)
+		// or an unreadable one is refused, as on the reference.
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 			w.Close()
 			return nil, false, nil
 		}
@@ -208,7 +211,8 @@ func (mw *missingWatch) run(fire func(uint64)) {
 func (mw *missingWatch) fires(ev fsnotify.Event) bool {
 	name := filepath.Clean(ev.Name)
 	if mw.present != "" && name == mw.present {
-		return ev.Op&(fsnotify.Create|fsnotify.Write|fsnotify.Remove|fsnotify.Rename) != 0
+		// Any change, a chmod included (the reference fires on one).
+		return ev.Op&(fsnotify.Create|fsnotify.Write|fsnotify.Remove|fsnotify.Rename|fsnotify.Chmod) != 0
 	}
 	return ev.Has(fsnotify.Create) && mw.targets[name]
 }

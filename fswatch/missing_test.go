@@ -80,27 +80,30 @@ func TestMissingReplaceAndRefuse(t *testing.T) {
 		p    MissingParams
 		want bool
 	}{
+		{"watchId 0 first", MissingParams{WatchID: 0, Missing: p("x")}, false},
 		{"nothing to watch", MissingParams{WatchID: 1}, false},
-		{"first", MissingParams{WatchID: 2, Missing: p("x")}, true},
-		{"same id", MissingParams{WatchID: 2, Missing: p("y")}, false},
+		{"present alone", MissingParams{WatchID: 2, Present: filepath.Join(dir, "file")}, false},
+		{"under a file", MissingParams{WatchID: 3, Missing: p("file/x")}, false},
+		{"first", MissingParams{WatchID: 4, Missing: p("x")}, true},
+		{"same id", MissingParams{WatchID: 4, Missing: p("y")}, false},
 		{"lower id", MissingParams{WatchID: 1, Missing: p("y")}, false},
-		{"existing path", MissingParams{WatchID: 3, Missing: p("y", "exists")}, false},
-		{"present missing", MissingParams{WatchID: 4, Missing: p("y"), Present: filepath.Join(dir, "nope")}, false},
-		{"present", MissingParams{WatchID: 5, Missing: p("y"), Present: filepath.Join(dir, "file")}, true},
+		{"existing path", MissingParams{WatchID: 5, Missing: p("y", "exists")}, false},
+		{"present missing", MissingParams{WatchID: 6, Missing: p("y"), Present: filepath.Join(dir, "nope")}, false},
+		{"present", MissingParams{WatchID: 7, Missing: p("y"), Present: filepath.Join(dir, "file")}, true},
 	} {
 		ok, err := m.Watch(c.p)
 		if err != nil || ok != c.want {
 			t.Fatalf("%s: got %v %v, want %v", c.name, ok, err, c.want)
 		}
 	}
-	// Watch 2 was replaced (by 3, which answered false): x fires nothing.
+	// Watch 4 was replaced (by 5, which answered false): x fires nothing.
 	mkdir(t, filepath.Join(dir, "x"))
 	f.quiet(t, "creating a replaced watch's path")
-	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("1"), 0o644); err != nil {
+	if err := os.Chmod(filepath.Join(dir, "file"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.expect(t, 5)
-	if _, err := m.Watch(MissingParams{WatchID: 6, Missing: make([]string, MaxMissingPaths+1)}); err == nil {
+	f.expect(t, 7)
+	if _, err := m.Watch(MissingParams{WatchID: 8, Missing: make([]string, MaxMissingPaths+1)}); err == nil {
 		t.Fatal("no error past MaxMissingPaths")
 	}
 }

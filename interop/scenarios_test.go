@@ -811,55 +811,77 @@ func fsWatchMissing(e *env) {
 		{map[string]any{"watchId": 1, "missing": []string{e.dir}}, "invalid URI: relative URL without a base"},
 		{map[string]any{"watchId": 1, "missing": []string{}, "present": []string{e.uri("a")}}, "invalid type: sequence, expected a string"},
 	} {
-		e.callErr("fs/watchMissing", c.params, -32602, c.want)
+		// The whole text, not a part: codex shows it as it is.
+		if re := e.callErr("fs/watchMissing", c.params, -32602, c.want); re.Message != c.want {
+			e.t.Errorf("fs/watchMissing %s: message %q, want exactly %q", mustJSON(c.params), re.Message, c.want)
+		}
 	}
-	// Nothing to watch.
+	// The first watchId must be above 0.
+	if e.watchMissing(map[string]any{"watchId": 0, "missing": []string{e.uri("q")}}) {
+		e.t.Fatal("watchId 0 answered watching")
+	}
+	// Nothing to watch; present alone is not watched.
 	if e.watchMissing(map[string]any{"watchId": 1, "missing": []string{}, "present": nil}) {
 		e.t.Fatal("empty watch answered watching")
 	}
-	// A missing ancestor's creation fires, once.
-	if !e.watchMissing(map[string]any{"watchId": 2, "missing": []string{e.uri("a/b"), e.uri("c")}, "present": nil}) {
-		e.t.Fatal("watch 2 not watching")
+	if e.watchMissing(map[string]any{"watchId": 2, "missing": []string{}, "present": e.uri("")}) {
+		e.t.Fatal("present alone answered watching")
 	}
-	e.expectQuiet("watch 2")
+	// A missing ancestor's creation fires, once.
+	if !e.watchMissing(map[string]any{"watchId": 12, "missing": []string{e.uri("a/b"), e.uri("c")}, "present": nil}) {
+		e.t.Fatal("watch 12 not watching")
+	}
+	e.expectQuiet("watch 12")
 	mk("a")
-	e.expectMissingChanged(2)
+	e.expectMissingChanged(12)
 	mk("c")
 	e.expectQuiet("a second creation")
 	// Not greater than the current watchId, an existing path: false.
-	if e.watchMissing(map[string]any{"watchId": 2, "missing": []string{e.uri("x")}}) {
-		e.t.Fatal("watchId 2 again answered watching")
+	if e.watchMissing(map[string]any{"watchId": 12, "missing": []string{e.uri("x")}}) {
+		e.t.Fatal("watchId 12 again answered watching")
 	}
-	if e.watchMissing(map[string]any{"watchId": 3, "missing": []string{e.uri("a")}}) {
+	if e.watchMissing(map[string]any{"watchId": 13, "missing": []string{e.uri("a")}}) {
 		e.t.Fatal("an existing missing path answered watching")
 	}
 	// A higher watchId replaces the watch in force.
-	if !e.watchMissing(map[string]any{"watchId": 5, "missing": []string{e.uri("y")}}) {
-		e.t.Fatal("watch 5 not watching")
+	if !e.watchMissing(map[string]any{"watchId": 15, "missing": []string{e.uri("y")}}) {
+		e.t.Fatal("watch 15 not watching")
 	}
-	if !e.watchMissing(map[string]any{"watchId": 6, "missing": []string{e.uri("z")}}) {
-		e.t.Fatal("watch 6 not watching")
+	if !e.watchMissing(map[string]any{"watchId": 16, "missing": []string{e.uri("z")}}) {
+		e.t.Fatal("watch 16 not watching")
 	}
-	if e.watchMissing(map[string]any{"watchId": 4, "missing": []string{e.uri("w")}}) {
+	if e.watchMissing(map[string]any{"watchId": 14, "missing": []string{e.uri("w")}}) {
 		e.t.Fatal("a lower watchId answered watching")
 	}
 	mk("y")
 	e.expectQuiet("creating a replaced watch's path")
 	mk("z")
-	e.expectMissingChanged(6)
+	e.expectMissingChanged(16)
 	// present: its modification fires; a missing present refuses.
 	f := filepath.Join(e.dir, "f")
 	if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	if e.watchMissing(map[string]any{"watchId": 7, "missing": []string{e.uri("q")}, "present": e.uri("nope")}) {
+	if e.watchMissing(map[string]any{"watchId": 17, "missing": []string{e.uri("q")}, "present": e.uri("nope")}) {
 		e.t.Fatal("a missing present answered watching")
 	}
-	if !e.watchMissing(map[string]any{"watchId": 8, "missing": []string{e.uri("q")}, "present": e.uri("f")}) {
-		e.t.Fatal("watch 8 not watching")
+	// Only "does not exist" is missing: a path under a file is not.
+	if e.watchMissing(map[string]any{"watchId": 18, "missing": []string{e.uri("f/x")}}) {
+		e.t.Fatal("a path under a file answered watching")
+	}
+	if !e.watchMissing(map[string]any{"watchId": 19, "missing": []string{e.uri("q")}, "present": e.uri("f")}) {
+		e.t.Fatal("watch 19 not watching")
 	}
 	if err := os.WriteFile(f, []byte("2"), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	e.expectMissingChanged(8)
+	e.expectMissingChanged(19)
+	// A chmod of present fires too.
+	if !e.watchMissing(map[string]any{"watchId": 20, "missing": []string{e.uri("q")}, "present": e.uri("f")}) {
+		e.t.Fatal("watch 20 not watching")
+	}
+	if err := os.Chmod(f, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	e.expectMissingChanged(20)
 }
