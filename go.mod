@@ -8,3 +8,5 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	golang.org/x/sys v0.49.0
 )
+
+require github.com/fsnotify/fsnotify v1.10.1 // indirect

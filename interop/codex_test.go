@@ -443,6 +443,21 @@ func (r *codexRun) checkSandboxes(want bool, fsToo bool) {
 	}
 }
 
+// checkWatchMissing checks that codex, seeing fsWatchMissing advertised,
+// set its watch on the paths it found missing and that the server took it.
+func (r *codexRun) checkWatchMissing() {
+	r.t.Helper()
+	calls := r.traffic.calls("fs/watchMissing")
+	if len(calls) == 0 {
+		r.t.Fatal("codex sent no fs/watchMissing")
+	}
+	for _, c := range calls {
+		if c.err != nil || c.result["watching"] != true {
+			r.t.Errorf("fs/watchMissing %v answered %v %v, want watching", c.params, c.result, c.err)
+		}
+	}
+}
+
 // commandRan checks that tool call callID's command exited with code and
 // that its output reached the model containing want; false when not.
 func (r *codexRun) commandRan(callID string, code int, want string) bool {
@@ -577,6 +592,7 @@ var codexScenarios = []codexScenario{
 		},
 		check: func(r *codexRun) {
 			r.checkSandboxes(true, false)
+			r.checkWatchMissing()
 			if r.commandRan("call-echo", 0, "hello-"+r.token) {
 				r.sandboxDenied("call-echo", false)
 			}
@@ -603,6 +619,7 @@ var codexScenarios = []codexScenario{
 		},
 		check: func(r *codexRun) {
 			r.checkSandboxes(true, true)
+			r.checkWatchMissing()
 			if r.commandRan("call-inside", 0, "wrote") {
 				r.sandboxDenied("call-inside", false)
 			}
@@ -635,6 +652,7 @@ var codexScenarios = []codexScenario{
 		},
 		check: func(r *codexRun) {
 			r.checkSandboxes(false, true)
+			r.checkWatchMissing()
 			r.commandRan("call-full", 0, "full-"+r.token)
 			// Nothing confines the command: it wrote next to the workspace.
 			r.mustContain(filepath.Join(r.outside, "full-"+r.token), "")

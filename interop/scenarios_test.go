@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"time"
 )
 
@@ -39,6 +42,7 @@ var scenarios = []scenario{
 	{name: "fs-copy-remove", run: fsCopyRemove},
 	{name: "fs-blocks", run: fsBlocks},
 	{name: "fs-remove-root-refused", oursOnly: true, run: fsRemoveRoot},
+	{name: "fs-watch-missing", run: fsWatchMissing},
 }
 
 func lifecycle(e *env) {
@@ -740,4 +744,144 @@ func fsRemoveRoot(e *env) {
 	for _, p := range []string{"file:///", "file:///.", "file:///tmp/.."} {
 		e.callErr("fs/remove", map[string]any{"path": p}, -32600, "")
 	}
+}
+
+// nextNotification waits up to d for the next unsolicited message.
+func (e *env) nextNotification(d time.Duration) *Msg {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, d)
+	defer cancel()
+	m, err := e.c.NextOther(ctx)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// expectMissingChanged checks that the next message is fs/missingChanged
+// for id, exactly as the reference words it.
+func (e *env) expectMissingChanged(id int) {
+	e.t.Helper()
+	m := e.nextNotification(5 * time.Second)
+	if m == nil {
+		e.t.Fatalf("no fs/missingChanged for watch %d", id)
+	}
+	want := fmt.Sprintf(`{"method":"fs/missingChanged","params":{"watchId":%d}}`, id)
+	var got, exp any
+	_ = json.Unmarshal(m.Raw, &got)
+	_ = json.Unmarshal([]byte(want), &exp)
+	if !reflect.DeepEqual(got, exp) {
+		e.t.Fatalf("got %s, want %s", m.Raw, want)
+	}
+}
+
+// expectQuiet checks that nothing is pushed for a while (an inotify event
+// arrives in well under a millisecond; 300 ms is ample).
+func (e *env) expectQuiet(after string) {
+	e.t.Helper()
+	if m := e.nextNotification(300 * time.Millisecond); m != nil {
+		e.t.Fatalf("after %s: unexpected %s", after, m.Raw)
+	}
+}
+
+func (e *env) watchMissing(params map[string]any) bool {
+	e.t.Helper()
+	r := e.call("fs/watchMissing", params)
+	w, ok := r["watching"].(bool)
+	if !ok || len(r) != 1 {
+		e.t.Fatalf("fs/watchMissing %s: result %v", mustJSON(params), r)
+	}
+	return w
+}
+
+func fsWatchMissing(e *env) {
+	mk := func(name string) {
+		if err := os.Mkdir(filepath.Join(e.dir, name), 0o755); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		params map[string]any
+		want   string
+	}{
+		{map[string]any{"watchId": "x", "missing": []string{}}, `invalid type: string "x", expected u64`},
+		{map[string]any{"missing": []string{}}, "missing field `watchId`"},
+		{map[string]any{"watchId": 1}, "missing field `missing`"},
+		{map[string]any{"watchId": 1, "missing": []string{"rel/a"}}, "invalid URI: relative URL without a base"},
+		{map[string]any{"watchId": 1, "missing": []string{e.dir}}, "invalid URI: relative URL without a base"},
+		{map[string]any{"watchId": 1, "missing": []string{}, "present": []string{e.uri("a")}}, "invalid type: sequence, expected a string"},
+	} {
+		// The whole text, not a part: codex shows it as it is.
+		if re := e.callErr("fs/watchMissing", c.params, -32602, c.want); re.Message != c.want {
+			e.t.Errorf("fs/watchMissing %s: message %q, want exactly %q", mustJSON(c.params), re.Message, c.want)
+		}
+	}
+	// The first watchId must be above 0.
+	if e.watchMissing(map[string]any{"watchId": 0, "missing": []string{e.uri("q")}}) {
+		e.t.Fatal("watchId 0 answered watching")
+	}
+	// Nothing to watch; present alone is not watched.
+	if e.watchMissing(map[string]any{"watchId": 1, "missing": []string{}, "present": nil}) {
+		e.t.Fatal("empty watch answered watching")
+	}
+	if e.watchMissing(map[string]any{"watchId": 2, "missing": []string{}, "present": e.uri("")}) {
+		e.t.Fatal("present alone answered watching")
+	}
+	// A missing ancestor's creation fires, once.
+	if !e.watchMissing(map[string]any{"watchId": 12, "missing": []string{e.uri("a/b"), e.uri("c")}, "present": nil}) {
+		e.t.Fatal("watch 12 not watching")
+	}
+	e.expectQuiet("watch 12")
+	mk("a")
+	e.expectMissingChanged(12)
+	mk("c")
+	e.expectQuiet("a second creation")
+	// Not greater than the current watchId, an existing path: false.
+	if e.watchMissing(map[string]any{"watchId": 12, "missing": []string{e.uri("x")}}) {
+		e.t.Fatal("watchId 12 again answered watching")
+	}
+	if e.watchMissing(map[string]any{"watchId": 13, "missing": []string{e.uri("a")}}) {
+		e.t.Fatal("an existing missing path answered watching")
+	}
+	// A higher watchId replaces the watch in force.
+	if !e.watchMissing(map[string]any{"watchId": 15, "missing": []string{e.uri("y")}}) {
+		e.t.Fatal("watch 15 not watching")
+	}
+	if !e.watchMissing(map[string]any{"watchId": 16, "missing": []string{e.uri("z")}}) {
+		e.t.Fatal("watch 16 not watching")
+	}
+	if e.watchMissing(map[string]any{"watchId": 14, "missing": []string{e.uri("w")}}) {
+		e.t.Fatal("a lower watchId answered watching")
+	}
+	mk("y")
+	e.expectQuiet("creating a replaced watch's path")
+	mk("z")
+	e.expectMissingChanged(16)
+	// present: its modification fires; a missing present refuses.
+	f := filepath.Join(e.dir, "f")
+	if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if e.watchMissing(map[string]any{"watchId": 17, "missing": []string{e.uri("q")}, "present": e.uri("nope")}) {
+		e.t.Fatal("a missing present answered watching")
+	}
+	// Only "does not exist" is missing: a path under a file is not.
+	if e.watchMissing(map[string]any{"watchId": 18, "missing": []string{e.uri("f/x")}}) {
+		e.t.Fatal("a path under a file answered watching")
+	}
+	if !e.watchMissing(map[string]any{"watchId": 19, "missing": []string{e.uri("q")}, "present": e.uri("f")}) {
+		e.t.Fatal("watch 19 not watching")
+	}
+	if err := os.WriteFile(f, []byte("2"), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	e.expectMissingChanged(19)
+	// A chmod of present fires too.
+	if !e.watchMissing(map[string]any{"watchId": 20, "missing": []string{e.uri("q")}, "present": e.uri("f")}) {
+		e.t.Fatal("watch 20 not watching")
+	}
+	if err := os.Chmod(f, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	e.expectMissingChanged(20)
 }

@@ -40,6 +40,7 @@ type connState struct {
 	handles           fsHandles
 	fsOrder           fsOrder
 	longPolls         atomic.Int32 // process/read requests waiting off the handler pool
+	watches           watches
 
 	mu          sync.Mutex
 	initStarted bool // initialize received (and not failed)
@@ -224,6 +225,7 @@ func (cs *connState) sess() *session {
 
 // close runs after the connection has ended.
 func (cs *connState) close() {
+	cs.closeWatches()
 	if cs.handles != nil {
 		cs.handles.CloseAll()
 	}
@@ -336,6 +338,7 @@ func (s *Server) buildMethods() map[string]method {
 			},
 		}
 	}
+	s.watchMethods(m)
 	return m
 }
 
