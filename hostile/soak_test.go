@@ -172,9 +172,12 @@ func TestSoak(t *testing.T) {
 	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("soak: exit code %d after SIGTERM", code)
 	}
-	// Quadratic shutdown took 55 s for 1000 sessions; the target is 2 s.
-	// This bound is loose for a shared machine.
-	if shutdown > 10*time.Second {
+	// Quadratic shutdown took 55-58 s for 1000 sessions on an idle machine;
+	// the fix takes 1.0-1.5 s there (the figure is logged above). The bound
+	// only catches that regression: under `go test ./...` every other
+	// package competes for the same 2 cores, and 1000 spawners each need a
+	// little CPU to end (16.6 s seen in a CI-like run).
+	if shutdown > 40*time.Second {
 		t.Errorf("soak: SIGTERM to exit took %v with %d sessions", shutdown, n)
 	}
 	if left := waitNoMarked(mark, 10*time.Second); len(left) > 0 {
