@@ -418,6 +418,9 @@ func (p *Proc) producerDone() {
 		// The child is reaped and every reader is done.
 		_ = p.master.Close()
 	}
+	// No longer live before closed is delivered: a client that sees closed
+	// may start another process at once, within --max-processes.
+	p.m.closedProc(p)
 	p.emitMu.Lock()
 	p.mu.Lock()
 	seq := p.nextSeq
@@ -427,7 +430,6 @@ func (p *Proc) producerDone() {
 	p.mu.Unlock()
 	p.m.sink.Deliver(Event{Kind: EventClosed, ProcessID: p.id, Seq: seq})
 	p.emitMu.Unlock()
-	p.m.closedProc(p)
 }
 
 // pollable turns a PTY master into a non-blocking descriptor served by the
