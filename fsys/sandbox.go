@@ -75,11 +75,7 @@ func (f *FS) confinement(method string, sb json.RawMessage, kind opKind) (*sandb
 // confine resolves pol; the plan is nil when kind of operation runs here
 // (opAny: only when the policy restricts nothing).
 func (f *FS) confine(method string, pol *sandbox.Policy, kind opKind) (*sandbox.Plan, error) {
-	cwd, err := os.Getwd()
-	if err != nil {
-		return nil, protocol.Internal("%s: cannot resolve the sandbox policy: the server's working directory: %v", method, err)
-	}
-	plan, err := resolvePlan(pol, sandbox.Env{Cwd: cwd, TempDir: os.Getenv("TMPDIR")})
+	plan, err := resolvePlan(pol, sandbox.ServerEnv())
 	if err != nil {
 		return nil, protocol.ToError(err)
 	}

@@ -96,7 +96,7 @@ func requireSandbox(t testing.TB, pol json.RawMessage) {
 	if err != nil {
 		t.Fatalf("parsing the test policy: %v", err)
 	}
-	if _, err := resolvePlan(p, sandbox.Env{Cwd: "/", TempDir: os.Getenv("TMPDIR")}); err != nil {
+	if _, err := resolvePlan(p, sandbox.ServerEnv()); err != nil {
 		t.Skipf("policy resolution not available: %v", err)
 	}
 }

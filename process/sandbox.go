@@ -3,7 +3,6 @@ package process
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"sync"
 	"syscall"
 
@@ -42,11 +41,7 @@ func planFor(raw json.RawMessage) (*sandbox.Plan, error) {
 	if s := sandbox.Probe(); !s.Available {
 		return nil, protocol.Internal("sandbox not available: missing %s", s.Missing)
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		return nil, protocol.Internal("sandbox: the server's working directory: %v", err)
-	}
-	plan, err := sandbox.Resolve(pol, sandbox.Env{Cwd: cwd, TempDir: os.Getenv("TMPDIR")})
+	plan, err := sandbox.Resolve(pol, sandbox.ServerEnv())
 	if err != nil {
 		var pe *protocol.Error
 		if errors.As(err, &pe) {

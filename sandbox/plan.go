@@ -1,5 +1,7 @@
 package sandbox
 
+import "os"
+
 // This file is the contract between the three parts of the package:
 //
 //   - policy.go / resolve.go: the wire policy (Parse) and its resolution into
@@ -98,14 +100,14 @@ type Plan struct {
 
 // Env is what resolution needs from the server.
 type Env struct {
-	// Cwd is the server's working directory: the sandbox cwd when the
-	// context has none.
-	Cwd string
 	// TempDir is the server's TMPDIR ("" for none): what the tmpdir
 	// special path resolves to when the context has no
 	// temporaryDirectories.
 	TempDir string
 }
+
+// ServerEnv is the Env of this process: its TMPDIR.
+func ServerEnv() Env { return Env{TempDir: os.Getenv("TMPDIR")} }
 
 // SandboxTypeLinux is the sandboxType answered when a process/start ran
 // under a policy (any policy, as the reference: even disabled).
