@@ -80,8 +80,8 @@ func FuzzReadMsg(f *testing.F) {
 // FuzzParseInitArgs feeds the init's argument decoder arbitrary argv
 // (NUL-separated): it must never panic or return more than it was given.
 func FuzzParseInitArgs(f *testing.F) {
-	f.Add("1\x00{\"root\":1}\x001\x00A=b\x00/bin/true\x00/\x00true")
-	f.Add("2\x00{\"ro\x00ot\":0}\x000\x00/p\x00/d")
+	f.Add("1\x00{\"root\":1}\x00/bin/true\x00/\x00true")
+	f.Add("2\x00{\"ro\x00ot\":0}\x00/p\x00/d")
 	f.Add("-1\x00x")
 	f.Add("9\x00")
 	f.Fuzz(func(t *testing.T, s string) {
@@ -90,7 +90,7 @@ func FuzzParseInitArgs(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(ia.argv) > len(args) || len(ia.env) > len(args) {
+		if len(ia.argv) > len(args) {
 			t.Fatalf("more out than in: %+v", ia)
 		}
 	})

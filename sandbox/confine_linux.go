@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -792,20 +793,15 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		n := min(len(s), planArgMax)
 		chunks, s = append(chunks, s[:n]), s[n:]
 	}
-	// The command's environment travels in argv too: as the init's own,
-	// it would act on the init before the sandbox exists (LD_PRELOAD into
-	// this dynamically linked binary, GODEBUG).
 	args := []string{"exec-server-sandbox", helperArg, "init", strconv.Itoa(len(chunks))}
 	args = append(args, chunks...)
-	args = append(args, strconv.Itoa(len(env)))
-	args = append(args, env...)
 	args = append(args, path, filepath.Clean(dir))
 	args = append(args, argv...)
 	uid, gid := idMaps()
 	return &Spec{
 		Path:        "/proc/self/exe",
 		Argv:        args,
-		Env:         []string{}, // never nil: nil would mean the caller's
+		Env:         wrapEnv(env),
 		Cloneflags:  cloneflags(true, p.Network),
 		UidMappings: uid,
 		GidMappings: gid,
@@ -991,7 +987,7 @@ func helperInit(args []string) {
 		initFail(stepErr("close descriptors", err))
 	}
 	<-notified
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: ia.env, Files: []uintptr{0, 1, 2}})
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: unwrapEnv(os.Environ()), Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
 		if errors.Is(err, syscall.ENOENT) {
@@ -1020,16 +1016,53 @@ func helperInit(args []string) {
 	}
 }
 
+// The command's environment reaches the init as its own, each entry
+// renamed envPrefix+index: as it is, it would act on the init before the
+// sandbox exists (LD_PRELOAD or GLIBC_TUNABLES on this dynamically linked
+// binary's loader, GODEBUG on its runtime); in argv it would be readable by
+// every local user (/proc/PID/cmdline, where environ is the owner's only).
+const envPrefix = "EXEC_SERVER_SANDBOX_ENV_"
+
+// wrapEnv renames env's entries for the init; never nil (nil would mean
+// the caller's environment).
+func wrapEnv(env []string) []string {
+	out := make([]string, len(env))
+	for i, e := range env {
+		out[i] = envPrefix + strconv.Itoa(i) + "=" + e
+	}
+	return out
+}
+
+// unwrapEnv is wrapEnv's inverse over the init's environment, in order.
+func unwrapEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, entry, ok := strings.Cut(kv, "=")
+		rest, found := strings.CutPrefix(name, envPrefix)
+		if !ok || !found {
+			continue
+		}
+		i, err := strconv.Atoi(rest)
+		if err != nil || i < 0 || i >= len(environ) {
+			continue
+		}
+		for len(out) <= i {
+			out = append(out, "")
+		}
+		out[i] = entry
+	}
+	return slices.DeleteFunc(out, func(e string) bool { return e == "" })
+}
+
 type initArgs struct {
 	plan      Plan
-	env       []string
 	path, dir string
 	argv      []string
 }
 
 // parseInitArgs decodes the init's arguments (after "init"): the count of
-// plan chunks and the chunks, the count of environment entries and the
-// entries, the program, the directory, the command's argv.
+// plan chunks and the chunks, the program, the directory, the command's
+// argv.
 func parseInitArgs(args []string) (*initArgs, error) {
 	count := func() (int, error) {
 		if len(args) == 0 {
@@ -1051,10 +1084,6 @@ func parseInitArgs(args []string) (*initArgs, error) {
 		return nil, fmt.Errorf("bad plan: %w", err)
 	}
 	args = args[n:]
-	if n, err = count(); err != nil {
-		return nil, err
-	}
-	ia.env, args = args[:n:n], args[n:]
 	if len(args) < 2 {
 		return nil, errors.New("bad arguments: no program or directory")
 	}

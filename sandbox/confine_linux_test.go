@@ -847,6 +847,12 @@ __attribute__((constructor)) static void pwn(void) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Nor may it be in the init's argv, which every local user can read.
+	for _, a := range spec.Argv {
+		if strings.Contains(a, "LD_PRELOAD") {
+			t.Errorf("the command's environment is in the init's argv: %q", a)
+		}
+	}
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	if code := startSpec(t, spec, []*os.File{null, null, null}, nil); code != 0 {
