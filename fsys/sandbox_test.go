@@ -61,23 +61,27 @@ func entry(p, access string) string {
 
 // sandboxDirs makes a base directory that no policy of these tests makes
 // writable: codex's workspace-write grants /tmp and $TMPDIR, so the test
-// directories live next to the package instead (removed afterwards).
+// directories live in /var/tmp instead (removed afterwards), never in the
+// source tree.
 func sandboxDirs(t testing.TB) string {
 	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
+	// Outside /tmp and TMPDIR, which codex's workspace-write policy makes
+	// writable: /var/tmp, the other temporary directory, unless TMPDIR is
+	// there too (SANDBOX_TEST_TMP names another).
+	root := os.Getenv("SANDBOX_TEST_TMP")
+	if root == "" {
+		root = "/var/tmp"
 	}
-	real, err := filepath.EvalSymlinks(wd)
+	real, err := filepath.EvalSymlinks(root)
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("no directory outside /tmp for the sandbox tests: %v", err)
 	}
 	for _, tmp := range []string{"/tmp", os.Getenv("TMPDIR")} {
 		if tmp != "" && (real == tmp || strings.HasPrefix(real, strings.TrimSuffix(tmp, "/")+"/")) {
-			t.Skipf("the package directory %s is under %s, which codex's workspace-write policy makes writable: no outside directory to test against", real, tmp)
+			t.Skipf("%s is under %s, which codex's workspace-write policy makes writable: no outside directory to test against (set SANDBOX_TEST_TMP)", real, tmp)
 		}
 	}
-	base, err := os.MkdirTemp(real, ".sandbox-test-")
+	base, err := os.MkdirTemp(real, "fsys-sandbox-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
