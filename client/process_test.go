@@ -66,7 +66,10 @@ func TestRunOutputAndExitCode(t *testing.T) {
 			}
 		}
 		// A complete, in-order event stream needs no process/read at all.
-		if n := client.ReadRequests(c); n != 0 {
+		// The reference's pushes are not always in seq order (seen: stderr
+		// seq 2 before stdout seq 1, closed before exited), and the client
+		// rightly reads to fill the gap, so only ours is held to zero.
+		if n := client.ReadRequests(c); n != 0 && s.name != "reference" {
 			t.Errorf("%d process/read requests for complete pushed streams, want 0", n)
 		}
 	})
