@@ -96,7 +96,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
 		return 2
 	}
-	raiseFileLimit()
+	// No Setrlimit here: Go raises its own soft RLIMIT_NOFILE at start and
+	// restores the original for children only as long as the program never
+	// calls Setrlimit for it (children would get the hard limit).
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -120,14 +122,4 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("invalid --log-format %q: expected text or json", format)
-}
-
-// raiseFileLimit lifts the soft open-file limit to the hard one: every
-// connection and every child's pipes cost descriptors.
-func raiseFileLimit() {
-	var rl syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < rl.Max {
-		rl.Cur = rl.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
-	}
 }
