@@ -5,13 +5,16 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/execgo/exec-server/client"
 )
@@ -52,59 +55,173 @@ type command struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
-	url            string
-	token          string
-	tokenFile      string
-	caFile         string
-	connectTimeout time.Duration
-	session        string // ps: the session to resume
-	usage          string // the synopsis after "exec-server NAME"
+	url              string
+	token            string
+	tokenFile        string
+	caFile           string
+	connectTimeout   time.Duration
+	reconnectTimeout time.Duration
+	session          string // ps: the session to resume
+	usage            string // the synopsis after "exec-server NAME"
+	term             *rawTerminal
 }
 
-// flags returns a flag set with the shared connection flags.
-func (c *command) flags(usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("exec-server "+c.name, flag.ContinueOnError)
+// flags returns a GNU-style flag set (as kubectl's) with the shared
+// connection flags. Defaults taken from the environment are applied after
+// parsing, never registered as flag defaults: -h would print them, and
+// EXEC_SERVER_TOKEN is a secret.
+func (c *command) flags(usage string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("exec-server "+c.name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&c.url, "url", os.Getenv("EXEC_SERVER_URL"), "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL)")
-	fs.StringVar(&c.token, "token", os.Getenv("EXEC_SERVER_TOKEN"), "bearer `TOKEN` for the websocket upgrade (default $EXEC_SERVER_TOKEN)")
-	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from `PATH`")
-	fs.StringVar(&c.caFile, "ca-file", "", "trust the PEM certificates in `PATH` for wss:// (in addition to the system's)")
-	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to connect")
-	// The flag package calls Usage on every parse error; errors are one
-	// line here, and the full usage is printed for -h only (by parse).
+	fs.SortFlags = false
+	// pflag calls Usage on every parse error; errors are one line here,
+	// and the full usage is printed for -h only (by parse).
 	fs.Usage = func() {}
 	c.usage = usage
 	return fs
 }
 
-func (c *command) printUsage(fs *flag.FlagSet) {
+// connFlags adds the connection flags, after the subcommand's own so that
+// -h lists those first.
+func (c *command) connFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.url, "url", "", "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL)")
+	fs.StringVar(&c.token, "token", "", "bearer `TOKEN` for the websocket upgrade (default $EXEC_SERVER_TOKEN)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from `PATH`")
+	fs.StringVar(&c.caFile, "ca-file", "", "trust the PEM certificates in `PATH` for wss:// (in addition to the system's)")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to connect")
+	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", 60*time.Second, "how long to try to resume the session after the connection drops")
+}
+
+// printUsage prints -h: pflag's own listing would write "[=true|false]"
+// after every boolean flag.
+func (c *command) printUsage(fs *pflag.FlagSet) {
 	fmt.Fprintf(c.stderr, "usage: exec-server %s %s\n\nflags:\n", c.name, c.usage)
-	fs.SetOutput(c.stderr)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	tw := tabwriter.NewWriter(c.stderr, 0, 8, 3, ' ', 0)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		name := "    --" + f.Name
+		if f.Shorthand != "" {
+			name = "-" + f.Shorthand + ", --" + f.Name
+		}
+		varname, usage := pflag.UnquoteUsage(f)
+		if f.Value.Type() != "bool" {
+			name += " " + varname
+		}
+		switch f.DefValue {
+		case "", "false", "0", "0s", "[]":
+		default:
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", name, usage)
+	})
+	tw.Flush()
 }
 
 // parse parses args; ok false means return code now (help, or a usage
-// error already reported in one line).
-func (c *command) parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+// error already reported in one line). With interspersed false, parsing
+// stops at the first argument that is not a flag (exec: the rest is the
+// command, as docker's).
+func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (code int, ok bool) {
+	c.connFlags(fs)
+	fs.SetInterspersed(interspersed)
+	if err := fs.Parse(oldSpellings(fs, args, interspersed)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			c.printUsage(fs)
 			return 0, false
 		}
 		return c.usageErr("%v", err), false
 	}
+	if !fs.Changed("url") {
+		c.url = os.Getenv("EXEC_SERVER_URL")
+	}
+	if !fs.Changed("token") {
+		c.token = os.Getenv("EXEC_SERVER_TOKEN")
+	}
 	return 0, true
 }
 
+// oldSpellings rewrites the single-dash long flags the stdlib flag package
+// accepted (-url, -cwd, -timeout) to their double-dash form, so scripts
+// written for the earlier CLI keep working. A single-dash word is rewritten
+// only when it names a long flag exactly; anything else (-la, -it, -eK=V)
+// is left to pflag as a cluster of short flags.
+func oldSpellings(fs *pflag.FlagSet, args []string, interspersed bool) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(out, args[i:]...)
+		case len(a) < 2 || a[0] != '-':
+			if !interspersed {
+				return append(out, args[i:]...)
+			}
+			out = append(out, a)
+			continue
+		case strings.HasPrefix(a, "--"):
+			name, _, inline := strings.Cut(a[2:], "=")
+			out = append(out, a)
+			if f := fs.Lookup(name); f != nil && !inline && takesValue(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			continue
+		}
+		name, _, inline := strings.Cut(a[1:], "=")
+		if f := fs.Lookup(name); len(name) > 1 && f != nil {
+			out = append(out, "-"+a)
+			if !inline && takesValue(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			continue
+		}
+		out = append(out, a)
+		// A cluster of short flags: the first that takes a value takes
+		// the rest of the word, or the next argument.
+		for j := 1; j < len(a); j++ {
+			f := fs.ShorthandLookup(a[j : j+1])
+			if f == nil {
+				break
+			}
+			if takesValue(f) {
+				if j == len(a)-1 && i+1 < len(args) {
+					i++
+					out = append(out, args[i])
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+func takesValue(f *pflag.Flag) bool { return f.NoOptDefVal == "" }
+
 func (c *command) usageErr(format string, args ...any) int {
+	c.term.restore()
 	fmt.Fprintf(c.stderr, "exec-server %s: %s (see exec-server %s -h)\n", c.name, fmt.Sprintf(format, args...), c.name)
 	return exitUsage
 }
 
+// fail reports an error that ends the subcommand; the local terminal is
+// restored first, so the message and the shell after it are readable.
 func (c *command) fail(code int, format string, args ...any) int {
+	c.term.restore()
 	fmt.Fprintf(c.stderr, "exec-server %s: %s\n", c.name, fmt.Sprintf(format, args...))
 	return code
+}
+
+// notef prints a notice while the subcommand goes on; in raw mode the
+// terminal needs the carriage return itself.
+func (c *command) notef(format string, args ...any) {
+	nl := "\n"
+	if c.term.raw() {
+		nl = "\r\n"
+	}
+	fmt.Fprintf(c.stderr, "exec-server %s: %s%s", c.name, fmt.Sprintf(format, args...), nl)
 }
 
 // dial connects with the shared flags. A failure is reported and returned
@@ -127,7 +244,13 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 			return nil, c.fail(exitRemote, "--token-file %s is empty", c.tokenFile)
 		}
 	}
-	opts := client.Options{ClientName: "exec-server-cli", Token: token, ResumeSession: c.session}
+	opts := client.Options{
+		ClientName:       "exec-server-cli",
+		Token:            token,
+		ResumeSession:    c.session,
+		ReconnectTimeout: c.reconnectTimeout,
+		Logger:           slog.New(&reconnectNotices{c: c}),
+	}
 	if c.caFile != "" {
 		hc, err := httpClientTrusting(c.caFile)
 		if err != nil {
@@ -144,9 +267,38 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 	return cl, 0
 }
 
+// The SDK's debug messages about its connection. They are its only public
+// signal of a reconnect (it has no callback), so the notices key on them;
+// TestSessionLost fails if they change.
+const (
+	sdkMsgReconnecting = "exec-server client: connection lost; reconnecting"
+	sdkMsgResumed      = "exec-server client: session resumed"
+)
+
+// reconnectNotices turns the SDK's reconnect logs into one visible line
+// each on stderr; everything else the SDK logs is dropped.
+type reconnectNotices struct{ c *command }
+
+func (h *reconnectNotices) Enabled(context.Context, slog.Level) bool { return true }
+func (h *reconnectNotices) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *reconnectNotices) WithGroup(string) slog.Handler            { return h }
+
+func (h *reconnectNotices) Handle(_ context.Context, r slog.Record) error {
+	switch r.Message {
+	case sdkMsgReconnecting:
+		h.c.notef("connection lost; reconnecting… (for up to %v)", h.c.reconnectTimeout)
+	case sdkMsgResumed:
+		h.c.notef("reconnected; the session resumed")
+	}
+	return nil
+}
+
 // describe renders an error for one line of stderr: wire errors without
 // the client's prefixes.
 func describe(err error) string {
+	if errors.Is(err, client.ErrSessionLost) {
+		return "the server no longer knows this session (it restarted, or the session expired): its processes are gone"
+	}
 	var e *client.Error
 	if errors.As(err, &e) {
 		return e.Message

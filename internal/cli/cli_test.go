@@ -36,6 +36,7 @@ var (
 	tlsURL    string // a wss:// server with a self-signed certificate
 	tlsCAFile string // that certificate
 	noServer  error
+	bin       string // the exec-server binary
 )
 
 func TestMain(m *testing.M) {
@@ -46,10 +47,15 @@ func TestMain(m *testing.M) {
 	}
 	var procs []*exec.Cmd
 	func() {
-		bin := filepath.Join(dir, "exec-server")
-		if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/exec-server").CombinedOutput(); err != nil {
-			noServer = fmt.Errorf("go build: %v\n%s", err, out)
-			return
+		// EXEC_SERVER_TEST_BIN tests against a binary built elsewhere
+		// (a release build, or while the server package is mid-change).
+		bin = os.Getenv("EXEC_SERVER_TEST_BIN")
+		if bin == "" {
+			bin = filepath.Join(dir, "exec-server")
+			if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/exec-server").CombinedOutput(); err != nil {
+				noServer = fmt.Errorf("go build: %v\n%s", err, out)
+				return
+			}
 		}
 		tokenFile = filepath.Join(dir, "token")
 		if err := os.WriteFile(tokenFile, []byte("t0ken\n"), 0o600); err != nil {
@@ -182,8 +188,17 @@ func TestUsageErrors(t *testing.T) {
 		{"exec", "--url", "ws://127.0.0.1:1"},
 		{"exec", "--", "true"},
 		{"exec", "--url", "http://x", "--", "true"},
-		{"exec", "--url", "ws://127.0.0.1:1", "-e", "NOEQUALS", "--", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "-e", "=V", "--", "true"},
 		{"exec", "--url", "ws://127.0.0.1:1", "--cwd", "relative", "--", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "-w", "relative", "true"},
+		{"exec", "-url", "ws://127.0.0.1:1", "-cwd", "relative", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "--env-file", "/nonexistent/env", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "--detach-keys", "ctrl-1", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "--timeout", "-1s", "true"},
+		{"exec", "--url", "ws://127.0.0.1:1", "-x", "true"},
+		{"exec", "-h"},
+		{"ls", "--url", "ws://127.0.0.1:1", "-la", "relative"},
+		{"cp", "-h"},
 		{"cp", "--url", "ws://127.0.0.1:1", "a", "b"},
 		{"cp", "--url", "ws://127.0.0.1:1", "only-one"},
 		{"cp", "--url", "ws://127.0.0.1:1", ":relative", "b"},

@@ -7,27 +7,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/protocol"
 )
-
-// envFlag collects repeated -e K=V flags.
-type envFlag map[string]string
-
-func (e envFlag) String() string { return "" }
-
-func (e envFlag) Set(s string) error {
-	k, v, ok := strings.Cut(s, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("want K=V, got %q", s)
-	}
-	e[k] = v
-	return nil
-}
 
 // lockedWriter serialises writes: exec's stderr receives the remote
 // stderr and exec's own messages from different goroutines.
@@ -42,72 +30,178 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-func (c *command) exec(ctx context.Context, args []string) int {
-	c.stderr = &lockedWriter{w: c.stderr}
-	fs := c.flags("[flags] [--] CMD [ARG...]")
-	env := envFlag{}
-	fs.Var(env, "e", "set environment variable `K=V` (repeatable)")
-	cwd := fs.String("cwd", "", "working `DIR` on the server (absolute; default the server's)")
-	inherit := fs.String("env-inherit", "all", "start from the server's environment: all, core or none")
-	interactive := fs.Bool("i", false, "forward stdin")
-	tty := fs.Bool("t", false, "run on a pseudo-terminal")
-	it := fs.Bool("it", false, "-i and -t: an interactive terminal session")
-	ti := fs.Bool("ti", false, "same as -it")
-	timeout := fs.Duration("timeout", 0, "kill the remote command (its whole tree) after `D`, on the server; exit 124 then")
-	if code, ok := c.parse(fs, args); !ok {
-		return code
+// Fd lets isTerminal see through the lock.
+func (l *lockedWriter) Fd() uintptr {
+	if f, ok := l.w.(interface{ Fd() uintptr }); ok {
+		return f.Fd()
 	}
-	argv := fs.Args()
-	if len(argv) == 0 {
-		return c.usageErr("no command given")
+	return ^uintptr(0)
+}
+
+// execOptions are exec's parsed flags.
+type execOptions struct {
+	argv        []string
+	env         map[string]string
+	workdir     string
+	inherit     string
+	interactive bool
+	tty         bool
+	timeout     time.Duration
+	detachSpec  string
+	detachKeys  []byte
+}
+
+func (c *command) parseExec(args []string) (*execOptions, int, bool) {
+	fs := c.flags("[flags] CMD [ARG...]   (flags end at CMD, or at --)")
+	o := &execOptions{env: map[string]string{}}
+	var envs, envFiles []string
+	fs.BoolVarP(&o.interactive, "interactive", "i", false, "forward stdin")
+	fs.BoolVarP(&o.tty, "tty", "t", false, "run CMD on a pseudo-terminal (-it: an interactive terminal session)")
+	fs.StringArrayVarP(&envs, "env", "e", nil, "set environment variable `K=V` (repeatable; a bare K passes the local value)")
+	fs.StringArrayVar(&envFiles, "env-file", nil, "read K=V lines from `FILE` (# comments; repeatable; -e wins)")
+	fs.StringVarP(&o.workdir, "workdir", "w", "", "working `DIR` on the server (absolute; default the server's)")
+	fs.StringVar(&o.workdir, "cwd", "", "same as --workdir")
+	_ = fs.MarkHidden("cwd")
+	fs.StringVar(&o.inherit, "env-inherit", "all", "how much of the server's environment to start from, `MODE` all, core or none")
+	fs.DurationVar(&o.timeout, "timeout", 0, "kill the remote command (its whole tree) after `D`, on the server; exit 124 then")
+	fs.StringVar(&o.detachSpec, "detach-keys", "ctrl-p,ctrl-q", "with -it on a terminal, the `KEYS` that detach (\"\" for none)")
+	if code, ok := c.parse(fs, args, false); !ok {
+		return nil, code, false
 	}
-	switch *inherit {
+	o.argv = fs.Args()
+	if len(o.argv) == 0 {
+		return nil, c.usageErr("no command given"), false
+	}
+	for _, f := range envFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, c.usageErr("--env-file: %v", err), false
+		}
+		if err := parseEnvFile(b, o.env, os.LookupEnv); err != nil {
+			return nil, c.usageErr("--env-file %s: %v", f, err), false
+		}
+	}
+	for _, e := range envs {
+		if err := setEnv(o.env, e, os.LookupEnv); err != nil {
+			return nil, c.usageErr("-e %q: %v", e, err), false
+		}
+	}
+	switch o.inherit {
 	case "all", "core", "none":
 	default:
-		return c.usageErr("--env-inherit %q: want all, core or none", *inherit)
+		return nil, c.usageErr("--env-inherit %q: want all, core or none", o.inherit), false
 	}
-	if *cwd != "" && !strings.HasPrefix(*cwd, "/") {
-		return c.usageErr("--cwd %q: want an absolute path on the server", *cwd)
+	if o.workdir != "" && !strings.HasPrefix(o.workdir, "/") {
+		return nil, c.usageErr("--workdir %q: want an absolute path on the server", o.workdir), false
 	}
-	if *timeout < 0 {
-		return c.usageErr("--timeout %v: want a positive duration", *timeout)
+	if o.timeout < 0 {
+		return nil, c.usageErr("--timeout %v: want a positive duration", o.timeout), false
 	}
-	if *it || *ti {
-		*interactive, *tty = true, true
+	keys, err := parseDetachKeys(o.detachSpec)
+	if err != nil {
+		return nil, c.usageErr("--detach-keys: %v", err), false
 	}
+	o.detachKeys = keys
+	return o, 0, true
+}
 
-	cl, code := c.dial(ctx)
-	if cl == nil {
+// execSignals are the signals exec handles itself for as long as it runs.
+// SIGPIPE is caught so that a closed stdout is an error to handle
+// (terminate the remote command) rather than sudden death; SIGQUIT
+// (Ctrl-\) is forwarded rather than dumping this program's stacks.
+var execSignals = append([]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE}, resizeSignals...)
+
+func (c *command) exec(ctx context.Context, args []string) int {
+	c.stderr = &lockedWriter{w: c.stderr}
+	o, code, ok := c.parseExec(args)
+	if !ok {
 		return code
 	}
-	defer cl.Close()
+	// From here on no signal takes the default action.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, execSignals...)
+	defer signal.Stop(sigs)
 
-	cmd := client.Cmd{Argv: argv, Cwd: *cwd, Env: map[string]string(env), TTY: *tty, Stdin: *interactive, Timeout: *timeout}
-	if *inherit != "none" {
-		cmd.InheritEnv = *inherit
+	if o.tty && !isTerminal(c.stdin) {
+		if o.interactive {
+			c.notef("warning: -t given but stdin is not a terminal: input is forwarded as it comes (no raw mode, no detach keys)")
+		} else {
+			c.notef("warning: -t given but stdin is not a terminal")
+		}
 	}
-	// The local terminal: raw mode for an interactive terminal session and
-	// its size for the remote one.
-	localTerm := *tty && isTerminal(c.stdin)
+	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, Stdin: o.interactive, Timeout: o.timeout}
+	if o.inherit != "none" {
+		cmd.InheritEnv = o.inherit
+	}
+	// The local terminal's size for the remote one.
 	var sizeSrc any = c.stdout
 	if !isTerminal(c.stdout) {
 		sizeSrc = c.stdin
 	}
-	if *tty {
-		if term := os.Getenv("TERM"); term != "" && env["TERM"] == "" {
+	if o.tty {
+		if term := os.Getenv("TERM"); term != "" && o.env["TERM"] == "" {
 			cmd.Env["TERM"] = term
 		}
 		cmd.Rows, cmd.Cols, _ = winsize(sizeSrc)
 	}
 
-	p, err := cl.Start(ctx, cmd)
-	if errors.Is(err, errors.ErrUnsupported) && *timeout > 0 {
-		return c.fail(exitFailure, "--timeout: the server cannot time a command out (no processTimeout capability)")
+	// Connect and start while watching the signals: one that ends us
+	// before the command runs ends the start too.
+	type startResult struct {
+		cl   *client.Client
+		p    *client.Process
+		code int
 	}
-	if err != nil {
-		return c.startFailed(argv[0], err)
+	setupCtx, cancelSetup := context.WithCancelCause(ctx)
+	defer cancelSetup(nil)
+	started := make(chan startResult, 1)
+	go func() {
+		cl, code := c.dial(setupCtx)
+		if cl == nil {
+			started <- startResult{code: code}
+			return
+		}
+		p, err := cl.Start(setupCtx, cmd)
+		switch {
+		case errors.Is(err, errors.ErrUnsupported) && o.timeout > 0:
+			code = c.fail(exitFailure, "--timeout: the server cannot time a command out (no processTimeout capability)")
+		case err != nil && setupCtx.Err() == nil:
+			code = c.startFailed(ctx, cl, cmd, err)
+		}
+		started <- startResult{cl, p, code}
+	}()
+	var st startResult
+	var stopSig os.Signal
+setup:
+	for {
+		select {
+		case st = <-started:
+			break setup
+		case sig := <-sigs:
+			if isResize(sig) {
+				continue
+			}
+			stopSig = sig
+			cancelSetup(fmt.Errorf("%v", sig))
+		}
 	}
-	if *tty && cmd.Rows > 0 {
+	if st.p == nil {
+		if st.cl != nil {
+			st.cl.Close()
+		}
+		if s, ok := stopSig.(syscall.Signal); ok {
+			return c.fail(128+int(s), "%v before the command started", stopSig)
+		}
+		return st.code
+	}
+	cl, p := st.cl, st.p
+	detached := false
+	defer func() {
+		if !detached {
+			cl.Close()
+		}
+	}()
+	if o.tty && cmd.Rows > 0 {
 		// Servers that take the size with process/start ignore this; ones
 		// that know only process/resize need it; others refuse it, which
 		// is fine: the remote terminal stays 24x80.
@@ -115,19 +209,39 @@ func (c *command) exec(ctx context.Context, args []string) int {
 		_ = p.Resize(rctx, cmd.Rows, cmd.Cols)
 		cancel()
 	}
-	if localTerm && *interactive {
-		restore, err := makeRaw(c.stdin)
-		if err == nil {
-			defer restore()
+	localTerm := o.tty && o.interactive && isTerminal(c.stdin)
+	if localTerm {
+		if rt, err := makeRaw(c.stdin); err == nil {
+			c.term = rt
+			defer rt.restore()
 		}
 	}
+	run := &execRun{c: c, o: o, cl: cl, p: p, sigs: sigs, sizeSrc: sizeSrc, localTerm: localTerm && c.term != nil}
+	code = run.loop(ctx)
+	detached = run.detached
+	return code
+}
 
-	sigs := make(chan os.Signal, 4)
-	// SIGPIPE is caught so that a closed stdout is an error to handle
-	// (terminate the remote command) rather than sudden death.
-	signal.Notify(sigs, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}, resizeSignals...)...)
-	defer signal.Stop(sigs)
+// execRun is one started exec: it forwards input and signals and copies
+// output until the remote command is done.
+type execRun struct {
+	c         *command
+	o         *execOptions
+	cl        *client.Client
+	p         *client.Process
+	sigs      chan os.Signal
+	sizeSrc   any
+	localTerm bool // stdin is a local terminal in raw mode
+	detached  bool
+}
 
+// exitNoticeAfter is how long the remote command may have exited with its
+// output still open before exec says why it is still waiting (normally the
+// output closes right after the exit).
+const exitNoticeAfter = time.Second
+
+func (r *execRun) loop(ctx context.Context) int {
+	c, p := r.c, r.p
 	// Output copiers: they end when the process's output ends. A local
 	// write failure (stdout closed: `exec ... | head -1`) is reported on
 	// writeFailed so the remote process is not left running.
@@ -139,26 +253,11 @@ func (c *command) exec(ctx context.Context, args []string) int {
 		defer copiers.Done()
 		outErr = copyOutput(c.stdout, p.Stdout(), writeFailed)
 	}()
-	if !*tty {
+	if !r.o.tty {
 		copiers.Add(1)
 		go func() {
 			defer copiers.Done()
 			errErr = copyOutput(c.stderr, p.Stderr(), writeFailed)
-		}()
-	}
-	// The stdin forwarder ends at the end of local input (for a terminal,
-	// when the program exits).
-	// It reports through a channel, so that only this goroutine writes to
-	// stderr.
-	stdinNote := make(chan string, 1)
-	if *interactive {
-		go func() {
-			if _, err := io.Copy(p.Stdin(), c.stdin); err != nil {
-				return
-			}
-			if err := p.CloseStdin(ctx); errors.Is(err, errors.ErrUnsupported) {
-				stdinNote <- "warning: end of input not forwarded: the server cannot close a process's stdin"
-			}
 		}()
 	}
 
@@ -173,6 +272,49 @@ func (c *command) exec(ctx context.Context, args []string) int {
 		code, err := p.Wait(waitCtx)
 		done <- result{code, err}
 	}()
+
+	// Input. A local terminal is read here until the remote side is done,
+	// even after the remote command has exited, so that nothing typed
+	// meanwhile is left for the local shell; other input is copied as is.
+	stop := make(chan struct{})
+	defer close(stop)
+	stdinNote := make(chan string, 1)
+	var keys <-chan []byte
+	var keysEOF <-chan struct{}
+	var writes chan<- []byte
+	switch {
+	case r.localTerm:
+		k, eof := readKeys(c.stdin, stop)
+		keys, keysEOF = k, eof
+		w := make(chan []byte, 256)
+		writes = w
+		defer close(w)
+		go func() {
+			// One writer keeps the keystrokes in order.
+			for b := range w {
+				_ = p.Write(waitCtx, b)
+			}
+		}()
+	case r.o.interactive:
+		go func() {
+			if _, err := io.Copy(p.Stdin(), c.stdin); err != nil {
+				return
+			}
+			if err := p.CloseStdin(ctx); errors.Is(err, errors.ErrUnsupported) {
+				stdinNote <- "warning: end of input not forwarded: the server cannot close a process's stdin"
+			}
+		}()
+	}
+	matcher := &escapeMatcher{seq: r.o.detachKeys}
+	var tick <-chan time.Time
+	if r.localTerm {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		tick = t.C
+	}
+	var exitSeen time.Time
+	exitNoticed := false
+
 	var res result
 wait:
 	for {
@@ -180,7 +322,47 @@ wait:
 		case res = <-done:
 			break wait
 		case note := <-stdinNote:
-			fmt.Fprintf(c.stderr, "exec-server exec: %s\n", note)
+			c.notef("%s", note)
+		case b := <-keys:
+			fwd, hit := matcher.feed(b)
+			if hit {
+				r.detached = true
+				c.term.restore()
+				c.notef("detached; the remote command goes on in session %s until the server's session TTL ends (exec-server ps --session %s lists it)", r.cl.SessionID(), r.cl.SessionID())
+				return 0
+			}
+			if _, exited := p.ExitCode(); exited {
+				// The command is gone: keys are swallowed, and Ctrl-C
+				// stops waiting for whatever holds its terminal open.
+				if strings.IndexByte(string(fwd), 3) >= 0 {
+					code, _ := p.ExitCode()
+					c.notef("stopped waiting for the remote terminal to close")
+					return code
+				}
+				continue
+			}
+			if len(fwd) > 0 {
+				writes <- fwd
+			}
+		case <-keysEOF:
+			keysEOF, keys = nil, nil
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = p.CloseStdin(cctx)
+			cancel()
+		case <-tick:
+			code, exited := p.ExitCode()
+			switch {
+			case !exited || exitNoticed:
+			case exitSeen.IsZero():
+				exitSeen = time.Now()
+			case time.Since(exitSeen) >= exitNoticeAfter:
+				exitNoticed = true
+				detach := ""
+				if r.o.detachSpec != "" {
+					detach = ", " + r.o.detachSpec + " detaches"
+				}
+				c.notef("the remote command exited with %d, but its terminal is still open (a background job?); waiting for it to close (Ctrl-C stops waiting%s)", code, detach)
+			}
 		case err := <-writeFailed:
 			// Like a local pipeline: the writer is gone, so is the
 			// command.
@@ -191,38 +373,20 @@ wait:
 				return 128 + int(syscall.SIGPIPE)
 			}
 			return c.fail(exitRemote, "writing output: %v", err)
-		case sig := <-sigs:
-			// Not derived from ctx: a signal that also ends ctx must
-			// still reach the remote process.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			switch sig {
-			case syscall.SIGINT:
-				_ = p.Signal(sctx, client.Interrupt)
-			case syscall.SIGTERM, syscall.SIGHUP:
-				// Forward it; a server that knows only interrupt gets a
-				// kill instead, so the remote command never outlives us.
-				name := client.Terminate
-				if sig == syscall.SIGHUP {
-					name = client.Hangup
-				}
-				if p.Signal(sctx, name) != nil {
-					_, _ = p.Terminate(sctx)
-				}
-			default:
-				if isResize(sig) && *tty {
-					if rows, cols, ok := winsize(sizeSrc); ok {
-						_ = p.Resize(sctx, rows, cols)
-					}
-				}
-			}
-			cancel()
+		case sig := <-r.sigs:
+			r.forward(ctx, sig)
 		}
 	}
 	if res.err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			// Stopped from outside: Close (deferred) terminates the
 			// remote process.
 			return c.fail(exitRemote, "stopped (%v); terminating the remote process", context.Cause(ctx))
+		case errors.Is(res.err, client.ErrSessionLost):
+			return c.fail(exitRemote, "session lost: %s", describe(res.err))
+		case errors.Is(res.err, client.ErrConnectionLost):
+			return c.fail(exitRemote, "connection lost: %s", strings.TrimPrefix(strings.TrimPrefix(res.err.Error(), client.ErrConnectionLost.Error()), ": "))
 		}
 		return c.fail(exitRemote, "%s", describe(res.err))
 	}
@@ -238,7 +402,67 @@ wait:
 			return c.fail(exitRemote, "%s", describe(err))
 		}
 	}
-	return c.timedOut(p, *timeout, res.code)
+	return c.timedOut(p, r.o.timeout, res.code)
+}
+
+// forward passes a signal exec received to the remote process.
+func (r *execRun) forward(ctx context.Context, sig os.Signal) {
+	p := r.p
+	// Not derived from ctx: a signal that also ends ctx must still reach
+	// the remote process.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	switch sig {
+	case syscall.SIGINT:
+		_ = p.Signal(sctx, client.Interrupt)
+	case syscall.SIGQUIT:
+		if err := p.Signal(sctx, client.Quit); err != nil {
+			r.c.notef("SIGQUIT not forwarded: %s", describe(err))
+		}
+	case syscall.SIGTERM, syscall.SIGHUP:
+		// Forward it; a server that knows only interrupt gets a kill
+		// instead, so the remote command never outlives us.
+		name := client.Terminate
+		if sig == syscall.SIGHUP {
+			name = client.Hangup
+		}
+		if p.Signal(sctx, name) != nil {
+			_, _ = p.Terminate(sctx)
+		}
+	default:
+		if isResize(sig) && r.o.tty {
+			if rows, cols, ok := winsize(r.sizeSrc); ok {
+				_ = p.Resize(sctx, rows, cols)
+			}
+		}
+	}
+}
+
+// readKeys reads a terminal in a goroutine: each read is sent on keys
+// (a fresh slice), and eof is closed when the input ends. The goroutine
+// stops sending once stop is closed (a read in progress cannot be undone:
+// its bytes are dropped, which is what exec wants once it is done).
+func readKeys(r io.Reader, stop <-chan struct{}) (<-chan []byte, <-chan struct{}) {
+	keys := make(chan []byte)
+	eof := make(chan struct{})
+	go func() {
+		for {
+			buf := make([]byte, 4096)
+			n, err := r.Read(buf)
+			if n > 0 {
+				select {
+				case keys <- buf[:n]:
+				case <-stop:
+					return
+				}
+			}
+			if err != nil {
+				close(eof)
+				return
+			}
+		}
+	}()
+	return keys, eof
 }
 
 var errWriteFailed = errors.New("local write failed")
@@ -267,20 +491,80 @@ func copyOutput(w io.Writer, r io.Reader, writeFailed chan<- error) error {
 	}
 }
 
-// startFailed reports a failed process/start with the exit codes shells
-// use for a missing or non-executable program.
-func (c *command) startFailed(prog string, err error) int {
-	msg := describe(err)
-	code := exitRemote
+// startFailed reports a failed process/start, naming what is at fault:
+// the working directory or the program, found out by asking the server
+// about them (fs/getMetadata, and a PATH lookup) rather than by reading
+// the error's text. The exit codes are the ones shells use: 127 for
+// something missing, 126 for a program that cannot be run.
+func (c *command) startFailed(ctx context.Context, cl *client.Client, cmd client.Cmd, err error) int {
+	prog := cmd.Argv[0]
 	var e *client.Error
-	if errors.As(err, &e) {
-		code = exitFailure
+	if !errors.As(err, &e) {
+		return c.fail(exitRemote, "%s: %s", prog, describe(err))
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if cmd.Cwd != "" {
+		fi, serr := cl.Stat(dctx, cmd.Cwd)
 		switch {
-		case strings.Contains(e.Message, "(os error 2)"):
-			code = exitNoFound
-		case strings.Contains(e.Message, "(os error 13)"):
-			code = exitNoExec
+		case isNotFound(serr):
+			return c.fail(exitNoFound, "--workdir %s: no such directory on the server", cmd.Cwd)
+		case serr == nil && !fi.IsDir:
+			return c.fail(exitNoFound, "--workdir %s: not a directory", cmd.Cwd)
 		}
 	}
-	return c.fail(code, "%s: %s", prog, msg)
+	if strings.Contains(prog, "/") {
+		p := prog
+		if !path.IsAbs(p) {
+			base := cmd.Cwd
+			if base == "" {
+				base, _ = localPathOfURI(cl.Info().Cwd)
+			}
+			p = path.Join(base, p)
+		}
+		fi, serr := cl.Stat(dctx, p)
+		switch {
+		case isNotFound(serr):
+			return c.fail(exitNoFound, "%s: no such file on the server", prog)
+		case serr == nil && fi.IsDir:
+			return c.fail(exitNoExec, "%s: is a directory", prog)
+		case serr == nil:
+			return c.fail(exitNoExec, "%s: cannot be executed: %s", prog, e.Message)
+		}
+	} else if found, ok := lookPath(dctx, cl, cmd); ok {
+		if found == "" {
+			return c.fail(exitNoFound, "%s: command not found on the server (not in its PATH)", prog)
+		}
+		return c.fail(exitNoExec, "%s (%s): cannot be executed: %s", prog, found, e.Message)
+	}
+	return c.fail(exitFailure, "%s: %s", prog, e.Message)
+}
+
+func isNotFound(err error) bool {
+	var e *client.Error
+	return errors.As(err, &e) && e.Code == protocol.CodeNotFound
+}
+
+// lookPath asks the server's shell where cmd's program is, with cmd's
+// environment and directory (so with the PATH the start used). ok is false
+// when that could not be learned.
+func lookPath(ctx context.Context, cl *client.Client, cmd client.Cmd) (found string, ok bool) {
+	prog := cmd.Argv[0]
+	if strings.HasPrefix(prog, "-") {
+		return "", false
+	}
+	probe := client.Cmd{
+		Argv:       []string{"/bin/sh", "-c", `command -v "$1"`, "sh", prog},
+		Cwd:        cmd.Cwd,
+		Env:        cmd.Env,
+		InheritEnv: cmd.InheritEnv,
+	}
+	out, code, err := cl.Output(ctx, probe)
+	switch {
+	case err != nil:
+		return "", false
+	case code != 0:
+		return "", true
+	}
+	return strings.TrimSpace(string(out)), true
 }

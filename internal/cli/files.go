@@ -4,17 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/fileuri"
-	"github.com/execgo/exec-server/protocol"
 )
 
 // A location is a cp operand: a remote absolute path (":/abs") or a local
@@ -46,7 +42,7 @@ func remotePath(s string) (string, bool) {
 
 func (c *command) cat(ctx context.Context, args []string) int {
 	fs := c.flags(":/FILE...")
-	if code, ok := c.parse(fs, args); !ok {
+	if code, ok := c.parse(fs, args, true); !ok {
 		return code
 	}
 	if fs.NArg() == 0 {
@@ -76,9 +72,9 @@ func (c *command) cat(ctx context.Context, args []string) int {
 
 func (c *command) ls(ctx context.Context, args []string) int {
 	fs := c.flags("[-l] [-a] [:/DIR...]")
-	long := fs.Bool("l", false, "long format: size, modification time (UTC), name")
-	all := fs.Bool("a", false, "include names that start with a dot")
-	if code, ok := c.parse(fs, args); !ok {
+	long := fs.BoolP("long", "l", false, "long format: size, modification time (UTC), name")
+	all := fs.BoolP("all", "a", false, "include names that start with a dot")
+	if code, ok := c.parse(fs, args, true); !ok {
 		return code
 	}
 	var dirs []string
@@ -184,245 +180,6 @@ func (c *command) printEntry(fi *client.FileInfo, name string, long bool) {
 }
 
 func localPathOfURI(u string) (string, error) { return fileuri.Parse(u) }
-
-// progressMin is the size from which cp shows a progress bar on a terminal.
-const progressMin = 1 << 20
-
-func (c *command) cp(ctx context.Context, args []string) int {
-	fs := c.flags("[-r] [-q] SRC... DST   (remote paths are :/abs/path)")
-	recursive := fs.Bool("r", false, "copy directories recursively")
-	quiet := fs.Bool("q", false, "no progress bar")
-	if code, ok := c.parse(fs, args); !ok {
-		return code
-	}
-	if fs.NArg() < 2 {
-		return c.usageErr("want SRC... DST")
-	}
-	var srcs []location
-	for _, a := range fs.Args()[:fs.NArg()-1] {
-		srcs = append(srcs, parseLocation(a))
-	}
-	dst := parseLocation(fs.Arg(fs.NArg() - 1))
-	anyRemote := dst.remote
-	for _, l := range append(srcs, dst) {
-		if l.remote {
-			anyRemote = true
-			if !path.IsAbs(l.path) {
-				return c.usageErr("remote path %q must be absolute (:/abs/path)", l)
-			}
-		}
-		if !l.remote && l.path == "-" && len(srcs) > 1 {
-			return c.usageErr("- can be used with a single source only")
-		}
-	}
-	if !anyRemote {
-		return c.usageErr("nothing remote: write remote paths as :/abs/path")
-	}
-	cl, code := c.dial(ctx)
-	if cl == nil {
-		return code
-	}
-	defer cl.Close()
-	cp := &copier{cmd: c, cl: cl, recursive: *recursive, progress: !*quiet && isTerminal(c.stderr)}
-	intoDir := len(srcs) > 1 || strings.HasSuffix(dst.path, "/") || cp.isDir(ctx, dst)
-	code = 0
-	for _, src := range srcs {
-		to := dst
-		if intoDir {
-			to.path = joinPath(dst, path.Base(filepath.ToSlash(src.path)))
-		}
-		if err := cp.copy(ctx, src, to); err != nil {
-			code = c.fail(exitFailure, "%s", err)
-		}
-	}
-	return code
-}
-
-func joinPath(dir location, name string) string {
-	if dir.remote {
-		return path.Join(dir.path, name)
-	}
-	return filepath.Join(dir.path, name)
-}
-
-type copier struct {
-	cmd       *command
-	cl        *client.Client
-	recursive bool
-	progress  bool
-}
-
-func (cp *copier) isDir(ctx context.Context, l location) bool {
-	if l.remote {
-		fi, err := cp.cl.Stat(ctx, l.path)
-		return err == nil && fi.IsDir
-	}
-	if l.path == "-" {
-		return false
-	}
-	fi, err := os.Stat(l.path)
-	return err == nil && fi.IsDir()
-}
-
-// copy copies one operand, a file or (with -r) a directory tree.
-func (cp *copier) copy(ctx context.Context, src, dst location) error {
-	switch {
-	case src.remote && dst.remote:
-		if !cp.recursive && cp.isDir(ctx, src) {
-			return fmt.Errorf("%s is a directory (use -r)", src)
-		}
-		if err := cp.cl.Copy(ctx, src.path, dst.path); err != nil {
-			return fmt.Errorf("%s -> %s: %s", src, dst, describe(err))
-		}
-		return nil
-	case dst.remote:
-		return cp.upload(ctx, src.path, dst.path)
-	case src.remote:
-		return cp.download(ctx, src.path, dst.path)
-	}
-	return fmt.Errorf("%s -> %s: nothing remote", src, dst)
-}
-
-func (cp *copier) upload(ctx context.Context, local, remote string) error {
-	if local == "-" {
-		_, err := cp.cl.Upload(ctx, remote, cp.cmd.stdin, nil)
-		if err != nil {
-			return fmt.Errorf("- -> :%s: %s", remote, describe(err))
-		}
-		return nil
-	}
-	fi, err := os.Stat(local)
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		if !cp.recursive {
-			return fmt.Errorf("%s is a directory (use -r)", local)
-		}
-		return filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(local, p)
-			target := path.Join(remote, filepath.ToSlash(rel))
-			switch {
-			case d.IsDir():
-				if err := cp.cl.MkdirAll(ctx, target); err != nil {
-					return fmt.Errorf(":%s: %s", target, describe(err))
-				}
-				return nil
-			case d.Type().IsRegular():
-				return cp.uploadFile(ctx, p, target)
-			}
-			fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping %s: not a regular file or directory\n", p)
-			return nil
-		})
-	}
-	return cp.uploadFile(ctx, local, remote)
-}
-
-func (cp *copier) uploadFile(ctx context.Context, local, remote string) error {
-	f, err := os.Open(local)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	bar := cp.bar(path.Base(remote), fi.Size())
-	_, err = cp.cl.Upload(ctx, remote, f, bar.update)
-	bar.finish(err)
-	if err != nil {
-		return fmt.Errorf("%s -> :%s: %s", local, remote, describe(err))
-	}
-	return nil
-}
-
-func (cp *copier) download(ctx context.Context, remote, local string) error {
-	if local == "-" {
-		if _, err := cp.cl.Download(ctx, remote, cp.cmd.stdout, nil); err != nil {
-			return fmt.Errorf(":%s: %s", remote, describe(err))
-		}
-		return nil
-	}
-	fi, err := cp.cl.Stat(ctx, remote)
-	if err != nil {
-		return fmt.Errorf(":%s: %s", remote, describe(err))
-	}
-	if !fi.IsDir {
-		return cp.downloadFile(ctx, remote, local, fi.Size)
-	}
-	if !cp.recursive {
-		return fmt.Errorf(":%s is a directory (use -r)", remote)
-	}
-	w, err := cp.cl.Walk(ctx, remote, client.WalkOptions{})
-	if err != nil {
-		return fmt.Errorf(":%s: %s", remote, describe(err))
-	}
-	if w.Truncated {
-		return fmt.Errorf(":%s: too many entries to copy in one walk", remote)
-	}
-	if err := os.MkdirAll(local, 0o755); err != nil {
-		return err
-	}
-	// Directories first, so every file's parent exists.
-	for _, kind := range []string{protocol.FsKindDirectory, protocol.FsKindFile} {
-		for _, e := range w.Entries {
-			if e.Kind != kind {
-				continue
-			}
-			rel := strings.TrimPrefix(strings.TrimPrefix(e.Path, remote), "/")
-			target := filepath.Join(local, filepath.FromSlash(rel))
-			if kind == protocol.FsKindDirectory {
-				if err := os.MkdirAll(target, 0o755); err != nil {
-					return err
-				}
-				continue
-			}
-			efi, err := cp.cl.Stat(ctx, e.Path)
-			if err != nil {
-				return fmt.Errorf(":%s: %s", e.Path, describe(err))
-			}
-			if err := cp.downloadFile(ctx, e.Path, target, efi.Size); err != nil {
-				return err
-			}
-		}
-	}
-	for _, e := range w.Entries {
-		if e.Kind != protocol.FsKindDirectory && e.Kind != protocol.FsKindFile {
-			fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping :%s: %s\n", e.Path, e.Kind)
-		}
-	}
-	for p, msg := range w.Errors {
-		fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping :%s: %s\n", p, msg)
-	}
-	return nil
-}
-
-func (cp *copier) downloadFile(ctx context.Context, remote, local string, size int64) error {
-	// Write to a temporary name and rename, so a failed copy never leaves
-	// a truncated file under the final name.
-	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".part-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	bar := cp.bar(filepath.Base(local), size)
-	_, err = cp.cl.Download(ctx, remote, tmp, bar.update)
-	bar.finish(err)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf(":%s -> %s: %s", remote, local, describe(err))
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), local)
-}
 
 // progressBar draws one line on a terminal: name, percent, bar, amounts
 // and rate. It is inert when disabled.

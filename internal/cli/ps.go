@@ -18,9 +18,14 @@ import (
 // detached (its connection gone, within the server's session TTL).
 func (c *command) ps(ctx context.Context, args []string) int {
 	fs := c.flags("--session ID")
-	fs.StringVar(&c.session, "session", os.Getenv("EXEC_SERVER_SESSION"), "the detached session `ID` to list (default $EXEC_SERVER_SESSION)")
-	if code, ok := c.parse(fs, args); !ok {
+	// Not a registered default: a session id resumes the session, so -h
+	// must not print it.
+	fs.StringVar(&c.session, "session", "", "the detached session `ID` to list (default $EXEC_SERVER_SESSION)")
+	if code, ok := c.parse(fs, args, true); !ok {
 		return code
+	}
+	if !fs.Changed("session") {
+		c.session = os.Getenv("EXEC_SERVER_SESSION")
 	}
 	if fs.NArg() > 0 {
 		return c.usageErr("unexpected argument %q", fs.Arg(0))

@@ -1,11 +1,9 @@
-//go:build linux || darwin || freebsd || netbsd || openbsd
-
 package cli
 
 import (
-	"io"
+	"sync"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // fdOf returns the file descriptor behind a stream, if it has one.
@@ -20,34 +18,50 @@ func fdOf(v any) (int, bool) {
 // isTerminal reports whether the stream is a terminal.
 func isTerminal(v any) bool {
 	fd, ok := fdOf(v)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(fd, ioctlGetTermios)
-	return err == nil
+	return ok && term.IsTerminal(fd)
 }
 
-// makeRaw puts the terminal in raw mode (as cfmakeraw does: no echo, no
-// line editing, no signal keys, no output processing) and returns the
-// function that restores it.
-func makeRaw(v io.Reader) (restore func(), err error) {
+// rawTerminal is a local terminal put in raw mode (no echo, no line
+// editing, no signal keys: Ctrl-C is a byte for the remote side). restore
+// is idempotent, so every exit path can call it.
+type rawTerminal struct {
+	fd    int
+	old   *term.State
+	once  sync.Once
+	mu    sync.Mutex
+	isRaw bool
+}
+
+func makeRaw(v any) (*rawTerminal, error) {
 	fd, _ := fdOf(v)
-	old, err := unix.IoctlGetTermios(fd, ioctlGetTermios)
+	old, err := term.MakeRaw(fd)
 	if err != nil {
 		return nil, err
 	}
-	raw := *old
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	raw.Cc[unix.VMIN] = 1
-	raw.Cc[unix.VTIME] = 0
-	if err := unix.IoctlSetTermios(fd, ioctlSetTermios, &raw); err != nil {
-		return nil, err
+	return &rawTerminal{fd: fd, old: old, isRaw: true}, nil
+}
+
+func (r *rawTerminal) restore() {
+	if r == nil {
+		return
 	}
-	return func() { _ = unix.IoctlSetTermios(fd, ioctlSetTermios, old) }, nil
+	r.once.Do(func() {
+		_ = term.Restore(r.fd, r.old)
+		r.mu.Lock()
+		r.isRaw = false
+		r.mu.Unlock()
+	})
+}
+
+// raw reports whether the terminal is still in raw mode (output needs
+// "\r\n" then: the terminal does not add the carriage return).
+func (r *rawTerminal) raw() bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.isRaw
 }
 
 // winsize returns a terminal's size in rows and columns.
@@ -56,9 +70,9 @@ func winsize(v any) (rows, cols int, ok bool) {
 	if !isFile {
 		return 0, 0, false
 	}
-	ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
-	if err != nil || ws.Row == 0 || ws.Col == 0 {
+	w, h, err := term.GetSize(fd)
+	if err != nil || w <= 0 || h <= 0 {
 		return 0, 0, false
 	}
-	return int(ws.Row), int(ws.Col), true
+	return h, w, true
 }
