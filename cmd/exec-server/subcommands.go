@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -17,12 +18,13 @@ func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr i
 	default:
 		return 0, false
 	}
-	// exec forwards Ctrl-C, SIGTERM and SIGHUP to the remote process
-	// itself; the file commands stop on SIGTERM.
+	// exec forwards Ctrl-C, Ctrl-\, SIGTERM and SIGHUP to the remote
+	// process itself. The file commands stop on SIGTERM or Ctrl-C through
+	// their context, so that cp removes its temporary files.
 	ctx := context.Background()
 	if name != "exec" {
 		var stop context.CancelFunc
-		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM)
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 		defer stop()
 	}
 	return cli.Main(ctx, name, args, stdin, stdout, stderr), true

@@ -286,7 +286,14 @@ func (h *reconnectNotices) WithGroup(string) slog.Handler            { return h 
 func (h *reconnectNotices) Handle(_ context.Context, r slog.Record) error {
 	switch r.Message {
 	case sdkMsgReconnecting:
-		h.c.notef("connection lost; reconnecting… (for up to %v)", h.c.reconnectTimeout)
+		why := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				why = " (" + a.Value.String() + ")"
+			}
+			return true
+		})
+		h.c.notef("connection lost%s; reconnecting… (for up to %v)", why, h.c.reconnectTimeout)
 	case sdkMsgResumed:
 		h.c.notef("reconnected; the session resumed")
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,6 +110,8 @@ func needServer(t *testing.T) {
 	}
 }
 
+var reconnectNotice = regexp.MustCompile(`(?m)^exec-server [a-z]+: (connection lost.*; reconnecting… .*|reconnected; the session resumed)\n`)
+
 // run runs one subcommand in-process and renders the transcript that the
 // golden files hold, with the URL and dir replaced by $URL and $DIR.
 func run(t *testing.T, dir, stdin string, args ...string) (string, int) {
@@ -122,6 +125,9 @@ func run(t *testing.T, dir, stdin string, args ...string) (string, int) {
 		// comes before the process exits is a race; it is not part of
 		// the transcript.
 		s = strings.ReplaceAll(s, "exec-server exec: warning: end of input not forwarded: the server cannot close a process's stdin\n", "")
+		// A reconnect is transparent (a loaded machine sees one now and
+		// then); its notices are not part of the transcript either.
+		s = reconnectNotice.ReplaceAllString(s, "")
 		if serverURL != "" {
 			s = strings.ReplaceAll(s, serverURL, "$URL")
 		}
