@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a server. The zero value of every field is a sensible
@@ -85,6 +87,12 @@ type Config struct {
 	Authenticate func(r *http.Request) error
 	// TLSConfig, when set, serves wss:// and https /readyz.
 	TLSConfig *tls.Config
+	// Metrics, when set, receives the server's metrics (connections,
+	// sessions, processes, requests, output, budgets; see README,
+	// "Operating"), served in the Prometheus text format as /metrics on
+	// the websocket listener, behind Authenticate, and by MetricsHandler.
+	// Give each registry to one server only.
+	Metrics *prometheus.Registry
 }
 
 func (c *Config) withDefaults() Config {

@@ -339,6 +339,7 @@ func (s *Server) buildMethods() map[string]method {
 		}
 	}
 	s.watchMethods(m)
+	s.observeMethods(m) // ops: request logs and metrics (observe.go); keep last
 	return m
 }
 

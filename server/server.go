@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -40,6 +41,9 @@ type Server struct {
 
 	// Server-wide byte budgets (see Config).
 	incoming, retained, stdin *budget.Bytes
+
+	obs         *observer    // logs and metrics of what happens
+	metricsHTTP http.Handler // /metrics; nil without Config.Metrics
 }
 
 // New returns a server for cfg.
@@ -49,18 +53,52 @@ func New(cfg Config) *Server {
 	s.retained = budget.New("retained output bytes", s.cfg.MaxRetainedBytes)
 	s.stdin = budget.New("queued stdin bytes", s.cfg.MaxStdinBytes)
 	s.fs = newFS(s.cfg)
+	var m *metrics
+	if s.cfg.Metrics != nil {
+		var err error
+		if m, err = newMetrics(s, s.cfg.Metrics); err != nil {
+			s.cfg.Logger.Warn("metrics off: cannot register them", "err", err)
+			m = nil
+		} else {
+			s.metricsHTTP = newMetricsHTTP(s.cfg.Metrics, s.cfg.Logger)
+		}
+	}
+	s.obs = newObserver(s.cfg.Logger, m)
 	s.methods = s.buildMethods()
 	return s
 }
 
+// ErrServerClosed is returned by Serve once its context has ended and its
+// sessions are gone, as net/http's Serve returns http.ErrServerClosed.
+var ErrServerClosed = errors.New("server: closed")
+
 // Run serves cfg.Listen until ctx ends (or, on stdio, until stdin closes),
-// then kills every managed process and returns.
+// then kills every managed process and returns nil; other errors (a bad
+// Listen, a port in use) are returned as they happen.
 func Run(ctx context.Context, cfg Config) error {
 	return New(cfg).Run(ctx)
 }
 
-// ParseListen checks a --listen value. It returns "stdio" or the host:port
-// of a ws:// URL whose host is an IP literal.
+// ListenError is ParseListen's error: a listen URL that is not
+// "ws://HOST:PORT" (Unsupported: not a ws:// URL at all) or "stdio". Its
+// text names no flag; a command line adds its own flag's name.
+type ListenError struct {
+	URL         string
+	Unsupported bool // not ws:// nor stdio; otherwise a bad host or port
+}
+
+func (e *ListenError) Error() string {
+	if e.Unsupported {
+		return fmt.Sprintf("unsupported listen URL `%s`; expected `ws://IP:PORT` or `stdio`", e.URL)
+	}
+	return fmt.Sprintf("invalid websocket listen URL `%s`; expected `ws://IP:PORT` (or `ws://localhost:PORT`)", e.URL)
+}
+
+// ParseListen checks a listen URL. It returns stdio for "stdio" and
+// "stdio://", otherwise the host:port of a ws:// URL whose host is an IP
+// literal or localhost; localhost is returned as 127.0.0.1, so that it
+// binds the loopback interface only, whatever /etc/hosts says. Errors are
+// *ListenError.
 func ParseListen(listen string) (stdio bool, addr string, err error) {
 	switch listen {
 	case "stdio", "stdio://":
@@ -68,15 +106,20 @@ func ParseListen(listen string) (stdio bool, addr string, err error) {
 	}
 	rest, ok := strings.CutPrefix(listen, "ws://")
 	if !ok {
-		return false, "", fmt.Errorf("unsupported --listen URL `%s`; expected `ws://IP:PORT` or `stdio`", listen)
+		return false, "", &ListenError{URL: listen, Unsupported: true}
 	}
-	if _, err := netip.ParseAddrPort(strings.TrimSuffix(rest, "/")); err != nil {
-		return false, "", fmt.Errorf("invalid websocket --listen URL `%s`; expected `ws://IP:PORT`", listen)
+	rest = strings.TrimSuffix(rest, "/")
+	if port, ok := strings.CutPrefix(rest, "localhost:"); ok {
+		rest = "127.0.0.1:" + port
 	}
-	return false, strings.TrimSuffix(rest, "/"), nil
+	if _, err := netip.ParseAddrPort(rest); err != nil {
+		return false, "", &ListenError{URL: listen}
+	}
+	return false, rest, nil
 }
 
-// Run serves the configured listener until ctx ends.
+// Run serves the configured listener until ctx ends, then ends every
+// session. It returns nil when ctx ended it.
 func (s *Server) Run(ctx context.Context) error {
 	logSandboxSupport(s.cfg.Logger)
 	stdio, addr, err := ParseListen(s.cfg.Listen)
@@ -93,16 +136,19 @@ func (s *Server) Run(ctx context.Context) error {
 			out = os.Stdout
 		}
 		st := transport.NewStdio(in, out, nil, int(s.cfg.MaxMessageBytes))
+		s.cfg.Logger.Info("serving on stdio")
 		// A blocked read of stdin cannot be interrupted; when ctx ends we
 		// return without waiting for it.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			s.ServeStream(ctx, st)
+			s.ServeStreamWith(ctx, st, StreamOptions{EndSessionOnClose: true})
 		}()
 		select {
 		case <-done:
+			s.cfg.Logger.Info("shutting down: stdin closed")
 		case <-ctx.Done():
+			s.cfg.Logger.Info("shutting down", "reason", context.Cause(ctx))
 		}
 		return nil
 	}
@@ -110,10 +156,15 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.Serve(ctx, l)
+	if err := s.Serve(ctx, l); !errors.Is(err, ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
-// Serve accepts websocket connections on l until ctx ends.
+// Serve accepts websocket connections on l until ctx ends; it then closes
+// l, ends every session (killing their processes) and returns
+// ErrServerClosed. Any other error is the listener's.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	scheme := "ws"
 	if s.cfg.TLSConfig != nil {
@@ -124,12 +175,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		Handler:           s.Handler(ctx),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          nil,
+		// net/http's own complaints (TLS handshakes, bad requests) go
+		// to the configured logger, not to the log package's stderr.
+		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	url := fmt.Sprintf("%s://%s", scheme, l.Addr())
 	if s.cfg.OnListen != nil {
-		s.cfg.OnListen(fmt.Sprintf("%s://%s", scheme, l.Addr()))
+		s.cfg.OnListen(url)
 	}
-	s.cfg.Logger.Info("listening", "url", fmt.Sprintf("%s://%s", scheme, l.Addr()))
+	s.cfg.Logger.Info("listening", "url", url)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {
@@ -137,40 +191,95 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.cfg.Logger.Info("shutting down", "reason", context.Cause(ctx))
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	<-errc
-	return nil
+	s.Close()
+	return ErrServerClosed
 }
 
-// Handler returns the websocket listener's HTTP handler; connections end
+// Handler returns the websocket listener's HTTP handler: the protocol on
+// "/", /readyz and /metrics (when Config.Metrics is set). Connections end
 // when ctx does.
 func (s *Server) Handler(ctx context.Context) http.Handler {
-	return transport.NewHandler(transport.HandlerOptions{
+	authenticate := s.authenticate()
+	ws := transport.NewHandler(transport.HandlerOptions{
 		MaxMessageBytes: s.cfg.MaxMessageBytes,
 		MaxConnections:  s.cfg.MaxConnections,
 		MessageBudget:   s.incoming,
 		StallTimeout:    s.cfg.MessageStallTimeout,
-		Authenticate:    s.cfg.Authenticate,
+		Authenticate:    authenticate,
 		Logger:          s.cfg.Logger,
 		Serve: func(rctx context.Context, ws *transport.WebSocket) {
 			cctx, cancel := context.WithCancel(rctx)
 			defer cancel()
 			stop := context.AfterFunc(ctx, cancel)
 			defer stop()
-			s.serve(cctx, ws, false)
+			s.serveCounted(cctx, ws, false)
 		},
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.Header["Origin"]; ok {
+			// The transport refuses it (403) on every path; logged here.
+			s.refused(r, http.StatusForbidden, errors.New("request has an Origin header (a browser page)"))
+		} else if r.URL.Path == "/metrics" && s.serveMetrics(w, r, authenticate) {
+			return
+		}
+		ws.ServeHTTP(w, r)
 	})
 }
 
-// ServeStream serves one connection until it ends. A *transport.Stdio
-// stream's session ends with it (its processes are killed); any other
-// stream's session is detached and survives for SessionTTL, resumable with
-// resumeSessionId.
+// authenticate is Config.Authenticate (nil when unset), logging and
+// counting each refusal.
+func (s *Server) authenticate() func(*http.Request) error {
+	if s.cfg.Authenticate == nil {
+		return nil
+	}
+	return func(r *http.Request) error {
+		err := s.cfg.Authenticate(r)
+		if err != nil {
+			s.refused(r, http.StatusUnauthorized, err)
+		}
+		return err
+	}
+}
+
+// refused logs a refused HTTP request at info: the operator sees probes
+// and misconfigured clients without debug logs.
+func (s *Server) refused(r *http.Request, code int, err error) {
+	s.cfg.Logger.Info("request refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", code, "reason", err)
+	s.obs.refusal(code)
+}
+
+// StreamOptions say how ServeStreamWith treats a stream's session.
+type StreamOptions struct {
+	// EndSessionOnClose ends the session, killing its processes, when the
+	// stream ends, as on stdio; a peer that closed its sending side still
+	// gets a while to read the replies. Otherwise the session is detached
+	// when the stream ends and may be resumed for Config.SessionTTL.
+	EndSessionOnClose bool
+}
+
+// ServeStream serves one connection until it ends. Its session is
+// detached when the stream ends and survives for SessionTTL, resumable
+// with resumeSessionId: ServeStreamWith(ctx, st, StreamOptions{}).
 func (s *Server) ServeStream(ctx context.Context, st jsonrpc.Stream) {
-	_, isStdio := st.(*transport.Stdio)
-	s.serve(ctx, st, isStdio)
+	s.ServeStreamWith(ctx, st, StreamOptions{})
+}
+
+// ServeStreamWith serves one connection until it ends, with the session
+// lifetime opts asks for.
+func (s *Server) ServeStreamWith(ctx context.Context, st jsonrpc.Stream, opts StreamOptions) {
+	s.serveCounted(ctx, st, opts.EndSessionOnClose)
+}
+
+// serveCounted is serve, counted in the connection metrics.
+func (s *Server) serveCounted(ctx context.Context, st jsonrpc.Stream, endSessionOnClose bool) {
+	done := s.obs.connOpened()
+	defer done()
+	s.serve(ctx, st, endSessionOnClose)
 }
 
 func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose bool) {

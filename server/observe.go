@@ -1,0 +1,270 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/execgo/exec-server/process"
+	"github.com/execgo/exec-server/protocol"
+)
+
+// observer sees what the server does (requests, process events,
+// connections, refusals): it logs it and, when Config.Metrics is set,
+// counts it (metrics.go). The engine reaches it through two calls only:
+// observeMethods, when the method table is built, and processEvent, when a
+// session delivers an event; the rest is called from server.go. A nil
+// *metrics counts nothing.
+type observer struct {
+	log *slog.Logger
+	m   *metrics
+
+	// started holds when each live process was started (a procKey), for
+	// the exit line's duration; bounded so that a session that never
+	// reports exits cannot grow it without end.
+	mu      sync.Mutex
+	started map[procKey]time.Time
+}
+
+type procKey struct {
+	ss *session
+	id string
+}
+
+// maxStarted bounds observer.started; past it a process's exit is logged
+// without a duration.
+const maxStarted = 1 << 16
+
+func newObserver(log *slog.Logger, m *metrics) *observer {
+	return &observer{log: log, m: m, started: make(map[procKey]time.Time)}
+}
+
+// observeMethods wraps every method of the table so that each request is
+// logged at debug and counted: method, process id, argv[0] (process/start),
+// result code and duration. Requests refused before their method runs
+// (unknown method, lifecycle) are not seen; bad params are, with -32602 and
+// no duration.
+func (s *Server) observeMethods(table map[string]method) {
+	for name, m := range table {
+		decode, call := m.decode, m.call
+		m.decode = func(raw json.RawMessage) (any, error) {
+			p, err := decode(raw)
+			if err != nil {
+				s.obs.request(name, nil, err, 0, false)
+			}
+			return p, err
+		}
+		m.call = func(ctx context.Context, cs *connState, p any) (any, error) {
+			t0 := time.Now()
+			res, err := call(ctx, cs, p)
+			d := time.Since(t0)
+			s.obs.request(name, p, err, d, sandboxed(name, p))
+			if name == protocol.MethodProcessStart {
+				s.obs.processStarted(cs.sess(), p, err, t0)
+			}
+			if err == nil {
+				s.obs.fsBytes(name, p)
+			}
+			return res, err
+		}
+		table[name] = m
+	}
+}
+
+// errorCode is a reply's code: 0 for success, the wire error's code
+// otherwise (-32603 for an error that carries none).
+func errorCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var e *protocol.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return protocol.CodeInternal
+}
+
+// sandboxed reports whether a request asked for a sandbox: its latency is
+// then mostly the sandbox helper's.
+func sandboxed(method string, p any) bool {
+	switch v := p.(type) {
+	case *protocol.StartParams:
+		return len(v.Sandbox) > 0 && string(v.Sandbox) != "null"
+	case json.RawMessage:
+		// fs/* params stay raw; a cheap look for the member is enough
+		// for a metric label.
+		return hasSandboxMember(v)
+	}
+	return false
+}
+
+func hasSandboxMember(raw json.RawMessage) bool {
+	var probe struct {
+		Sandbox json.RawMessage `json:"sandbox"`
+	}
+	if !bytes.Contains(raw, []byte(`"sandbox"`)) {
+		return false
+	}
+	if json.Unmarshal(raw, &probe) != nil {
+		return false
+	}
+	return len(probe.Sandbox) > 0 && string(probe.Sandbox) != "null"
+}
+
+func (o *observer) request(method string, p any, err error, d time.Duration, sandboxed bool) {
+	code := errorCode(err)
+	o.m.request(method, code, d, sandboxed)
+	if !o.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 6)
+	attrs = append(attrs, slog.String("method", method))
+	switch v := p.(type) {
+	case *protocol.StartParams:
+		attrs = append(attrs, slog.String("process", v.ProcessID))
+		if len(v.Argv) > 0 {
+			attrs = append(attrs, slog.String("argv0", v.Argv[0]))
+		}
+	default:
+		if id := processIDOf(p); id != "" {
+			attrs = append(attrs, slog.String("process", id))
+		}
+	}
+	attrs = append(attrs, slog.Int("code", code), slog.Duration("duration", d))
+	if err != nil {
+		attrs = append(attrs, slog.String("err", err.Error()))
+	}
+	o.log.LogAttrs(context.Background(), slog.LevelDebug, "request", attrs...)
+}
+
+// processIDOf finds the process id in the params of the process/* methods.
+func processIDOf(p any) string {
+	switch v := p.(type) {
+	case *protocol.ReadParams:
+		return v.ProcessID
+	case *protocol.WriteParams:
+		return v.ProcessID
+	case *protocol.SignalParams:
+		return v.ProcessID
+	case *protocol.CloseStdinParams:
+		return v.ProcessID
+	case *protocol.ResizeParams:
+		return v.ProcessID
+	case *protocol.TerminateParams:
+		return v.ProcessID
+	}
+	return ""
+}
+
+// processStarted counts a process/start by result and remembers when a
+// started process began, for its exit line.
+func (o *observer) processStarted(ss *session, p any, err error, t0 time.Time) {
+	o.m.start(errorCode(err))
+	sp, ok := p.(*protocol.StartParams)
+	if err != nil || !ok || ss == nil {
+		return
+	}
+	o.mu.Lock()
+	if len(o.started) < maxStarted {
+		o.started[procKey{ss, sp.ProcessID}] = t0
+	}
+	o.mu.Unlock()
+}
+
+// fsBytes counts the bytes a successful fs/writeFile or fs/writeBlock
+// carried, from the length of their base64 text.
+func (o *observer) fsBytes(method string, p any) {
+	if o.m == nil {
+		return
+	}
+	raw, ok := p.(json.RawMessage)
+	if !ok {
+		return
+	}
+	var member string
+	switch method {
+	case protocol.MethodFsWriteFile:
+		member = "dataBase64"
+	case protocol.MethodFsWriteBlock:
+		member = "chunk"
+	default:
+		return
+	}
+	var v map[string]json.RawMessage
+	if json.Unmarshal(raw, &v) != nil {
+		return
+	}
+	var s string
+	if json.Unmarshal(v[member], &s) != nil {
+		return
+	}
+	o.m.fsWritten(base64Len(s))
+}
+
+// base64Len is the decoded length of standard, padded base64 text.
+func base64Len(s string) int {
+	n := len(s) / 4 * 3
+	for i := len(s) - 1; i >= 0 && i >= len(s)-2 && s[i] == '='; i-- {
+		n--
+	}
+	return max(n, 0)
+}
+
+// processEvent sees every event a session delivers: output bytes by
+// stream, an exit (logged at debug with code, signal and duration), and
+// whether the push was dropped (no connection attached). The engine calls
+// it from (*session).Deliver.
+func (o *observer) processEvent(ss *session, ev process.Event, dropped bool) {
+	if dropped {
+		o.m.droppedPush()
+	}
+	switch ev.Kind {
+	case process.EventOutput:
+		o.m.output(ev.Stream, len(ev.Data))
+	case process.EventExited:
+		o.mu.Lock()
+		t0, ok := o.started[procKey{ss, ev.ProcessID}]
+		delete(o.started, procKey{ss, ev.ProcessID})
+		o.mu.Unlock()
+		o.m.exit()
+		if !o.log.Enabled(context.Background(), slog.LevelDebug) {
+			return
+		}
+		attrs := []slog.Attr{slog.String("process", ev.ProcessID), slog.Int("code", ev.ExitCode)}
+		// The wire reports a signal death as 128+N, as shells do.
+		if ev.ExitCode > 128 && ev.ExitCode < 128+65 {
+			attrs = append(attrs, slog.Int("signal", ev.ExitCode-128))
+		}
+		if ok {
+			attrs = append(attrs, slog.Duration("duration", time.Since(t0)))
+		}
+		if ev.TimedOut {
+			attrs = append(attrs, slog.Bool("timedOut", true))
+		}
+		if ev.SandboxDenied {
+			attrs = append(attrs, slog.Bool("sandboxDenied", true))
+		}
+		if ss != nil {
+			attrs = append(attrs, slog.String("session", ss.id))
+		}
+		o.log.LogAttrs(context.Background(), slog.LevelDebug, "process exited", attrs...)
+	}
+}
+
+// pushStalled records a push that waited for room in its connection's
+// send queue (back-pressure) for d. The engine calls it from
+// (*session).Deliver when Send blocked.
+func (o *observer) pushStalled(d time.Duration) { o.m.stall(d) }
+
+// connOpened counts a connection; the returned function counts its end.
+func (o *observer) connOpened() func() {
+	o.m.connOpened()
+	return o.m.connClosed
+}
+
+func (o *observer) refusal(code int) { o.m.refusal(strconv.Itoa(code)) }
