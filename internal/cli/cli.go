@@ -63,7 +63,7 @@ type command struct {
 	reconnectTimeout time.Duration
 	session          string // ps: the session to resume
 	usage            string // the synopsis after "exec-server NAME"
-	term             *rawTerminal
+	term             rawTerminal
 }
 
 // flags returns a GNU-style flag set (as kubectl's) with the shared

@@ -2,54 +2,89 @@
 // exec, cp, ls, cat and ps. They talk to a running exec-server over a websocket
 // with the client package.
 //
+// # Flags
+//
+// Flags are GNU-style, as kubectl's and docker's: short flags combine
+// (-it, -la), long ones take their value after a space or "=" (--env K=V,
+// --env=K=V), and the single-dash long spellings of earlier versions
+// (-url, -cwd) still work. For exec, flags end at the command (or at --):
+// everything after it is the command's, as with docker exec.
+//
 // # Connecting
 //
 // Every subcommand takes the same connection flags:
 //
 //	--url ws://HOST:PORT      the server (or wss://...); default $EXEC_SERVER_URL
 //	--token TOKEN             sent as "Authorization: Bearer TOKEN" on the upgrade;
-//	                          default $EXEC_SERVER_TOKEN
+//	                          default $EXEC_SERVER_TOKEN (never shown by -h)
 //	--token-file PATH         read the token from PATH (surrounding space trimmed)
 //	--ca-file PATH            also trust the PEM certificates in PATH (wss://)
 //	--connect-timeout D       how long to try to connect (default 10s)
+//	--reconnect-timeout D     how long to try to resume the session after the
+//	                          connection drops (default 60s)
+//
+// A dropped websocket connection is resumed transparently: the output
+// continues where it stopped, nothing lost or repeated. stderr says
+// "connection lost (WHY); reconnecting…" and then "reconnected". When the
+// server that answers no longer knows the session (it restarted, or the
+// session expired) exec stops at once, saying so, with 255.
 //
 // # exec
 //
-//	exec-server exec [flags] [--] CMD [ARG...]
+//	exec-server exec [flags] CMD [ARG...]
 //
 // runs CMD on the server with this terminal's stdout and stderr, and exits
 // with CMD's exit code (128+N when a signal N killed it). Flags:
 //
-//	-i                 forward stdin (end of input closes the remote stdin
-//	                   where the server supports it)
-//	-t                 run CMD on a pseudo-terminal; with a local terminal,
-//	                   its window size is forwarded and follows resizes
-//	-it, -ti           both: an interactive terminal session; the local
-//	                   terminal is put in raw mode, so Ctrl-C, Ctrl-D and
-//	                   Ctrl-Z reach the remote program as keystrokes
-//	-e K=V             set an environment variable (repeatable)
-//	--env-inherit M    start from the server's environment: all (default),
-//	                   core or none; variables named like *KEY*, *SECRET*,
-//	                   *TOKEN* are never inherited
-//	--cwd DIR          working directory on the server (absolute)
-//	--timeout D        the server kills CMD's whole tree after D (a Go
-//	                   duration: 90s, 5m; at most 7 days); exec then says so
-//	                   on stderr and exits with 124, as timeout(1). A server
-//	                   without the processTimeout capability refuses it
-//	                   (exit 1) rather than run CMD without a limit
+//	-i, --interactive     forward stdin (end of input closes the remote stdin
+//	                      where the server supports it)
+//	-t, --tty             run CMD on a pseudo-terminal; with a local terminal,
+//	                      its window size is forwarded and follows resizes.
+//	                      A warning says when stdin is not a terminal
+//	-it                   both: an interactive terminal session (below)
+//	-e, --env K=V         set an environment variable (repeatable); a bare K
+//	                      passes this side's value of K, if set
+//	--env-file FILE       K=V lines, as docker's: # comments, blank lines,
+//	                      values verbatim, a bare K as for -e; -e wins
+//	--env-inherit M       start from the server's environment: all (default),
+//	                      core or none; variables named like *KEY*, *SECRET*,
+//	                      *TOKEN* are never inherited
+//	-w, --workdir DIR     working directory on the server (absolute; --cwd
+//	                      is the old spelling)
+//	--timeout D           the server kills CMD's whole tree after D (a Go
+//	                      duration: 90s, 5m; at most 7 days); exec then says
+//	                      so on stderr and exits with 124, as timeout(1). A
+//	                      server without the processTimeout capability
+//	                      refuses it (exit 1) rather than run CMD unlimited
+//	--detach-keys KEYS    the -it detach sequence, docker's notation
+//	                      (default ctrl-p,ctrl-q; "" for none)
+//
+// With -it on a local terminal, the terminal is in raw mode while CMD
+// runs: Ctrl-C, Ctrl-D, Ctrl-Z and Ctrl-\ are keystrokes for the remote
+// program. The terminal is read until the remote side is done, so nothing
+// typed is left over for the local shell. When CMD has exited but
+// something it left behind (a background job) keeps its terminal open,
+// exec says so after a second; Ctrl-C then stops waiting (exit: CMD's
+// code). The detach keys leave CMD running in its session, which the
+// server keeps for its session TTL (exec-server ps --session ID lists its
+// processes), and exit 0. The terminal's settings are restored on every
+// way out.
 //
 // Without -t, Ctrl-C (SIGINT) is forwarded to the remote process as an
-// interrupt. SIGTERM and SIGHUP are forwarded as themselves (a server that
-// cannot deliver them kills the remote process instead). When exec's own stdout
-// closes (exec ... | head -1), the remote process is terminated and exec
-// exits with 141, as a pipeline member killed by SIGPIPE would. Exit codes
-// of exec itself: 2 for a usage error, 126 when CMD is not executable, 127
-// when it (or --cwd) is not found, 255 when the server cannot be reached,
-// the connection is lost for good, or part of the output was lost (stderr
-// says which; a non-zero code is never hidden behind lost output).
+// interrupt and Ctrl-\ (SIGQUIT) as a quit. SIGTERM and SIGHUP are
+// forwarded as themselves (a server that cannot deliver them kills the
+// remote process instead). When exec's own stdout closes (exec ... | head
+// -1), the remote process is terminated and exec exits with 141, as a
+// pipeline member killed by SIGPIPE would.
 //
-// Over a websocket a dropped connection is resumed transparently: the
-// output continues where it stopped, nothing lost or repeated.
+// Exit codes of exec itself: 2 for a usage error; 127 when the program is
+// not found or the --workdir directory is missing (stderr names which); 126
+// when the program cannot be run (a directory, not executable); 255 when
+// the server cannot be reached, the connection or session is lost for
+// good, or part of the output was lost (stderr says which; a non-zero code
+// is never hidden behind lost output). What is at fault is found out by
+// asking the server (fs/getMetadata on the directory or program, a PATH
+// lookup with the command's environment), not from the error's text.
 //
 // # Remote paths: cp, ls, cat
 //
@@ -59,7 +94,7 @@
 // whose name starts with a colon can be written "./:name". ls and cat take
 // only remote paths, so for them the colon is optional.
 //
-//	exec-server cp [-r] [-q] SRC... DST
+//	exec-server cp [-a] [-r] [-q] SRC... DST
 //
 // copies local to remote, remote to local, or remote to remote (on the
 // server). With several sources, or when DST is an existing directory or
@@ -68,11 +103,25 @@
 // flight, never whole in memory; on a terminal a progress bar shows on
 // stderr for files over 1 MiB (-q hides it).
 //
+// A file is written under a temporary name beside its target
+// (".NAME.part-*") and put in place when complete, so an interrupted copy
+// (Ctrl-C, a lost connection, a failing source) leaves the target as it
+// was. Locally that is a rename. On the server, which has no rename
+// method, the server copies the finished file onto the target in one
+// request (fs/copy) and the temporary file is removed.
+//
+// -a (archive, implies -r) also keeps each file's permission bits
+// (setuid, setgid and sticky included), modification times (to the
+// second) and symlinks as symlinks (dangling ones too). The protocol can
+// neither read a mode or a link nor set a time, so -a runs POSIX sh, find,
+// ls, readlink, chmod, touch, ln and mv on the server; the file is renamed
+// into place there (mv, i.e. rename(2)).
+//
 //	exec-server ls [-l] [-a] [:/DIR...]
 //
 // lists directories (default: the server's working directory), sorted;
-// directories end in "/". -a includes names starting with a dot; -l shows
-// size and modification time (UTC).
+// directories end in "/". -a (--all) includes names starting with a dot;
+// -l (--long) shows size and modification time (UTC); -la is both.
 //
 //	exec-server cat :/FILE...
 //
@@ -88,7 +137,8 @@
 // command. Processes belong to the session that started them, so ps
 // resumes that session: it must be detached (its websocket connection
 // gone, within the server's session TTL), and ps leaves it detached again.
-// --session defaults to $EXEC_SERVER_SESSION.
+// --session defaults to $EXEC_SERVER_SESSION (not shown by -h: an id
+// resumes the session).
 //
 // Errors are one line on stderr, "exec-server SUBCOMMAND: ...", with exit
 // code 1 (2 for usage errors).

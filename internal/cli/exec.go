@@ -211,12 +211,13 @@ setup:
 	}
 	localTerm := o.tty && o.interactive && isTerminal(c.stdin)
 	if localTerm {
-		if rt, err := makeRaw(c.stdin); err == nil {
-			c.term = rt
-			defer rt.restore()
+		if err := c.term.makeRaw(c.stdin); err != nil {
+			localTerm = false
+			c.notef("warning: the local terminal cannot be put in raw mode (%v): keys are read line by line", err)
 		}
+		defer c.term.restore()
 	}
-	run := &execRun{c: c, o: o, cl: cl, p: p, sigs: sigs, sizeSrc: sizeSrc, localTerm: localTerm && c.term != nil}
+	run := &execRun{c: c, o: o, cl: cl, p: p, sigs: sigs, sizeSrc: sizeSrc, localTerm: localTerm}
 	code = run.loop(ctx)
 	detached = run.detached
 	return code

@@ -21,47 +21,44 @@ func isTerminal(v any) bool {
 	return ok && term.IsTerminal(fd)
 }
 
-// rawTerminal is a local terminal put in raw mode (no echo, no line
-// editing, no signal keys: Ctrl-C is a byte for the remote side). restore
-// is idempotent, so every exit path can call it.
+// rawTerminal is the local terminal while exec puts it in raw mode (no
+// echo, no line editing, no signal keys: Ctrl-C is a byte for the remote
+// side). Its zero value is a terminal left alone. restore is idempotent,
+// so every exit path can call it, and safe to call from any goroutine
+// (messages printed meanwhile need to know the mode).
 type rawTerminal struct {
-	fd    int
-	old   *term.State
-	once  sync.Once
-	mu    sync.Mutex
-	isRaw bool
+	mu  sync.Mutex
+	fd  int
+	old *term.State // nil when not in raw mode
 }
 
-func makeRaw(v any) (*rawTerminal, error) {
+func (r *rawTerminal) makeRaw(v any) error {
 	fd, _ := fdOf(v)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	old, err := term.MakeRaw(fd)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &rawTerminal{fd: fd, old: old, isRaw: true}, nil
+	r.fd, r.old = fd, old
+	return nil
 }
 
 func (r *rawTerminal) restore() {
-	if r == nil {
-		return
-	}
-	r.once.Do(func() {
-		_ = term.Restore(r.fd, r.old)
-		r.mu.Lock()
-		r.isRaw = false
-		r.mu.Unlock()
-	})
-}
-
-// raw reports whether the terminal is still in raw mode (output needs
-// "\r\n" then: the terminal does not add the carriage return).
-func (r *rawTerminal) raw() bool {
-	if r == nil {
-		return false
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.isRaw
+	if r.old != nil {
+		_ = term.Restore(r.fd, r.old)
+		r.old = nil
+	}
+}
+
+// raw reports whether the terminal is in raw mode (output needs "\r\n"
+// then: the terminal does not add the carriage return).
+func (r *rawTerminal) raw() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.old != nil
 }
 
 // winsize returns a terminal's size in rows and columns.
