@@ -115,7 +115,9 @@
 // second) and symlinks as symlinks (dangling ones too). The protocol can
 // neither read a mode or a link nor set a time, so -a runs POSIX sh, find,
 // ls, readlink, chmod, touch, ln and mv on the server; the file is renamed
-// into place there (mv, i.e. rename(2)).
+// into place there (mv, i.e. rename(2)). Remote to remote, cp is the
+// server's fs/copy, with or without -a: modes and symlinks are kept, times
+// are not.
 //
 //	exec-server ls [-l] [-a] [:/DIR...]
 //

@@ -317,3 +317,51 @@ func TestExecReconnectNotice(t *testing.T) {
 		}
 	}
 }
+
+// A signal before the command started (here: a server that accepts the
+// connection and never answers) ends exec at once, as 128+N, without a
+// stack dump; nothing is left running remotely since nothing started.
+func TestExecSignalBeforeStart(t *testing.T) {
+	needServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		code int
+	}{{syscall.SIGINT, 130}, {syscall.SIGQUIT, 131}, {syscall.SIGTERM, 143}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			cmd := exec.Command(bin, "exec", "--url", "ws://"+ln.Addr().String(), "--connect-timeout", "1m", "--", "true")
+			var stderr lineWaiter
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			// exec handles its signals from before it dials.
+			select {
+			case <-accepted:
+			case <-time.After(30 * time.Second):
+				t.Fatal("exec never connected")
+			}
+			cmd.Process.Signal(tc.sig)
+			cmd.Wait()
+			if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(stderr.String(), "before the command started") || strings.Contains(stderr.String(), "goroutine") {
+				t.Errorf("exit %d, stderr %q; want %d and one line", code, stderr.String(), tc.code)
+			}
+		})
+	}
+}
