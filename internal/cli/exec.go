@@ -218,6 +218,10 @@ setup:
 		defer c.term.restore()
 	}
 	run := &execRun{c: c, o: o, cl: cl, p: p, sigs: sigs, sizeSrc: sizeSrc, localTerm: localTerm}
+	if stopSig != nil {
+		// It came as the command started: the command gets it.
+		run.forward(ctx, stopSig)
+	}
 	code = run.loop(ctx)
 	detached = run.detached
 	return code
