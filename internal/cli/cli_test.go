@@ -241,6 +241,7 @@ func TestExec(t *testing.T) {
 		{"abc\ndef\n", []string{"exec", "--url", serverURL, "-i", "--", "head", "-n", "2"}, 0},
 		{"one\ntwo\nthree\n", []string{"exec", "--url", serverURL, "-i", "--", "wc", "-l"}, 0},
 		{"", []string{"exec", "--url", serverURL, "-t", "--", "sh", "-c", "test -t 1 && echo on a terminal"}, 0},
+		{"hi\n", []string{"exec", "--url", serverURL, "-it", "--", "sh", "-c", "read x; echo got $x"}, 0},
 		{"", []string{"exec", "--url", serverURL, "--", "sh", "-c", "kill -KILL $$"}, 137},
 		{"", []string{"exec", "--url", serverURL, "--", "no-such-command-xyz"}, 127},
 		{"", []string{"exec", "--url", serverURL, "--", dir}, 126},

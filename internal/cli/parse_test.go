@@ -288,3 +288,27 @@ func TestOldSpellings(t *testing.T) {
 		}
 	}
 }
+
+// oldSpellings only ever turns a "-name" into "--name": nothing is
+// added, dropped or reordered, whatever the arguments.
+func FuzzOldSpellings(f *testing.F) {
+	f.Add("-url\x00u\x00-it\x00-e\x00-cwd\x00sh\x00-url", false)
+	f.Add("a\x00-url=x\x00--\x00-cwd", true)
+	f.Fuzz(func(t *testing.T, joined string, interspersed bool) {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		fs.String("url", "", "")
+		fs.StringP("workdir", "w", "", "")
+		fs.StringArrayP("env", "e", nil, "")
+		fs.BoolP("interactive", "i", false, "")
+		args := strings.Split(joined, "\x00")
+		out := oldSpellings(fs, args, interspersed)
+		if len(out) != len(args) {
+			t.Fatalf("%q became %q", args, out)
+		}
+		for i := range args {
+			if out[i] != args[i] && out[i] != "-"+args[i] {
+				t.Fatalf("%q became %q", args, out)
+			}
+		}
+	})
+}
