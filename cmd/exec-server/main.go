@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/server"
@@ -31,7 +34,13 @@ const usage = `usage: exec-server [flags]
        exec-server exec|cp|ls|cat|ps [flags] ...   (client subcommands; see exec-server SUBCOMMAND -h)
 
 Serves the exec-server protocol on a websocket (default ws://127.0.0.1:0; the
-bound URL is printed as the first line of stdout) or on stdio.
+bound URL is printed as the first line of stdout) or on stdio. The websocket
+listener also serves /readyz and /metrics (Prometheus text, behind the same
+authentication).
+
+Every flag may also be set from the environment: EXEC_SERVER_ then the flag's
+name in upper case with '-' as '_' (EXEC_SERVER_LISTEN, EXEC_SERVER_WS_AUTH,
+EXEC_SERVER_LOG_LEVEL, ...). A flag on the command line wins.
 
 flags:
 `
@@ -44,12 +53,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("exec-server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	listen := fs.String("listen", "ws://127.0.0.1:0", "`URL` to serve: ws://IP:PORT, stdio or stdio://")
+	listen := fs.String("listen", "ws://127.0.0.1:0", "`URL` to serve: ws://IP:PORT, ws://localhost:PORT (loopback), stdio or stdio://")
 	concurrent := fs.Int("concurrent-requests", 64, "requests handled at once per connection; 1 gives strict arrival order")
 	ttl := fs.Duration("session-ttl", 90*time.Second, "how long a disconnected websocket session and its processes are kept for resume")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logLevel := fs.String("log-level", "info", "log level: debug (one line per request and per process exit), info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
 	contain := fs.Bool("contain-descendants", true, "start children through a per-session subreaper init so that no descendant (even one that called setsid) outlives its session or the server, even a SIGKILLed one; --contain-descendants=false starts them directly")
+	metricsListen := fs.String("metrics-listen", "", "also serve /metrics on `ADDR` (IP:PORT or localhost:PORT, plain HTTP), behind the same authentication as the websocket listener")
+	version := fs.Bool("version", false, "print the version and exit")
 	sec := addSecurityFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -58,6 +69,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, versionString())
+		return 0
+	}
+	if err := flagsFromEnv(fs, os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
 		return 2
 	}
@@ -79,9 +98,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if _, _, err := server.ParseListen(*listen); err != nil {
-		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+		fmt.Fprintf(stderr, "exec-server: %v\n", listenError(err))
 		return 2
 	}
+	var metricsAddr string
+	if *metricsListen != "" {
+		if metricsAddr, err = parseMetricsListen(*metricsListen); err != nil {
+			fmt.Fprintf(stderr, "exec-server: %v\n", err)
+			return 2
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := server.Config{
 		Listen:             *listen,
 		ConcurrentRequests: *concurrent,
@@ -91,6 +119,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Stdin:              stdin,
 		Stdout:             stdout,
 		OnListen:           func(url string) { fmt.Fprintln(stdout, url) },
+		Metrics:            reg,
 	}
 	if err := sec.apply(*listen, &cfg); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
@@ -102,11 +131,35 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := server.Run(ctx, cfg); err != nil {
-		fmt.Fprintf(stderr, "exec-server: %v\n", err)
+	srv := server.New(cfg)
+	logger.Info("exec-server starting", "version", versionString(), "pid", os.Getpid(), "listen", *listen)
+	if metricsAddr != "" {
+		stopMetrics, err := serveMetrics(ctx, metricsAddr, srv.MetricsHandler(), logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-server: --metrics-listen: %v\n", err)
+			return 1
+		}
+		defer stopMetrics()
+	}
+	if err := srv.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "exec-server: %v\n", listenError(err))
 		return 1
 	}
+	logger.Info("exec-server stopped")
 	return 0
+}
+
+// listenError names the --listen flag in a server.ListenError, with the
+// reference's texts.
+func listenError(err error) error {
+	var le *server.ListenError
+	if !errors.As(err, &le) {
+		return err
+	}
+	if le.Unsupported {
+		return fmt.Errorf("unsupported --listen URL `%s`; expected `ws://IP:PORT` or `stdio`", le.URL)
+	}
+	return fmt.Errorf("invalid websocket --listen URL `%s`; expected `ws://IP:PORT`", le.URL)
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

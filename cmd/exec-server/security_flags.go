@@ -144,7 +144,7 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 
 	stdio, addr, err := server.ParseListen(listen)
 	if err != nil {
-		return err
+		return listenError(err)
 	}
 	if stdio && check != nil {
 		return errors.New("WebSocket auth requires a WebSocket listener, not stdio")
