@@ -256,10 +256,19 @@ func (o *observer) processEvent(ss *session, ev process.Event, dropped bool) {
 	}
 }
 
-// pushStalled records a push that waited for room in its connection's
-// send queue (back-pressure) for d. The engine calls it from
-// (*session).Deliver when Send blocked.
-func (o *observer) pushStalled(d time.Duration) { o.m.stall(d) }
+// stallThreshold is how long a push must take to count as a back-pressure
+// stall: an uncontended send to the queue takes microseconds.
+const stallThreshold = time.Millisecond
+
+// pushSent records a push to a connection begun at start: one that took
+// stallThreshold or longer waited for room in the send queue. The engine
+// calls it from (*session).Deliver: defer ss.srv.obs.pushSent(time.Now())
+// before conn.Send.
+func (o *observer) pushSent(start time.Time) {
+	if d := time.Since(start); d >= stallThreshold {
+		o.m.stall(d)
+	}
+}
 
 // connOpened counts a connection; the returned function counts its end.
 func (o *observer) connOpened() func() {
