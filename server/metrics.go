@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,18 @@ type metrics struct {
 	stallSeconds     prometheus.Counter
 	fsWrittenBytes   prometheus.Counter
 	refusals         *prometheus.CounterVec // code
+
+	// Children of the vectors by label values, so that the per-request
+	// and per-chunk paths skip hashing label strings (requestKey →
+	// prometheus.Observer, stream → prometheus.Counter).
+	requestObs sync.Map
+	streamCtr  sync.Map
+}
+
+type requestKey struct {
+	method    string
+	code      int
+	sandboxed bool
 }
 
 // requestBuckets span a local process/write (tens of µs) to a long poll
@@ -77,7 +90,12 @@ func (m *metrics) request(method string, code int, d time.Duration, sandboxed bo
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(method, strconv.Itoa(code), strconv.FormatBool(sandboxed)).Observe(d.Seconds())
+	k := requestKey{method, code, sandboxed}
+	o, ok := m.requestObs.Load(k)
+	if !ok {
+		o, _ = m.requestObs.LoadOrStore(k, m.requests.WithLabelValues(method, strconv.Itoa(code), strconv.FormatBool(sandboxed)))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 func (m *metrics) start(code int) {
@@ -99,7 +117,11 @@ func (m *metrics) exit() {
 
 func (m *metrics) output(stream string, n int) {
 	if m != nil {
-		m.outputBytes.WithLabelValues(stream).Add(float64(n))
+		c, ok := m.streamCtr.Load(stream)
+		if !ok {
+			c, _ = m.streamCtr.LoadOrStore(stream, m.outputBytes.WithLabelValues(stream))
+		}
+		c.(prometheus.Counter).Add(float64(n))
 	}
 }
 

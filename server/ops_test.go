@@ -494,3 +494,23 @@ func TestProcessExitLogEndToEnd(t *testing.T) {
 		t.Errorf("exit line:\n%s", s.logs.String())
 	}
 }
+
+// BenchmarkObserveRequest is the observer's cost per request (metrics on,
+// debug logs off), as paid on every request.
+func BenchmarkObserveRequest(b *testing.B) {
+	srv := New(Config{Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p := &protocol.WriteParams{ProcessID: "p"}
+	for b.Loop() {
+		srv.obs.request("process/write", p, nil, time.Microsecond, false)
+	}
+}
+
+// BenchmarkObserveOutput is the observer's cost per output event.
+func BenchmarkObserveOutput(b *testing.B) {
+	srv := New(Config{Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ev := process.Event{Kind: process.EventOutput, ProcessID: "p", Stream: "stdout", Data: make([]byte, 4096)}
+	ss := &session{id: "s"}
+	for b.Loop() {
+		srv.obs.processEvent(ss, ev, false)
+	}
+}
