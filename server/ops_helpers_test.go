@@ -131,9 +131,9 @@ func (c *opsClient) write(v any) {
 	}
 }
 
-// next reads the next message (10 s at most).
+// next reads the next message (30 s at most: a loaded CI machine).
 func (c *opsClient) next() opsMsg {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, b, err := c.c.Read(ctx)
 	if err != nil {
