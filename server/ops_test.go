@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"errors"
 	"io"
 	"log/slog"
@@ -512,5 +513,35 @@ func BenchmarkObserveOutput(b *testing.B) {
 	ss := &session{id: "s"}
 	for b.Loop() {
 		srv.obs.processEvent(ss, ev, false)
+	}
+}
+
+// FuzzBase64Len: the decoded length computed from padded base64 text is
+// what decoding gives.
+func FuzzBase64Len(f *testing.F) {
+	for _, s := range []string{"", "aA==", "aGk=", "aGVsbG8=", "aGVsbG8h"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := base64.StdEncoding.EncodeToString(data)
+		if got := base64Len(s); got != len(data) {
+			t.Fatalf("base64Len(%q) = %d, want %d", s, got, len(data))
+		}
+		_ = base64Len(string(data)) // any text: no panic
+	})
+}
+
+// TestMetricsRegistryShared: a registry given to a second server cannot
+// take its metrics again; that server runs without metrics and says so.
+func TestMetricsRegistryShared(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_ = New(Config{Metrics: reg})
+	logs := &opsLogBuffer{}
+	second := New(Config{Metrics: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if second.MetricsHandler() != nil || second.obs.m != nil {
+		t.Error("the second server has metrics on a registry already taken")
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="metrics off: cannot register them"`) {
+		t.Errorf("no warning:\n%s", logs.String())
 	}
 }

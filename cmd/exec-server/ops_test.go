@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -198,4 +199,23 @@ func TestParseMetricsListen(t *testing.T) {
 			t.Errorf("%q: %q, %v; want %q", in, got, err, want)
 		}
 	}
+}
+
+func FuzzParseMetricsListen(f *testing.F) {
+	for _, s := range []string{"localhost:9100", "127.0.0.1:1", "[::1]:2", "x:1", ":1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		addr, err := parseMetricsListen(s)
+		if err != nil {
+			return
+		}
+		ap, perr := netip.ParseAddrPort(addr)
+		if perr != nil {
+			t.Fatalf("%q gave %q, which does not parse: %v", s, addr, perr)
+		}
+		if strings.HasPrefix(s, "localhost:") && !ap.Addr().IsLoopback() {
+			t.Fatalf("%q bound to %v", s, ap.Addr())
+		}
+	})
 }
