@@ -76,10 +76,15 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_refusals_total",
 			Help: "HTTP requests refused by code: 401 (authentication), 403 (an Origin header)."}, []string{"code"}),
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.connectionsTotal, m.requests, m.starts, m.exits,
-		m.outputBytes, m.droppedPushes, m.stalls, m.stallSeconds, m.fsWrittenBytes, m.refusals, &serverCollector{s}} {
+	all := []prometheus.Collector{m.connections, m.connectionsTotal, m.requests, m.starts, m.exits,
+		m.outputBytes, m.droppedPushes, m.stalls, m.stallSeconds, m.fsWrittenBytes, m.refusals, &serverCollector{s}}
+	for i, c := range all {
 		if err := reg.Register(c); err != nil {
-			// Typically a registry given to two servers.
+			// Typically a registry given to two servers: leave it as
+			// it was.
+			for _, done := range all[:i] {
+				reg.Unregister(done)
+			}
 			return nil, err
 		}
 	}
