@@ -16,8 +16,8 @@ import (
 // Config configures a server. The zero value of every field is a sensible
 // default, documented on the field.
 type Config struct {
-	// Listen is "ws://IP:PORT", "stdio" or "stdio://". Default
-	// "ws://127.0.0.1:0".
+	// Listen is "ws://IP:PORT", "ws://localhost:PORT" (bound to
+	// 127.0.0.1), "stdio" or "stdio://". Default "ws://127.0.0.1:0".
 	Listen string
 	// ConcurrentRequests bounds the requests handled at once per
 	// connection; 1 gives strict arrival order. Default 64.
