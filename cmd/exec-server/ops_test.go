@@ -169,7 +169,7 @@ func TestServerFromEnvWithMetricsAndLogs(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "exec_server_connections_total") || !strings.Contains(string(body), "go_goroutines") {
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "exec_server_connections_total") || !strings.Contains(string(body), "go_goroutines") || !strings.Contains(string(body), "go_build_info{") {
 			t.Errorf("%s: %d\n%.400s", u, resp.StatusCode, body)
 		}
 	}
