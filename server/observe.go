@@ -29,6 +29,36 @@ type observer struct {
 	// reports exits cannot grow it without end.
 	mu      sync.Mutex
 	started map[procKey]time.Time
+
+	refusalLogs logLimiter
+}
+
+// refusalBurst is how many refused requests are logged per second.
+const refusalBurst = 10
+
+// logLimiter lets refusalBurst log lines through per second.
+type logLimiter struct {
+	mu         sync.Mutex
+	window     time.Time // start of the current second
+	n          int       // lines logged in it
+	suppressed int       // lines left out since the last one logged
+}
+
+// allow reports whether a line may be logged now and, if so, how many
+// were left out before it.
+func (l *logLimiter) allow(now time.Time) (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.window) >= time.Second {
+		l.window, l.n = now, 0
+	}
+	if l.n >= refusalBurst {
+		l.suppressed++
+		return 0, false
+	}
+	l.n++
+	suppressed, l.suppressed = l.suppressed, 0
+	return suppressed, true
 }
 
 type procKey struct {

@@ -545,3 +545,56 @@ func TestMetricsRegistryShared(t *testing.T) {
 		t.Errorf("no warning:\n%s", logs.String())
 	}
 }
+
+// TestRefusalLogsLimited: a flood of refused requests logs at most
+// refusalBurst lines a second; the metric counts them all, and the next
+// logged line says how many were left out.
+func TestRefusalLogsLimited(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := startOpsServer(t, Config{Metrics: reg, Authenticate: func(*http.Request) error { return errors.New("no") }})
+	const n = 60
+	start := time.Now()
+	for range n {
+		if code, _ := scrape(t, s.http+"/metrics", nil); code != http.StatusUnauthorized {
+			t.Fatalf("status %d, want 401", code)
+		}
+	}
+	elapsed := time.Since(start)
+	lines := strings.Count(s.logs.String(), `msg="request refused"`)
+	if max := refusalBurst * (int(elapsed/time.Second) + 2); lines > max {
+		t.Errorf("%d refusal lines for %d requests in %v, want at most %d", lines, n, elapsed, max)
+	}
+	if got := gathered(t, reg, "exec_server_http_refusals_total/401"); got != n {
+		t.Errorf("refusals counted %v, want %d", got, n)
+	}
+	if elapsed < time.Second {
+		// All in one window: the rest was left out; the next window's
+		// first line reports it.
+		time.Sleep(time.Second - elapsed + 50*time.Millisecond)
+		scrape(t, s.http+"/metrics", nil)
+		if !regexp.MustCompile(`msg="request refused".* suppressed=\d+`).MatchString(s.logs.String()) {
+			t.Errorf("no suppressed count:\n%s", s.logs.String())
+		}
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	var l logLimiter
+	t0 := time.Unix(1000, 0)
+	for i := range refusalBurst {
+		if _, ok := l.allow(t0.Add(time.Duration(i) * time.Millisecond)); !ok {
+			t.Fatalf("line %d refused within the burst", i)
+		}
+	}
+	for i := range 5 {
+		if _, ok := l.allow(t0.Add(500 * time.Millisecond)); ok {
+			t.Fatalf("line %d past the burst allowed", refusalBurst+i)
+		}
+	}
+	if n, ok := l.allow(t0.Add(time.Second)); !ok || n != 5 {
+		t.Fatalf("next second: (%d, %v), want (5, true)", n, ok)
+	}
+	if n, ok := l.allow(t0.Add(time.Second + time.Millisecond)); !ok || n != 0 {
+		t.Fatalf("then: (%d, %v), want (0, true)", n, ok)
+	}
+}

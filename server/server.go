@@ -248,9 +248,18 @@ func (s *Server) authenticate() func(*http.Request) error {
 
 // refused logs a refused HTTP request at info: the operator sees probes
 // and misconfigured clients without debug logs.
+// Anyone who reaches the listener can cause refusals: past refusalBurst
+// lines in a second the rest are only counted (and the metric), and the
+// next logged line says how many were left out.
 func (s *Server) refused(r *http.Request, code int, err error) {
-	s.cfg.Logger.Info("request refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", code, "reason", err)
 	s.obs.refusal(code)
+	if n, ok := s.obs.refusalLogs.allow(time.Now()); ok {
+		attrs := []any{"peer", r.RemoteAddr, "path", r.URL.Path, "status", code, "reason", err}
+		if n > 0 {
+			attrs = append(attrs, "suppressed", n)
+		}
+		s.cfg.Logger.Info("request refused", attrs...)
+	}
 }
 
 // StreamOptions say how ServeStreamWith treats a stream's session.
