@@ -184,7 +184,7 @@ func TestFlags(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"--listen", "ws://localhost:1"}, 2, "expected `ws://IP:PORT`"},
+		{[]string{"--listen", "ws://localhost:x"}, 2, "expected `ws://IP:PORT`"},
 		{[]string{"--listen", "http://127.0.0.1:1"}, 2, "unsupported --listen URL"},
 		{[]string{"--concurrent-requests", "0"}, 2, "at least 1"},
 		{[]string{"--session-ttl", "nope"}, 2, "invalid value"},
