@@ -109,7 +109,7 @@ func (c *rpcConn) readLoop() {
 func (c *rpcConn) reply(id json.RawMessage, e *protocol.Error) {
 	// Written on the read loop: such requests do not occur in practice
 	// and the server reads continuously, so this cannot stall for long.
-	_ = c.s.write(context.Background(), jsonrpc.AppendError(nil, id, e))
+	_ = c.s.write(context.Background(), jsonrpc.AppendError(nil, id, &jsonrpc.Error{Code: e.Code, Message: e.Message}))
 }
 
 // call sends one request and waits for its response. result may be nil.

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 // Stream moves whole messages. Implementations frame them (a websocket
@@ -66,6 +64,9 @@ type Options struct {
 	// close stdin and still read the replies; wrong for a websocket,
 	// whose end is both directions at once.
 	DrainOnEOF time.Duration
+	// MapError turns a handler's error into its wire form (Reply). The
+	// default is ToError: an *Error in the chain, else an internal error.
+	MapError func(error) *Error
 }
 
 // Conn is one JSON-RPC connection: a read loop, a bounded outgoing queue
@@ -127,6 +128,9 @@ func NewConn(stream Stream, opts Options) *Conn {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MapError == nil {
+		opts.MapError = ToError
 	}
 	c := &Conn{
 		stream: stream,
@@ -283,7 +287,7 @@ func (c *Conn) replyDecodeError(de *DecodeError) {
 	if f, ok := c.stream.(FramingNamer); ok && f.Framing() != "" {
 		framing = f.Framing() + " "
 	}
-	e := protocol.InvalidRequest("failed to parse %sJSON-RPC message from %s: %s", framing, c.stream.Describe(), de.Detail)
+	e := Errorf(CodeInvalidRequest, "failed to parse %sJSON-RPC message from %s: %s", framing, c.stream.Describe(), de.Detail)
 	c.sendFrame(c.ctx, AppendError(GetBuffer(), NoID, e))
 }
 
@@ -346,7 +350,7 @@ func (c *Conn) Reply(id json.RawMessage, result any, err error) {
 		}
 	}
 	if err != nil {
-		frame = AppendError(GetBuffer(), id, protocol.ToError(err))
+		frame = AppendError(GetBuffer(), id, c.opts.MapError(err))
 	}
 	// A reply must not be lost to a cancelled handler context; it is
 	// dropped only if the connection itself is gone.
@@ -354,7 +358,7 @@ func (c *Conn) Reply(id json.RawMessage, result any, err error) {
 }
 
 // ReplyError answers id with err.
-func (c *Conn) ReplyError(id json.RawMessage, err *protocol.Error) {
+func (c *Conn) ReplyError(id json.RawMessage, err *Error) {
 	c.sendFrame(context.Background(), AppendError(GetBuffer(), id, err))
 }
 

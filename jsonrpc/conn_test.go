@@ -12,8 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 // readItem is one result of fakeStream.Read.
@@ -282,13 +280,13 @@ func TestConnReplyErrors(t *testing.T) {
 		c.Go(func() {
 			switch m.Method {
 			case "proto":
-				c.Reply(m.ID, nil, protocol.InvalidParams("missing field `x`"))
+				c.Reply(m.ID, nil, Errorf(CodeInvalidParams, "missing field `x`"))
 			case "plain":
 				c.Reply(m.ID, nil, errors.New("boom"))
 			case "unencodable":
 				c.Reply(m.ID, make(chan int), nil)
 			case "direct":
-				c.ReplyError(m.ID, protocol.NotFound("gone"))
+				c.ReplyError(m.ID, &Error{Code: -32004, Message: "gone"})
 			}
 		})
 	})

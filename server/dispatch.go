@@ -54,12 +54,12 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		cs.notification(msg)
 		return
 	case jsonrpc.KindResponse:
-		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("unexpected response with id %s: the server sent no request", string(msg.ID)))
+		cs.conn.Reply(jsonrpc.NoID, nil, protocol.InvalidRequest("unexpected response with id %s: the server sent no request", string(msg.ID)))
 		return
 	}
 	m, ok := cs.srv.methods[msg.Method]
 	if !ok {
-		cs.conn.ReplyError(msg.ID, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", msg.Method))
+		cs.conn.Reply(msg.ID, nil, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", msg.Method))
 		return
 	}
 	params, err := m.decode(msg.Params)
@@ -114,12 +114,20 @@ func (cs *connState) longPoll(id json.RawMessage, run func()) {
 	limit := int32(cs.srv.cfg.MaxLongPolls)
 	if cs.longPolls.Add(1) > limit {
 		cs.longPolls.Add(-1)
-		cs.conn.ReplyError(id, protocol.InvalidRequest("too many pending long polls: this connection already waits in %d process/read requests with waitMs (limit %d); wait for one to finish or read without waitMs", limit, limit))
+		cs.conn.Reply(id, nil, protocol.InvalidRequest("too many pending long polls: this connection already waits in %d process/read requests with waitMs (limit %d); wait for one to finish or read without waitMs", limit, limit))
 		return
 	}
 	if !cs.conn.GoDetached(func() { defer cs.longPolls.Add(-1); run() }) {
 		cs.longPolls.Add(-1)
 	}
+}
+
+// wireError gives a handler's error its wire form: protocol's mapping
+// (operating-system errors to the reference's codes and texts), in the
+// connection's error type.
+func wireError(err error) *jsonrpc.Error {
+	pe := protocol.ToError(err)
+	return &jsonrpc.Error{Code: pe.Code, Message: pe.Message}
 }
 
 // withTermSize checks rows and cols (protocol.CheckTermSize) before dec
@@ -190,13 +198,13 @@ func isLongPoll(params any) bool {
 
 func (cs *connState) notification(msg *jsonrpc.Message) {
 	if msg.Method != protocol.MethodInitialized {
-		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("unexpected notification `%s`: only `initialized` may be sent as a notification", msg.Method))
+		cs.conn.Reply(jsonrpc.NoID, nil, protocol.InvalidRequest("unexpected notification `%s`: only `initialized` may be sent as a notification", msg.Method))
 		return
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if !cs.initStarted || cs.session == nil {
-		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("received `initialized` notification before `initialize`"))
+		cs.conn.Reply(jsonrpc.NoID, nil, protocol.InvalidRequest("received `initialized` notification before `initialize`"))
 		return
 	}
 	cs.initDone = true
