@@ -1,8 +1,10 @@
 // Package jsonrpc implements the exec-server's JSON-RPC dialect (no "jsonrpc"
 // member, string or int64 ids echoed with their JSON type, no batches) and a
-// framing-agnostic connection. It knows nothing about processes or files, and
-// nothing about how messages are framed on the wire: a Stream moves whole
-// messages, a Conn turns them into calls and replies.
+// framing-agnostic, bidirectional connection: either end may call, notify
+// and answer. It knows nothing about processes or files, and nothing about
+// how messages are framed on the wire: a Stream moves whole messages, a
+// Conn turns them into calls and replies. It imports nothing of the
+// project it serves.
 package jsonrpc
 
 import (
@@ -29,16 +31,19 @@ type Kind int
 const (
 	KindRequest Kind = iota
 	KindNotification
-	KindResponse // a response or error from the client
+	KindResponse // a response or an error response
 )
 
-// Message is one decoded client message. Its raw slices alias the buffer it
-// was decoded from.
+// Message is one decoded message. Its raw slices alias the buffer it was
+// decoded from.
 type Message struct {
 	Kind   Kind
 	ID     json.RawMessage // canonical id bytes (a JSON string or integer); nil for notifications
 	Method string
 	Params json.RawMessage
+	// A response's members: Result, or else Error (the raw error object).
+	Result json.RawMessage
+	Error  json.RawMessage
 }
 
 // NoID is the id used to answer a message whose own id is unusable.
@@ -132,6 +137,7 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 	}
 	m.Kind = KindResponse
 	m.ID = id
+	m.Result, m.Error = result, errv
 	return &m, nil
 }
 

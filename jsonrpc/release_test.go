@@ -30,20 +30,21 @@ func TestConnReleasesEveryMessageOnce(t *testing.T) {
 	c := NewConn(s, Options{})
 	hold := make(chan struct{})
 	inHandler := make(chan struct{})
-	dispatch := func(m *Message) {
+	dispatch := func(m *Message) Action {
 		if m.Kind != KindRequest {
-			return // a notification: dropped
+			return Inline // a notification: dropped
 		}
 		switch m.Method {
 		case "inline":
 			c.Reply(m.ID, json.RawMessage(`1`), nil)
 		case "held":
-			c.Go(func() {
+			return Concurrent(func() {
 				close(inHandler)
 				<-hold
 				c.Reply(m.ID, json.RawMessage(`2`), nil)
 			})
 		}
+		return Inline
 	}
 	wait := runConn(c, context.Background(), dispatch)
 	msgs := []string{
@@ -78,20 +79,21 @@ func TestConnReleasesEveryMessageOnce(t *testing.T) {
 	}
 }
 
-// A request handed to GoDetached (a long poll) does not hold its message
-// while it waits: the message is released once dispatch returns.
-func TestConnGoDetachedReleasesAtOnce(t *testing.T) {
+// A request served as Detached work (a long poll) does not hold its
+// message while it waits: the message is released once the Handler
+// returns.
+func TestConnDetachedReleasesAtOnce(t *testing.T) {
 	s := &releasingStream{fakeStream: newFakeStream(), released: map[string]int{}}
 	c := NewConn(s, Options{})
 	hold := make(chan struct{})
 	dispatched := make(chan struct{})
-	wait := runConn(c, context.Background(), func(m *Message) {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
 		id := append(json.RawMessage(nil), m.ID...)
-		c.GoDetached(func() {
+		close(dispatched)
+		return Detached(func() {
 			<-hold
 			c.Reply(id, json.RawMessage(`1`), nil)
 		})
-		close(dispatched)
 	})
 	msg := `{"id":"poll","method":"wait"}`
 	s.send(msg)

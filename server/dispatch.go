@@ -48,28 +48,29 @@ type connState struct {
 	session     *session
 }
 
-func (cs *connState) dispatch(msg *jsonrpc.Message) {
+// dispatch is the connection's jsonrpc.Handler.
+func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 	switch msg.Kind {
 	case jsonrpc.KindNotification:
 		cs.notification(msg)
-		return
+		return jsonrpc.Inline
 	case jsonrpc.KindResponse:
 		cs.conn.Reply(jsonrpc.NoID, nil, protocol.InvalidRequest("unexpected response with id %s: the server sent no request", string(msg.ID)))
-		return
+		return jsonrpc.Inline
 	}
 	m, ok := cs.srv.methods[msg.Method]
 	if !ok {
 		cs.conn.Reply(msg.ID, nil, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", msg.Method))
-		return
+		return jsonrpc.Inline
 	}
 	params, err := m.decode(msg.Params)
 	if err != nil {
 		cs.conn.Reply(msg.ID, nil, err)
-		return
+		return jsonrpc.Inline
 	}
 	if err := cs.checkLifecycle(m.family); err != nil {
 		cs.conn.Reply(msg.ID, nil, err)
-		return
+		return jsonrpc.Inline
 	}
 	var wait []chan struct{}
 	var done chan struct{}
@@ -81,6 +82,7 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		// fs/writeBlock on its handle.
 		inline = inline && allDone(wait)
 	}
+	id := msg.ID
 	run := func() {
 		ctx := cs.conn.Context()
 		var res any
@@ -91,35 +93,34 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		if done != nil {
 			close(done)
 		}
-		cs.conn.Reply(msg.ID, res, err)
+		cs.conn.Reply(id, res, err)
 	}
 	longPoll := msg.Method == protocol.MethodProcessRead && isLongPoll(params)
 	if inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !longPoll) {
 		run()
-		return
+		return jsonrpc.Inline
 	}
 	if longPoll {
 		// The message is released before the poll ends: keep the id.
-		msg.ID = bytes.Clone(msg.ID)
-		cs.longPoll(msg.ID, run)
-		return
+		id = bytes.Clone(msg.ID)
+		return cs.longPoll(id, run)
 	}
-	cs.conn.Go(run)
+	return jsonrpc.Concurrent(run)
 }
 
 // longPoll runs a waiting process/read off the handler pool, so that no
 // number of pending long polls delays other requests; the long polls of a
 // connection are bounded by MaxLongPolls instead.
-func (cs *connState) longPoll(id json.RawMessage, run func()) {
+func (cs *connState) longPoll(id json.RawMessage, run func()) jsonrpc.Action {
 	limit := int32(cs.srv.cfg.MaxLongPolls)
 	if cs.longPolls.Add(1) > limit {
 		cs.longPolls.Add(-1)
 		cs.conn.Reply(id, nil, protocol.InvalidRequest("too many pending long polls: this connection already waits in %d process/read requests with waitMs (limit %d); wait for one to finish or read without waitMs", limit, limit))
-		return
+		return jsonrpc.Inline
 	}
-	if !cs.conn.GoDetached(func() { defer cs.longPolls.Add(-1); run() }) {
-		cs.longPolls.Add(-1)
-	}
+	// Work the connection never starts (it ended) leaves the count
+	// raised; the count dies with the connection.
+	return jsonrpc.Detached(func() { defer cs.longPolls.Add(-1); run() })
 }
 
 // wireError gives a handler's error its wire form: protocol's mapping
