@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/internal/jsonscan"
 )
 
 // Fast paths for the messages that carry bulk data (process/output pushes,
@@ -63,7 +63,7 @@ func base64Field(val []byte) ([]byte, bool) {
 // decodeEvent decodes process/output, process/exited and process/closed
 // params.
 func decodeEvent(raw []byte, ev *event) error {
-	err := protocol.EachMember(raw, func(key, val []byte) error {
+	err := jsonscan.EachMember(raw, func(key, val []byte) error {
 		var ok bool
 		switch string(key) {
 		case "processId":
@@ -146,7 +146,7 @@ type readBlockResult struct {
 }
 
 func (r *readBlockResult) decodeRaw(raw []byte) error {
-	err := protocol.EachMember(raw, func(key, val []byte) error {
+	err := jsonscan.EachMember(raw, func(key, val []byte) error {
 		ok := true
 		switch string(key) {
 		case "chunk":
@@ -182,7 +182,7 @@ type readFileResult struct {
 }
 
 func (r *readFileResult) decodeRaw(raw []byte) error {
-	err := protocol.EachMember(raw, func(key, val []byte) error {
+	err := jsonscan.EachMember(raw, func(key, val []byte) error {
 		if string(key) == "dataBase64" {
 			var ok bool
 			if r.DataBase64, ok = base64Field(val); !ok {

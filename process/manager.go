@@ -254,7 +254,7 @@ func (m *Manager) CloseStdin(id string) error {
 // Resize sets the terminal size of a PTY process (an extension of the
 // protocol). The child gets SIGWINCH from the kernel.
 func (m *Manager) Resize(p protocol.ResizeParams) error {
-	// The server checks the raw params first (protocol.CheckTermSize);
+	// The server checks the raw params first (ResizeParams.CheckMember);
 	// this guards callers of the library.
 	if p.Rows < protocol.MinTermSize || p.Rows > protocol.MaxTermSize || p.Cols < protocol.MinTermSize || p.Cols > protocol.MaxTermSize {
 		return protocol.InvalidParams("terminal size %dx%d is out of range: rows and cols must be between %d and %d", p.Rows, p.Cols, protocol.MinTermSize, protocol.MaxTermSize)

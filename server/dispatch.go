@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/process"
 	"github.com/execgo/exec-server/protocol"
@@ -131,18 +132,7 @@ func wireError(err error) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: pe.Code, Message: pe.Message}
 }
 
-// withTermSize checks rows and cols (protocol.CheckTermSize) before dec
-// decodes the params: process/start and process/resize take the same values.
-func withTermSize(dec func(json.RawMessage) (any, error)) func(json.RawMessage) (any, error) {
-	return func(raw json.RawMessage) (any, error) {
-		if err := protocol.CheckTermSize(raw); err != nil {
-			return nil, err
-		}
-		return dec(raw)
-	}
-}
-
-var decodeStartParams = withTermSize(decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty"))
+var decodeStartParams = decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty")
 
 // decodeStart decodes and checks process/start params: what no exec could
 // pass on (NUL bytes, env names with '=') is a params error, -32602.
@@ -247,14 +237,14 @@ func (cs *connState) close() {
 func decodeInto[T any](typeName string, required ...string) func(json.RawMessage) (any, error) {
 	return func(raw json.RawMessage) (any, error) {
 		v := new(T)
-		if err := protocol.DecodeParams(raw, v, typeName, required...); err != nil {
+		if err := jsonscan.DecodeParams(raw, v, typeName, required...); err != nil {
 			return nil, err
 		}
 		return v, nil
 	}
 }
 
-func decodeNone(raw json.RawMessage) (any, error) { return nil, protocol.DecodeNoParams(raw) }
+func decodeNone(raw json.RawMessage) (any, error) { return nil, jsonscan.DecodeNoParams(raw) }
 
 func decodeRaw(raw json.RawMessage) (any, error) { return raw, nil }
 
@@ -318,7 +308,7 @@ func (s *Server) buildMethods() map[string]method {
 		},
 		protocol.MethodProcessResize: {
 			family: familyExec, inline: true,
-			decode: withTermSize(decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols")),
+			decode: decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols"),
 			call: func(_ context.Context, cs *connState, p any) (any, error) {
 				return protocol.Empty{}, cs.sess().procs.Resize(*p.(*protocol.ResizeParams))
 			},

@@ -1,8 +1,9 @@
-package protocol
+package jsonscan
 
 import (
 	"encoding/json"
 	"errors"
+	"github.com/execgo/exec-server/protocol"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,25 +19,25 @@ var fuzzParams = []struct {
 	newV     func() any
 	required []string
 }{
-	{"InitializeParams", func() any { return new(InitializeParams) }, []string{"clientName"}},
-	{"ExecParams", func() any { return new(StartParams) }, []string{"processId", "argv", "cwd", "env", "tty"}},
-	{"ReadParams", func() any { return new(ReadParams) }, []string{"processId"}},
-	{"WriteParams", func() any { return new(WriteParams) }, []string{"processId", "chunk"}},
-	{"SignalParams", func() any { return new(SignalParams) }, []string{"processId", "signal"}},
-	{"TerminateParams", func() any { return new(TerminateParams) }, []string{"processId"}},
-	{"FsReadFileParams", func() any { return new(FsReadFileParams) }, nil},
-	{"FsWriteFileParams", func() any { return new(FsWriteFileParams) }, nil},
-	{"FsCreateDirectoryParams", func() any { return new(FsCreateDirectoryParams) }, nil},
-	{"FsGetMetadataParams", func() any { return new(FsGetMetadataParams) }, nil},
-	{"FsCanonicalizeParams", func() any { return new(FsCanonicalizeParams) }, nil},
-	{"FsReadDirectoryParams", func() any { return new(FsReadDirectoryParams) }, nil},
-	{"FsRemoveParams", func() any { return new(FsRemoveParams) }, nil},
-	{"FsCopyParams", func() any { return new(FsCopyParams) }, nil},
-	{"FsWalkParams", func() any { return new(FsWalkParams) }, nil},
-	{"FsOpenParams", func() any { return new(FsOpenParams) }, nil},
-	{"FsReadBlockParams", func() any { return new(FsReadBlockParams) }, nil},
-	{"FsWriteBlockParams", func() any { return new(FsWriteBlockParams) }, nil},
-	{"FsCloseParams", func() any { return new(FsCloseParams) }, nil},
+	{"InitializeParams", func() any { return new(protocol.InitializeParams) }, []string{"clientName"}},
+	{"ExecParams", func() any { return new(protocol.StartParams) }, []string{"processId", "argv", "cwd", "env", "tty"}},
+	{"ReadParams", func() any { return new(protocol.ReadParams) }, []string{"processId"}},
+	{"WriteParams", func() any { return new(protocol.WriteParams) }, []string{"processId", "chunk"}},
+	{"SignalParams", func() any { return new(protocol.SignalParams) }, []string{"processId", "signal"}},
+	{"TerminateParams", func() any { return new(protocol.TerminateParams) }, []string{"processId"}},
+	{"FsReadFileParams", func() any { return new(protocol.FsReadFileParams) }, nil},
+	{"FsWriteFileParams", func() any { return new(protocol.FsWriteFileParams) }, nil},
+	{"FsCreateDirectoryParams", func() any { return new(protocol.FsCreateDirectoryParams) }, nil},
+	{"FsGetMetadataParams", func() any { return new(protocol.FsGetMetadataParams) }, nil},
+	{"FsCanonicalizeParams", func() any { return new(protocol.FsCanonicalizeParams) }, nil},
+	{"FsReadDirectoryParams", func() any { return new(protocol.FsReadDirectoryParams) }, nil},
+	{"FsRemoveParams", func() any { return new(protocol.FsRemoveParams) }, nil},
+	{"FsCopyParams", func() any { return new(protocol.FsCopyParams) }, nil},
+	{"FsWalkParams", func() any { return new(protocol.FsWalkParams) }, nil},
+	{"FsOpenParams", func() any { return new(protocol.FsOpenParams) }, nil},
+	{"FsReadBlockParams", func() any { return new(protocol.FsReadBlockParams) }, nil},
+	{"FsWriteBlockParams", func() any { return new(protocol.FsWriteBlockParams) }, nil},
+	{"FsCloseParams", func() any { return new(protocol.FsCloseParams) }, nil},
 }
 
 // requiredByTag returns the JSON names of the fields that are not
@@ -55,7 +56,7 @@ func requiredByTag(v any) []string {
 
 // FuzzDecodeParams decodes hostile params into every params struct (sel
 // picks one; a run covers them all). It must never panic; every failure is
-// an -32602 *Error; and whatever it accepts must survive a re-encoding: the
+// an -32602 *protocol.Error; and whatever it accepts must survive a re-encoding: the
 // server must be able to describe what it accepted.
 func FuzzDecodeParams(f *testing.F) {
 	seeds := []string{
@@ -79,8 +80,8 @@ func FuzzDecodeParams(f *testing.F) {
 		f.Add(uint8(i), []byte(s))
 	}
 	// Keys that differ from a field's name only by case, for a chosen type.
-	f.Add(uint8(2), []byte(`{"processId":"x","ProcessId":"y","AFTERSEQ":3}`))                      // ReadParams
-	f.Add(uint8(7), []byte(`{"path":"file:///a","PATH":"b","dataBase64":"","DataBase64":"aGk="}`)) // FsWriteFileParams
+	f.Add(uint8(2), []byte(`{"processId":"x","ProcessId":"y","AFTERSEQ":3}`))                      // protocol.ReadParams
+	f.Add(uint8(7), []byte(`{"path":"file:///a","PATH":"b","dataBase64":"","DataBase64":"aGk="}`)) // protocol.FsWriteFileParams
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		p := fuzzParams[int(sel)%len(fuzzParams)]
 		v := p.newV()
@@ -90,8 +91,8 @@ func FuzzDecodeParams(f *testing.F) {
 		}
 		err := DecodeParams(data, v, p.name, required...)
 		if err != nil {
-			var pe *Error
-			if !errors.As(err, &pe) || pe.Code != CodeInvalidParams {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
 				t.Fatalf("%s: error %T %v is not -32602", p.name, err, err)
 			}
 			if pe.Message == "" {
@@ -135,8 +136,8 @@ func FuzzDecodeNoParams(f *testing.F) {
 		if err == nil {
 			return
 		}
-		var pe *Error
-		if !errors.As(err, &pe) || pe.Code != CodeInvalidParams {
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
 			t.Fatalf("error %T %v is not -32602", err, err)
 		}
 	})
