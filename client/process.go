@@ -183,6 +183,7 @@ type Process struct {
 	closedSeq   uint64
 	done        chan struct{} // closed when the exit status is final, or on failure
 	doneClosed  bool
+	stopKill    func() bool // unregisters the kill on Start's ctx; nil when none
 
 	stdinMu     sync.Mutex
 	stdinClosed bool
@@ -206,9 +207,11 @@ func (q *outQueue) read(b []byte) int {
 }
 
 // Start starts a process. Events are buffered from the moment the request
-// is sent, so output pushed before the response is not missed. ctx bounds
-// the start request only; the process lives until it exits, is terminated,
-// or the Client is closed.
+// is sent, so output pushed before the response is not missed. As with
+// exec.CommandContext, ctx bounds the process too: when it ends before the
+// process has, the process is terminated (Terminate). To start a process
+// that outlives ctx, pass context.WithoutCancel(ctx). Otherwise the process
+// lives until it exits, is terminated, or the Client is closed.
 func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 	if len(cmd.Argv) == 0 {
 		return nil, errors.New("exec-server client: Start: empty Argv")
@@ -286,6 +289,16 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 		return nil, err
 	}
 	p.sandboxType = res.SandboxType
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, p.killOnCancel)
+		p.mu.Lock()
+		if p.doneClosed {
+			stop()
+		} else {
+			p.stopKill = stop
+		}
+		p.mu.Unlock()
+	}
 	if cmd.Stdout != nil {
 		p.pump(cmd.Stdout, p.Stdout())
 	}
@@ -535,8 +548,7 @@ func (p *Process) skip() {
 // readers.
 func (p *Process) settle() {
 	if !p.doneClosed && p.exitKnown && p.closedKnown && p.denied != nil {
-		p.doneClosed = true
-		close(p.done)
+		p.closeDone()
 	}
 	if p.exitKnown && p.closedKnown && p.denied == nil && !p.recovering {
 		p.startRecovery()
@@ -725,10 +737,34 @@ func (p *Process) failLocked(err error) {
 		p.err = err
 	}
 	if !p.doneClosed {
-		p.doneClosed = true
-		close(p.done)
+		p.closeDone()
 	}
 	p.cond.Broadcast()
+}
+
+// closeDone makes the exit status final. Called with mu held.
+func (p *Process) closeDone() {
+	p.doneClosed = true
+	close(p.done)
+	if p.stopKill != nil {
+		p.stopKill() // does not wait for a kill under way
+		p.stopKill = nil
+	}
+}
+
+// killTimeout bounds the process/terminate sent when Start's ctx ends.
+const killTimeout = 5 * time.Second
+
+// killOnCancel terminates the process when Start's ctx has ended first.
+func (p *Process) killOnCancel() {
+	if p.finished() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.c.ctx, killTimeout)
+	defer cancel()
+	if _, err := p.Terminate(ctx); err != nil {
+		p.c.opts.Logger.Debug("exec-server client: terminating a process whose context ended", "process", p.id, "err", err)
+	}
 }
 
 // finished reports whether the process is known to have ended.
