@@ -223,8 +223,10 @@ func DialStdio(ctx context.Context, cmd *exec.Cmd, opts Options) (*Client, error
 // framing): use it for a server reached through a pipe, an SSH channel or a
 // net.Conn. Close closes rwc. A lost connection is final.
 //
-// Deprecated: use NewClient with a Dialer that returns
-// transport.NewStdio(rwc, rwc, rwc, 0), which can also reconnect.
+// Deprecated: use NewClient with a Dialer returning
+// transport.NewStdio(r, w, closer, 0) over a fresh connection on each
+// call, which also lets the Client reconnect (or set ReconnectTimeout
+// negative when the Dialer cannot dial again).
 func NewConn(ctx context.Context, rwc io.ReadWriteCloser, opts Options) (*Client, error) {
 	c := newClient(opts.withDefaults())
 	if err := c.start(ctx, transport.NewStdio(rwc, rwc, rwc, maxMessageBytes)); err != nil {
