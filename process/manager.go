@@ -163,7 +163,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	}
 	if _, ok := m.procs[p.ProcessID]; ok {
 		m.mu.Unlock()
-		return nil, protocol.InvalidRequest("process %s already exists", p.ProcessID)
+		return nil, protocol.InvalidRequest("process %s already exists", p.ProcessID).WithKind(protocol.KindProcessExists)
 	}
 	if m.live >= m.opts.MaxProcesses {
 		m.mu.Unlock()
@@ -202,7 +202,7 @@ func (m *Manager) get(id string) *Proc {
 func (m *Manager) lookup(id string) (*Proc, error) {
 	p := m.get(id)
 	if p == nil {
-		return nil, protocol.InvalidRequest("unknown process id %s", id)
+		return nil, protocol.InvalidRequest("unknown process id %s", id).WithKind(protocol.KindUnknownProcess)
 	}
 	if !p.started() {
 		return nil, protocol.InvalidRequest("process id %s is starting", id)

@@ -128,8 +128,7 @@ func (cs *connState) longPoll(id json.RawMessage, run func()) jsonrpc.Action {
 // (operating-system errors to the reference's codes and texts), in the
 // connection's error type.
 func wireError(err error) *jsonrpc.Error {
-	pe := protocol.ToError(err)
-	return &jsonrpc.Error{Code: pe.Code, Message: pe.Message}
+	return protocol.ToError(err).Wire()
 }
 
 var decodeStartParams = decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty")
