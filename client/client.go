@@ -390,7 +390,7 @@ func (c *Client) reconnect() {
 		if err != nil {
 			lastErr = err
 			var pe *protocol.Error
-			if errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest {
+			if errors.As(err, &pe) && isUnknownSession(err) {
 				// "unknown session id": expired or the server restarted.
 				c.fail(fmt.Errorf("%w: %s", ErrSessionLost, pe.Message))
 				return

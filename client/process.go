@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"strings"
 	"sync"
 	"time"
 
@@ -349,8 +348,7 @@ func (c *Client) startCall(ctx context.Context, params *startParams, res *protoc
 		if errors.Is(err, errConnLost) {
 			return fmt.Errorf("%w: %s: %v", ErrConnectionLost, protocol.MethodProcessStart, err)
 		}
-		var pe *protocol.Error
-		if repeated && errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest && strings.HasSuffix(pe.Message, "already exists") {
+		if repeated && isProcessExists(err) {
 			res.ProcessID = params.ProcessID
 			return nil
 		}
@@ -615,7 +613,7 @@ func (p *Process) recover() {
 			case p.c.ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrSessionLost):
 				p.fail(err)
 				return
-			case errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest && strings.HasPrefix(pe.Message, "unknown process id"):
+			case errors.As(err, &pe) && isUnknownProcess(err):
 				p.forgotten(pe)
 				return
 			}
@@ -928,7 +926,6 @@ func (p *Process) writeChunk(ctx context.Context, chunk []byte) error {
 	for {
 		var res protocol.WriteResult
 		err := p.c.call(ctx, protocol.MethodProcessWrite, protocol.WriteParams{ProcessID: p.id, Chunk: chunk, WriteID: &wid}, &res, true)
-		var pe *protocol.Error
 		switch {
 		case err == nil && res.Status == protocol.WriteAccepted:
 			return nil
@@ -938,13 +935,14 @@ func (p *Process) writeChunk(ctx context.Context, chunk []byte) error {
 			return ErrStdinClosed
 		case err == nil:
 			return fmt.Errorf("exec-server client: process/write to %s: status %q", p.id, res.Status)
-		case errors.As(err, &pe) && pe.Code == protocol.CodeInternal && strings.Contains(pe.Message, "already queued"):
-			// The server's stdin queue is full: the child is not reading
+		case classifyWrite(err) == stdinRetry:
+			// The process's stdin queue is full: the child is not reading
 			// yet. Back off; the same writeId keeps the retry idempotent.
+		case classifyWrite(err) == stdinBusy:
+			return fmt.Errorf("%w: %v", ErrStdinBusy, err)
+		case classifyWrite(err) == stdinClosed:
+			return fmt.Errorf("%w: %v", ErrStdinClosed, err)
 		default:
-			if errors.As(err, &pe) && pe.Code == protocol.CodeInternal && strings.HasPrefix(pe.Message, "failed to write to process stdin") {
-				return fmt.Errorf("%w: %v", ErrStdinClosed, pe)
-			}
 			return err
 		}
 		select {

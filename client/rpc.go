@@ -88,7 +88,7 @@ func (rc *rpcConn) call(ctx context.Context, method string, params, result any) 
 
 // fromWire turns a connection's error into the SDK's.
 func fromWire(je *jsonrpc.Error) error {
-	return &protocol.Error{Code: je.Code, Message: je.Message}
+	return protocol.FromWire(je)
 }
 
 // rawResult decodes a result with its fast decoder: the connection has
