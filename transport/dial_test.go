@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -68,7 +69,14 @@ func TestDialWebSocketRefused(t *testing.T) {
 	if !errors.As(err, &de) || de.StatusCode != http.StatusUnauthorized || de.Body != "bad token" {
 		t.Fatalf("DialWebSocket = %#v, want a DialError with 401 and the body", err)
 	}
-	_, err = DialWebSocket(ctx, "ws://127.0.0.1:1", DialOptions{})
+	// A port nothing listens on (any more).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = DialWebSocket(ctx, "ws://"+addr, DialOptions{})
 	if !errors.As(err, &de) || de.StatusCode != 0 || de.Err == nil {
 		t.Fatalf("DialWebSocket to a closed port = %#v", err)
 	}
