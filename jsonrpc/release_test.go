@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -23,8 +24,8 @@ func (s *releasingStream) Release(msg []byte) {
 }
 
 // Every message a Releaser stream returns is released exactly once: at
-// once when it is malformed or handled inline, after its handler when it
-// is handed to Go, and only then.
+// once when it is malformed or handled inline, after its work when it is
+// handed on as Concurrent, and only then.
 func TestConnReleasesEveryMessageOnce(t *testing.T) {
 	s := &releasingStream{fakeStream: newFakeStream(), released: map[string]int{}}
 	c := NewConn(s, Options{})
@@ -113,5 +114,42 @@ func TestConnDetachedReleasesAtOnce(t *testing.T) {
 	close(s.in)
 	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatal(err)
+	}
+}
+
+// Responses are released too: once their Call has decoded them, once
+// dropped (the Call gave up), once handled (unsolicited).
+func TestConnReleasesResponsesOnce(t *testing.T) {
+	s := &releasingStream{fakeStream: newFakeStream(), released: map[string]int{}}
+	c := NewConn(s, Options{})
+	wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
+	errc := make(chan error, 1)
+	go func() {
+		var v int
+		errc <- c.Call(context.Background(), "answered", nil, &v)
+	}()
+	answered := fmt.Sprintf(`{"id":%s,"result":1}`, request(t, s.next(t)).ID)
+	s.send(answered)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { errc <- c.Call(ctx, "abandoned", nil, nil) }()
+	late := fmt.Sprintf(`{"id":%s,"result":2}`, request(t, s.next(t)).ID)
+	cancel()
+	<-errc
+	s.send(late)
+	unsolicited := `{"id":"other","result":3}`
+	s.send(unsolicited)
+	close(s.in)
+	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range []string{answered, late, unsolicited} {
+		if n := s.released[m]; n != 1 {
+			t.Errorf("%s released %d times, want 1", m, n)
+		}
 	}
 }
