@@ -403,6 +403,8 @@ func TestIsClosed(t *testing.T) {
 	}
 }
 
+// Every message is latency-sensitive and written in one piece: accepted
+// connections must have TCP_NODELAY (Go's default, which Listen keeps).
 func TestListenSetsNoDelay(t *testing.T) {
 	l, err := Listen("127.0.0.1:0")
 	if err != nil {
