@@ -328,3 +328,42 @@ func TestErrorIsMatchesCode(t *testing.T) {
 		t.Errorf("AppendError with data = %s", got)
 	}
 }
+
+// Work started with GoDetached from a handler's work outlives the reply,
+// and Run waits for it; once the connection has ended nothing starts.
+func TestGoDetachedFromWork(t *testing.T) {
+	s := newFakeStream()
+	c := NewConn(s, Options{})
+	release := make(chan struct{})
+	finished := make(chan struct{})
+	wait := runConn(c, context.Background(), func(m *Message) Action {
+		id := append(json.RawMessage(nil), m.ID...)
+		return Concurrent(func() {
+			c.Reply(id, "replied", nil)
+			if !c.GoDetached(func() {
+				<-release
+				close(finished)
+			}) {
+				t.Error("GoDetached refused while the connection runs")
+			}
+		})
+	})
+	s.send(`{"id":1,"method":"stream"}`)
+	s.next(t)
+	close(s.in)
+	ended := make(chan error, 1)
+	go func() { ended <- wait() }()
+	select {
+	case <-ended:
+		t.Fatal("Run returned while detached work was running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-finished
+	if err := <-ended; err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if c.GoDetached(func() { t.Error("ran after the end") }) {
+		t.Error("GoDetached accepted work after the end")
+	}
+}

@@ -46,12 +46,8 @@ func Detached(f func()) Action { return Action{run: f, detached: true} }
 func (c *Conn) handle(h Handler, msg *Message, data []byte, rel Releaser) {
 	act := h(msg)
 	if act.run == nil || act.detached {
-		if act.run != nil && c.ctx.Err() == nil {
-			c.handlers.Add(1)
-			go func() {
-				defer c.handlers.Done()
-				act.run()
-			}()
+		if act.run != nil {
+			c.GoDetached(act.run)
 		}
 		c.release(data, rel)
 		return
@@ -79,4 +75,23 @@ func (c *Conn) release(data []byte, rel Releaser) {
 		rel.Release(data)
 	}
 	largeDone(len(data))
+}
+
+// GoDetached runs f on a goroutine of its own, outside Concurrency, that
+// Run waits for like any handler's work: for work a handler starts beyond
+// serving its message (streaming a response body after the reply). It is
+// not a way to serve the message being handled (return Detached for
+// that), and f must not use that message. Call it from a Handler or from
+// work the Conn runs. It reports false, without running f, when the
+// connection has ended.
+func (c *Conn) GoDetached(f func()) bool {
+	if c.ctx.Err() != nil {
+		return false
+	}
+	c.handlers.Add(1)
+	go func() {
+		defer c.handlers.Done()
+		f()
+	}()
+	return true
 }
