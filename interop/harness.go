@@ -388,8 +388,6 @@ func (c *Client) Resume() {
 	c.mu.Unlock()
 }
 
-var outputPrefix = []byte(`"method":"process/output"`)
-
 // handle takes every message that is not a response to a Call: process
 // events, other notifications, unsolicited responses. It runs on the read
 // loop, so a Pause holds the connection's reading here.
