@@ -162,15 +162,18 @@ func (c *Conn) Concurrency() int { return c.opts.Concurrency }
 // Describe names the peer.
 func (c *Conn) Describe() string { return c.stream.Describe() }
 
-// ErrClosed is returned by Send once the connection has ended.
+// ErrClosed is returned by Send, Notify and Call once the connection has
+// ended (Call wraps it with the cause).
 var ErrClosed = errors.New("jsonrpc: connection closed")
 
 // Run reads messages until the stream ends or ctx is cancelled. Responses
 // to this end's calls go to their callers; every other message goes to h,
-// on the calling goroutine, in arrival order (see Handler). It returns
-// after every handler's work has returned and queued messages have been
-// written (for at most a second each); calls still waiting then fail with
-// ErrClosed.
+// on the calling goroutine, in arrival order (see Handler). When the read
+// loop ends, calls still waiting for a response fail with ErrClosed; Run
+// returns after every handler's work has returned and queued messages
+// have been written (for at most a second each). It returns nil when
+// ended by ctx or Close, else the stream's error (io.EOF for a peer that
+// closed).
 func (c *Conn) Run(ctx context.Context, h Handler) error {
 	// When ctx ends, the read loop notices in Read. It may instead be
 	// writing a reply itself to a peer that does not read: after a second
