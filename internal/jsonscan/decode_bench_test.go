@@ -2,9 +2,10 @@ package jsonscan
 
 import (
 	"encoding/base64"
-	"github.com/execgo/exec-server/protocol"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // BenchmarkDecodeParams decodes the params of the hot methods: a small

@@ -3,12 +3,12 @@ package jsonscan
 import (
 	"encoding/json"
 	"errors"
-	"github.com/execgo/exec-server/protocol"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/execgo/exec-server/internal/jsontest"
+	"github.com/execgo/exec-server/protocol"
 )
 
 // fuzzParams lists every params struct with the required fields the server
@@ -177,4 +177,82 @@ func exactOracle(data []byte, newV func() any) ([]byte, bool) {
 	}
 	out, err := json.Marshal(v)
 	return out, err == nil
+}
+
+// FuzzDecodeBulk covers the payload kept out of encoding/json: a
+// process/write chunk of at least bulkMin characters is decoded apart from
+// the other members. Whatever DecodeParams accepts, the obvious decoding
+// (exactOracle: encoding/json with protocol.Base64's own UnmarshalJSON)
+// accepts with the same result; a refusal is -32602.
+func FuzzDecodeBulk(f *testing.F) {
+	f.Add(`{"processId":"p",`, "YWJj", 300, `,"writeId":"w"}`)
+	f.Add(`{"processId":5,`, "YWJj", 300, `}`)
+	f.Add(`{"Chunk":"x","processId":"p",`, "YW==", 256, `}`)
+	f.Add(`{"processId":"p",`, "YWJj", 300, `,"chunk":"YQ=="}`)
+	f.Add(`{"processId":"p",`, "!!!!", 260, `}`)
+	f.Fuzz(func(t *testing.T, prefix, unit string, n int, suffix string) {
+		if n < 0 || n > 4096 || len(unit) == 0 || len(unit) > 16 {
+			return
+		}
+		data := []byte(prefix + `"chunk":"` + strings.Repeat(unit, n) + `"` + suffix)
+		var got protocol.WriteParams
+		err := DecodeParams(data, &got, "WriteParams", "processId", "chunk")
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
+				t.Fatalf("error %T %v is not -32602", err, err)
+			}
+			return
+		}
+		want, ok := exactOracle(data, func() any { return new(protocol.WriteParams) })
+		if !ok {
+			t.Fatalf("accepted %.200q, which the obvious decoding refuses", data)
+		}
+		out, _ := json.Marshal(&got)
+		if string(out) != string(want) {
+			t.Fatalf("%.200q decoded as %.200s, want %.200s", data, out, want)
+		}
+	})
+}
+
+// FuzzDecodeCut: cutting a member changes nothing but that member, which
+// comes back as found.
+func FuzzDecodeCut(f *testing.F) {
+	for _, s := range []string{`{"path":"p","dataBase64":"QUJD"}`, `{"dataBase64":null,"path":"p"}`, `{"path":"p","data\u0042ase64":"x\"y"}`,
+		`{"path":"p","dataBase64":5}`, `{"Path":"p","dataBase64":"a","path":"q"}`, `{"path":"p"}`, `{`} {
+		f.Add([]byte(s))
+	}
+	type params struct {
+		Path string `json:"path"`
+		Data string `json:"dataBase64"`
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p params
+		cut, err := Decode(data, &p, Spec{Type: "P", Required: []string{"path"}, Cut: []string{"dataBase64"}})
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
+				t.Fatalf("error %T %v is not -32602", err, err)
+			}
+			return
+		}
+		var whole params
+		if err := DecodeParams(data, &whole, "P", "path"); err != nil {
+			// Only a refused dataBase64 value may differ, and only when
+			// it was cut (a string, which the cut skips).
+			if len(cut[0]) == 0 || cut[0][0] != '"' {
+				t.Fatalf("%q: accepted with the cut, refused without: %v", data, err)
+			}
+			return
+		}
+		if p.Path != whole.Path || p.Data != "" && p.Data != whole.Data {
+			t.Fatalf("%q: %+v with the cut, %+v without", data, p, whole)
+		}
+		if cut[0] != nil && cut[0][0] == '"' {
+			var s string
+			if json.Unmarshal(cut[0], &s) != nil || s != whole.Data {
+				t.Fatalf("%q: cut %s, decoded without the cut %q", data, cut[0], whole.Data)
+			}
+		}
+	})
 }

@@ -3,10 +3,11 @@ package jsonscan
 import (
 	"encoding/json"
 	"errors"
-	"github.com/execgo/exec-server/protocol"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // wantError checks that err is a *protocol.Error with the given code whose message

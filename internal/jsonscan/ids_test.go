@@ -1,9 +1,10 @@
 package jsonscan
 
 import (
-	"github.com/execgo/exec-server/protocol"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // Every client-chosen id is bounded (issue 14, defect 2: a 4 MiB processId

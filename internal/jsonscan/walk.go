@@ -159,7 +159,9 @@ type edit struct {
 
 // bulkValue is a large protocol.Base64 member, decoded apart from the rest.
 type bulkValue struct {
-	index []int
+	field int   // in the top shape
+	index []int // reflect's field index
+	start int   // offset of raw in the params
 	raw   []byte
 }
 
@@ -237,11 +239,20 @@ func (w *memberWalk) object(sh *shape, top bool, depth int) error {
 				return nil
 			}
 		}
-		if field < 0 {
+		if field < 0 || sh.bulk[field] == nil {
 			return nil
 		}
-		if idx := sh.bulk[field]; idx != nil && isString && len(value) >= bulkMin {
-			w.bulk = append(w.bulk, bulkValue{idx, value})
+		// A repeated member: the last one wins, as in encoding/json,
+		// which sees (and checks) the earlier one again.
+		w.bulk = slices.DeleteFunc(w.bulk, func(b bulkValue) bool {
+			if b.field != field {
+				return false
+			}
+			w.edits = slices.DeleteFunc(w.edits, func(e edit) bool { return e.start == b.start })
+			return true
+		})
+		if isString && len(value) >= bulkMin {
+			w.bulk = append(w.bulk, bulkValue{field, sh.bulk[field], vStart, value})
 			w.edits = append(w.edits, edit{vStart, w.i, `""`})
 		}
 		return nil
