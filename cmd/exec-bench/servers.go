@@ -145,7 +145,7 @@ var sdkOptions = client.Options{ClientName: "exec-bench", ReconnectTimeout: -1, 
 // server's one connection (which starts it).
 func (s *server) dial(ctx context.Context) (*client.Client, error) {
 	if s.tr == webSocket {
-		return client.Dial(ctx, s.url, sdkOptions)
+		return client.NewClient(ctx, s.dialWebSocket, sdkOptions)
 	}
 	if s.dialled {
 		return nil, errors.New("stdio: one connection per server")
@@ -165,12 +165,10 @@ func (s *server) dial(ctx context.Context) (*client.Client, error) {
 func (s *server) dialRaw(ctx context.Context) (*rawConn, error) {
 	var st jsonrpc.Stream
 	if s.tr == webSocket {
-		ws, _, err := websocket.Dial(ctx, s.url, nil)
-		if err != nil {
+		var err error
+		if st, err = s.dialWebSocket(ctx); err != nil {
 			return nil, err
 		}
-		ws.SetReadLimit(1 << 30)
-		st = transport.NewWebSocket(ws, s.url)
 	} else {
 		if s.dialled {
 			return nil, errors.New("stdio: one connection per server")
@@ -196,6 +194,47 @@ func (s *server) dialRaw(ctx context.Context) (*rawConn, error) {
 		return nil, err
 	}
 	return rc, nil
+}
+
+// dialWebSocket opens a websocket stream to the server that sends a
+// large message in frames of at most 1 MiB: the reference refuses frames
+// over 16 MiB (a 16 MiB fs/writeFile is a 22 MB message), and
+// transport.WebSocket sends a message as one frame.
+func (s *server) dialWebSocket(ctx context.Context) (jsonrpc.Stream, error) {
+	ws, _, err := websocket.Dial(ctx, s.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	ws.SetReadLimit(1 << 30)
+	return &fragmented{transport.NewWebSocket(ws, s.url), ws}, nil
+}
+
+// fragmented is a websocket stream that writes in frames of at most
+// wsFrameMax.
+type fragmented struct {
+	*transport.WebSocket
+	c *websocket.Conn
+}
+
+const wsFrameMax = 1 << 20
+
+func (f *fragmented) Write(ctx context.Context, b []byte, more bool) error {
+	if len(b) <= wsFrameMax {
+		return f.WebSocket.Write(ctx, b, more)
+	}
+	w, err := f.c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		return err
+	}
+	for len(b) > 0 {
+		n := min(len(b), wsFrameMax)
+		if _, err := w.Write(b[:n]); err != nil {
+			_ = w.Close()
+			return err
+		}
+		b = b[n:]
+	}
+	return w.Close()
 }
 
 // close stops the server: its stdio connection ends (EOF), or SIGTERM;
