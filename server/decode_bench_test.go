@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -31,6 +32,21 @@ func BenchmarkDecodeRequestParams(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := c.decode(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// The whole message: jsonrpc's envelope decoding, then the params.
+		b.Run(c.name+"/message", func(b *testing.B) {
+			msg := []byte(`{"id":1,"method":"m","params":` + c.raw + `}`)
+			b.SetBytes(int64(len(msg)))
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := jsonrpc.Decode(msg, jsonrpc.DefaultLimits)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.decode(m.Params); err != nil {
 					b.Fatal(err)
 				}
 			}
