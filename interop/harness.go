@@ -21,10 +21,8 @@ import (
 	"os"
 	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -147,9 +145,6 @@ func StartServer(ctx context.Context, spec Spec, tr Transport) (*Server, error) 
 	}
 	return s, nil
 }
-
-// PID is the server's process id (for /proc/PID/status).
-func (s *Server) PID() int { return s.cmd.Process.Pid }
 
 // Stderr returns the last few KiB the server wrote to stderr.
 func (s *Server) Stderr() string { return s.stderr.String() }
@@ -294,30 +289,20 @@ type Event struct {
 	ProcessID string
 	Seq       uint64
 	Stream    string // output only
-	Chunk     []byte // output only, decoded; nil when a Sink consumed the bytes
+	Chunk     []byte // output only, decoded
 	ExitCode  int    // exited only
-	Raw       []byte // the notification; nil for output taken apart by the fast path
+	Raw       []byte // the notification
 }
-
-// SinkFunc sees process events before they are kept; returning true
-// consumes the event (it is not kept for Events/WaitClosed). For a
-// process/output notification taken apart by the fast path, ev.Chunk is nil
-// and b64 holds the chunk's base64 text (valid only during the call), so a
-// bench can count bytes without decoding or keeping them.
-type SinkFunc func(ev *Event, b64 []byte) bool
 
 // Client is one JSON-RPC connection to a server.
 type Client struct {
 	conn *jsonrpc.Conn
-
-	sink atomic.Pointer[SinkFunc]
 
 	mu     sync.Mutex
 	cond   *sync.Cond
 	events map[string][]Event
 	other  []*Msg // id -1 errors, unsolicited responses, other notifications
 	err    error  // set when the connection has ended
-	paused chan struct{}
 
 	done chan struct{}
 }
@@ -349,15 +334,6 @@ func newClient(st jsonrpc.Stream) *Client {
 	return c
 }
 
-// SetSink installs f (nil removes it) as the connection's event sink.
-func (c *Client) SetSink(f SinkFunc) {
-	if f == nil {
-		c.sink.Store(nil)
-		return
-	}
-	c.sink.Store(&f)
-}
-
 // Done is closed when the connection has ended (the server closed it, or Close).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
@@ -368,48 +344,11 @@ func (c *Client) Close() error {
 	return err
 }
 
-// Pause stops reading from the connection (a stalled client) until Resume:
-// the next message the server sends stays unread, and everything behind it.
-func (c *Client) Pause() {
-	c.mu.Lock()
-	if c.paused == nil {
-		c.paused = make(chan struct{})
-	}
-	c.mu.Unlock()
-}
-
-// Resume undoes Pause.
-func (c *Client) Resume() {
-	c.mu.Lock()
-	if c.paused != nil {
-		close(c.paused)
-		c.paused = nil
-	}
-	c.mu.Unlock()
-}
-
 // handle takes every message that is not a response to a Call: process
 // events, other notifications, unsolicited responses. It runs on the read
-// loop, so a Pause holds the connection's reading here.
+// loop.
 func (c *Client) handle(msg *jsonrpc.Message) jsonrpc.Action {
-	c.mu.Lock()
-	p := c.paused
-	c.mu.Unlock()
-	if p != nil {
-		select {
-		case <-p:
-		case <-c.conn.Done():
-		}
-	}
 	if msg.Kind == jsonrpc.KindNotification && strings.HasPrefix(msg.Method, "process/") {
-		// process/output dominates bulk traffic; take it apart without
-		// encoding/json so the client is never the bottleneck of a bench.
-		if msg.Method == "process/output" {
-			if ev, b64, ok := parseOutput(msg.Params); ok {
-				c.deliver(ev, b64)
-				return jsonrpc.Inline
-			}
-		}
 		var p struct {
 			ProcessID string `json:"processId"`
 			Seq       uint64 `json:"seq"`
@@ -418,8 +357,11 @@ func (c *Client) handle(msg *jsonrpc.Message) jsonrpc.Action {
 			ExitCode  int    `json:"exitCode"`
 		}
 		if json.Unmarshal(msg.Params, &p) == nil {
-			c.deliver(&Event{Method: msg.Method, ProcessID: p.ProcessID, Seq: p.Seq, Stream: p.Stream,
-				Chunk: p.Chunk, ExitCode: p.ExitCode, Raw: rawMessage(msg)}, nil)
+			c.mu.Lock()
+			c.events[p.ProcessID] = append(c.events[p.ProcessID], Event{Method: msg.Method, ProcessID: p.ProcessID,
+				Seq: p.Seq, Stream: p.Stream, Chunk: p.Chunk, ExitCode: p.ExitCode, Raw: rawMessage(msg)})
+			c.cond.Broadcast()
+			c.mu.Unlock()
 			return jsonrpc.Inline
 		}
 	}
@@ -469,83 +411,6 @@ func (c *Client) keepOther(m *Msg) {
 	c.mu.Unlock()
 }
 
-func (c *Client) deliver(ev *Event, b64 []byte) {
-	if f := c.sink.Load(); f != nil && (*f)(ev, b64) {
-		return
-	}
-	if b64 != nil && ev.Chunk == nil {
-		ev.Chunk = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
-		n, err := base64.StdEncoding.Decode(ev.Chunk, b64)
-		if err != nil {
-			ev.Chunk = nil
-		} else {
-			ev.Chunk = ev.Chunk[:n]
-		}
-	}
-	c.mu.Lock()
-	c.events[ev.ProcessID] = append(c.events[ev.ProcessID], *ev)
-	c.cond.Broadcast()
-	c.mu.Unlock()
-}
-
-// parseOutput extracts a compact process/output notification's fields from
-// its params.
-// Base64 and the ids the harness uses need no JSON unescaping; anything
-// else falls back to encoding/json.
-func parseOutput(b []byte) (*Event, []byte, bool) {
-	pid, ok := stringField(b, `"processId":"`)
-	if !ok || bytes.IndexByte(pid, '\\') >= 0 {
-		return nil, nil, false
-	}
-	stream, ok := stringField(b, `"stream":"`)
-	if !ok {
-		return nil, nil, false
-	}
-	chunk, ok := stringField(b, `"chunk":"`)
-	if !ok {
-		return nil, nil, false
-	}
-	i := bytes.Index(b, []byte(`"seq":`))
-	if i < 0 {
-		return nil, nil, false
-	}
-	j := i + len(`"seq":`)
-	k := j
-	for k < len(b) && b[k] >= '0' && b[k] <= '9' {
-		k++
-	}
-	seq, err := strconv.ParseUint(string(b[j:k]), 10, 64)
-	if err != nil {
-		return nil, nil, false
-	}
-	return &Event{Method: "process/output", ProcessID: string(pid), Seq: seq, Stream: string(stream)}, chunk, true
-}
-
-// Base64Field decodes the base64 string value of key in a compact JSON
-// object (a result), without encoding/json: base64 has no escapes.
-func Base64Field(obj []byte, key string) ([]byte, error) {
-	v, ok := stringField(obj, `"`+key+`":"`)
-	if !ok {
-		return nil, fmt.Errorf("no string field %q in the result", key)
-	}
-	out := make([]byte, base64.StdEncoding.DecodedLen(len(v)))
-	n, err := base64.StdEncoding.Decode(out, v)
-	return out[:n], err
-}
-
-func stringField(b []byte, key string) ([]byte, bool) {
-	i := bytes.Index(b, []byte(key))
-	if i < 0 {
-		return nil, false
-	}
-	start := i + len(key)
-	end := bytes.IndexByte(b[start:], '"')
-	if end < 0 {
-		return nil, false
-	}
-	return b[start : start+end], true
-}
-
 // SendRaw writes one message exactly as given. Its answer, if any, is
 // an unsolicited message (NextOther).
 func (c *Client) SendRaw(ctx context.Context, b []byte) error { return c.conn.Send(ctx, b) }
@@ -587,12 +452,6 @@ func (c *Client) CallMsg(ctx context.Context, method string, params any) (*Msg, 
 		return nil, fmt.Errorf("%s: connection closed: %w", method, err)
 	}
 	return nil, fmt.Errorf("%s: %w", method, err)
-}
-
-// CallRaw sends a request whose params are already-encoded JSON (a bench
-// builds large params once), and returns the response as CallMsg does.
-func (c *Client) CallRaw(ctx context.Context, method string, params []byte) (*Msg, error) {
-	return c.CallMsg(ctx, method, json.RawMessage(params))
 }
 
 // Initialize runs initialize and sends initialized; it returns the session id.
@@ -695,13 +554,6 @@ func (c *Client) WaitOutput(ctx context.Context, processID string, want []byte) 
 		return out, fmt.Errorf("waiting for %q from %s (have %q): %w", want, processID, out, err)
 	}
 	return out, nil
-}
-
-// ForgetEvents drops the events kept for processID (long benches reuse ids).
-func (c *Client) ForgetEvents(processID string) {
-	c.mu.Lock()
-	delete(c.events, processID)
-	c.mu.Unlock()
 }
 
 // Output concatenates the output chunks of evs per stream.
