@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/execgo/exec-server/internal/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/transport"
 )
@@ -30,22 +30,12 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "hostile-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "exec-server")
-	build := exec.Command("go", "build", "-o", binary, "github.com/execgo/exec-server/cmd/exec-server")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	var err error
+	if binary, err = testbin.ExecServer(); err != nil {
 		fmt.Fprintln(os.Stderr, "building exec-server:", err)
-		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // hostileArgs returns the server flags of a test: the words of the
