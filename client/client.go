@@ -16,8 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/transport"
 )
 
 // Error is a JSON-RPC error from the server, carrying the wire code. Get it
@@ -105,8 +106,8 @@ func (o Options) withDefaults() Options {
 // is final.
 type Client struct {
 	opts   Options
-	dialer func(ctx context.Context) (stream, error) // nil: cannot reconnect
-	cmd    *exec.Cmd                                 // DialStdio's server, waited for by Close
+	dialer Dialer    // nil: cannot reconnect
+	cmd    *exec.Cmd // DialStdio's server, waited for by Close
 
 	ctx    context.Context // ends at Close; parent of background work
 	cancel context.CancelFunc
@@ -129,6 +130,30 @@ type Client struct {
 	unsupport map[string]bool // extension methods the server answered -32601
 }
 
+// Dialer opens a new stream to an exec-server: the first connection, and
+// each reconnect (the Client then resumes its session on the new stream).
+type Dialer func(ctx context.Context) (jsonrpc.Stream, error)
+
+// NewClient connects through dial, performs the initialize handshake and
+// returns the Client. When the connection drops, the Client calls dial
+// again and resumes its session (for ReconnectTimeout; negative: never).
+// ctx bounds the first dial and the handshake only.
+func NewClient(ctx context.Context, dial Dialer, opts Options) (*Client, error) {
+	opts = opts.withDefaults()
+	s, err := dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(opts)
+	if opts.ReconnectTimeout > 0 {
+		c.dialer = dial
+	}
+	if err := c.start(ctx, s); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // Dial connects to a websocket exec-server ("ws://host:port" or
 // "wss://..."), performs the initialize handshake and returns the Client.
 // ctx bounds the dial and the handshake only.
@@ -144,28 +169,18 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	if opts.Token != "" {
 		header.Set("Authorization", "Bearer "+opts.Token)
 	}
-	dial := func(ctx context.Context) (stream, error) {
-		conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: opts.HTTPClient, HTTPHeader: header})
+	dopts := transport.DialOptions{HTTPClient: opts.HTTPClient, Header: header, MaxMessageBytes: maxMessageBytes}
+	return NewClient(ctx, func(ctx context.Context) (jsonrpc.Stream, error) {
+		ws, err := transport.DialWebSocket(ctx, url, dopts)
 		if err != nil {
-			if resp != nil && resp.StatusCode == http.StatusUnauthorized {
-				return nil, &AuthError{Status: resp.StatusCode, Message: readBody(resp)}
+			var de *transport.DialError
+			if errors.As(err, &de) && de.StatusCode == http.StatusUnauthorized {
+				return nil, &AuthError{Status: de.StatusCode, Message: de.Body}
 			}
-			return nil, fmt.Errorf("exec-server client: dial %s: %w", url, err)
+			return nil, fmt.Errorf("exec-server client: %w", err)
 		}
-		return newWSStream(conn), nil
-	}
-	s, err := dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c := newClient(opts)
-	if opts.ReconnectTimeout > 0 {
-		c.dialer = dial
-	}
-	if err := c.start(ctx, s); err != nil {
-		return nil, err
-	}
-	return c, nil
+		return ws, nil
+	}, opts)
 }
 
 // AuthError reports a websocket upgrade refused with 401.
@@ -176,14 +191,6 @@ type AuthError struct {
 
 func (e *AuthError) Error() string {
 	return fmt.Sprintf("exec-server client: authentication refused (HTTP %d): %s", e.Status, e.Message)
-}
-
-func readBody(resp *http.Response) string {
-	if resp.Body == nil {
-		return ""
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	return strings.TrimSpace(string(b))
 }
 
 // DialStdio starts cmd (an exec-server listening on stdio, e.g.
@@ -205,7 +212,7 @@ func DialStdio(ctx context.Context, cmd *exec.Cmd, opts Options) (*Client, error
 	}
 	c := newClient(opts.withDefaults())
 	c.cmd = cmd
-	if err := c.start(ctx, newStdioStream(out, in, in)); err != nil {
+	if err := c.start(ctx, transport.NewStdio(out, in, in, maxMessageBytes)); err != nil {
 		c.waitCmd()
 		return nil, err
 	}
@@ -214,10 +221,15 @@ func DialStdio(ctx context.Context, cmd *exec.Cmd, opts Options) (*Client, error
 
 // NewConn runs the protocol over rwc with newline-delimited JSON (the stdio
 // framing): use it for a server reached through a pipe, an SSH channel or a
-// net.Conn. Close closes rwc.
+// net.Conn. Close closes rwc. A lost connection is final.
+//
+// Deprecated: use NewClient with a Dialer returning
+// transport.NewStdio(r, w, closer, 0) over a fresh connection on each
+// call, which also lets the Client reconnect (or set ReconnectTimeout
+// negative when the Dialer cannot dial again).
 func NewConn(ctx context.Context, rwc io.ReadWriteCloser, opts Options) (*Client, error) {
 	c := newClient(opts.withDefaults())
-	if err := c.start(ctx, newStdioStream(rwc, rwc, rwc)); err != nil {
+	if err := c.start(ctx, transport.NewStdio(rwc, rwc, rwc, maxMessageBytes)); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -239,7 +251,7 @@ func newClient(opts Options) *Client {
 }
 
 // start performs the first handshake on s and installs the connection.
-func (c *Client) start(ctx context.Context, s stream) error {
+func (c *Client) start(ctx context.Context, s jsonrpc.Stream) error {
 	var resume *string
 	if c.opts.ResumeSession != "" {
 		resume = &c.opts.ResumeSession
@@ -259,7 +271,7 @@ func (c *Client) start(ctx context.Context, s stream) error {
 
 // handshake runs initialize (resuming resume when not nil) and initialized
 // on a new connection over s. On failure s is closed.
-func (c *Client) handshake(ctx context.Context, s stream, resume *string) (*rpcConn, *protocol.InitializeResult, error) {
+func (c *Client) handshake(ctx context.Context, s jsonrpc.Stream, resume *string) (*rpcConn, *protocol.InitializeResult, error) {
 	rc := newRPCConn(s, c.onNotify)
 	var res protocol.InitializeResult
 	err := rc.call(ctx, protocol.MethodInitialize, protocol.InitializeParams{ClientName: c.opts.ClientName, ResumeSessionID: resume}, &res)
@@ -288,13 +300,18 @@ func (c *Client) install(rc *rpcConn) {
 	go c.watch(rc)
 }
 
+// pinger is a stream that can check its peer is there (a websocket).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // watch owns one connection's lifetime: it pings it, and when it ends,
 // either reconnects or fails the client.
 func (c *Client) watch(rc *rpcConn) {
 	defer c.wg.Done()
 	var tick <-chan time.Time
-	ws, isWS := rc.s.(*wsStream)
-	if isWS && c.opts.KeepAlive > 0 {
+	ws, canPing := rc.s.(pinger)
+	if canPing && c.opts.KeepAlive > 0 {
 		t := time.NewTicker(c.opts.KeepAlive)
 		defer t.Stop()
 		tick = t.C
@@ -311,7 +328,7 @@ loop:
 			return
 		case <-tick:
 			ctx, cancel := context.WithTimeout(c.ctx, c.opts.KeepAlive)
-			err := ws.c.Ping(ctx)
+			err := ws.Ping(ctx)
 			cancel()
 			if err != nil && c.ctx.Err() == nil {
 				c.opts.Logger.Debug("exec-server client: ping failed; reconnecting", "err", err)
@@ -373,7 +390,7 @@ func (c *Client) reconnect() {
 		if err != nil {
 			lastErr = err
 			var pe *protocol.Error
-			if errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest {
+			if errors.As(err, &pe) && isUnknownSession(err) {
 				// "unknown session id": expired or the server restarted.
 				c.fail(fmt.Errorf("%w: %s", ErrSessionLost, pe.Message))
 				return

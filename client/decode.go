@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/internal/jsonscan"
 )
 
 // Fast paths for the messages that carry bulk data (process/output pushes,
@@ -60,46 +60,10 @@ func base64Field(val []byte) ([]byte, bool) {
 	return out[:n], true
 }
 
-// splitMessage finds the envelope fields of a server message.
-func splitMessage(data []byte, m *message) error {
-	err := protocol.EachMember(data, func(key, val []byte) error {
-		switch string(key) {
-		case "id":
-			m.ID = val
-		case "method":
-			s, ok := plainString(val)
-			if !ok {
-				return errSlow
-			}
-			m.Method = s
-		case "params":
-			m.Params = val
-		case "result":
-			m.Result = val
-		case "error":
-			m.Error = nil
-			if string(val) != "null" {
-				m.Error = new(Error)
-				return json.Unmarshal(val, m.Error)
-			}
-		default:
-			if mayMatch(key, messageFields) {
-				return errSlow
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		*m = message{}
-		return json.Unmarshal(data, m)
-	}
-	return nil
-}
-
 // decodeEvent decodes process/output, process/exited and process/closed
 // params.
 func decodeEvent(raw []byte, ev *event) error {
-	err := protocol.EachMember(raw, func(key, val []byte) error {
+	err := jsonscan.EachMember(raw, func(key, val []byte) error {
 		var ok bool
 		switch string(key) {
 		case "processId":
@@ -143,10 +107,7 @@ func decodeEvent(raw []byte, ev *event) error {
 	return nil
 }
 
-var (
-	eventFields   = []string{"processId", "seq", "stream", "chunk", "exitCode", "sandboxDenied", "timedOut"}
-	messageFields = []string{"id", "method", "params", "result", "error"}
-)
+var eventFields = []string{"processId", "seq", "stream", "chunk", "exitCode", "sandboxDenied", "timedOut"}
 
 // mayMatch reports whether an unrecognised key might still name one of
 // fields for encoding/json, which matches keys case-insensitively and
@@ -185,7 +146,7 @@ type readBlockResult struct {
 }
 
 func (r *readBlockResult) decodeRaw(raw []byte) error {
-	err := protocol.EachMember(raw, func(key, val []byte) error {
+	err := jsonscan.EachMember(raw, func(key, val []byte) error {
 		ok := true
 		switch string(key) {
 		case "chunk":
@@ -221,7 +182,7 @@ type readFileResult struct {
 }
 
 func (r *readFileResult) decodeRaw(raw []byte) error {
-	err := protocol.EachMember(raw, func(key, val []byte) error {
+	err := jsonscan.EachMember(raw, func(key, val []byte) error {
 		if string(key) == "dataBase64" {
 			var ok bool
 			if r.DataBase64, ok = base64Field(val); !ok {

@@ -65,60 +65,6 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) { checkEvent(t, raw) })
 }
 
-var messageSamples = []string{
-	`{"id":1,"result":{"chunk":"aGkK","eof":true}}`,
-	`{"error":{"code":-32600,"message":"bad"},"id":-1}`,
-	`{"method":"process/output","params":{"processId":"p"}}`,
-	`{"id":"x","method":"network/policyRequest","params":{}}`,
-	`{"id":2,"result":null,"error":null}`,
-	`{"ID":3,"Result":{}}`,
-	`{"method":"m\u0065thod"}`,
-	`{"error":{"code":"nope"},"id":1}`,
-}
-
-func TestSplitMessageMatchesJSON(t *testing.T) {
-	for _, s := range messageSamples {
-		checkMessage(t, []byte(s))
-	}
-}
-
-func checkMessage(t *testing.T, raw []byte) {
-	t.Helper()
-	var want message
-	if json.Unmarshal(raw, &want) != nil {
-		return
-	}
-	var got message
-	if err := splitMessage(raw, &got); err != nil {
-		t.Fatalf("%s: splitMessage: %v, json accepted it", raw, err)
-	}
-	if !reflect.DeepEqual(compact(got), compact(want)) {
-		t.Fatalf("%s: splitMessage = %+v, json = %+v", raw, got, want)
-	}
-}
-
-// compact drops insignificant space from raw fields: json.RawMessage keeps
-// the bytes as they were, and so does splitMessage, but both may differ in
-// surrounding space.
-func compact(m message) message {
-	for _, p := range []*json.RawMessage{&m.ID, &m.Params, &m.Result} {
-		if *p != nil {
-			var v any
-			if json.Unmarshal(*p, &v) == nil {
-				*p, _ = json.Marshal(v)
-			}
-		}
-	}
-	return m
-}
-
-func FuzzSplitMessage(f *testing.F) {
-	for _, s := range messageSamples {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, raw []byte) { checkMessage(t, raw) })
-}
-
 func TestReadBlockResultMatchesJSON(t *testing.T) {
 	for _, s := range []string{
 		`{"chunk":"aGkK","eof":true}`,

@@ -3,9 +3,11 @@
 // locally.
 //
 // Connect with Dial (websocket, "ws://" or "wss://"), DialStdio (a server
-// started as a child process speaking on its stdin and stdout) or NewConn
-// (any io.ReadWriteCloser carrying newline-delimited JSON). The initialize
-// handshake happens inside.
+// started as a child process speaking on its stdin and stdout) or
+// NewClient, whose Dialer returns any jsonrpc.Stream (the streams of
+// package transport, or another carrier) and is called again to
+// reconnect. The initialize handshake happens inside. The connection is a
+// jsonrpc.Conn, the same as the server's.
 //
 //	c, err := client.Dial(ctx, "ws://127.0.0.1:8765", client.Options{Token: token})
 //	if err != nil {
@@ -23,7 +25,8 @@
 // Start returns a *Process: its output is read from Stdout and Stderr (one
 // stream, Output, for a TTY) or copied to Cmd.Stdout and Cmd.Stderr; its
 // input is written with Write or Stdin; Signal, Terminate, Resize and Wait
-// control it. Output arrives from the events the server pushes, ordered by
+// control it. As with exec.CommandContext, the end of the context given to
+// Start terminates the process. Output arrives from the events the server pushes, ordered by
 // their sequence numbers; when they are complete and in order nothing else
 // is asked (no process/read at all). A gap in the sequence, a reader that
 // fell behind, or a server that omits sandboxDenied is repaired with
@@ -32,7 +35,8 @@
 //
 // # Reconnecting
 //
-// When a websocket connection drops, the Client redials with back-off,
+// When a websocket connection (or one made by NewClient's Dialer) drops,
+// the Client redials with back-off,
 // resumes its session (initialize with resumeSessionId) and fetches what
 // each process produced meanwhile; readers and Wait do not notice.
 // Idempotent requests in flight are repeated on the new connection; stdin

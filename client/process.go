@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"strings"
 	"sync"
 	"time"
 
@@ -183,6 +182,7 @@ type Process struct {
 	closedSeq   uint64
 	done        chan struct{} // closed when the exit status is final, or on failure
 	doneClosed  bool
+	stopKill    func() bool // unregisters the kill on Start's ctx; nil when none
 
 	stdinMu     sync.Mutex
 	stdinClosed bool
@@ -206,9 +206,11 @@ func (q *outQueue) read(b []byte) int {
 }
 
 // Start starts a process. Events are buffered from the moment the request
-// is sent, so output pushed before the response is not missed. ctx bounds
-// the start request only; the process lives until it exits, is terminated,
-// or the Client is closed.
+// is sent, so output pushed before the response is not missed. As with
+// exec.CommandContext, ctx bounds the process too: when it ends before the
+// process has, the process is terminated (Terminate). To start a process
+// that outlives ctx, pass context.WithoutCancel(ctx). Otherwise the process
+// lives until it exits, is terminated, or the Client is closed.
 func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 	if len(cmd.Argv) == 0 {
 		return nil, errors.New("exec-server client: Start: empty Argv")
@@ -286,6 +288,16 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 		return nil, err
 	}
 	p.sandboxType = res.SandboxType
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, p.killOnCancel)
+		p.mu.Lock()
+		if p.doneClosed {
+			stop()
+		} else {
+			p.stopKill = stop
+		}
+		p.mu.Unlock()
+	}
 	if cmd.Stdout != nil {
 		p.pump(cmd.Stdout, p.Stdout())
 	}
@@ -336,8 +348,7 @@ func (c *Client) startCall(ctx context.Context, params *startParams, res *protoc
 		if errors.Is(err, errConnLost) {
 			return fmt.Errorf("%w: %s: %v", ErrConnectionLost, protocol.MethodProcessStart, err)
 		}
-		var pe *protocol.Error
-		if repeated && errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest && strings.HasSuffix(pe.Message, "already exists") {
+		if repeated && isProcessExists(err) {
 			res.ProcessID = params.ProcessID
 			return nil
 		}
@@ -535,8 +546,7 @@ func (p *Process) skip() {
 // readers.
 func (p *Process) settle() {
 	if !p.doneClosed && p.exitKnown && p.closedKnown && p.denied != nil {
-		p.doneClosed = true
-		close(p.done)
+		p.closeDone()
 	}
 	if p.exitKnown && p.closedKnown && p.denied == nil && !p.recovering {
 		p.startRecovery()
@@ -603,7 +613,7 @@ func (p *Process) recover() {
 			case p.c.ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrSessionLost):
 				p.fail(err)
 				return
-			case errors.As(err, &pe) && pe.Code == protocol.CodeInvalidRequest && strings.HasPrefix(pe.Message, "unknown process id"):
+			case errors.As(err, &pe) && isUnknownProcess(err):
 				p.forgotten(pe)
 				return
 			}
@@ -725,10 +735,34 @@ func (p *Process) failLocked(err error) {
 		p.err = err
 	}
 	if !p.doneClosed {
-		p.doneClosed = true
-		close(p.done)
+		p.closeDone()
 	}
 	p.cond.Broadcast()
+}
+
+// closeDone makes the exit status final. Called with mu held.
+func (p *Process) closeDone() {
+	p.doneClosed = true
+	close(p.done)
+	if p.stopKill != nil {
+		p.stopKill() // does not wait for a kill under way
+		p.stopKill = nil
+	}
+}
+
+// killTimeout bounds the process/terminate sent when Start's ctx ends.
+const killTimeout = 5 * time.Second
+
+// killOnCancel terminates the process when Start's ctx has ended first.
+func (p *Process) killOnCancel() {
+	if p.finished() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.c.ctx, killTimeout)
+	defer cancel()
+	if _, err := p.Terminate(ctx); err != nil {
+		p.c.opts.Logger.Debug("exec-server client: terminating a process whose context ended", "process", p.id, "err", err)
+	}
 }
 
 // finished reports whether the process is known to have ended.
@@ -892,7 +926,6 @@ func (p *Process) writeChunk(ctx context.Context, chunk []byte) error {
 	for {
 		var res protocol.WriteResult
 		err := p.c.call(ctx, protocol.MethodProcessWrite, protocol.WriteParams{ProcessID: p.id, Chunk: chunk, WriteID: &wid}, &res, true)
-		var pe *protocol.Error
 		switch {
 		case err == nil && res.Status == protocol.WriteAccepted:
 			return nil
@@ -902,13 +935,14 @@ func (p *Process) writeChunk(ctx context.Context, chunk []byte) error {
 			return ErrStdinClosed
 		case err == nil:
 			return fmt.Errorf("exec-server client: process/write to %s: status %q", p.id, res.Status)
-		case errors.As(err, &pe) && pe.Code == protocol.CodeInternal && strings.Contains(pe.Message, "already queued"):
-			// The server's stdin queue is full: the child is not reading
+		case classifyWrite(err) == stdinRetry:
+			// The process's stdin queue is full: the child is not reading
 			// yet. Back off; the same writeId keeps the retry idempotent.
+		case classifyWrite(err) == stdinBusy:
+			return fmt.Errorf("%w: %v", ErrStdinBusy, err)
+		case classifyWrite(err) == stdinClosed:
+			return fmt.Errorf("%w: %v", ErrStdinClosed, err)
 		default:
-			if errors.As(err, &pe) && pe.Code == protocol.CodeInternal && strings.HasPrefix(pe.Message, "failed to write to process stdin") {
-				return fmt.Errorf("%w: %v", ErrStdinClosed, pe)
-			}
 			return err
 		}
 		select {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -153,7 +154,7 @@ const MaxWatchIDBytes = 256
 // DecodeWatchParams decodes fs/watch params.
 func DecodeWatchParams(raw []byte) (WatchParams, error) {
 	var p WatchParams
-	if err := protocol.DecodeParams(raw, &p, "WatchParams", "watchId", "path"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p, "WatchParams", "watchId", "path"); err != nil {
 		return p, err
 	}
 	if err := checkWatchID(p.WatchID); err != nil {
@@ -175,7 +176,7 @@ type UnwatchParams struct {
 // DecodeUnwatchParams decodes fs/unwatch params.
 func DecodeUnwatchParams(raw []byte) (UnwatchParams, error) {
 	var p UnwatchParams
-	if err := protocol.DecodeParams(raw, &p, "UnwatchParams", "watchId"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p, "UnwatchParams", "watchId"); err != nil {
 		return p, err
 	}
 	return p, checkWatchID(p.WatchID)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -21,7 +22,7 @@ func (f *FS) copy(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 		Recursive       json.RawMessage `json:"recursive"`
 		Sandbox         json.RawMessage `json:"sandbox"`
 	}
-	if err := protocol.DecodeParams(raw, &p, "WireFsCopyParams", "sourcePath", "destinationPath"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p, "WireFsCopyParams", "sourcePath", "destinationPath"); err != nil {
 		return nil, err
 	}
 	src, err := parsePath(p.SourcePath)

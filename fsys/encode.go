@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/internal/b64codec"
 )
 
 // fs/readFile of a regular file encodes while it reads: the file goes
@@ -120,7 +120,7 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 		}
 		dst := out[off/3*4:]
 		if workers == 1 {
-			protocol.EncodeBase64(dst, chunk)
+			b64codec.Encode(dst, chunk)
 			if bp != nil {
 				chunkPool.Put(bp)
 			}
@@ -128,7 +128,7 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				protocol.EncodeBase64(dst, chunk)
+				b64codec.Encode(dst, chunk)
 				chunkPool.Put(bp)
 				<-sem
 			}()

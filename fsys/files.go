@@ -11,6 +11,8 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/execgo/exec-server/internal/b64codec"
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -146,62 +148,31 @@ type writeFileParams struct {
 	Sandbox json.RawMessage
 }
 
-// decodeWriteFile walks the params object once without decoding the big
-// string, then decodes the small members through protocol.DecodeParams so
-// errors read as for every other method.
+// decodeWriteFile walks the params once, cutting the big string out, and
+// decodes the small members as every other method's params (jsonscan), so
+// errors read the same.
 func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
-	const typeName = "WireFsWriteFileParams"
-	var dataRaw []byte
-	dataNull := false
-	small := []byte{'{'}
-	err := protocol.EachMember(raw, func(key, value []byte) error {
-		if protocol.KeyIs(key, "dataBase64") {
-			switch {
-			case len(value) > 0 && value[0] == '"':
-				dataRaw = value
-				value = []byte(`""`)
-			case string(value) == "null":
-				// A null is a type error, not a missing field.
-				dataNull = true
-				value = []byte(`""`)
-			}
-		}
-		if len(small) > 1 {
-			small = append(small, ',')
-		}
-		small = append(small, '"')
-		small = append(small, key...)
-		small = append(small, '"', ':')
-		small = append(small, value...)
-		return nil
-	})
-	if err != nil {
-		// Not an object (or malformed): let DecodeParams word it.
-		var v struct{}
-		if derr := protocol.DecodeParams(raw, &v, typeName); derr != nil {
-			return nil, derr
-		}
-		return nil, protocol.InvalidParams("%v", err)
-	}
-	small = append(small, '}')
 	var p struct {
 		Path       string          `json:"path"`
 		DataBase64 string          `json:"dataBase64"`
 		Sandbox    json.RawMessage `json:"sandbox"`
 	}
-	if err := protocol.DecodeParams(small, &p, typeName, "path", "dataBase64"); err != nil {
+	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "WireFsWriteFileParams", Required: []string{"path"}, Cut: []string{"dataBase64"}})
+	if err != nil {
 		return nil, err
 	}
-	if dataNull {
+	dataRaw := cut[0]
+	switch {
+	case dataRaw == nil:
+		return nil, protocol.InvalidParams("missing field `dataBase64`")
+	case string(dataRaw) == "null":
+		// A null is a type error, not a missing field.
 		return nil, protocol.InvalidParams("invalid type: null, expected a string")
 	}
 	out := &writeFileParams{Path: p.Path, Sandbox: p.Sandbox}
-	switch {
-	case dataRaw == nil:
-		out.Data = []byte(p.DataBase64)
-	case bytes.IndexByte(dataRaw, '\\') < 0:
+	if bytes.IndexByte(dataRaw, '\\') < 0 {
 		out.Data = dataRaw[1 : len(dataRaw)-1]
-	default:
+	} else {
 		// Escapes (such as "\/") are legal JSON; unquote the slow way.
 		var s string
 		if err := json.Unmarshal(dataRaw, &s); err != nil {
@@ -228,10 +199,10 @@ func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (an
 	if n := int64(len(p.Data)) / 4 * 3; n > f.opts.MaxFileBytes+3 {
 		return nil, tooLarge(protocol.MethodFsWriteFile, path, n, f.opts.MaxFileBytes)
 	}
-	data, err := protocol.DecodeBase64(p.Data)
+	data, err := b64codec.Decode(p.Data)
 	if err != nil {
 		// The reference answers -32600 here, not the -32602 of process/write.
-		return nil, protocol.InvalidRequest("fs/writeFile requires valid base64 dataBase64: %s", protocol.ToError(err).Message)
+		return nil, protocol.InvalidRequest("fs/writeFile requires valid base64 dataBase64: %v", err)
 	}
 	if int64(len(data)) > f.opts.MaxFileBytes {
 		return nil, tooLarge(protocol.MethodFsWriteFile, path, int64(len(data)), f.opts.MaxFileBytes)

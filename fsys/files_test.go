@@ -406,7 +406,7 @@ func TestReadFileThatChangesSize(t *testing.T) {
 
 // smallChunks makes the parallel encoder work in chunks of a few KiB for
 // the rest of the test, so many-chunk paths are cheap to exercise. (The
-// parallel decoder is protocol.DecodeBase64's, tested there.)
+// parallel decoder is internal/b64.Decode's, tested there.)
 func smallChunks(t *testing.T) {
 	old := encChunk
 	encChunk = 3 << 10

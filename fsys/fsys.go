@@ -51,6 +51,7 @@ import (
 	"fmt"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 )
@@ -170,7 +171,7 @@ func parsePath(uri string) (string, error) { return fileuri.Parse(uri) }
 // reference's order. uri and sb point into p. A nil plan means the call
 // runs in this process.
 func (f *FS) decodePathParams(raw json.RawMessage, p any, typeName string, uri *string, sb *json.RawMessage, method string, kind opKind) (string, *sandbox.Plan, error) {
-	if err := protocol.DecodeParams(raw, p, typeName, "path"); err != nil {
+	if err := jsonscan.DecodeParams(raw, p, typeName, "path"); err != nil {
 		return "", nil, err
 	}
 	path, err := parsePath(*uri)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/execgo/exec-server/internal/b64codec"
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -81,7 +83,7 @@ func (f *FS) open(ctx context.Context, h *Handles, raw json.RawMessage) (any, er
 		Mode     json.RawMessage `json:"mode"`
 		Sandbox  json.RawMessage `json:"sandbox"`
 	}
-	if err := protocol.DecodeParams(raw, &p, "WireFsOpenParams", "handleId", "path"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p, "WireFsOpenParams", "handleId", "path"); err != nil {
 		return nil, err
 	}
 	path, err := parsePath(p.Path)
@@ -188,7 +190,7 @@ func handleIOError(id string, err error) error {
 
 func (f *FS) readBlock(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsReadBlockParams
-	if err := protocol.DecodeParams(raw, &p, "FsReadBlockParams", "handleId", "offset", "len"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p, "FsReadBlockParams", "handleId", "offset", "len"); err != nil {
 		return nil, err
 	}
 	if p.Len < 1 || p.Len > protocol.FsMaxBlockLen {
@@ -233,7 +235,7 @@ func blockReply(chunk []byte, eof bool) *encodedReply {
 	end := frameReserve + len(head) + encLen + len(tail)
 	buf := make([]byte, end, end+frameSlack)
 	copy(buf[frameReserve:], head)
-	protocol.EncodeBase64(buf[frameReserve+len(head):frameReserve+len(head)+encLen], chunk)
+	b64codec.Encode(buf[frameReserve+len(head):frameReserve+len(head)+encLen], chunk)
 	copy(buf[end-len(tail):], tail)
 	return &encodedReply{buf: buf, start: frameReserve, end: end}
 }
@@ -244,12 +246,13 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 		Offset   uint64          `json:"offset"`
 		Chunk    json.RawMessage `json:"chunk"`
 	}
-	// The block is cut out first so that only the small members go
-	// through encoding/json.
-	rest, chunk := protocol.CutMember(raw, "chunk")
-	if err := protocol.DecodeParams(rest, &p, "FsWriteBlockParams", "handleId", "offset"); err != nil {
+	// The block is cut out so that only the small members go through
+	// encoding/json.
+	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "FsWriteBlockParams", Required: []string{"handleId", "offset"}, Cut: []string{"chunk"}})
+	if err != nil {
 		return nil, err
 	}
+	chunk := cut[0]
 	if chunk == nil || string(chunk) == "null" {
 		return nil, protocol.InvalidParams("missing field `chunk`")
 	}
@@ -269,9 +272,9 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	if len(text) == 0 || len(text) > base64.StdEncoding.EncodedLen(protocol.FsMaxBlockLen) {
 		return nil, protocol.InvalidRequest("file write block length must be between 1 and %d", protocol.FsMaxBlockLen)
 	}
-	data, err := protocol.DecodeBase64(text)
+	data, err := b64codec.Decode(text)
 	if err != nil {
-		return nil, err
+		return nil, protocol.InvalidParams("%v", err)
 	}
 	if len(data) < 1 || len(data) > protocol.FsMaxBlockLen {
 		return nil, protocol.InvalidRequest("file write block length must be between 1 and %d", protocol.FsMaxBlockLen)
@@ -295,7 +298,7 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 
 func (f *FS) closeHandle(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsCloseParams
-	if err := protocol.DecodeParams(raw, &p, "FsCloseParams", "handleId"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p, "FsCloseParams", "handleId"); err != nil {
 		return nil, err
 	}
 	if err := needHandles(h); err != nil {

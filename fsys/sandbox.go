@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
@@ -141,7 +142,7 @@ type sandboxReply struct {
 // runConfined runs method with params (the policy removed) under plan and
 // returns its result, its error, and for fs/open the opened file.
 func (f *FS) runConfined(ctx context.Context, plan *sandbox.Plan, method string, params json.RawMessage) (json.RawMessage, *os.File, error) {
-	params, _ = protocol.CutMember(params, "sandbox")
+	params, _ = jsonscan.CutMember(params, "sandbox")
 	req := make([]byte, 0, len(params)+256)
 	req = append(req, `{"method":`...)
 	req = strconv.AppendQuote(req, method)
@@ -195,7 +196,7 @@ func (f *FS) runConfined(ctx context.Context, plan *sandbox.Plan, method string,
 // runInHelper is the helper's side: it runs the call with this package's
 // ordinary code, inside the view, and encodes what came of it.
 func runInHelper(req []byte) ([]byte, *os.File) {
-	rest, params := protocol.CutMember(req, "params")
+	rest, params := jsonscan.CutMember(req, "params")
 	var r sandboxRequest
 	if err := json.Unmarshal(rest, &r); err != nil || params == nil {
 		return helperError(protocol.Internal("fs sandbox helper: malformed request: %v", err)), nil

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -20,7 +21,7 @@ func (f *FS) walk(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 		Options json.RawMessage `json:"options"`
 		Sandbox json.RawMessage `json:"sandbox"`
 	}
-	if err := protocol.DecodeParams(raw, &p, "WireFsWalkParams", "path"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p, "WireFsWalkParams", "path"); err != nil {
 		return nil, err
 	}
 	path, err := parsePath(p.Path)
@@ -31,7 +32,7 @@ func (f *FS) walk(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 		return nil, protocol.InvalidParams("missing field `options`")
 	}
 	var opts protocol.FsWalkOptions
-	if err := protocol.DecodeParams(p.Options, &opts, "WalkOptions", "maxDepth", "maxDirectories", "maxEntries", "followDirectorySymlinks"); err != nil {
+	if err := jsonscan.DecodeParams(p.Options, &opts, "WalkOptions", "maxDepth", "maxDirectories", "maxEntries", "followDirectorySymlinks"); err != nil {
 		return nil, err
 	}
 	plan, err := f.confinement(protocol.MethodFsWalk, p.Sandbox, opRead)

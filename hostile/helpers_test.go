@@ -11,39 +11,31 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/transport"
 )
 
 // binary is the exec-server built once for the whole suite.
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "hostile-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "exec-server")
-	build := exec.Command("go", "build", "-o", binary, "github.com/execgo/exec-server/cmd/exec-server")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	var err error
+	if binary, err = testbin.ExecServer(); err != nil {
 		fmt.Fprintln(os.Stderr, "building exec-server:", err)
-		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // hostileArgs returns the server flags of a test: the words of the
@@ -185,21 +177,13 @@ type rpcError struct {
 
 func (e *rpcError) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
 
-// client is a minimal, well-behaved websocket JSON-RPC client: it always
-// reads, matches replies to calls by id, and drops notifications.
+// client is a minimal, well-behaved websocket JSON-RPC client on the
+// project's engine (jsonrpc.Conn): it always reads, and keeps only the
+// errors answered with id -1; notifications are dropped.
 type client struct {
-	c      *websocket.Conn
-	nextID atomic.Int64
-	mu     sync.Mutex
-	calls  map[int64]chan reply
-	noID   chan *rpcError // errors answered with id -1 (unusable messages)
-	done   chan struct{}
-	err    error
-}
-
-type reply struct {
-	Result json.RawMessage
-	Err    *rpcError
+	conn *jsonrpc.Conn
+	noID chan *rpcError // errors answered with id -1 (unusable messages)
+	done chan struct{}
 }
 
 func dial(ctx context.Context, t *testing.T, url string) *client {
@@ -208,103 +192,60 @@ func dial(ctx context.Context, t *testing.T, url string) *client {
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}
-	c.SetReadLimit(128 << 20)
 	cl := newClient(c)
 	go cl.readLoop()
 	t.Cleanup(func() { cl.close() })
 	return cl
 }
 
+// newClient wraps c; readLoop must run for calls to be answered.
 func newClient(c *websocket.Conn) *client {
-	return &client{c: c, calls: map[int64]chan reply{}, noID: make(chan *rpcError, 16), done: make(chan struct{})}
+	c.SetReadLimit(128 << 20)
+	cl := &client{noID: make(chan *rpcError, 16), done: make(chan struct{})}
+	cl.conn = jsonrpc.NewConn(transport.NewWebSocket(c, "hostile"), jsonrpc.Options{
+		Concurrency: 1,
+		Limits:      jsonrpc.Limits{MaxDepth: 1 << 16, MaxValues: 1 << 30},
+	})
+	return cl
+}
+
+// readLoop runs the connection until it ends.
+func (cl *client) readLoop() {
+	defer close(cl.done)
+	_ = cl.conn.Run(context.Background(), func(m *jsonrpc.Message) jsonrpc.Action {
+		if m.Kind == jsonrpc.KindResponse && string(m.ID) == "-1" && m.Error != nil {
+			e := new(rpcError)
+			if json.Unmarshal(m.Error, e) == nil {
+				select {
+				case cl.noID <- e:
+				default:
+				}
+			}
+		}
+		return jsonrpc.Inline
+	})
 }
 
 func (cl *client) close() {
-	_ = cl.c.CloseNow()
+	_ = cl.conn.Close()
 	<-cl.done
 }
 
-func (cl *client) readLoop() {
-	defer close(cl.done)
-	for {
-		_, data, err := cl.c.Read(context.Background())
-		if err != nil {
-			cl.mu.Lock()
-			cl.err = err
-			for id, ch := range cl.calls {
-				close(ch)
-				delete(cl.calls, id)
-			}
-			cl.mu.Unlock()
-			return
-		}
-		if bytes.HasPrefix(data, []byte(`{"method"`)) {
-			continue // a push: the server writes notifications method first
-		}
-		var m struct {
-			ID     *int64          `json:"id"`
-			Result json.RawMessage `json:"result"`
-			Error  *rpcError       `json:"error"`
-		}
-		if json.Unmarshal(data, &m) != nil || m.ID == nil {
-			continue // a notification
-		}
-		if *m.ID == -1 && m.Error != nil {
-			select {
-			case cl.noID <- m.Error:
-			default:
-			}
-			continue
-		}
-		cl.mu.Lock()
-		ch := cl.calls[*m.ID]
-		delete(cl.calls, *m.ID)
-		cl.mu.Unlock()
-		if ch != nil {
-			ch <- reply{m.Result, m.Error}
-		}
-	}
-}
-
-// call sends one request and waits for its reply.
+// call sends one request and waits for its reply; a server error is an
+// *rpcError.
 func (cl *client) call(ctx context.Context, method string, params any, result any) error {
-	id := cl.nextID.Add(1)
-	ch := make(chan reply, 1)
-	cl.mu.Lock()
-	if cl.err != nil {
-		cl.mu.Unlock()
-		return cl.err
+	err := cl.conn.Call(ctx, method, params, result)
+	var je *jsonrpc.Error
+	if errors.As(err, &je) {
+		return &rpcError{Code: je.Code, Message: je.Message}
 	}
-	cl.calls[id] = ch
-	cl.mu.Unlock()
-	msg, _ := json.Marshal(map[string]any{"id": id, "method": method, "params": params})
-	if err := cl.c.Write(ctx, websocket.MessageText, msg); err != nil {
-		return err
-	}
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			return errors.New("connection closed")
-		}
-		if r.Err != nil {
-			return r.Err
-		}
-		if result != nil {
-			return json.Unmarshal(r.Result, result)
-		}
-		return nil
-	case <-ctx.Done():
-		cl.mu.Lock()
-		delete(cl.calls, id)
-		cl.mu.Unlock()
-		return ctx.Err()
-	}
+	return err
 }
 
 // sendRaw writes msg as is and waits for the id -1 error that answers an
 // unusable message.
 func (cl *client) sendRaw(ctx context.Context, msg string) error {
-	if err := cl.c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+	if err := cl.conn.Send(ctx, []byte(msg)); err != nil {
 		return err
 	}
 	select {
@@ -316,8 +257,7 @@ func (cl *client) sendRaw(ctx context.Context, msg string) error {
 }
 
 func (cl *client) notify(ctx context.Context, method string, params any) error {
-	msg, _ := json.Marshal(map[string]any{"method": method, "params": params})
-	return cl.c.Write(ctx, websocket.MessageText, msg)
+	return cl.conn.Notify(ctx, method, params)
 }
 
 // handshake runs initialize and initialized.

@@ -1,9 +1,11 @@
 // Package interop holds protocol scenarios written once and run against any
 // exec-server binary (ours, and the reference when EXEC_SERVER_REFERENCE
-// names it), plus the small JSON-RPC harness they speak through. The
-// harness is also what cmd/exec-bench drives both servers with, so it stays
-// deliberately small: start a server, dial it, send requests, collect
-// responses and process events.
+// names it), plus the small harness they speak through: start a server,
+// dial it, send requests, collect responses and process events. The
+// connection is the project's one JSON-RPC engine (jsonrpc.Conn over the
+// transport streams); the harness adds only what protocol tests need on
+// top: raw frames, unsolicited messages kept in order, and process events
+// kept per process.
 package interop
 
 import (
@@ -19,14 +21,15 @@ import (
 	"os"
 	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/transport"
 )
 
 // Transport names how a client reaches a server.
@@ -117,7 +120,7 @@ func StartServer(ctx context.Context, spec Spec, tr Transport) (*Server, error) 
 	go func() { s.waitErr <- cmd.Wait() }()
 
 	if tr == Stdio {
-		s.stdio = newClient(&stdioConn{w: stdin, r: bufio.NewReaderSize(stdout, 1<<20), closer: stdin})
+		s.stdio = newClient(transport.NewStdio(stdout, stdin, stdin, maxMessage))
 		return s, nil
 	}
 	// The bound URL is the first stdout line; the rest of stdout is drained
@@ -142,9 +145,6 @@ func StartServer(ctx context.Context, spec Spec, tr Transport) (*Server, error) 
 	}
 	return s, nil
 }
-
-// PID is the server's process id (for /proc/PID/status).
-func (s *Server) PID() int { return s.cmd.Process.Pid }
 
 // Stderr returns the last few KiB the server wrote to stderr.
 func (s *Server) Stderr() string { return s.stderr.String() }
@@ -174,8 +174,8 @@ func (s *Server) Dial(ctx context.Context) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws.SetReadLimit(1 << 30)
-	return newClient(&wsConn{c: ws}), nil
+	ws.SetReadLimit(maxMessage)
+	return newClient(&fragmented{transport.NewWebSocket(ws, s.URL), ws}), nil
 }
 
 // Close stops the server: SIGTERM, and SIGKILL if it is still there after
@@ -231,68 +231,25 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-// msgConn moves whole JSON messages. A slice returned by read is valid only
-// until the next read.
-type msgConn interface {
-	write(ctx context.Context, b []byte) error
-	read(ctx context.Context) ([]byte, error)
-	close() error
+// maxMessage bounds one message from a server: far above what any
+// workload receives (a 64 MiB fs/readFile result is about 90 MB).
+const maxMessage = 1 << 30
+
+// fragmented is a websocket stream that sends a large message in frames of
+// at most wsFrameMax: the reference refuses frames over 16 MiB.
+type fragmented struct {
+	*transport.WebSocket
+	c *websocket.Conn
 }
 
-type stdioConn struct {
-	mu     sync.Mutex
-	w      io.Writer
-	r      *bufio.Reader
-	closer io.Closer
-	buf    []byte
-}
-
-func (c *stdioConn) write(_ context.Context, b []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	buf := make([]byte, 0, len(b)+1)
-	buf = append(append(buf, b...), '\n')
-	_, err := c.w.Write(buf)
-	return err
-}
-
-// read returns the next non-blank line; the slice is valid until the next read.
-func (c *stdioConn) read(context.Context) ([]byte, error) {
-	for {
-		c.buf = c.buf[:0]
-		for {
-			part, err := c.r.ReadSlice('\n')
-			c.buf = append(c.buf, part...)
-			if err == bufio.ErrBufferFull {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			break
-		}
-		if len(bytes.TrimSpace(c.buf)) > 0 {
-			return c.buf, nil
-		}
-	}
-}
-
-func (c *stdioConn) close() error { return c.closer.Close() }
-
-type wsConn struct {
-	c   *websocket.Conn
-	buf bytes.Buffer
-}
-
-// wsFrameMax keeps every frame well under the reference's 16 MiB frame
-// limit; a larger message goes out as a fragmented message.
+// wsFrameMax keeps every frame well under the reference's frame limit.
 const wsFrameMax = 1 << 20
 
-func (c *wsConn) write(ctx context.Context, b []byte) error {
+func (f *fragmented) Write(ctx context.Context, b []byte, more bool) error {
 	if len(b) <= wsFrameMax {
-		return c.c.Write(ctx, websocket.MessageText, b)
+		return f.WebSocket.Write(ctx, b, more)
 	}
-	w, err := c.c.Writer(ctx, websocket.MessageText)
+	w, err := f.c.Writer(ctx, websocket.MessageText)
 	if err != nil {
 		return err
 	}
@@ -306,21 +263,6 @@ func (c *wsConn) write(ctx context.Context, b []byte) error {
 	}
 	return w.Close()
 }
-
-// read returns the next message; the slice is valid until the next read.
-func (c *wsConn) read(ctx context.Context) ([]byte, error) {
-	_, r, err := c.c.Reader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.buf.Reset()
-	if _, err := c.buf.ReadFrom(r); err != nil {
-		return nil, err
-	}
-	return c.buf.Bytes(), nil
-}
-
-func (c *wsConn) close() error { return c.c.CloseNow() }
 
 // RPCError is an error response from the server.
 type RPCError struct {
@@ -347,177 +289,119 @@ type Event struct {
 	ProcessID string
 	Seq       uint64
 	Stream    string // output only
-	Chunk     []byte // output only, decoded; nil when a Sink consumed the bytes
+	Chunk     []byte // output only, decoded
 	ExitCode  int    // exited only
-	Raw       []byte // the notification; nil for output taken apart by the fast path
+	Raw       []byte // the notification
 }
-
-// SinkFunc sees process events before they are kept; returning true
-// consumes the event (it is not kept for Events/WaitClosed). For a
-// process/output notification taken apart by the fast path, ev.Chunk is nil
-// and b64 holds the chunk's base64 text (valid only during the call), so a
-// bench can count bytes without decoding or keeping them.
-type SinkFunc func(ev *Event, b64 []byte) bool
 
 // Client is one JSON-RPC connection to a server.
 type Client struct {
-	conn msgConn
+	conn *jsonrpc.Conn
 
-	sink atomic.Pointer[SinkFunc]
-
-	nextID atomic.Int64
-
-	mu      sync.Mutex
-	cond    *sync.Cond
-	pending map[string]chan *Msg
-	events  map[string][]Event
-	other   []*Msg // id -1 errors, unmatched responses, other notifications
-	err     error  // set when the read loop ends
-	paused  chan struct{}
+	mu     sync.Mutex
+	cond   *sync.Cond
+	events map[string][]Event
+	other  []*Msg // id -1 errors, unsolicited responses, other notifications
+	err    error  // set when the connection has ended
 
 	done chan struct{}
 }
 
-func newClient(conn msgConn) *Client {
+func newClient(st jsonrpc.Stream) *Client {
 	c := &Client{
-		conn:    conn,
-		pending: make(map[string]chan *Msg),
-		events:  make(map[string][]Event),
-		done:    make(chan struct{}),
+		// A test client takes whatever the server sends: the limits are
+		// the server's business.
+		conn: jsonrpc.NewConn(st, jsonrpc.Options{
+			Concurrency: 1,
+			QueueBytes:  256 << 20,
+			Limits:      jsonrpc.Limits{MaxDepth: 1 << 16, MaxValues: 1 << 30},
+		}),
+		events: make(map[string][]Event),
+		done:   make(chan struct{}),
 	}
 	c.cond = sync.NewCond(&c.mu)
-	go c.readLoop()
+	go func() {
+		defer close(c.done)
+		err := c.conn.Run(context.Background(), c.handle)
+		if err == nil {
+			err = jsonrpc.ErrClosed
+		}
+		c.mu.Lock()
+		c.err = err
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	}()
 	return c
-}
-
-// SetSink installs f (nil removes it) as the connection's event sink.
-func (c *Client) SetSink(f SinkFunc) {
-	if f == nil {
-		c.sink.Store(nil)
-		return
-	}
-	c.sink.Store(&f)
 }
 
 // Done is closed when the connection has ended (the server closed it, or Close).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-// Close closes the connection; the read loop ends.
+// Close closes the connection and waits for its end.
 func (c *Client) Close() error {
-	err := c.conn.close()
+	err := c.conn.Close()
 	<-c.done
 	return err
 }
 
-// Pause stops reading from the connection (a stalled client) until Resume.
-func (c *Client) Pause() {
-	c.mu.Lock()
-	if c.paused == nil {
-		c.paused = make(chan struct{})
-	}
-	c.mu.Unlock()
-}
-
-// Resume undoes Pause.
-func (c *Client) Resume() {
-	c.mu.Lock()
-	if c.paused != nil {
-		close(c.paused)
-		c.paused = nil
-	}
-	c.mu.Unlock()
-}
-
-func (c *Client) readLoop() {
-	defer close(c.done)
-	for {
-		c.mu.Lock()
-		p := c.paused
-		c.mu.Unlock()
-		if p != nil {
-			<-p
+// handle takes every message that is not a response to a Call: process
+// events, other notifications, unsolicited responses. It runs on the read
+// loop.
+func (c *Client) handle(msg *jsonrpc.Message) jsonrpc.Action {
+	if msg.Kind == jsonrpc.KindNotification && strings.HasPrefix(msg.Method, "process/") {
+		var p struct {
+			ProcessID string `json:"processId"`
+			Seq       uint64 `json:"seq"`
+			Stream    string `json:"stream"`
+			Chunk     []byte `json:"chunk"`
+			ExitCode  int    `json:"exitCode"`
 		}
-		b, err := c.conn.read(context.Background())
-		if err != nil {
+		if json.Unmarshal(msg.Params, &p) == nil {
 			c.mu.Lock()
-			c.err = err
-			for k, ch := range c.pending {
-				close(ch)
-				delete(c.pending, k)
-			}
+			c.events[p.ProcessID] = append(c.events[p.ProcessID], Event{Method: msg.Method, ProcessID: p.ProcessID,
+				Seq: p.Seq, Stream: p.Stream, Chunk: p.Chunk, ExitCode: p.ExitCode, Raw: rawMessage(msg)})
 			c.cond.Broadcast()
 			c.mu.Unlock()
-			return
+			return jsonrpc.Inline
 		}
-		c.handle(b)
 	}
+	m := &Msg{ID: bytes.Clone(msg.ID), Method: msg.Method, Params: bytes.Clone(msg.Params),
+		Result: bytes.Clone(msg.Result), Raw: rawMessage(msg)}
+	if msg.Error != nil {
+		m.Error = new(RPCError)
+		_ = json.Unmarshal(msg.Error, m.Error)
+	}
+	c.keepOther(m)
+	return jsonrpc.Inline
 }
 
-var outputPrefix = []byte(`"method":"process/output"`)
-
-func (c *Client) handle(b []byte) {
-	// process/output dominates bulk traffic; take it apart without
-	// encoding/json so the client is never the bottleneck of a bench.
-	if bytes.Contains(b[:min(len(b), 64)], outputPrefix) {
-		if ev, b64, ok := parseOutput(b); ok {
-			c.deliver(ev, b64)
+// rawMessage writes msg back as JSON (members in a fixed order; the
+// values as received).
+func rawMessage(msg *jsonrpc.Message) []byte {
+	var b []byte
+	add := func(key string, v []byte) {
+		if v == nil {
 			return
 		}
-	}
-	// Large responses (fs/readFile, fs/readBlock) skip encoding/json too:
-	// both servers write {"id":ID,"result":...} in that order.
-	if len(b) > 64<<10 {
-		if m, ok := parseBigResponse(b); ok {
-			c.mu.Lock()
-			ch, ok := c.pending[string(m.ID)]
-			if ok {
-				delete(c.pending, string(m.ID))
-			}
-			c.mu.Unlock()
-			if ok {
-				ch <- m
-				return
-			}
+		if len(b) == 0 {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
 		}
+		b = append(append(append(b, '"'), key...), `":`...)
+		b = append(b, v...)
 	}
-	b = bytes.Clone(b)
-	m := &Msg{Raw: b}
-	if err := json.Unmarshal(b, m); err != nil {
-		c.keepOther(m)
-		return
+	add("id", msg.ID)
+	if msg.Method != "" {
+		add("method", jsonrpc.AppendString(nil, msg.Method))
 	}
-	switch {
-	case m.Method != "" && m.ID == nil:
-		if strings.HasPrefix(m.Method, "process/") {
-			var p struct {
-				ProcessID string `json:"processId"`
-				Seq       uint64 `json:"seq"`
-				Stream    string `json:"stream"`
-				Chunk     []byte `json:"chunk"`
-				ExitCode  int    `json:"exitCode"`
-			}
-			if json.Unmarshal(m.Params, &p) == nil {
-				c.deliver(&Event{Method: m.Method, ProcessID: p.ProcessID, Seq: p.Seq, Stream: p.Stream,
-					Chunk: p.Chunk, ExitCode: p.ExitCode, Raw: b}, nil)
-				return
-			}
-		}
-		c.keepOther(m)
-	case m.Method == "" && m.ID != nil:
-		c.mu.Lock()
-		ch, ok := c.pending[string(m.ID)]
-		if ok {
-			delete(c.pending, string(m.ID))
-		}
-		c.mu.Unlock()
-		if ok {
-			ch <- m
-			return
-		}
-		c.keepOther(m)
-	default:
-		c.keepOther(m)
+	add("params", msg.Params)
+	add("result", msg.Result)
+	add("error", msg.Error)
+	if len(b) == 0 {
+		return []byte("{}")
 	}
+	return append(b, '}')
 }
 
 func (c *Client) keepOther(m *Msg) {
@@ -527,125 +411,13 @@ func (c *Client) keepOther(m *Msg) {
 	c.mu.Unlock()
 }
 
-func (c *Client) deliver(ev *Event, b64 []byte) {
-	if f := c.sink.Load(); f != nil && (*f)(ev, b64) {
-		return
-	}
-	if b64 != nil && ev.Chunk == nil {
-		ev.Chunk = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
-		n, err := base64.StdEncoding.Decode(ev.Chunk, b64)
-		if err != nil {
-			ev.Chunk = nil
-		} else {
-			ev.Chunk = ev.Chunk[:n]
-		}
-	}
-	c.mu.Lock()
-	c.events[ev.ProcessID] = append(c.events[ev.ProcessID], *ev)
-	c.cond.Broadcast()
-	c.mu.Unlock()
-}
-
-// parseOutput extracts a compact process/output notification's fields.
-// Base64 and the ids the harness uses need no JSON unescaping; anything
-// else falls back to encoding/json.
-func parseOutput(b []byte) (*Event, []byte, bool) {
-	pid, ok := stringField(b, `"processId":"`)
-	if !ok || bytes.IndexByte(pid, '\\') >= 0 {
-		return nil, nil, false
-	}
-	stream, ok := stringField(b, `"stream":"`)
-	if !ok {
-		return nil, nil, false
-	}
-	chunk, ok := stringField(b, `"chunk":"`)
-	if !ok {
-		return nil, nil, false
-	}
-	i := bytes.Index(b, []byte(`"seq":`))
-	if i < 0 {
-		return nil, nil, false
-	}
-	j := i + len(`"seq":`)
-	k := j
-	for k < len(b) && b[k] >= '0' && b[k] <= '9' {
-		k++
-	}
-	seq, err := strconv.ParseUint(string(b[j:k]), 10, 64)
-	if err != nil {
-		return nil, nil, false
-	}
-	return &Event{Method: "process/output", ProcessID: string(pid), Seq: seq, Stream: string(stream)}, chunk, true
-}
-
-var (
-	idPrefix     = []byte(`{"id":`)
-	resultPrefix = []byte(`,"result":`)
-)
-
-// parseBigResponse takes {"id":N,"result":R} apart without scanning R. The
-// result is copied (the read buffer is reused); Raw stays nil.
-func parseBigResponse(b []byte) (*Msg, bool) {
-	if !bytes.HasPrefix(b, idPrefix) {
-		return nil, false
-	}
-	rest := b[len(idPrefix):]
-	j := bytes.IndexByte(rest, ',')
-	if j <= 0 || !bytes.HasPrefix(rest[j:], resultPrefix) {
-		return nil, false
-	}
-	id := rest[:j]
-	for _, c := range id {
-		if c < '0' || c > '9' {
-			return nil, false
-		}
-	}
-	body := bytes.TrimRight(rest[j+len(resultPrefix):], " \t\r\n")
-	if len(body) < 2 || body[len(body)-1] != '}' {
-		return nil, false
-	}
-	return &Msg{ID: json.RawMessage(bytes.Clone(id)), Result: bytes.Clone(body[:len(body)-1])}, true
-}
-
-// Base64Field decodes the base64 string value of key in a compact JSON
-// object (a result), without encoding/json: base64 has no escapes.
-func Base64Field(obj []byte, key string) ([]byte, error) {
-	v, ok := stringField(obj, `"`+key+`":"`)
-	if !ok {
-		return nil, fmt.Errorf("no string field %q in the result", key)
-	}
-	out := make([]byte, base64.StdEncoding.DecodedLen(len(v)))
-	n, err := base64.StdEncoding.Decode(out, v)
-	return out[:n], err
-}
-
-func stringField(b []byte, key string) ([]byte, bool) {
-	i := bytes.Index(b, []byte(key))
-	if i < 0 {
-		return nil, false
-	}
-	start := i + len(key)
-	end := bytes.IndexByte(b[start:], '"')
-	if end < 0 {
-		return nil, false
-	}
-	return b[start : start+end], true
-}
-
-// SendRaw writes one message exactly as given.
-func (c *Client) SendRaw(ctx context.Context, b []byte) error { return c.conn.write(ctx, b) }
+// SendRaw writes one message exactly as given. Its answer, if any, is
+// an unsolicited message (NextOther).
+func (c *Client) SendRaw(ctx context.Context, b []byte) error { return c.conn.Send(ctx, b) }
 
 // Notify sends a notification.
 func (c *Client) Notify(ctx context.Context, method string, params any) error {
-	m := map[string]any{"method": method}
-	if params != nil {
-		m["params"] = params
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return c.conn.write(ctx, b)
+	return c.conn.Notify(ctx, method, params)
 }
 
 // Call sends a request and waits for its response. A server error comes
@@ -664,63 +436,22 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 	return nil
 }
 
-// CallMsg sends a request and returns the whole response message.
+// CallMsg sends a request and returns the response: Result, or Error for
+// the server's error. Raw is the result or the error object.
 func (c *Client) CallMsg(ctx context.Context, method string, params any) (*Msg, error) {
-	id := strconv.FormatInt(c.nextID.Add(1), 10)
-	req := struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params any             `json:"params,omitempty"`
-	}{json.RawMessage(id), method, params}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
+	var res json.RawMessage
+	err := c.conn.Call(ctx, method, params, &res)
+	var je *jsonrpc.Error
+	switch {
+	case err == nil:
+		return &Msg{Result: res, Raw: res}, nil
+	case errors.As(err, &je):
+		raw, _ := json.Marshal(je)
+		return &Msg{Error: &RPCError{Code: je.Code, Message: je.Message}, Raw: raw}, nil
+	case errors.Is(err, jsonrpc.ErrClosed):
+		return nil, fmt.Errorf("%s: connection closed: %w", method, err)
 	}
-	return c.roundTrip(ctx, id, method, b)
-}
-
-// CallRaw sends a request whose params are already-encoded JSON (a bench
-// builds large params once), and returns the whole response message.
-func (c *Client) CallRaw(ctx context.Context, method string, params []byte) (*Msg, error) {
-	id := strconv.FormatInt(c.nextID.Add(1), 10)
-	b := make([]byte, 0, len(params)+len(method)+40)
-	b = append(b, `{"id":`...)
-	b = append(b, id...)
-	b = append(b, `,"method":"`...)
-	b = append(b, method...)
-	b = append(b, `","params":`...)
-	b = append(b, params...)
-	b = append(b, '}')
-	return c.roundTrip(ctx, id, method, b)
-}
-
-func (c *Client) roundTrip(ctx context.Context, id, method string, b []byte) (*Msg, error) {
-	ch := make(chan *Msg, 1)
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%s: connection closed: %w", method, c.err)
-	}
-	c.pending[id] = ch
-	c.mu.Unlock()
-	if err := c.conn.write(ctx, b); err != nil {
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%s: write: %w", method, err)
-	}
-	select {
-	case m, ok := <-ch:
-		if !ok {
-			return nil, fmt.Errorf("%s: connection closed before the response", method)
-		}
-		return m, nil
-	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
-	}
+	return nil, fmt.Errorf("%s: %w", method, err)
 }
 
 // Initialize runs initialize and sends initialized; it returns the session id.
@@ -823,13 +554,6 @@ func (c *Client) WaitOutput(ctx context.Context, processID string, want []byte) 
 		return out, fmt.Errorf("waiting for %q from %s (have %q): %w", want, processID, out, err)
 	}
 	return out, nil
-}
-
-// ForgetEvents drops the events kept for processID (long benches reuse ids).
-func (c *Client) ForgetEvents(processID string) {
-	c.mu.Lock()
-	delete(c.events, processID)
-	c.mu.Unlock()
 }
 
 // Output concatenates the output chunks of evs per stream.

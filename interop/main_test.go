@@ -7,12 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/testbin"
 )
 
 // target is one server binary the scenarios run against.
@@ -41,16 +42,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "exec-server-interop-")
+	bin, err := testbin.ExecServer()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "exec-server")
-	build := exec.Command("go", "build", "-o", bin, "github.com/execgo/exec-server/cmd/exec-server")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "interop: building our exec-server: %v\n", err)
 		return 1
 	}

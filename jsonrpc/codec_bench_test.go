@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 // Hot paths of the codec: decoding requests, encoding responses and the
@@ -54,7 +52,7 @@ func BenchmarkDecodeWriteBlock(b *testing.B) {
 
 func BenchmarkAppendResponse(b *testing.B) {
 	id := json.RawMessage(`17`)
-	res := &protocol.StartResult{ProcessID: "p-000017", SandboxType: "none"}
+	res := &testStart{ProcessID: "p-000017", SandboxType: "none"}
 	b.ReportAllocs()
 	buf := GetBuffer()
 	for b.Loop() {
@@ -78,13 +76,13 @@ func BenchmarkOutputNotification(b *testing.B) {
 			data[i] = byte(i)
 		}
 		b.Run("reflect/"+strconv.Itoa(n), func(b *testing.B) {
-			ev := &protocol.OutputNotification{ProcessID: "p-000017", Seq: 12345, Stream: "stdout", Chunk: data}
+			ev := &testOutput{ProcessID: "p-000017", Seq: 12345, Stream: "stdout", Chunk: data}
 			b.ReportAllocs()
 			b.SetBytes(int64(n))
 			buf := GetBuffer()
 			for b.Loop() {
 				var err error
-				buf, err = AppendNotification(buf[:0], protocol.NotifyProcessOutput, ev)
+				buf, err = AppendNotification(buf[:0], "process/output", ev)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -116,7 +114,7 @@ func appendOutput(dst []byte, id string, seq uint64, stream string, data []byte)
 
 func TestAppendOutputMatchesReflect(t *testing.T) {
 	data := []byte("hello\x00\xff world")
-	want, err := AppendNotification(nil, protocol.NotifyProcessOutput, &protocol.OutputNotification{ProcessID: "p", Seq: 3, Stream: "pty", Chunk: data})
+	want, err := AppendNotification(nil, "process/output", &testOutput{ProcessID: "p", Seq: 3, Stream: "pty", Chunk: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,3 +188,22 @@ func BenchmarkStringScan(b *testing.B) {
 		}
 	})
 }
+
+// Shapes of the exec-server's messages, for realistic encodings (jsonrpc
+// imports nothing of the project, not even in tests).
+type (
+	testStart struct {
+		ProcessID   string `json:"processId"`
+		SandboxType string `json:"sandboxType"`
+	}
+	testOutput struct {
+		ProcessID string `json:"processId"`
+		Seq       uint64 `json:"seq"`
+		Stream    string `json:"stream"`
+		Chunk     []byte `json:"chunk"`
+	}
+	testClosed struct {
+		ProcessID string `json:"processId"`
+		Seq       uint64 `json:"seq"`
+	}
+)

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 // Stream moves whole messages. Implementations frame them (a websocket
@@ -32,9 +30,9 @@ type Stream interface {
 
 // Releaser is implemented by a Stream that accounts for the memory of the
 // messages it returns (a server-wide budget): Release is called once per
-// message returned by Read, when the message is no longer in use: after
-// dispatch returned, or, for a message handed to Go, after that handler
-// returned.
+// message returned by Read, when the message is no longer in use: when the
+// Handler returned, or, for a message it handed on as Concurrent work,
+// when that work returned; a response, when its Call has decoded it.
 type Releaser interface {
 	Release(msg []byte)
 }
@@ -48,8 +46,8 @@ type FramingNamer interface {
 
 // Options configure a Conn.
 type Options struct {
-	// Concurrency bounds the requests handled at once (the read loop waits
-	// when it is reached). 1 means strict arrival order.
+	// Concurrency bounds the Concurrent work running at once (the read
+	// loop waits when it is reached). Default 64.
 	Concurrency int
 	// QueueLen bounds the outgoing queue in messages, and QueueBytes in
 	// bytes (default 8 MiB). When either is reached, senders wait: that is
@@ -66,11 +64,16 @@ type Options struct {
 	// close stdin and still read the replies; wrong for a websocket,
 	// whose end is both directions at once.
 	DrainOnEOF time.Duration
+	// MapError turns a handler's error into its wire form (Reply). The
+	// default is ToError: an *Error in the chain, else an internal error.
+	MapError func(error) *Error
 }
 
-// Conn is one JSON-RPC connection: a read loop, a bounded outgoing queue
-// drained by a single writer goroutine, and a bounded pool of handler
-// goroutines. All of them end when Run returns.
+// Conn is one JSON-RPC connection, either end of it: a read loop that
+// hands requests and notifications to a Handler and responses to the Calls
+// waiting for them, a bounded outgoing queue drained by a single writer
+// goroutine, and a bounded pool of handler goroutines. All of them end
+// when Run returns.
 type Conn struct {
 	stream Stream
 	opts   Options
@@ -103,15 +106,16 @@ type Conn struct {
 	sem      chan struct{}
 	handlers sync.WaitGroup
 
-	// releasing is the message being dispatched when the stream is a
-	// Releaser; Go takes it over. Only the read loop touches it.
-	releasing []byte
-	// dispatchLen is the size of the message being dispatched, for
-	// largeDone; Go takes it over as well.
-	dispatchLen int
+	// Calls made by this end, waiting for their responses.
+	cmu     sync.Mutex
+	lastID  int64                    // the last request id issued
+	pending map[int64]chan *response // nil once the read loop has ended
+	endErr  error                    // why the read loop ended
+	closed  atomic.Bool              // Close was called
 }
 
-// NewConn wraps a stream. Call Run to serve it.
+// NewConn wraps a stream. Run serves it; Call, Notify and Send may be used
+// once Run is under way (or about to be).
 func NewConn(stream Stream, opts Options) *Conn {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 64
@@ -128,6 +132,9 @@ func NewConn(stream Stream, opts Options) *Conn {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.MapError == nil {
+		opts.MapError = ToError
+	}
 	c := &Conn{
 		stream: stream,
 		opts:   opts,
@@ -136,6 +143,8 @@ func NewConn(stream Stream, opts Options) *Conn {
 		dead:   make(chan struct{}),
 		flush:  make(chan struct{}),
 		sem:    make(chan struct{}, opts.Concurrency),
+
+		pending: make(map[int64]chan *response),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
@@ -153,14 +162,19 @@ func (c *Conn) Concurrency() int { return c.opts.Concurrency }
 // Describe names the peer.
 func (c *Conn) Describe() string { return c.stream.Describe() }
 
-// ErrClosed is returned by Send once the connection has ended.
+// ErrClosed is returned by Send, Notify and Call once the connection has
+// ended (Call wraps it with the cause).
 var ErrClosed = errors.New("jsonrpc: connection closed")
 
-// Run reads messages and passes each to dispatch, in arrival order, on the
-// calling goroutine. It returns when the stream ends or ctx is cancelled,
-// after every handler started with Go has returned and queued replies have
-// been written (for at most a second).
-func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
+// Run reads messages until the stream ends or ctx is cancelled. Responses
+// to this end's calls go to their callers; every other message goes to h,
+// on the calling goroutine, in arrival order (see Handler). When the read
+// loop ends, calls still waiting for a response fail with ErrClosed; Run
+// returns after every handler's work has returned and queued messages
+// have been written (for at most a second each). It returns nil when
+// ended by ctx or Close, else the stream's error (io.EOF for a peer that
+// closed).
+func (c *Conn) Run(ctx context.Context, h Handler) error {
 	// When ctx ends, the read loop notices in Read. It may instead be
 	// writing a reply itself to a peer that does not read: after a second
 	// the stream is closed under it, as waitOrAbort does for the others.
@@ -221,22 +235,15 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 			c.replyDecodeError(de)
 			continue
 		}
-		c.dispatchLen = len(data)
-		if rel == nil {
-			dispatch(msg)
-			largeDone(c.dispatchLen) // 0 when a handler took it over
+		if msg.Kind == KindResponse && c.deliver(msg, data, rel) {
 			continue
 		}
-		c.releasing = data
-		dispatch(msg)
-		largeDone(c.dispatchLen)
-		if c.releasing != nil {
-			// Not handed to a handler: handled inline, or dropped.
-			c.releasing = nil
-			rel.Release(data)
-		}
+		c.handle(h, msg, data, rel)
 	}
 	loopEnded.Store(true)
+	// No response can come any more: fail the calls still waiting (a
+	// handler may be one of them, and Run waits for handlers).
+	c.failPending(err)
 	// Cancel handlers, let them finish, then give the writer a moment to
 	// flush what they queued before the stream is closed under it.
 	// A handler or the writer may be stuck on a peer that stopped
@@ -257,9 +264,9 @@ func (c *Conn) Run(ctx context.Context, dispatch func(*Message)) error {
 	close(c.flush)
 	c.waitOrAbort(writerDone)
 	c.stream.Close()
-	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
-		// Ended by the caller: whatever the stream said as it was
-		// closed under the read loop is not an error.
+	if errors.Is(err, context.Canceled) || ctx.Err() != nil || c.closed.Load() {
+		// Ended by the caller (ctx or Close): whatever the stream said
+		// as it was closed under the read loop is not an error.
 		err = nil
 	}
 	return err
@@ -283,56 +290,8 @@ func (c *Conn) replyDecodeError(de *DecodeError) {
 	if f, ok := c.stream.(FramingNamer); ok && f.Framing() != "" {
 		framing = f.Framing() + " "
 	}
-	e := protocol.InvalidRequest("failed to parse %sJSON-RPC message from %s: %s", framing, c.stream.Describe(), de.Detail)
+	e := Errorf(CodeInvalidRequest, "failed to parse %sJSON-RPC message from %s: %s", framing, c.stream.Describe(), de.Detail)
 	c.sendFrame(c.ctx, AppendError(GetBuffer(), NoID, e))
-}
-
-// Go runs f on a handler goroutine. When Concurrency handlers are already
-// running it waits, so the number of requests in flight stays bounded.
-// The message being dispatched stays in use until f returns.
-func (c *Conn) Go(f func()) {
-	select {
-	case c.sem <- struct{}{}:
-	case <-c.ctx.Done():
-		return
-	}
-	msg, size := c.releasing, c.dispatchLen
-	c.releasing, c.dispatchLen = nil, 0
-	c.handlers.Add(1)
-	go func() {
-		defer func() {
-			if msg != nil {
-				c.stream.(Releaser).Release(msg)
-			}
-			largeDone(size)
-			<-c.sem
-			c.handlers.Done()
-		}()
-		f()
-	}()
-}
-
-// GoDetached runs f on a goroutine of its own that does not count against
-// Concurrency: for a request that mostly waits (a long poll), which must
-// not hold a handler slot that other requests need. The caller bounds how
-// many it starts. Run waits for f like for any handler. It reports false,
-// without running f, when the connection has ended.
-//
-// Unlike Go, the message being dispatched is left to the read loop, which
-// releases it as soon as dispatch returns: a waiting request must not hold
-// its message's bytes (counted in the server-wide incoming budget) for
-// minutes, so f must not use them (copy what it needs: Message.ID aliases
-// them).
-func (c *Conn) GoDetached(f func()) bool {
-	if c.ctx.Err() != nil {
-		return false
-	}
-	c.handlers.Add(1)
-	go func() {
-		defer c.handlers.Done()
-		f()
-	}()
-	return true
 }
 
 // Reply sends the result of a request, or its error when err is non-nil.
@@ -346,7 +305,7 @@ func (c *Conn) Reply(id json.RawMessage, result any, err error) {
 		}
 	}
 	if err != nil {
-		frame = AppendError(GetBuffer(), id, protocol.ToError(err))
+		frame = AppendError(GetBuffer(), id, c.opts.MapError(err))
 	}
 	// A reply must not be lost to a cancelled handler context; it is
 	// dropped only if the connection itself is gone.
@@ -354,7 +313,7 @@ func (c *Conn) Reply(id json.RawMessage, result any, err error) {
 }
 
 // ReplyError answers id with err.
-func (c *Conn) ReplyError(id json.RawMessage, err *protocol.Error) {
+func (c *Conn) ReplyError(id json.RawMessage, err *Error) {
 	c.sendFrame(context.Background(), AppendError(GetBuffer(), id, err))
 }
 

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 // readItem is one result of fakeStream.Read.
@@ -98,9 +96,9 @@ func (s *fakeStream) next(t *testing.T) string {
 
 // runConn serves s in the background; the returned func waits for Run's
 // result.
-func runConn(c *Conn, ctx context.Context, dispatch func(*Message)) func() error {
+func runConn(c *Conn, ctx context.Context, h Handler) func() error {
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx, dispatch) }()
+	go func() { done <- c.Run(ctx, h) }()
 	return func() error {
 		select {
 		case err := <-done:
@@ -131,12 +129,12 @@ func checkGoroutines(t *testing.T, before int) {
 }
 
 // echoDispatch replies to every request with its params.
-func echoDispatch(c *Conn) func(*Message) {
-	return func(m *Message) {
+func echoDispatch(c *Conn) Handler {
+	return func(m *Message) Action {
 		if m.Kind != KindRequest {
-			return
+			return Inline
 		}
-		c.Go(func() { c.Reply(m.ID, json.RawMessage(m.Params), nil) })
+		return Concurrent(func() { c.Reply(m.ID, json.RawMessage(m.Params), nil) })
 	}
 }
 
@@ -144,8 +142,8 @@ func TestConnRepliesInOrderWithConcurrencyOne(t *testing.T) {
 	before := runtime.NumGoroutine()
 	s := newFakeStream()
 	c := NewConn(s, Options{Concurrency: 1})
-	wait := runConn(c, context.Background(), func(m *Message) {
-		c.Go(func() {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
+		return Concurrent(func() {
 			var n int
 			_ = json.Unmarshal(m.Params, &n)
 			// Earlier requests take longer: only strict ordering keeps
@@ -174,8 +172,8 @@ func TestConnSlowHandlerDoesNotDelayOthers(t *testing.T) {
 	s := newFakeStream()
 	c := NewConn(s, Options{Concurrency: 4})
 	release := make(chan struct{})
-	wait := runConn(c, context.Background(), func(m *Message) {
-		c.Go(func() {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
+		return Concurrent(func() {
 			if m.Method == "slow" {
 				<-release
 			}
@@ -209,8 +207,8 @@ func TestConnConcurrencyBound(t *testing.T) {
 	var mu sync.Mutex
 	running, peak := 0, 0
 	release := make(chan struct{})
-	wait := runConn(c, context.Background(), func(m *Message) {
-		c.Go(func() {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
+		return Concurrent(func() {
 			mu.Lock()
 			running++
 			peak = max(peak, running)
@@ -243,11 +241,11 @@ func TestConnDecodeErrorsKeepTheConnection(t *testing.T) {
 	c := NewConn(s, Options{Concurrency: 1})
 	var mu sync.Mutex
 	var dispatched []string
-	wait := runConn(c, context.Background(), func(m *Message) {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
 		mu.Lock()
 		dispatched = append(dispatched, m.Method)
 		mu.Unlock()
-		echoDispatch(c)(m)
+		return echoDispatch(c)(m)
 	})
 	s.send(`not json`)
 	s.send(`[{"id":1,"method":"m"}]`)
@@ -278,17 +276,17 @@ func TestConnDecodeErrorsKeepTheConnection(t *testing.T) {
 func TestConnReplyErrors(t *testing.T) {
 	s := newFakeStream()
 	c := NewConn(s, Options{})
-	wait := runConn(c, context.Background(), func(m *Message) {
-		c.Go(func() {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
+		return Concurrent(func() {
 			switch m.Method {
 			case "proto":
-				c.Reply(m.ID, nil, protocol.InvalidParams("missing field `x`"))
+				c.Reply(m.ID, nil, Errorf(CodeInvalidParams, "missing field `x`"))
 			case "plain":
 				c.Reply(m.ID, nil, errors.New("boom"))
 			case "unencodable":
 				c.Reply(m.ID, make(chan int), nil)
 			case "direct":
-				c.ReplyError(m.ID, protocol.NotFound("gone"))
+				c.ReplyError(m.ID, &Error{Code: -32004, Message: "gone"})
 			}
 		})
 	})
@@ -317,8 +315,8 @@ func TestConnFlushesRepliesAtEnd(t *testing.T) {
 	// the handler still running must be written before the stream closes.
 	s := newFakeStream()
 	c := NewConn(s, Options{})
-	wait := runConn(c, context.Background(), func(m *Message) {
-		c.Go(func() {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
+		return Concurrent(func() {
 			time.Sleep(50 * time.Millisecond)
 			c.Reply(m.ID, "late", nil)
 		})
@@ -359,7 +357,7 @@ func TestConnBackPressure(t *testing.T) {
 	s := newFakeStream()
 	s.gate = make(chan struct{}) // never opened: the peer does not read
 	c := NewConn(s, Options{QueueLen: 2})
-	wait := runConn(c, context.Background(), func(*Message) {})
+	wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
 
 	ctx := context.Background()
 	// Nothing is queued: the sender writes frame 1 itself and waits in
@@ -434,8 +432,8 @@ func TestConnRunEndsWithContext(t *testing.T) {
 	c := NewConn(s, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	handlerCtx := make(chan context.Context, 1)
-	wait := runConn(c, ctx, func(m *Message) {
-		c.Go(func() {
+	wait := runConn(c, ctx, func(m *Message) Action {
+		return Concurrent(func() {
 			handlerCtx <- c.Context()
 			<-c.Context().Done() // a long poll that ends with the connection
 			c.Reply(m.ID, "cancelled", nil)
@@ -462,7 +460,7 @@ func TestConnRunEndsWithContext(t *testing.T) {
 func TestConnReadErrorIsReturned(t *testing.T) {
 	s := newFakeStream()
 	c := NewConn(s, Options{})
-	wait := runConn(c, context.Background(), func(*Message) {})
+	wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
 	boom := errors.New("transport exploded")
 	s.in <- readItem{err: boom}
 	if err := wait(); !errors.Is(err, boom) {
@@ -477,7 +475,7 @@ func TestConnNotificationsAndResponsesReachDispatch(t *testing.T) {
 	s := newFakeStream()
 	c := NewConn(s, Options{})
 	kinds := make(chan Kind, 10)
-	wait := runConn(c, context.Background(), func(m *Message) { kinds <- m.Kind })
+	wait := runConn(c, context.Background(), func(m *Message) Action { kinds <- m.Kind; return Inline })
 	s.send(`{"method":"initialized"}`)
 	s.send(`{"id":1,"result":{}}`)
 	s.send(`{"id":2,"method":"m"}`)
@@ -499,8 +497,8 @@ func TestConnDrainOnEOF(t *testing.T) {
 	run := func(opts Options) string {
 		s := newFakeStream()
 		c := NewConn(s, opts)
-		wait := runConn(c, context.Background(), func(m *Message) {
-			c.Go(func() {
+		wait := runConn(c, context.Background(), func(m *Message) Action {
+			return Concurrent(func() {
 				select {
 				case <-time.After(100 * time.Millisecond):
 					c.Reply(m.ID, "done", nil)
@@ -545,7 +543,7 @@ func (framedStream) Framing() string { return "websocket" }
 func TestConnParseErrorNamesFraming(t *testing.T) {
 	s := newFakeStream()
 	c := NewConn(framedStream{s}, Options{})
-	wait := runConn(c, context.Background(), func(*Message) {})
+	wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
 	s.send(`[1]`)
 	if got, want := s.next(t), `{"error":{"code":-32600,"message":"failed to parse websocket JSON-RPC message from fake peer: expected a JSON-RPC object"},"id":-1}`; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"unicode/utf8"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 // Appender is implemented by results that can write their own JSON
@@ -44,12 +42,17 @@ func AppendResponse(dst []byte, id json.RawMessage, result any) ([]byte, error) 
 	return append(dst, '}'), nil
 }
 
-// AppendError appends {"error":{"code":C,"message":M},"id":ID}.
-func AppendError(dst []byte, id json.RawMessage, e *protocol.Error) []byte {
+// AppendError appends {"error":{"code":C,"message":M},"id":ID}, with
+// "data" after "message" when e has any.
+func AppendError(dst []byte, id json.RawMessage, e *Error) []byte {
 	dst = append(dst, `{"error":{"code":`...)
 	dst = strconv.AppendInt(dst, int64(e.Code), 10)
 	dst = append(dst, `,"message":`...)
 	dst = AppendString(dst, e.Message)
+	if len(e.Data) > 0 {
+		dst = append(dst, `,"data":`...)
+		dst = append(dst, e.Data...)
+	}
 	dst = append(dst, `},"id":`...)
 	dst = append(dst, id...)
 	return append(dst, '}')

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 func TestDecodeKinds(t *testing.T) {
@@ -378,7 +376,7 @@ func TestAppendShapes(t *testing.T) {
 			return AppendResponse(nil, json.RawMessage(`7`), res{ProcessID: "p", HTML: "<&>"})
 		}, `{"id":7,"result":{"processId":"p","html":"<&>"}}`},
 		{"response string id", func() ([]byte, error) {
-			return AppendResponse(nil, json.RawMessage(`"a"`), protocol.Empty{})
+			return AppendResponse(nil, json.RawMessage(`"a"`), struct{}{})
 		}, `{"id":"a","result":{}}`},
 		{"response big id", func() ([]byte, error) {
 			return AppendResponse(nil, json.RawMessage(`9007199254740993`), nil)
@@ -390,16 +388,16 @@ func TestAppendShapes(t *testing.T) {
 			return AppendResponse(nil, json.RawMessage(`1`), appenderResult{})
 		}, `{"id":1,"result":{"fast":true}}`},
 		{"error", func() ([]byte, error) {
-			return AppendError(nil, NoID, protocol.InvalidRequest("bad \"x\"\n")), nil
+			return AppendError(nil, NoID, Errorf(CodeInvalidRequest, "bad \"x\"\n")), nil
 		}, `{"error":{"code":-32600,"message":"bad \"x\"\n"},"id":-1}`},
 		{"error string id", func() ([]byte, error) {
-			return AppendError(nil, json.RawMessage(`"q"`), protocol.NotFound("gone")), nil
+			return AppendError(nil, json.RawMessage(`"q"`), &Error{Code: -32004, Message: "gone"}), nil
 		}, `{"error":{"code":-32004,"message":"gone"},"id":"q"}`},
 		{"notification", func() ([]byte, error) {
-			return AppendNotification(nil, protocol.NotifyProcessClosed, protocol.ClosedNotification{ProcessID: "p", Seq: 4})
+			return AppendNotification(nil, "process/closed", testClosed{ProcessID: "p", Seq: 4})
 		}, `{"method":"process/closed","params":{"processId":"p","seq":4}}`},
 		{"notification output", func() ([]byte, error) {
-			return AppendNotification(nil, protocol.NotifyProcessOutput, protocol.OutputNotification{ProcessID: "p", Seq: 1, Stream: "stdout", Chunk: []byte("hi\n")})
+			return AppendNotification(nil, "process/output", testOutput{ProcessID: "p", Seq: 1, Stream: "stdout", Chunk: []byte("hi\n")})
 		}, `{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout","chunk":"aGkK"}}`},
 		{"request", func() ([]byte, error) {
 			return AppendRequest(nil, json.RawMessage(`3`), "m", map[string]int{"a": 1})

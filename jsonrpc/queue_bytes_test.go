@@ -34,7 +34,7 @@ func TestConnQueueBoundedInBytes(t *testing.T) {
 			s := newFakeStream()
 			s.gate = make(chan struct{}) // the peer does not read yet
 			c := NewConn(s, tc.opts)
-			wait := runConn(c, context.Background(), func(*Message) {})
+			wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
 
 			frame := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, tc.frames[i]) }
 			// Nothing is queued: a sender writes the first frame itself
@@ -132,7 +132,7 @@ func TestConnLargeFrameNotStarved(t *testing.T) {
 	const small, frames = 1 << 10, 200
 	s := &tokenStream{fakeStream: newFakeStream(), tokens: make(chan struct{})}
 	c := NewConn(s, Options{QueueBytes: 8 * small})
-	wait := runConn(c, context.Background(), func(*Message) {})
+	wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
 
 	produced := make(chan error, 1)
 	var sent atomic.Int64

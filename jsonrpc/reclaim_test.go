@@ -34,12 +34,12 @@ func TestLargeMessagesReturnMemory(t *testing.T) {
 	s := newFakeStream()
 	c := NewConn(s, Options{})
 	handled := make(chan struct{}, 10)
-	wait := runConn(c, context.Background(), func(m *Message) {
+	wait := runConn(c, context.Background(), func(m *Message) Action {
 		if m.Method == "inline" {
 			handled <- struct{}{}
-			return
+			return Inline
 		}
-		c.Go(func() {
+		return Concurrent(func() {
 			// A handler that answers with a large result.
 			c.Reply(m.ID, json.RawMessage(`"`+strings.Repeat("r", largeMessage)+`"`), nil)
 			handled <- struct{}{}

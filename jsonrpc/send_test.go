@@ -40,7 +40,7 @@ func TestConnSendersKeepTheirOrder(t *testing.T) {
 	fs.entered = make(chan struct{}, senders*frames)
 	s := &exclusiveStream{fakeStream: fs, t: t}
 	c := NewConn(s, Options{QueueLen: 4}) // small: senders also wait for room
-	wait := runConn(c, context.Background(), func(*Message) {})
+	wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
 
 	var wg sync.WaitGroup
 	for g := range senders {
@@ -85,7 +85,7 @@ func TestConnFlushAfterASendersWrite(t *testing.T) {
 	s := newFakeStream()
 	s.gate = make(chan struct{})
 	c := NewConn(s, Options{})
-	wait := runConn(c, context.Background(), func(*Message) {})
+	wait := runConn(c, context.Background(), func(*Message) Action { return Inline })
 	first := make(chan error, 1)
 	go func() { first <- c.Send(context.Background(), []byte(`1`)) }()
 	<-s.entered // the sender writes frame 1 and waits for the peer
@@ -122,7 +122,7 @@ func BenchmarkSendReply(b *testing.B) {
 	c := NewConn(s, Options{})
 	wait := make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { wait <- c.Run(ctx, func(*Message) {}) }()
+	go func() { wait <- c.Run(ctx, func(*Message) Action { return Inline }) }()
 	frame := []byte(`{"id":1,"result":{"status":"accepted"}}`)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -169,8 +169,9 @@ func TestConnRunEndsWithContextWhileTheReadLoopWrites(t *testing.T) {
 	c := NewConn(s, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	replied := make(chan error, 1)
-	wait := runConn(c, ctx, func(m *Message) {
+	wait := runConn(c, ctx, func(m *Message) Action {
 		replied <- c.Send(context.Background(), []byte(`{"id":1,"result":"inline"}`))
+		return Inline
 	})
 	s.send(`{"id":1,"method":"m"}`)
 	<-s.entered // the read loop is in Write

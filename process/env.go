@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -40,7 +41,7 @@ func buildEnv(env map[string]string, rawPolicy json.RawMessage) ([]string, error
 	rawPolicy = bytes.TrimSpace(rawPolicy)
 	if len(rawPolicy) > 0 && !bytes.Equal(rawPolicy, []byte("null")) {
 		var pol envPolicy
-		if err := protocol.DecodeParams(rawPolicy, &pol, "EnvPolicy"); err != nil {
+		if err := jsonscan.DecodeParams(rawPolicy, &pol, "EnvPolicy"); err != nil {
 			return nil, err
 		}
 		switch pol.Inherit {

@@ -163,7 +163,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	}
 	if _, ok := m.procs[p.ProcessID]; ok {
 		m.mu.Unlock()
-		return nil, protocol.InvalidRequest("process %s already exists", p.ProcessID)
+		return nil, protocol.InvalidRequest("process %s already exists", p.ProcessID).WithKind(protocol.KindProcessExists)
 	}
 	if m.live >= m.opts.MaxProcesses {
 		m.mu.Unlock()
@@ -202,7 +202,7 @@ func (m *Manager) get(id string) *Proc {
 func (m *Manager) lookup(id string) (*Proc, error) {
 	p := m.get(id)
 	if p == nil {
-		return nil, protocol.InvalidRequest("unknown process id %s", id)
+		return nil, protocol.InvalidRequest("unknown process id %s", id).WithKind(protocol.KindUnknownProcess)
 	}
 	if !p.started() {
 		return nil, protocol.InvalidRequest("process id %s is starting", id)
@@ -254,7 +254,7 @@ func (m *Manager) CloseStdin(id string) error {
 // Resize sets the terminal size of a PTY process (an extension of the
 // protocol). The child gets SIGWINCH from the kernel.
 func (m *Manager) Resize(p protocol.ResizeParams) error {
-	// The server checks the raw params first (protocol.CheckTermSize);
+	// The server checks the raw params first (ResizeParams.CheckMember);
 	// this guards callers of the library.
 	if p.Rows < protocol.MinTermSize || p.Rows > protocol.MaxTermSize || p.Cols < protocol.MinTermSize || p.Cols > protocol.MaxTermSize {
 		return protocol.InvalidParams("terminal size %dx%d is out of range: rows and cols must be between %d and %d", p.Rows, p.Cols, protocol.MinTermSize, protocol.MaxTermSize)

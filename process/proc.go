@@ -544,7 +544,7 @@ func (p *Proc) write(wp protocol.WriteParams) (*protocol.WriteResult, error) {
 	// An empty chunk writes nothing and is accepted even after exit, as
 	// on the reference.
 	if len(wp.Chunk) > 0 && (p.exited || p.closed) {
-		return nil, protocol.Internal("failed to write to process stdin")
+		return nil, protocol.Internal("failed to write to process stdin").WithKind(protocol.KindStdinClosed)
 	}
 	if err := p.stdin.enqueue(wp.Chunk); err != nil {
 		return nil, err

@@ -50,16 +50,18 @@ func (w *stdinWriter) enqueue(data []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done || w.broken {
-		return protocol.Internal("failed to write to process stdin")
+		return protocol.Internal("failed to write to process stdin").WithKind(protocol.KindStdinClosed)
 	}
 	if w.eof {
-		return protocol.Internal("failed to write to process stdin: it was closed with process/closeStdin")
+		return protocol.Internal("failed to write to process stdin: it was closed with process/closeStdin").WithKind(protocol.KindStdinClosed)
 	}
 	if w.queued+len(data) > w.limit {
-		return protocol.Internal("failed to write to process stdin: %d bytes already queued and not yet read by the process (limit %d)", w.queued, w.limit)
+		return protocol.Internal("failed to write to process stdin: %d bytes already queued and not yet read by the process (limit %d)", w.queued, w.limit).WithKind(protocol.KindStdinFull)
 	}
 	if !w.budget.TryAcquire(int64(len(data))) {
-		return protocol.Internal("failed to write to process stdin: %v; the processes are not reading their input", w.budget.Exhausted(int64(len(data))))
+		// Server-wide and temporary: a distinct kind, so that a client does
+		// not take it for a closed stdin.
+		return protocol.Internal("failed to write to process stdin: %v; the processes are not reading their input", w.budget.Exhausted(int64(len(data)))).WithKind(protocol.KindStdinBusy)
 	}
 	if len(w.queue) == 0 && !w.writing {
 		// Nothing ahead of data: order allows writing it now.

@@ -1,136 +1,38 @@
 package protocol
 
 import (
-	"bytes"
-	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"math/rand/v2"
-	"strings"
+	"errors"
 	"testing"
 )
 
-// Texts observed on the reference for process/write chunks.
-var referenceBase64Errors = []struct{ in, msg string }{
-	{"!!!!", "Invalid symbol 33, offset 0."},
-	{"YQ=", "Invalid padding"},
-	{"YQ", "Invalid padding"},
-	{"YR==", "Invalid last symbol 82, offset 1."},
-	{"Y", "Invalid input length: 1"},
-	{"YQ==YQ==", "Invalid symbol 61, offset 2."},
-	{"YWJj\n", "Invalid symbol 10, offset 4."},
-	{"YW Jj", "Invalid symbol 32, offset 2."},
-	{"=", "Invalid symbol 61, offset 0."},
-	{"====", "Invalid symbol 61, offset 0."},
-	{"YQ===", "Invalid symbol 61, offset 2."},
-	{"aGk=\u00e9", "Invalid symbol 61, offset 3."},
-	{"YWJjZ", "Invalid input length: 5"},
-	{"YWJjZGVmZ", "Invalid input length: 9"},
-	{"Y===", "Invalid symbol 61, offset 1."},
-	{"YWJjZ=", "Invalid symbol 61, offset 5."},
-	{"YWJj=", "Invalid symbol 61, offset 4."},
-	{"=YWJ", "Invalid symbol 61, offset 0."},
-	{"YW=j", "Invalid symbol 61, offset 2."},
-	{"YWJjYQ", "Invalid padding"},
-	{"YWJjYR==", "Invalid last symbol 82, offset 5."},
-	{"YWJjYWJjYQ=", "Invalid padding"},
-	{"YWJjYWJj\n", "Invalid symbol 10, offset 8."},
-	{"YW\nJj", "Invalid symbol 10, offset 2."},
-	{"YWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJj!WJj", "Invalid symbol 33, offset 36."},
-	{"YWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJjYWJ=", "Invalid last symbol 74, offset 38."},
-	{"Zm9vYmE", "Invalid padding"},
-	{"Zm9vYmF=", "Invalid last symbol 70, offset 6."},
-	{"Y\n", "Invalid symbol 10, offset 1."},
-	{"YQ==\n", "Invalid symbol 10, offset 4."},
-	{"YWJjZ\n", "Invalid symbol 10, offset 5."},
-	{"YWJjZGVm!", "Invalid symbol 33, offset 8."},
-	// Observed for fs/writeFile dataBase64 (fsys wraps them as -32600).
-	{"abc", "Invalid padding"},
-	{"YWJj\nZA==", "Invalid symbol 10, offset 4."},
-	{"==", "Invalid symbol 61, offset 0."},
-	{"YWJ=", "Invalid last symbol 74, offset 2."},
-	{"YQ==\x00", "Invalid symbol 0, offset 4."},
-	{"YWJjZA=a", "Invalid symbol 61, offset 6."},
-	{"-_==", "Invalid symbol 45, offset 0."},
-	{"YW=J", "Invalid symbol 61, offset 2."},
-	{"YWJjY===", "Invalid symbol 61, offset 5."},
-	{"YWJjZ!==", "Invalid symbol 33, offset 5."},
-	{"YW!jZA==", "Invalid symbol 33, offset 2."},
-	{"YWJjZA=!", "Invalid symbol 61, offset 6."},
-	{"YWJjZA", "Invalid padding"},
-	{"YWJjZ==", "Invalid symbol 61, offset 5."},
-	{"Y=!=", "Invalid symbol 61, offset 1."},
-	{"YWJjZGV!", "Invalid symbol 33, offset 7."},
-}
-
-func TestDecodeBase64ReferenceErrors(t *testing.T) {
-	for _, tt := range referenceBase64Errors {
-		_, err := DecodeBase64([]byte(tt.in))
-		wantError(t, err, CodeInvalidParams, tt.msg)
-		if e, ok := err.(*Error); ok && e.Message != tt.msg {
-			t.Errorf("DecodeBase64(%q) = %q, want %q", tt.in, e.Message, tt.msg)
-		}
-	}
-	for _, ok := range []string{"", "Zm9vYmFy", "Zm9vYmE=", "Zm9vYg==", "YQ==", "+/+/", "YWI=", "YWJjZGVm"} {
-		got, err := DecodeBase64([]byte(ok))
-		want, _ := base64.StdEncoding.DecodeString(ok)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("DecodeBase64(%q) = %q, %v", ok, got, err)
-		}
-	}
-}
-
-func TestDecodeBase64MatchesStrictDecoding(t *testing.T) {
-	// Valid exactly when Go's strict decoder accepts it without line
-	// breaks; Base64ErrorText agrees with DecodeBase64 on every input.
-	r := rand.New(rand.NewPCG(3, 4))
-	const symbols = "AQgw+/=\n!aZ09"
-	for range 20000 {
-		b := make([]byte, r.IntN(14))
-		for i := range b {
-			b[i] = symbols[r.IntN(len(symbols))]
-		}
-		got, err := DecodeBase64(b)
-		want, werr := base64.StdEncoding.Strict().DecodeString(string(b))
-		valid := werr == nil && !bytes.ContainsAny(b, "\r\n")
-		if valid != (err == nil) {
-			t.Fatalf("DecodeBase64(%q) = %v; strict Go decoding valid=%v", b, err, valid)
-		}
-		if valid && !bytes.Equal(got, want) {
-			t.Fatalf("DecodeBase64(%q) = %x, want %x", b, got, want)
-		}
-		if (Base64ErrorText(b) == "") != valid {
-			t.Fatalf("Base64ErrorText(%q) = %q, valid=%v", b, Base64ErrorText(b), valid)
-		}
-	}
-}
-
 func TestBase64JSON(t *testing.T) {
-	var p WriteParams
 	tests := []struct {
 		raw, msg string
 	}{
-		{`{"processId":"p","chunk":"!!!!"}`, "Invalid symbol 33, offset 0."},
-		{`{"processId":"p","chunk":"YWJj\n"}`, "Invalid symbol 10, offset 4."},
-		{`{"processId":"p","chunk":"YR=="}`, "Invalid last symbol 82, offset 1."},
-		{`{"processId":"p","chunk":5}`, "invalid type: number, expected a string"},
-		{`{"processId":"p","chunk":[1]}`, "invalid type: sequence, expected a string"},
+		{`"!!!!"`, "Invalid symbol 33, offset 0."},
+		{`"YWJj\n"`, "Invalid symbol 10, offset 4."},
+		{`"YR=="`, "Invalid last symbol 82, offset 1."},
+		{`5`, "invalid type: number, expected a string"},
+		{`[1]`, "invalid type: sequence, expected a string"},
+		{`null`, "invalid type: null, expected a string"},
 	}
 	for _, tt := range tests {
-		err := DecodeParams(json.RawMessage(tt.raw), &p, "WriteParams", "processId", "chunk")
+		var b Base64
+		err := json.Unmarshal([]byte(tt.raw), &b)
 		var e *Error
-		if !errorsAs(err, &e) || e.Code != CodeInvalidParams || e.Message != tt.msg {
+		if !errors.As(err, &e) || e.Code != CodeInvalidParams || e.Message != tt.msg {
 			t.Errorf("%s: %v, want -32602 %q", tt.raw, err, tt.msg)
 		}
 	}
 	for raw, want := range map[string]string{
-		`{"processId":"p","chunk":"aGVsbG8K"}`:      "hello\n",
-		`{"processId":"p","chunk":""}`:              "",
-		`{"processId":"p","chunk":"aGVsbG8\u004B"}`: "hello\n",
+		`"aGVsbG8K"`:      "hello\n",
+		`""`:              "",
+		`"aGVsbG8\u004B"`: "hello\n",
 	} {
-		p = WriteParams{}
-		if err := DecodeParams(json.RawMessage(raw), &p, "WriteParams", "processId", "chunk"); err != nil || string(p.Chunk) != want {
-			t.Errorf("%s: %q %v, want %q", raw, p.Chunk, err, want)
+		var b Base64
+		if err := json.Unmarshal([]byte(raw), &b); err != nil || string(b) != want {
+			t.Errorf("%s: %q %v, want %q", raw, b, err, want)
 		}
 	}
 	// It encodes as []byte does.
@@ -138,82 +40,4 @@ func TestBase64JSON(t *testing.T) {
 	if err != nil || string(out) != `{"processId":"p","chunk":"aGkK"}` {
 		t.Errorf("Marshal = %s, %v", out, err)
 	}
-}
-
-func errorsAs(err error, target **Error) bool {
-	e, ok := err.(*Error)
-	if ok {
-		*target = e
-	}
-	return ok
-}
-
-// FuzzDecodeBase64 checks the fast paths against the rules: DecodeBase64
-// fails exactly when Base64ErrorText has a text, and with that text; what it
-// decodes re-encodes to the input; decodeFast agrees with encoding/base64's
-// strict decoder byte for byte.
-func FuzzDecodeBase64(f *testing.F) {
-	for _, s := range []string{"", "YQ==", "YWJj", "abc", "!!!!", "YR==", "YWJj\nZA==", "Y", "YQ==\x00", "YWJjZA=a",
-		"YWJjZGVmZ2hpamtsbW5vcA==", "YWJj\nZGVmZ2hpamts", "!!!!!!!!!!!!"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		got, err := DecodeBase64(in)
-		emu := Base64ErrorText(in)
-		if err != nil {
-			e, ok := err.(*Error)
-			if !ok || e.Code != CodeInvalidParams || emu == "" || e.Message != emu {
-				t.Fatalf("DecodeBase64(%q) error %v, Base64ErrorText %q", in, err, emu)
-			}
-		} else {
-			if emu != "" {
-				t.Fatalf("DecodeBase64(%q) succeeded, Base64ErrorText says %q", in, emu)
-			}
-			if base64.StdEncoding.EncodeToString(got) != string(in) {
-				t.Fatalf("DecodeBase64(%q) = %x does not re-encode to the input", in, got)
-			}
-		}
-		dst := make([]byte, base64.StdEncoding.DecodedLen(len(in)))
-		n, ok := decodeFast(dst, in)
-		ref := make([]byte, len(dst))
-		m, serr := strictStd.Decode(ref, in)
-		if ok != (serr == nil) || (ok && !bytes.Equal(dst[:n], ref[:m])) {
-			t.Fatalf("decodeFast(%q) = %x, %v; encoding/base64: %x, %v", in, dst[:n], ok, ref[:m], serr)
-		}
-	})
-}
-
-// Parallel decoding: chunk boundaries change nothing, and padding at the end
-// of an inner chunk is still an error.
-func TestDecodeBase64Chunks(t *testing.T) {
-	old := decChunk
-	decChunk = 4 << 10 // many chunks from small inputs
-	t.Cleanup(func() { decChunk = old })
-	pattern := func(n int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(i*7 + i>>8)
-		}
-		return b
-	}
-	b64 := base64.StdEncoding.EncodeToString
-	for _, size := range []int{2 * decChunk / 4 * 3, 2*decChunk/4*3 + 1, 3*decChunk/4*3 + 2, 5*decChunk/4*3 + 7} {
-		data := pattern(size)
-		got, err := DecodeBase64([]byte(b64(data)))
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("size %d: %v, equal %v", size, err, bytes.Equal(got, data))
-		}
-	}
-	inner := b64(pattern(decChunk/4*3 - 1)) // exactly one chunk, ending in "="
-	if len(inner) != decChunk || !strings.HasSuffix(inner, "=") {
-		t.Fatal("bad construction")
-	}
-	src := []byte(inner + b64(pattern(decChunk)))
-	_, err := DecodeBase64(src)
-	wantError(t, err, CodeInvalidParams, fmt.Sprintf("Invalid symbol 61, offset %d.", decChunk-1))
-	// A newline deep inside a big input.
-	src = []byte(b64(pattern(3 * decChunk)))
-	src[2*decChunk+5] = '\n'
-	_, err = DecodeBase64(src)
-	wantError(t, err, CodeInvalidParams, fmt.Sprintf("Invalid symbol 10, offset %d.", 2*decChunk+5))
 }

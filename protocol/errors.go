@@ -5,11 +5,14 @@
 package protocol
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/execgo/exec-server/jsonrpc"
 )
 
 // Wire error codes. The first four are JSON-RPC's; the last two are the
@@ -24,14 +27,121 @@ const (
 	CodeSessionBusy    = -32010 // session attached to another connection
 )
 
-// Error is a JSON-RPC error object. It is both what handlers return and what
-// the client SDK hands back to its callers (use errors.As).
+// Error is a JSON-RPC error object of this protocol. It is both what
+// handlers return and what the client SDK hands back to its callers (use
+// errors.As, or errors.Is by code or kind). It is jsonrpc.Error's shape
+// with this protocol's meaning: errors.Is matches fs.ErrNotExist,
+// fs.ErrPermission and fs.ErrExist where the error means that, which the
+// generic jsonrpc package cannot know; As and FromWire convert between the
+// two.
 type Error struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	// Data is the "data" member: this server's ErrorData, or whatever
+	// another server sent; nil leaves it out.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
+
+// Is reports whether target is an *Error or *jsonrpc.Error with e's code,
+// or the fs sentinel e's kind means: fs.ErrNotExist for -32004 and
+// KindNotFound, fs.ErrPermission for KindPermissionDenied, fs.ErrExist for
+// KindAlreadyExists.
+func (e *Error) Is(target error) bool {
+	switch t := target.(type) {
+	case *Error:
+		return t != nil && t.Code == e.Code
+	case *jsonrpc.Error:
+		return t != nil && t.Code == e.Code
+	}
+	switch target {
+	case fs.ErrNotExist:
+		return e.Code == CodeNotFound || e.Kind() == KindNotFound
+	case fs.ErrPermission:
+		return e.Kind() == KindPermissionDenied
+	case fs.ErrExist:
+		return e.Kind() == KindAlreadyExists
+	}
+	return false
+}
+
+// As gives the error as a *jsonrpc.Error, so that a connection answers a
+// handler's *Error, wherever it is in a chain, with its code and data.
+func (e *Error) As(target any) bool {
+	if t, ok := target.(**jsonrpc.Error); ok {
+		*t = e.Wire()
+		return true
+	}
+	return false
+}
+
+// Wire returns e as the connection's error type.
+func (e *Error) Wire() *jsonrpc.Error {
+	return &jsonrpc.Error{Code: e.Code, Message: e.Message, Data: e.Data}
+}
+
+// FromWire returns a peer's error as an *Error.
+func FromWire(je *jsonrpc.Error) *Error {
+	return &Error{Code: je.Code, Message: je.Message, Data: je.Data}
+}
+
+// Kind classifies an error beyond its code, for clients: the server sends
+// it as the error's data ({"kind":"StdinBusy"}), so neither side reads
+// message texts. Servers that send no data (the reference) give "", and a
+// client falls back on the code. The names of the first three are Rust's
+// io::ErrorKind names.
+type Kind string
+
+// Kinds.
+const (
+	KindNotFound         Kind = "NotFound"         // ENOENT; fs.ErrNotExist
+	KindPermissionDenied Kind = "PermissionDenied" // EPERM, EACCES; fs.ErrPermission
+	KindAlreadyExists    Kind = "AlreadyExists"    // EEXIST; fs.ErrExist
+	KindUnknownProcess   Kind = "UnknownProcess"   // no process with that id in the session
+	KindProcessExists    Kind = "ProcessExists"    // process/start with an id in use
+	KindUnknownSession   Kind = "UnknownSession"   // resumeSessionId unknown or expired
+	KindStdinClosed      Kind = "StdinClosed"      // the process's stdin is gone or was closed: permanent
+	KindStdinFull        Kind = "StdinFull"        // the process's own stdin queue is full: retry when it reads
+	KindStdinBusy        Kind = "StdinBusy"        // the server-wide stdin budget is spent: retry later
+)
+
+// ErrorData is the data member of this server's classified errors.
+type ErrorData struct {
+	Kind Kind `json:"kind"`
+}
+
+// WithKind sets e's data to name kind and returns e.
+func (e *Error) WithKind(kind Kind) *Error {
+	e.Data, _ = json.Marshal(ErrorData{Kind: kind})
+	return e
+}
+
+// Kind returns the kind e's data names, or "".
+func (e *Error) Kind() Kind {
+	if len(e.Data) == 0 {
+		return ""
+	}
+	var d ErrorData
+	if json.Unmarshal(e.Data, &d) != nil {
+		return ""
+	}
+	return d.Kind
+}
+
+// KindOf returns the kind of the *Error (or *jsonrpc.Error) in err's
+// chain, or "".
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind()
+	}
+	var je *jsonrpc.Error
+	if errors.As(err, &je) {
+		return FromWire(je).Kind()
+	}
+	return ""
+}
 
 // Errorf builds an *Error with a formatted message.
 func Errorf(code int, format string, args ...any) *Error {
@@ -65,6 +175,10 @@ func ToError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	var je *jsonrpc.Error
+	if errors.As(err, &je) {
+		return FromWire(je)
+	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		return FromOSError(err)
@@ -97,7 +211,20 @@ func FromOSError(err error) *Error {
 	case syscall.EPERM, syscall.EACCES:
 		code = CodeInvalidRequest
 	}
-	return &Error{Code: code, Message: OSErrorText(errno)}
+	return errnoKind(&Error{Code: code, Message: OSErrorText(errno)}, errno)
+}
+
+// errnoKind gives e the kind errno means, if any.
+func errnoKind(e *Error, errno syscall.Errno) *Error {
+	switch errno {
+	case syscall.ENOENT:
+		return e.WithKind(KindNotFound)
+	case syscall.EPERM, syscall.EACCES:
+		return e.WithKind(KindPermissionDenied)
+	case syscall.EEXIST:
+		return e.WithKind(KindAlreadyExists)
+	}
+	return e
 }
 
 // OSErrorText renders an errno as Rust's io::Error does: the C library's
@@ -122,14 +249,14 @@ func OSErrorText(errno syscall.Errno) string {
 func SpawnError(err error) *Error {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
-		return &Error{Code: CodeInternal, Message: OSErrorText(errno)}
+		return errnoKind(&Error{Code: CodeInternal, Message: OSErrorText(errno)}, errno)
 	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return SpawnError(pe.Err)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return &Error{Code: CodeInternal, Message: OSErrorText(syscall.ENOENT)}
+		return errnoKind(&Error{Code: CodeInternal, Message: OSErrorText(syscall.ENOENT)}, syscall.ENOENT)
 	}
 	return &Error{Code: CodeInternal, Message: err.Error()}
 }

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/execgo/exec-server/jsonrpc"
 )
 
 // TestFromOSErrorAnySystem checks what holds on every system: the code
@@ -80,5 +83,71 @@ func TestErrorText(t *testing.T) {
 		if c.e.Code != c.code {
 			t.Errorf("constructor gave code %d, want %d", c.e.Code, c.code)
 		}
+	}
+}
+
+// TestErrorIs: errors.Is matches by code (against *Error and
+// *jsonrpc.Error) and the fs sentinels by code -32004 or by kind; a
+// reference server's error (no data) matches by code alone.
+func TestErrorIs(t *testing.T) {
+	notFound := FromOSError(syscall.ENOENT)
+	denied := FromOSError(syscall.EACCES)
+	exists := FromOSError(syscall.EEXIST)
+	spawnMissing := SpawnError(syscall.ENOENT) // -32603 with kind NotFound
+	handle := NotFound("unknown file handle `h`")
+	refDenied := &Error{Code: CodeInvalidRequest, Message: "Permission denied (os error 13)"}
+	tests := []struct {
+		name   string
+		err    error
+		target error
+		want   bool
+	}{
+		{"code", denied, &Error{Code: CodeInvalidRequest}, true},
+		{"other code", denied, &Error{Code: CodeInternal}, false},
+		{"jsonrpc sentinel", InvalidParams("x"), jsonrpc.ErrInvalidParams, true},
+		{"jsonrpc other", InvalidParams("x"), jsonrpc.ErrInternal, false},
+		{"wrapped", fmt.Errorf("op: %w", notFound), fs.ErrNotExist, true},
+		{"-32004 without data", handle, fs.ErrNotExist, true},
+		{"ENOENT at spawn", spawnMissing, fs.ErrNotExist, true},
+		{"EACCES", denied, fs.ErrPermission, true},
+		{"EACCES is not missing", denied, fs.ErrNotExist, false},
+		{"EEXIST", exists, fs.ErrExist, true},
+		{"EEXIST is not permission", exists, fs.ErrPermission, false},
+		{"reference text is not read", refDenied, fs.ErrPermission, false},
+		{"process exists is no file", InvalidRequest("process p already exists").WithKind(KindProcessExists), fs.ErrExist, false},
+	}
+	for _, tt := range tests {
+		if got := errors.Is(tt.err, tt.target); got != tt.want {
+			t.Errorf("%s: errors.Is(%v, %v) = %v, want %v", tt.name, tt.err, tt.target, got, tt.want)
+		}
+	}
+}
+
+// TestErrorWire: an *Error is found as a *jsonrpc.Error in a chain (so a
+// connection answers it with its code and data), and comes back intact.
+func TestErrorWire(t *testing.T) {
+	e := Internal("failed to write to process stdin: busy").WithKind(KindStdinBusy)
+	var je *jsonrpc.Error
+	if !errors.As(fmt.Errorf("wrapped: %w", e), &je) || je.Code != CodeInternal || string(je.Data) != `{"kind":"StdinBusy"}` {
+		t.Fatalf("As *jsonrpc.Error: %+v", je)
+	}
+	back := FromWire(je)
+	if back.Kind() != KindStdinBusy || back.Message != e.Message || KindOf(je) != KindStdinBusy || KindOf(fmt.Errorf("w: %w", back)) != KindStdinBusy {
+		t.Fatalf("round trip: %+v", back)
+	}
+	out, err := json.Marshal(e)
+	if err != nil || string(out) != `{"code":-32603,"message":"failed to write to process stdin: busy","data":{"kind":"StdinBusy"}}` {
+		t.Errorf("Marshal = %s, %v", out, err)
+	}
+	if out, _ := json.Marshal(InvalidParams("x")); string(out) != `{"code":-32602,"message":"x"}` {
+		t.Errorf("without a kind: %s, want no data member", out)
+	}
+	for _, d := range []string{``, `null`, `"text"`, `{"kind":5}`, `[1]`} {
+		if k := (&Error{Code: 1, Data: json.RawMessage(d)}).Kind(); k != "" {
+			t.Errorf("data %s: kind %q", d, k)
+		}
+	}
+	if ToError(jsonrpc.Errorf(-32010, "busy")).Code != -32010 {
+		t.Error("ToError of a *jsonrpc.Error lost its code")
 	}
 }

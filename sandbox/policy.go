@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -131,7 +132,7 @@ func Parse(raw json.RawMessage) (*Policy, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
-	// The member walk (protocol.EachMember) skips values without checking
+	// The member walk (jsonscan.EachMember) skips values without checking
 	// their literals ("[A]" passes); the reference never sees invalid JSON.
 	if !json.Valid(raw) {
 		return nil, invalid("invalid sandbox: not valid JSON")
@@ -749,7 +750,7 @@ func stringValue(v []byte) (string, error) {
 
 // members walks an object's members in order, with keys decoded.
 func members(obj []byte, f func(key string, val []byte) error) error {
-	err := protocol.EachMember(obj, func(k, v []byte) error {
+	err := jsonscan.EachMember(obj, func(k, v []byte) error {
 		key := string(k) // as written, without its quotes
 		if bytes.IndexByte(k, '\\') >= 0 && json.Unmarshal([]byte(`"`+key+`"`), &key) != nil {
 			return invalid("invalid object key `%s`", k)
@@ -771,7 +772,7 @@ func bigIntegers(raw []byte) error {
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c == '"' {
-			j := protocol.ClosingQuote(raw, i+1)
+			j := jsonscan.ClosingQuote(raw, i+1)
 			if j < 0 {
 				return nil
 			}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/process"
 	"github.com/execgo/exec-server/protocol"
@@ -48,28 +49,29 @@ type connState struct {
 	session     *session
 }
 
-func (cs *connState) dispatch(msg *jsonrpc.Message) {
+// dispatch is the connection's jsonrpc.Handler.
+func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 	switch msg.Kind {
 	case jsonrpc.KindNotification:
 		cs.notification(msg)
-		return
+		return jsonrpc.Inline
 	case jsonrpc.KindResponse:
-		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("unexpected response with id %s: the server sent no request", string(msg.ID)))
-		return
+		cs.conn.Reply(jsonrpc.NoID, nil, protocol.InvalidRequest("unexpected response with id %s: the server sent no request", string(msg.ID)))
+		return jsonrpc.Inline
 	}
 	m, ok := cs.srv.methods[msg.Method]
 	if !ok {
-		cs.conn.ReplyError(msg.ID, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", msg.Method))
-		return
+		cs.conn.Reply(msg.ID, nil, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", msg.Method))
+		return jsonrpc.Inline
 	}
 	params, err := m.decode(msg.Params)
 	if err != nil {
 		cs.conn.Reply(msg.ID, nil, err)
-		return
+		return jsonrpc.Inline
 	}
 	if err := cs.checkLifecycle(m.family); err != nil {
 		cs.conn.Reply(msg.ID, nil, err)
-		return
+		return jsonrpc.Inline
 	}
 	var wait []chan struct{}
 	var done chan struct{}
@@ -81,6 +83,7 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		// fs/writeBlock on its handle.
 		inline = inline && allDone(wait)
 	}
+	id := msg.ID
 	run := func() {
 		ctx := cs.conn.Context()
 		var res any
@@ -91,49 +94,44 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 		if done != nil {
 			close(done)
 		}
-		cs.conn.Reply(msg.ID, res, err)
+		cs.conn.Reply(id, res, err)
 	}
 	longPoll := msg.Method == protocol.MethodProcessRead && isLongPoll(params)
 	if inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !longPoll) {
 		run()
-		return
+		return jsonrpc.Inline
 	}
 	if longPoll {
 		// The message is released before the poll ends: keep the id.
-		msg.ID = bytes.Clone(msg.ID)
-		cs.longPoll(msg.ID, run)
-		return
+		id = bytes.Clone(msg.ID)
+		return cs.longPoll(id, run)
 	}
-	cs.conn.Go(run)
+	return jsonrpc.Concurrent(run)
 }
 
 // longPoll runs a waiting process/read off the handler pool, so that no
 // number of pending long polls delays other requests; the long polls of a
 // connection are bounded by MaxLongPolls instead.
-func (cs *connState) longPoll(id json.RawMessage, run func()) {
+func (cs *connState) longPoll(id json.RawMessage, run func()) jsonrpc.Action {
 	limit := int32(cs.srv.cfg.MaxLongPolls)
 	if cs.longPolls.Add(1) > limit {
 		cs.longPolls.Add(-1)
-		cs.conn.ReplyError(id, protocol.InvalidRequest("too many pending long polls: this connection already waits in %d process/read requests with waitMs (limit %d); wait for one to finish or read without waitMs", limit, limit))
-		return
+		cs.conn.Reply(id, nil, protocol.InvalidRequest("too many pending long polls: this connection already waits in %d process/read requests with waitMs (limit %d); wait for one to finish or read without waitMs", limit, limit))
+		return jsonrpc.Inline
 	}
-	if !cs.conn.GoDetached(func() { defer cs.longPolls.Add(-1); run() }) {
-		cs.longPolls.Add(-1)
-	}
+	// Work the connection never starts (it ended) leaves the count
+	// raised; the count dies with the connection.
+	return jsonrpc.Detached(func() { defer cs.longPolls.Add(-1); run() })
 }
 
-// withTermSize checks rows and cols (protocol.CheckTermSize) before dec
-// decodes the params: process/start and process/resize take the same values.
-func withTermSize(dec func(json.RawMessage) (any, error)) func(json.RawMessage) (any, error) {
-	return func(raw json.RawMessage) (any, error) {
-		if err := protocol.CheckTermSize(raw); err != nil {
-			return nil, err
-		}
-		return dec(raw)
-	}
+// wireError gives a handler's error its wire form: protocol's mapping
+// (operating-system errors to the reference's codes and texts), in the
+// connection's error type.
+func wireError(err error) *jsonrpc.Error {
+	return protocol.ToError(err).Wire()
 }
 
-var decodeStartParams = withTermSize(decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty"))
+var decodeStartParams = decodeInto[protocol.StartParams]("ExecParams", "processId", "argv", "cwd", "env", "tty")
 
 // decodeStart decodes and checks process/start params: what no exec could
 // pass on (NUL bytes, env names with '=') is a params error, -32602.
@@ -190,13 +188,13 @@ func isLongPoll(params any) bool {
 
 func (cs *connState) notification(msg *jsonrpc.Message) {
 	if msg.Method != protocol.MethodInitialized {
-		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("unexpected notification `%s`: only `initialized` may be sent as a notification", msg.Method))
+		cs.conn.Reply(jsonrpc.NoID, nil, protocol.InvalidRequest("unexpected notification `%s`: only `initialized` may be sent as a notification", msg.Method))
 		return
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if !cs.initStarted || cs.session == nil {
-		cs.conn.ReplyError(jsonrpc.NoID, protocol.InvalidRequest("received `initialized` notification before `initialize`"))
+		cs.conn.Reply(jsonrpc.NoID, nil, protocol.InvalidRequest("received `initialized` notification before `initialize`"))
 		return
 	}
 	cs.initDone = true
@@ -238,14 +236,14 @@ func (cs *connState) close() {
 func decodeInto[T any](typeName string, required ...string) func(json.RawMessage) (any, error) {
 	return func(raw json.RawMessage) (any, error) {
 		v := new(T)
-		if err := protocol.DecodeParams(raw, v, typeName, required...); err != nil {
+		if err := jsonscan.DecodeParams(raw, v, typeName, required...); err != nil {
 			return nil, err
 		}
 		return v, nil
 	}
 }
 
-func decodeNone(raw json.RawMessage) (any, error) { return nil, protocol.DecodeNoParams(raw) }
+func decodeNone(raw json.RawMessage) (any, error) { return nil, jsonscan.DecodeNoParams(raw) }
 
 func decodeRaw(raw json.RawMessage) (any, error) { return raw, nil }
 
@@ -309,7 +307,7 @@ func (s *Server) buildMethods() map[string]method {
 		},
 		protocol.MethodProcessResize: {
 			family: familyExec, inline: true,
-			decode: withTermSize(decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols")),
+			decode: decodeInto[protocol.ResizeParams]("ResizeParams", "processId", "rows", "cols"),
 			call: func(_ context.Context, cs *connState, p any) (any, error) {
 				return protocol.Empty{}, cs.sess().procs.Resize(*p.(*protocol.ResizeParams))
 			},

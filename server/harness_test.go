@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
+	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/transport"
 )
 
@@ -31,7 +29,8 @@ type wire struct {
 	raw string
 }
 
-// peer is a test client: it sends raw lines and collects what comes back.
+// peer is a test client: it sends raw messages (valid or not) over a
+// transport stream and collects what comes back.
 type peer struct {
 	t    *testing.T
 	send func(string) error
@@ -41,21 +40,24 @@ type peer struct {
 	seen []wire // messages received but not yet consumed by a wait
 }
 
-func newPeer(t *testing.T, send func(string) error, recv func() (string, error), stop func()) *peer {
-	p := &peer{t: t, send: send, msgs: make(chan wire, 1<<14), stop: stop}
+// newPeer reads st until it ends; stop ends the connection.
+func newPeer(t *testing.T, st jsonrpc.Stream, stop func()) *peer {
+	ctx := context.Background()
+	p := &peer{t: t, msgs: make(chan wire, 1<<14), stop: stop}
+	p.send = func(line string) error { return st.Write(ctx, []byte(line), false) }
 	go func() {
 		defer close(p.msgs)
 		for {
-			line, err := recv()
+			msg, err := st.Read(ctx)
 			if err != nil {
 				return
 			}
 			var w wire
-			if err := json.Unmarshal([]byte(line), &w); err != nil {
-				t.Errorf("server sent invalid JSON %q: %v", line, err)
+			if err := json.Unmarshal(msg, &w); err != nil {
+				t.Errorf("server sent invalid JSON %q: %v", msg, err)
 				return
 			}
-			w.raw = line
+			w.raw = string(msg)
 			p.msgs <- w
 		}
 	}()
@@ -73,18 +75,8 @@ func stdioPeer(t *testing.T, s *Server) *peer {
 		defer close(done)
 		s.ServeStream(ctx, transport.NewStdio(inR, outW, outW, 64<<20))
 	}()
-	sc := bufio.NewScanner(outR)
-	sc.Buffer(make([]byte, 1<<20), 128<<20)
 	var once sync.Once
-	return newPeer(t, func(line string) error {
-		_, err := io.WriteString(inW, line+"\n")
-		return err
-	}, func() (string, error) {
-		if sc.Scan() {
-			return sc.Text(), nil
-		}
-		return "", io.EOF
-	}, func() {
+	return newPeer(t, transport.NewStdio(outR, inW, nil, 128<<20), func() {
 		once.Do(func() {
 			inW.Close()
 			cancel()
@@ -97,19 +89,13 @@ func stdioPeer(t *testing.T, s *Server) *peer {
 // wsPeer dials the websocket server at url.
 func wsPeer(t *testing.T, url string) *peer {
 	ctx, cancel := context.WithCancel(context.Background())
-	c, _, err := websocket.Dial(ctx, url, nil)
+	ws, err := transport.DialWebSocket(ctx, url, transport.DialOptions{MaxMessageBytes: 256 << 20})
 	if err != nil {
 		cancel()
 		t.Fatalf("dial %s: %v", url, err)
 	}
-	c.SetReadLimit(256 << 20)
-	return newPeer(t, func(line string) error {
-		return c.Write(ctx, websocket.MessageText, []byte(line))
-	}, func() (string, error) {
-		_, b, err := c.Read(ctx)
-		return string(b), err
-	}, func() {
-		c.CloseNow()
+	return newPeer(t, ws, func() {
+		ws.Close()
 		cancel()
 	})
 }

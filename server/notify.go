@@ -3,6 +3,7 @@ package server
 import (
 	"strconv"
 
+	"github.com/execgo/exec-server/internal/b64codec"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/process"
 	"github.com/execgo/exec-server/protocol"
@@ -21,7 +22,7 @@ func encodeEvent(dst []byte, ev process.Event) []byte {
 		dst = append(dst, `,"stream":"`...)
 		dst = append(dst, ev.Stream...)
 		dst = append(dst, `","chunk":"`...)
-		dst = protocol.AppendBase64(dst, ev.Data)
+		dst = b64codec.AppendEncode(dst, ev.Data)
 		return append(dst, `"}}`...)
 	case process.EventExited:
 		dst = append(dst, `{"method":"process/exited","params":{"processId":`...)
@@ -62,7 +63,7 @@ func (r readResult) AppendJSON(dst []byte) []byte {
 		dst = append(dst, `,"stream":"`...)
 		dst = append(dst, c.Stream...)
 		dst = append(dst, `","chunk":"`...)
-		dst = protocol.AppendBase64(dst, c.Chunk)
+		dst = b64codec.AppendEncode(dst, c.Chunk)
 		dst = append(dst, `"}`...)
 	}
 	dst = append(dst, `],"nextSeq":`...)

@@ -296,6 +296,7 @@ func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose
 		Concurrency: s.cfg.ConcurrentRequests,
 		QueueBytes:  s.cfg.MaxQueueBytes,
 		Logger:      s.cfg.Logger,
+		MapError:    wireError,
 	}
 	if endSessionOnClose {
 		// stdio: a client may close stdin and still read the replies.

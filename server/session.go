@@ -102,7 +102,7 @@ func (s *Server) resume(id string, conn *jsonrpc.Conn) (*session, error) {
 	ss := s.sessions[id]
 	s.mu.Unlock()
 	if ss == nil {
-		return nil, protocol.InvalidRequest("unknown session id %s", id)
+		return nil, protocol.InvalidRequest("unknown session id %s", id).WithKind(protocol.KindUnknownSession)
 	}
 	ss.mu.Lock()
 	if old := ss.conn; old != nil && !ss.ended {
@@ -116,7 +116,7 @@ func (s *Server) resume(id string, conn *jsonrpc.Conn) (*session, error) {
 	}
 	defer ss.mu.Unlock()
 	if ss.ended {
-		return nil, protocol.InvalidRequest("unknown session id %s", id)
+		return nil, protocol.InvalidRequest("unknown session id %s", id).WithKind(protocol.KindUnknownSession)
 	}
 	if ss.conn != nil {
 		return nil, protocol.Errorf(protocol.CodeSessionBusy, "session %s is already attached to another connection", id)

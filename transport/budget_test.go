@@ -26,17 +26,16 @@ func TestHandlerMessageBudget(t *testing.T) {
 		BudgetWait:    50 * time.Millisecond,
 		Serve: func(ctx context.Context, s *WebSocket) {
 			c := jsonrpc.NewConn(s, jsonrpc.Options{})
-			_ = c.Run(ctx, func(m *jsonrpc.Message) {
-				switch m.Method {
-				case "hold":
-					c.Go(func() {
+			_ = c.Run(ctx, func(m *jsonrpc.Message) jsonrpc.Action {
+				if m.Method == "hold" {
+					return jsonrpc.Concurrent(func() {
 						held <- struct{}{}
 						<-release
 						c.Reply(m.ID, len(m.Params), nil)
 					})
-				default:
-					c.Reply(m.ID, len(m.Params), nil)
 				}
+				c.Reply(m.ID, len(m.Params), nil)
+				return jsonrpc.Inline
 			})
 		},
 	})

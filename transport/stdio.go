@@ -1,7 +1,9 @@
 // Package transport moves whole JSON-RPC messages over concrete carriers:
-// newline-delimited JSON on stdio and websocket messages. It implements
-// jsonrpc.Stream and the HTTP side of the websocket listener; it knows
-// nothing about what the messages mean.
+// newline-delimited JSON on stdio and websocket messages. Each is a
+// jsonrpc.Stream usable by either end: NewStdio over any reader and writer
+// (a server's stdin and stdout, or a client's pipes to a child), and
+// NewHandler (accepting) or DialWebSocket (dialling) for websockets. It
+// knows nothing about what the messages mean.
 package transport
 
 import (

@@ -401,11 +401,10 @@ func startPinger(ctx context.Context, c *websocket.Conn, every time.Duration) (s
 	}
 }
 
-// Listen opens a TCP listener whose connections have TCP_NODELAY set:
-// every message is latency-sensitive and is written in one piece. An IPv4
-// address binds IPv4 only and an IPv6 one IPv6 only: "tcp" would make
-// 0.0.0.0 a dual-stack [::] listener, reachable over IPv6 when the operator
-// asked for IPv4.
+// Listen opens a TCP listener. An IPv4 address binds IPv4 only and an IPv6
+// one IPv6 only: "tcp" would make 0.0.0.0 a dual-stack [::] listener,
+// reachable over IPv6 when the operator asked for IPv4. (Accepted
+// connections have TCP_NODELAY set: Go sets it on every TCP connection.)
 func Listen(addr string) (net.Listener, error) {
 	network := "tcp"
 	if ap, err := netip.ParseAddrPort(addr); err == nil {
@@ -416,24 +415,7 @@ func Listen(addr string) (net.Listener, error) {
 			network = "tcp6"
 		}
 	}
-	l, err := net.Listen(network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return noDelayListener{l}, nil
-}
-
-type noDelayListener struct{ net.Listener }
-
-func (l noDelayListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
-	return c, nil
+	return net.Listen(network, addr)
 }
 
 // IsClosed reports whether err only says the peer went away.

@@ -372,7 +372,7 @@ func TestWebSocketParseErrorText(t *testing.T) {
 	// JSON-RPC message from exec-server websocket 127.0.0.1:PORT: ...".
 	srv := newWSServer(t, HandlerOptions{Serve: func(ctx context.Context, s *WebSocket) {
 		c := jsonrpc.NewConn(s, jsonrpc.Options{})
-		_ = c.Run(ctx, func(*jsonrpc.Message) {})
+		_ = c.Run(ctx, func(*jsonrpc.Message) jsonrpc.Action { return jsonrpc.Inline })
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -403,6 +403,8 @@ func TestIsClosed(t *testing.T) {
 	}
 }
 
+// Every message is latency-sensitive and written in one piece: accepted
+// connections must have TCP_NODELAY (Go's default, which Listen keeps).
 func TestListenSetsNoDelay(t *testing.T) {
 	l, err := Listen("127.0.0.1:0")
 	if err != nil {

@@ -1,6 +1,8 @@
 // Command exec-bench measures our exec-server and, with --reference, the
 // reference codex exec-server side by side in one run: the same workloads,
-// interleaved, over websocket and stdio. It prints a table (median, p99,
+// interleaved, over websocket and stdio. Both servers are separate
+// processes, driven through this project's client SDK (and, where a
+// workload needs what the SDK does not offer, its JSON-RPC engine). It prints a table (median, p99,
 // ratio ours/reference, target) followed by one JSON line, and the
 // machine's own limit for each workload (os/exec, pipes, a raw PTY, plain
 // file I/O: no server) so a reader sees how close either server gets.
@@ -19,33 +21,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/execgo/exec-server/childinit"
-	"github.com/execgo/exec-server/interop"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/client"
 )
-
-// side is one server under test.
-type side struct {
-	name string
-	bin  string
-	ref  bool
-	// args come before --listen: "serve --cpuprofile ..." when ours runs
-	// in-process with --pprof.
-	args func() []string
-}
-
-func (s side) start(ctx context.Context, tr interop.Transport, extra ...string) (*interop.Server, error) {
-	spec := interop.Spec{Name: s.name, Bin: s.bin, Reference: s.ref, Extra: extra}
-	if s.args != nil {
-		spec.Args = s.args()
-	}
-	return interop.StartServer(ctx, spec, tr)
-}
 
 // config is what every workload reads.
 type config struct {
@@ -60,9 +43,11 @@ type config struct {
 	streamRuns  int
 	ttyN        int
 	fsFileBytes int // fs/readFile
-	// fsWriteBytes is the fs/writeFile size: 40 MiB, because a 64 MiB file
-	// is an 89 MB message, over both servers' 64 MiB message limit
-	// (decisions.md §2-3; the reference has no flag to raise it).
+	// fsWriteBytes is the fs/writeFile size: 16 MiB, the largest file
+	// Client.WriteFile sends as one fs/writeFile (beyond, it streams
+	// blocks, which fs-writeBlock measures). (Before the bench drove the
+	// SDK it was 40 MiB: a 64 MiB file is an 89 MB message, over both
+	// servers' 64 MiB message limit, decisions.md §2-3.)
 	fsWriteBytes int
 	fsRuns       int
 	blockBytes   int64
@@ -76,26 +61,16 @@ type config struct {
 	budget time.Duration
 }
 
-func main() {
-	// "exec-bench serve" runs our server in-process; like exec-server, it
-	// starts children through this binary re-executed as their init.
-	childinit.MaybeMain()
-	sandbox.MaybeMain()
-	os.Exit(run())
-}
+func main() { os.Exit(run()) }
 
 func run() int {
-	if len(os.Args) > 1 && os.Args[1] == "serve" {
-		return serve(os.Args[2:])
-	}
 	refBin := flag.String("reference", "", "reference codex binary (CODEX_BIN); run as `CODEX_BIN exec-server` with CODEX_HOME in a temp dir")
 	oursBin := flag.String("ours", "", "our exec-server binary (default: go build ./cmd/exec-server into a temp dir)")
 	quick := flag.Bool("quick", false, "smaller workloads: the whole run stays under a minute")
 	only := flag.String("only", "", "comma-separated workload names to run (default: all)")
 	transports := flag.String("transports", "ws,stdio", "transports to measure")
 	jsonOut := flag.String("json", "", "also write the JSON line to this file")
-	pprofDir := flag.String("pprof", "", "run our server in-process (exec-bench serve) and write a CPU profile per server into `DIR`; "+
-		"also profiles this client as DIR/client.pprof")
+	pprofDir := flag.String("pprof", "", "write a CPU profile of this client (the SDK's side of every workload) to `DIR`/client.pprof")
 	flag.Parse()
 
 	raiseNoFile()
@@ -109,7 +84,7 @@ func run() int {
 	cfg := &config{quick: *quick, dir: dir,
 		spawnN: 300, concConns: 8, concProcs: 50, concRounds: 3,
 		streamBytes: 512 << 20, streamRuns: 2, ttyN: 1000,
-		fsFileBytes: 64 << 20, fsWriteBytes: 40 << 20, fsRuns: 5, blockBytes: 1 << 30, blockRuns: 1,
+		fsFileBytes: 64 << 20, fsWriteBytes: 16 << 20, fsRuns: 5, blockBytes: 1 << 30, blockRuns: 1,
 		idleConns: 10000, stallFor: 6 * time.Second, budget: 12 * time.Second, sandboxN: 200}
 	if *quick {
 		cfg.spawnN, cfg.concRounds = 60, 1
@@ -132,27 +107,9 @@ func run() int {
 	}
 	sides := []side{{name: "ours", bin: ours}}
 	if *pprofDir != "" {
-		self, err := os.Executable()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 		if err := os.MkdirAll(*pprofDir, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
-		}
-		n := 0
-		sides[0].bin = self
-		sides[0].args = func() []string {
-			n++
-			base := filepath.Join(*pprofDir, fmt.Sprintf("ours-%02d-%s", n, currentWorkload))
-			args := []string{"serve", "--cpuprofile", base + ".pprof", "--memprofile", base + ".heap"}
-			if currentWorkload == "tty-echo" || currentWorkload == "spawn" {
-				// Latency workloads: an execution trace shows where a
-				// request waits (go tool trace -pprof=sched FILE).
-				args = append(args, "--trace", base+".trace")
-			}
-			return args
 		}
 		stop, err := startProfile(filepath.Join(*pprofDir, "client.pprof"))
 		if err != nil {
@@ -164,9 +121,9 @@ func run() int {
 	if *refBin != "" {
 		sides = append(sides, side{name: "reference", bin: *refBin, ref: true})
 	}
-	var trs []interop.Transport
+	var trs []transportKind
 	for _, t := range strings.Split(*transports, ",") {
-		trs = append(trs, interop.Transport(strings.TrimSpace(t)))
+		trs = append(trs, transportKind(strings.TrimSpace(t)))
 	}
 	want := map[string]bool{}
 	for _, w := range strings.Split(*only, ",") {
@@ -182,7 +139,6 @@ func run() int {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "exec-bench: %s ...\n", w.name)
-		currentWorkload = w.name
 		var limit *float64
 		if w.limit != nil {
 			if v, err := w.limit(cfg); err != nil {
@@ -192,7 +148,7 @@ func run() int {
 			}
 		}
 		for _, tr := range trs {
-			if w.wsOnly && tr != interop.WebSocket {
+			if w.wsOnly && tr != webSocket {
 				continue
 			}
 			t0 := time.Now()
@@ -202,7 +158,7 @@ func run() int {
 				if r.Limit == nil && r.Metric == w.metric {
 					r.Limit = limit
 				}
-				if r.Target == "" && tr == interop.WebSocket {
+				if r.Target == "" && tr == webSocket {
 					r.Target = targets[r.Workload+"/"+r.Metric]
 				}
 				r.check()
@@ -220,9 +176,6 @@ func run() int {
 	}
 	return 0
 }
-
-// currentWorkload names profiles written with --pprof.
-var currentWorkload string
 
 // stats summarises samples.
 type stats struct {
@@ -322,7 +275,7 @@ type workload struct {
 	name   string
 	metric string // the metric the machine limit applies to
 	wsOnly bool
-	run    func(cfg *config, sides []side, tr interop.Transport) []*row
+	run    func(cfg *config, sides []side, tr transportKind) []*row
 	limit  func(cfg *config) (float64, error)
 }
 
@@ -371,7 +324,7 @@ func (r *runner) timed(n int, next *int, f func(i int) error) ([]float64, error)
 
 // interleave opens a runner per side and takes total samples from each in
 // rounds, alternating sides, so drift on the machine hits both alike.
-func interleave(cfg *config, sides []side, tr interop.Transport, total, rounds int,
+func interleave(cfg *config, sides []side, tr transportKind, total, rounds int,
 	open func(ctx context.Context, sd side) (*runner, error)) []*stats {
 	ctx := context.Background()
 	out := make([]*stats, len(sides))
@@ -412,7 +365,7 @@ func interleave(cfg *config, sides []side, tr interop.Transport, total, rounds i
 }
 
 // mkrow builds a row from per-side stats (ours first).
-func mkrow(w, metric, unit string, higher bool, tr interop.Transport, st []*stats) *row {
+func mkrow(w, metric, unit string, higher bool, tr transportKind, st []*stats) *row {
 	r := &row{Workload: w, Transport: string(tr), Metric: metric, Unit: unit, HigherBetter: higher, Ours: st[0]}
 	if len(st) > 1 {
 		r.Ref = st[1]
@@ -420,19 +373,15 @@ func mkrow(w, metric, unit string, higher bool, tr interop.Transport, st []*stat
 	return r
 }
 
-// conn starts a server on tr and returns one initialized connection.
-func conn(ctx context.Context, sd side, tr interop.Transport) (*interop.Server, *interop.Client, error) {
+// conn starts a server on tr and returns one connection of the SDK.
+func conn(ctx context.Context, sd side, tr transportKind) (*server, *client.Client, error) {
 	srv, err := sd.start(ctx, tr)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := srv.Dial(ctx)
+	c, err := srv.dial(ctx)
 	if err != nil {
-		srv.Close()
-		return nil, nil, err
-	}
-	if _, err := c.Initialize(ctx); err != nil {
-		srv.Close()
+		srv.close()
 		return nil, nil, err
 	}
 	return srv, c, nil
@@ -440,21 +389,29 @@ func conn(ctx context.Context, sd side, tr interop.Transport) (*interop.Server, 
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// startParams are process/start params for argv in the scratch dir.
+var pathEnv = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}
+
+// command runs argv in the scratch dir.
+func command(cfg *config, argv ...string) client.Cmd {
+	return client.Cmd{Argv: argv, Cwd: cfg.dir, Env: pathEnv}
+}
+
+// startParams are process/start params for argv in the scratch dir (for
+// the protocol-level client).
 func startParams(cfg *config, id string, tty bool, argv ...string) map[string]any {
 	return map[string]any{
-		"processId": id, "argv": argv, "cwd": interop.FileURI(cfg.dir),
-		"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}, "tty": tty,
+		"processId": id, "argv": argv, "cwd": fileURI(cfg.dir),
+		"env": pathEnv, "tty": tty,
 	}
 }
 
-// roundTrip starts argv and waits for its process/closed.
-func roundTrip(ctx context.Context, cfg *config, c *interop.Client, id string, argv ...string) error {
-	if err := c.Call(ctx, "process/start", startParams(cfg, id, false, argv...), nil); err != nil {
+// roundTrip starts argv and waits for it to exit and its output to end.
+func roundTrip(ctx context.Context, cfg *config, c *client.Client, argv ...string) error {
+	p, err := c.Start(ctx, command(cfg, argv...))
+	if err != nil {
 		return err
 	}
-	_, err := c.WaitClosed(ctx, id)
-	c.ForgetEvents(id)
+	_, err = p.Wait(ctx)
 	return err
 }
 
@@ -594,4 +551,19 @@ func met(r *row) string {
 		return "yes"
 	}
 	return "NO"
+}
+
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

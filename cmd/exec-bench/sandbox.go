@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/execgo/exec-server/interop"
 )
 
 // The sandboxed workloads send what codex sends in `-s workspace-write`
@@ -79,38 +77,43 @@ func workspaceWritePermissions() map[string]any {
 
 // processSandbox is the sandbox object codex puts on process/start.
 func (s *sandboxWork) processSandbox() map[string]any {
-	uri := interop.FileURI(s.work)
+	uri := fileURI(s.work)
 	return map[string]any{"permissions": workspaceWritePermissions(), "cwd": uri, "workspaceRoots": []string{uri},
 		"windowsSandboxLevel": "disabled", "windowsSandboxProxySettingsMode": "reconcile", "useLegacyLandlock": false}
 }
 
 // fsSandbox is the sandbox object codex puts on a mutating fs call.
 func (s *sandboxWork) fsSandbox() map[string]any {
-	uri := interop.FileURI(s.work)
+	uri := fileURI(s.work)
 	home, _ := os.UserHomeDir()
 	return map[string]any{"permissions": workspaceWritePermissions(), "cwd": uri,
 		"policyContext":  map[string]any{"cwd": uri, "workspaceRoots": []string{uri}},
-		"workspaceRoots": []string{uri}, "userHomeDir": interop.FileURI(home),
+		"workspaceRoots": []string{uri}, "userHomeDir": fileURI(home),
 		"windowsSandboxLevel": "disabled", "useLegacyLandlock": false}
 }
 
 // startSandboxed makes a workspace for one side and starts its server
-// for the sandboxed workloads: the reference gets CODEX_HOME outside the
-// temp dir (through env(1), since interop.StartServer puts a reference's
-// home under the temp dir). Each side has its own workspace: a sandbox
-// may briefly create mount points for missing protected paths (W/.git,
-// W/.codex) in it, which the other server would see come and go.
-func startSandboxed(ctx context.Context, sd side, tr interop.Transport) (*sandboxWork, *interop.Server, *interop.Client, error) {
+// for the sandboxed workloads, with a protocol-level client (the SDK sends
+// no sandbox policies): the reference gets CODEX_HOME outside the temp
+// dir. Each side has its own workspace: a sandbox may briefly create mount
+// points for missing protected paths (W/.git, W/.codex) in it, which the
+// other server would see come and go.
+func startSandboxed(ctx context.Context, sd side, tr transportKind) (*sandboxWork, *server, *rawConn, error) {
 	sw, err := newSandboxWork()
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if sd.ref {
-		args := []string{"CODEX_HOME=" + sw.home, "RUST_LOG=error", sd.bin, "exec-server"}
-		sd = side{name: sd.name, bin: "/usr/bin/env", args: func() []string { return args }}
+		sd.env = append(os.Environ(), "CODEX_HOME="+sw.home, "RUST_LOG=error")
 	}
-	srv, c, err := conn(ctx, sd, tr)
+	srv, err := sd.start(ctx, tr)
 	if err != nil {
+		sw.remove()
+		return nil, nil, nil, err
+	}
+	c, err := srv.dialRaw(ctx)
+	if err != nil {
+		srv.close()
 		sw.remove()
 		return nil, nil, nil, err
 	}
@@ -119,7 +122,7 @@ func startSandboxed(ctx context.Context, sd side, tr interop.Transport) (*sandbo
 
 // sandbox-writeFile: fs/writeFile of 4 KiB into the workspace under the
 // workspace-write policy, one at a time. ms per call.
-func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
+func runSandboxWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 	st := interleave(cfg, sides, tr, cfg.sandboxN, 5, func(ctx context.Context, sd side) (*runner, error) {
 		sw, srv, c, err := startSandboxed(ctx, sd, tr)
 		if err != nil {
@@ -128,20 +131,20 @@ func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row
 		data := make([]byte, 4<<10)
 		_, _ = rand.Read(data)
 		path := filepath.Join(sw.work, "bench-"+sd.name+".bin")
-		params, err := json.Marshal(map[string]any{"path": interop.FileURI(path),
+		params, err := json.Marshal(map[string]any{"path": fileURI(path),
 			"dataBase64": base64.StdEncoding.EncodeToString(data), "sandbox": sw.fsSandbox()})
 		if err != nil {
-			srv.Close()
+			c.Close()
+			srv.close()
 			sw.remove()
 			return nil, err
 		}
 		var next int
-		r := &runner{close: func() { srv.Close(); sw.remove() }}
+		r := &runner{close: func() { c.Close(); srv.close(); sw.remove() }}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
 			xs, err := r.timedRetry(n, &next, func(int) error {
-				_, err := callBytes(ctx, c, "fs/writeFile", params, "")
-				return err
+				return c.call(ctx, "fs/writeFile", json.RawMessage(params), nil)
 			})
 			if err == nil && len(xs) > 0 {
 				if got, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(got, data) {
@@ -160,7 +163,7 @@ func runSandboxWriteFile(cfg *config, sides []side, tr interop.Transport) []*row
 // process/start → process/closed, one at a time. ms per round trip. The
 // first start must answer sandboxType linuxSeccomp, so a server that
 // quietly ran the command unconfined cannot score.
-func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
+func runSandboxSpawn(cfg *config, sides []side, tr transportKind) []*row {
 	st := interleave(cfg, sides, tr, cfg.sandboxN, 5, func(ctx context.Context, sd side) (*runner, error) {
 		sw, srv, c, err := startSandboxed(ctx, sd, tr)
 		if err != nil {
@@ -168,27 +171,23 @@ func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 		}
 		sandbox := sw.processSandbox()
 		start := func(ctx context.Context, id string) (string, error) {
-			p := map[string]any{"processId": id, "argv": []string{"/bin/true"}, "cwd": interop.FileURI(sw.work),
+			p := map[string]any{"processId": id, "argv": []string{"/bin/true"}, "cwd": fileURI(sw.work),
 				"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}
 			var res struct {
 				SandboxType string `json:"sandboxType"`
 			}
-			if err := c.Call(ctx, "process/start", p, &res); err != nil {
+			if err := c.call(ctx, "process/start", p, &res); err != nil {
 				return "", err
 			}
-			evs, err := c.WaitClosed(ctx, id)
-			c.ForgetEvents(id)
-			if err == nil {
-				for _, ev := range evs {
-					if ev.Method == "process/exited" && ev.ExitCode != 0 {
-						err = fmt.Errorf("/bin/true exited %d in the sandbox: %q", ev.ExitCode, interop.Output(evs)["stderr"])
-					}
-				}
+			code, err := c.waitClosed(ctx, id)
+			if err == nil && code != 0 {
+				err = fmt.Errorf("/bin/true exited %d in the sandbox", code)
 			}
 			return res.SandboxType, err
 		}
 		if typ, err := start(timeout(30*time.Second), "sb0"); err != nil || typ != "linuxSeccomp" {
-			srv.Close()
+			c.Close()
+			srv.close()
 			sw.remove()
 			if err == nil {
 				err = fmt.Errorf("process/start answered sandboxType %q, want linuxSeccomp", typ)
@@ -196,7 +195,7 @@ func runSandboxSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 			return nil, err
 		}
 		var next int
-		r := &runner{close: func() { srv.Close(); sw.remove() }}
+		r := &runner{close: func() { c.Close(); srv.close(); sw.remove() }}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
 			return r.timedRetry(n, &next, func(i int) error {
@@ -271,7 +270,7 @@ func (r *runner) timedRetry(n int, next *int, f func(i int) error) ([]float64, e
 	return xs, nil
 }
 
-func reportRaces(w string, tr interop.Transport) {
+func reportRaces(w string, tr transportKind) {
 	if n := hostRaces.Swap(0); n > 0 {
 		fmt.Fprintf(os.Stderr, "exec-bench: %s %s: %d samples taken again after a host race (bwrap: a /tmp mount point of another sandbox came and went)\n", w, tr, n)
 	}

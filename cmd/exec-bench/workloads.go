@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,22 +16,23 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/execgo/exec-server/interop"
+	"github.com/execgo/exec-server/client"
 )
 
-// spawn: /bin/true, process/start → process/closed, one at a time.
-func runSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
+// spawn: /bin/true, Start → Wait (process/start → process/closed), one
+// at a time.
+func runSpawn(cfg *config, sides []side, tr transportKind) []*row {
 	st := interleave(cfg, sides, tr, cfg.spawnN, 6, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
 			return nil, err
 		}
 		var next int
-		r := &runner{close: srv.Close}
+		r := &runner{close: srv.close}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(2 * time.Minute)
-			return r.timed(n, &next, func(i int) error {
-				return roundTrip(ctx, cfg, c, fmt.Sprintf("s%d", i), "/bin/true")
+			return r.timed(n, &next, func(int) error {
+				return roundTrip(ctx, cfg, c, "/bin/true")
 			})
 		}
 		return r, nil
@@ -41,16 +43,16 @@ func runSpawn(cfg *config, sides []side, tr interop.Transport) []*row {
 // concurrent: concConns connections × concProcs processes in flight. Over
 // stdio every connection is its own server process (stdio has one).
 // Samples are processes per second, one per round.
-func runConcurrent(cfg *config, sides []side, tr interop.Transport) []*row {
+func runConcurrent(cfg *config, sides []side, tr transportKind) []*row {
 	var lat [2][]float64
 	st := interleave(cfg, sides, tr, cfg.concRounds, cfg.concRounds, func(ctx context.Context, sd side) (*runner, error) {
-		var servers []*interop.Server
-		var clients []*interop.Client
+		var servers []*server
+		var clients []*client.Client
 		closeAll := func() {
 			var wg sync.WaitGroup
 			for _, s := range servers {
 				wg.Add(1)
-				go func() { defer wg.Done(); s.Close() }()
+				go func() { defer wg.Done(); s.close() }()
 			}
 			wg.Wait()
 		}
@@ -59,7 +61,7 @@ func runConcurrent(cfg *config, sides []side, tr interop.Transport) []*row {
 			idx = 1
 		}
 		for i := 0; i < cfg.concConns; i++ {
-			if tr == interop.Stdio || i == 0 {
+			if tr == stdio || i == 0 {
 				srv, err := sd.start(ctx, tr)
 				if err != nil {
 					closeAll()
@@ -67,18 +69,13 @@ func runConcurrent(cfg *config, sides []side, tr interop.Transport) []*row {
 				}
 				servers = append(servers, srv)
 			}
-			c, err := servers[len(servers)-1].Dial(ctx)
+			c, err := servers[len(servers)-1].dial(ctx)
 			if err != nil {
-				closeAll()
-				return nil, err
-			}
-			if _, err := c.Initialize(ctx); err != nil {
 				closeAll()
 				return nil, err
 			}
 			clients = append(clients, c)
 		}
-		var next atomic.Int64
 		return &runner{
 			take: func(n int) ([]float64, error) {
 				var xs []float64
@@ -93,9 +90,8 @@ func runConcurrent(cfg *config, sides []side, tr interop.Transport) []*row {
 							wg.Add(1)
 							go func() {
 								defer wg.Done()
-								id := fmt.Sprintf("c%d", next.Add(1))
 								p0 := time.Now()
-								err := roundTrip(ctx, cfg, c, id, "/bin/true")
+								err := roundTrip(ctx, cfg, c, "/bin/true")
 								mu.Lock()
 								defer mu.Unlock()
 								if err != nil && firstErr == nil {
@@ -125,8 +121,30 @@ func runConcurrent(cfg *config, sides []side, tr interop.Transport) []*row {
 	return rows
 }
 
-// zeroSink counts the bytes of processID's output and checks they are all
-// zero without decoding: zero bytes encode to 'A's (plus '=' padding).
+// zeroCounter counts the bytes written to it and checks they are all zero.
+type zeroCounter struct {
+	n   int64
+	bad bool
+}
+
+func (z *zeroCounter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), len(zeros))
+		if !bytes.Equal(p[:k], zeros[:k]) {
+			z.bad = true
+		}
+		z.n += int64(k)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+var zeros = make([]byte, 64<<10)
+
+// zeroSink counts the bytes of processID's output from a rawConn and
+// checks they are all zero without decoding: zero bytes encode to 'A's
+// (plus '=' padding).
 type zeroSink struct {
 	id    string
 	bytes atomic.Int64
@@ -139,33 +157,23 @@ type zeroSink struct {
 
 func newZeroSink(id string) *zeroSink { return &zeroSink{id: id, first: make(chan struct{})} }
 
-func (z *zeroSink) sink(ev *interop.Event, b64 []byte) bool {
-	if ev.ProcessID != z.id || ev.Method != "process/output" {
-		return false
+func (z *zeroSink) sink(id string, seq uint64, b64 []byte) {
+	if id != z.id {
+		return
 	}
-	if prev := z.seq.Load(); prev != 0 && ev.Seq != prev+1 {
-		z.gaps.Add(int64(ev.Seq - prev - 1))
+	if prev := z.seq.Load(); prev != 0 && seq != prev+1 {
+		z.gaps.Add(int64(seq - prev - 1))
 	}
-	z.seq.Store(ev.Seq)
-	if b64 == nil { // decoded by the fallback path
-		for _, c := range ev.Chunk {
-			if c != 0 {
-				z.bad.Store(true)
-			}
-		}
-		z.bytes.Add(int64(len(ev.Chunk)))
-	} else {
-		n := len(b64)
-		for n > 0 && b64[n-1] == '=' {
-			n--
-		}
-		if len(b64)-n > 2 || n > len(allA) || !bytes.Equal(b64[:n], allA[:n]) {
-			z.bad.Store(true)
-		}
-		z.bytes.Add(int64(base64.StdEncoding.DecodedLen(len(b64)) - (len(b64) - n)))
+	z.seq.Store(seq)
+	n := len(b64)
+	for n > 0 && b64[n-1] == '=' {
+		n--
 	}
+	if len(b64)-n > 2 || n > len(allA) || !bytes.Equal(b64[:n], allA[:n]) {
+		z.bad.Store(true)
+	}
+	z.bytes.Add(int64(base64.StdEncoding.DecodedLen(len(b64)) - (len(b64) - n)))
 	z.once.Do(func() { close(z.first) })
-	return true
 }
 
 // allA is the base64 text of 3 MiB of zero bytes (longer than any chunk):
@@ -174,92 +182,93 @@ var allA = bytes.Repeat([]byte{'A'}, 4<<20)
 
 func zeroCmd(n int64) []string { return []string{"head", "-c", fmt.Sprint(n), "/dev/zero"} }
 
-// stream: head -c N /dev/zero, start → closed, every byte counted and
-// checked. Samples are MB/s (10^6 bytes).
-func runStream(cfg *config, sides []side, tr interop.Transport) []*row {
+// stream: head -c N /dev/zero, Start → every byte of Stdout read and
+// checked → Wait. Samples are MB/s (10^6 bytes).
+func runStream(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
 	st := interleave(cfg, sides, tr, cfg.streamRuns, cfg.streamRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
 			return nil, err
 		}
-		var next int
 		return &runner{
 			take: func(n int) ([]float64, error) {
 				var xs []float64
 				for range n {
-					next++
-					id := fmt.Sprintf("z%d", next)
-					z := newZeroSink(id)
-					c.SetSink(z.sink)
-					c0 := cpuSeconds(srv.PID())
+					ctx := timeout(2 * time.Minute)
+					c0 := cpuSeconds(srv.pid())
 					t0 := time.Now()
-					err := roundTrip(timeout(2*time.Minute), cfg, c, id, zeroCmd(cfg.streamBytes)...)
+					var z zeroCounter
+					p, err := c.Start(ctx, command(cfg, zeroCmd(cfg.streamBytes)...))
+					if err == nil {
+						_, err = io.Copy(&z, p.Stdout())
+					}
+					if err == nil {
+						_, err = p.Wait(ctx)
+					}
 					el := time.Since(t0)
-					c.SetSink(nil)
 					if err != nil {
 						return xs, err
 					}
-					if got := z.bytes.Load(); got != cfg.streamBytes || z.bad.Load() {
-						return xs, fmt.Errorf("stream: got %d bytes (want %d), non-zero bytes: %v, seq gaps: %d", got, cfg.streamBytes, z.bad.Load(), z.gaps.Load())
+					if z.n != cfg.streamBytes || z.bad {
+						return xs, fmt.Errorf("stream: got %d bytes (want %d), non-zero bytes: %v", z.n, cfg.streamBytes, z.bad)
 					}
 					xs = append(xs, float64(cfg.streamBytes)/el.Seconds()/1e6)
-					cm.add(sd, cpuSeconds(srv.PID())-c0, float64(cfg.streamBytes))
+					cm.add(sd, cpuSeconds(srv.pid())-c0, float64(cfg.streamBytes))
 				}
 				return xs, nil
 			},
-			close: srv.Close,
+			close: srv.close,
 		}, nil
 	})
 	return []*row{mkrow("stream", "throughput", "MB/s", true, tr, st), cm.row("stream", tr, sides)}
 }
 
 // ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
-func runTTY(cfg *config, sides []side, tr interop.Transport) []*row {
+func runTTY(cfg *config, sides []side, tr transportKind) []*row {
 	st := interleave(cfg, sides, tr, cfg.ttyN, 5, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
 			return nil, err
 		}
-		out := make(chan []byte, 64)
-		c.SetSink(func(ev *interop.Event, b64 []byte) bool {
-			if ev.ProcessID != "tty" || ev.Method != "process/output" {
-				return false
-			}
-			b := ev.Chunk
-			if b64 != nil {
-				b, _ = base64.StdEncoding.DecodeString(string(b64))
-			}
-			out <- b
-			return true
-		})
-		if err := c.Call(ctx, "process/start", startParams(cfg, "tty", true, "sh", "-c", "stty raw -echo; echo ready; exec cat"), nil); err != nil {
-			srv.Close()
+		cmd := command(cfg, "sh", "-c", "stty raw -echo; echo ready; exec cat")
+		cmd.TTY = true
+		p, err := c.Start(ctx, cmd)
+		if err != nil {
+			srv.close()
 			return nil, err
 		}
+		out := make(chan []byte, 64)
+		go func() {
+			for {
+				b := make([]byte, 4096)
+				n, err := p.Output().Read(b)
+				if n > 0 {
+					out <- b[:n]
+				}
+				if err != nil {
+					close(out)
+					return
+				}
+			}
+		}()
 		var seen []byte
 		for !bytes.Contains(seen, []byte("ready\n")) {
 			select {
 			case b := <-out:
 				seen = append(seen, b...)
 			case <-time.After(10 * time.Second):
-				srv.Close()
+				srv.close()
 				return nil, fmt.Errorf("tty: no ready from the shell (got %q)", seen)
 			}
 		}
 		var next int
-		r := &runner{close: srv.Close}
+		r := &runner{close: srv.close}
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
-			return r.timed(n, &next, func(i int) error {
-				var res struct {
-					Status string `json:"status"`
-				}
-				if err := c.Call(ctx, "process/write", map[string]any{"processId": "tty", "chunk": "eA==", "writeId": fmt.Sprint(i)}, &res); err != nil {
+			return r.timed(n, &next, func(int) error {
+				if err := p.Write(ctx, []byte("x")); err != nil {
 					return err
-				}
-				if res.Status != "accepted" {
-					return fmt.Errorf("tty write: status %q", res.Status)
 				}
 				select {
 				case b := <-out:
@@ -286,13 +295,12 @@ func fsFile(cfg *config, name string, n int) (string, []byte, error) {
 }
 
 // fs-readFile: a whole file through fs/readFile. MB/s.
-func runReadFile(cfg *config, sides []side, tr interop.Transport) []*row {
+func runReadFile(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
 	path, data, err := fsFile(cfg, "read.bin", cfg.fsFileBytes)
 	if err != nil {
 		return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, errStats(sides, err))}
 	}
-	params := []byte(fmt.Sprintf(`{"path":%q}`, interop.FileURI(path)))
 	st := interleave(cfg, sides, tr, cfg.fsRuns, cfg.fsRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
@@ -301,9 +309,9 @@ func runReadFile(cfg *config, sides []side, tr interop.Transport) []*row {
 		return &runner{take: func(n int) ([]float64, error) {
 			var xs []float64
 			for range n {
-				c0 := cpuSeconds(srv.PID())
+				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
-				got, err := callBytes(timeout(time.Minute), c, "fs/readFile", params, "dataBase64")
+				got, err := c.ReadFile(timeout(time.Minute), path)
 				if err != nil {
 					return xs, err
 				}
@@ -312,22 +320,21 @@ func runReadFile(cfg *config, sides []side, tr interop.Transport) []*row {
 					return xs, fmt.Errorf("fs/readFile: %d bytes differ from the file's %d", len(got), len(data))
 				}
 				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
-				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(len(data)))
+				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(len(data)))
 			}
 			return xs, nil
-		}, close: srv.Close}, nil
+		}, close: srv.close}, nil
 	})
 	return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st), cm.row("fs-readFile", tr, sides)}
 }
 
-// fs-writeFile: a whole file through fs/writeFile. MB/s. The request is
-// encoded once, outside the timing.
-func runWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
+// fs-writeFile: a whole file through one fs/writeFile (Client.WriteFile,
+// which sends files up to 16 MiB in one message). MB/s.
+func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
 	data := make([]byte, cfg.fsWriteBytes)
 	_, _ = rand.Read(data)
 	path := filepath.Join(cfg.dir, "write.bin")
-	params := []byte(fmt.Sprintf(`{"path":%q,"dataBase64":"%s"}`, interop.FileURI(path), base64.StdEncoding.EncodeToString(data)))
 	st := interleave(cfg, sides, tr, cfg.fsRuns, cfg.fsRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
@@ -337,9 +344,9 @@ func runWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
 			var xs []float64
 			for range n {
 				_ = os.Remove(path)
-				c0 := cpuSeconds(srv.PID())
+				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
-				if _, err := callBytes(timeout(30*time.Second), c, "fs/writeFile", params, ""); err != nil {
+				if err := c.WriteFile(timeout(30*time.Second), path, data); err != nil {
 					return xs, err
 				}
 				el := time.Since(t0)
@@ -347,10 +354,10 @@ func runWriteFile(cfg *config, sides []side, tr interop.Transport) []*row {
 					return xs, fmt.Errorf("fs/writeFile: file on disk: %v", err)
 				}
 				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
-				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(len(data)))
+				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(len(data)))
 			}
 			return xs, nil
-		}, close: srv.Close}, nil
+		}, close: srv.close}, nil
 	})
 	return []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st), cm.row("fs-writeFile", tr, sides)}
 }
@@ -359,7 +366,7 @@ const blockLen = 1 << 20
 
 // fs-readBlock: fs/open + 1 MiB fs/readBlock calls, one at a time, through
 // a blockBytes file. MB/s.
-func runReadBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
+func runReadBlocks(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
 	path := filepath.Join(cfg.dir, "blocks-src.bin")
 	if err := writeZeros(path, cfg.blockBytes); err != nil {
@@ -370,85 +377,73 @@ func runReadBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
 		if err != nil {
 			return nil, err
 		}
-		var next int
 		return &runner{take: func(n int) ([]float64, error) {
 			var xs []float64
+			buf := make([]byte, blockLen)
 			for range n {
-				next++
-				h := fmt.Sprintf("r%d", next)
 				ctx := timeout(2 * time.Minute)
-				c0 := cpuSeconds(srv.PID())
+				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
-				if err := c.Call(ctx, "fs/open", map[string]any{"handleId": h, "path": interop.FileURI(path), "mode": "read"}, nil); err != nil {
+				f, err := c.Open(ctx, path)
+				if err != nil {
 					return xs, err
 				}
 				var total int64
 				for off := int64(0); ; off += blockLen {
-					m, err := c.CallRaw(ctx, "fs/readBlock", fmt.Appendf(nil, `{"handleId":%q,"offset":%d,"len":%d}`, h, off, blockLen))
-					if err != nil {
-						return xs, err
-					}
-					if m.Error != nil {
-						return xs, m.Error
-					}
-					chunk, err := interop.Base64Field(m.Result, "chunk")
-					if err != nil {
-						return xs, err
-					}
-					total += int64(len(chunk))
-					if bytes.Contains(m.Result, []byte(`"eof":true`)) || len(chunk) == 0 {
+					k, err := f.ReadAtContext(ctx, buf, off)
+					total += int64(k)
+					if err == io.EOF || k == 0 {
 						break
+					}
+					if err != nil {
+						f.Close()
+						return xs, err
 					}
 					// A slow server gets the budget, not the whole file.
 					if time.Since(t0) > cfg.budget {
 						break
 					}
 				}
-				_ = c.Call(ctx, "fs/close", map[string]any{"handleId": h}, nil)
+				_ = f.Close()
 				el := time.Since(t0)
 				if total != cfg.blockBytes && el <= cfg.budget {
 					return xs, fmt.Errorf("fs/readBlock: read %d bytes of %d", total, cfg.blockBytes)
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
-				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(total))
+				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(total))
 			}
 			return xs, nil
-		}, close: srv.Close}, nil
+		}, close: srv.close}, nil
 	})
 	return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, st), cm.row("fs-readBlock", tr, sides)}
 }
 
 // fs-writeBlock: fs/open replace + 1 MiB fs/writeBlock calls. MB/s.
-func runWriteBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
+func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
 	path := filepath.Join(cfg.dir, "blocks-dst.bin")
 	chunk := make([]byte, blockLen)
 	_, _ = rand.Read(chunk)
-	b64 := base64.StdEncoding.EncodeToString(chunk)
 	st := interleave(cfg, sides, tr, cfg.blockRuns, cfg.blockRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
 			return nil, err
 		}
-		var next int
 		return &runner{take: func(n int) ([]float64, error) {
 			var xs []float64
 			for range n {
-				next++
-				h := fmt.Sprintf("w%d", next)
 				ctx := timeout(2 * time.Minute)
 				_ = os.Remove(path)
-				c0 := cpuSeconds(srv.PID())
+				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
-				if err := c.Call(ctx, "fs/open", map[string]any{"handleId": h, "path": interop.FileURI(path), "mode": "replace"}, nil); err != nil {
+				f, err := c.Create(ctx, path)
+				if err != nil {
 					return xs, err
 				}
 				var total int64
-				var buf []byte
 				for off := int64(0); off < cfg.blockBytes; off += blockLen {
-					buf = fmt.Appendf(buf[:0], `{"handleId":%q,"offset":%d,"chunk":"`, h, off)
-					buf = append(append(buf, b64...), `"}`...)
-					if _, err := callBytes(ctx, c, "fs/writeBlock", buf, ""); err != nil {
+					if _, err := f.WriteAtContext(ctx, chunk, off); err != nil {
+						f.Close()
 						return xs, err
 					}
 					total += blockLen
@@ -456,34 +451,20 @@ func runWriteBlocks(cfg *config, sides []side, tr interop.Transport) []*row {
 						break
 					}
 				}
-				_ = c.Call(ctx, "fs/close", map[string]any{"handleId": h}, nil)
+				if err := f.Close(); err != nil {
+					return xs, err
+				}
 				el := time.Since(t0)
 				if fi, err := os.Stat(path); err != nil || fi.Size() != total {
 					return xs, fmt.Errorf("fs/writeBlock: file on disk: %v (want %d bytes)", err, total)
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
-				cm.add(sd, cpuSeconds(srv.PID())-c0, float64(total))
+				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(total))
 			}
 			return xs, nil
-		}, close: func() { srv.Close(); _ = os.Remove(path) }}, nil
+		}, close: func() { srv.close(); _ = os.Remove(path) }}, nil
 	})
 	return []*row{mkrow("fs-writeBlock", "rate", "MB/s", true, tr, st), cm.row("fs-writeBlock", tr, sides)}
-}
-
-// callBytes sends pre-encoded params and returns the decoded base64 field
-// of the result named field ("" for none).
-func callBytes(ctx context.Context, c *interop.Client, method string, params []byte, field string) ([]byte, error) {
-	m, err := c.CallRaw(ctx, method, params)
-	if err != nil {
-		return nil, err
-	}
-	if m.Error != nil {
-		return nil, m.Error
-	}
-	if field == "" {
-		return nil, nil
-	}
-	return interop.Base64Field(m.Result, field)
 }
 
 func writeZeros(path string, n int64) error {
@@ -512,7 +493,7 @@ func errStats(sides []side, err error) []*stats {
 // idle-conns: idleConns websocket connections, each initialized, then
 // left idle. Server RSS before (idle), after, and peak (VmHWM). Each side
 // runs on its own fresh server, one after the other.
-func runIdle(cfg *config, sides []side, tr interop.Transport) []*row {
+func runIdle(cfg *config, sides []side, tr transportKind) []*row {
 	var idle, per, peak, setup []*stats
 	for _, sd := range sides {
 		i, p, k, s, err := idleOne(cfg, sd)
@@ -540,25 +521,23 @@ func idleOne(cfg *config, sd side) (idleMiB, perKiB, peakMiB, connRate float64, 
 		// session; the reference has no such limit.
 		extra = []string{"--max-sessions", fmt.Sprint(cfg.idleConns + 64)}
 	}
-	srv, err := sd.start(ctx, interop.WebSocket, extra...)
+	srv, err := sd.start(ctx, webSocket, extra...)
 	if err != nil {
 		return
 	}
-	defer srv.Close()
+	defer srv.close()
 	// One connection first, so lazily built state is part of "idle".
-	c0, err := srv.Dial(ctx)
+	c0, err := srv.dial(ctx)
 	if err != nil {
 		return
 	}
-	if _, err = c0.Initialize(ctx); err != nil {
-		return
-	}
+	defer c0.Close()
 	time.Sleep(300 * time.Millisecond)
-	before, _, err := rssKiB(srv.PID())
+	before, _, err := rssKiB(srv.pid())
 	if err != nil {
 		return
 	}
-	clients := make([]*interop.Client, 0, cfg.idleConns)
+	clients := make([]*client.Client, 0, cfg.idleConns)
 	defer func() {
 		for _, c := range clients {
 			_ = c.Close()
@@ -576,10 +555,7 @@ func idleOne(cfg *config, sd side) (idleMiB, perKiB, peakMiB, connRate float64, 
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(cfg.idleConns) {
-				c, err := srv.Dial(ctx)
-				if err == nil {
-					_, err = c.Initialize(ctx)
-				}
+				c, err := srv.dial(ctx)
 				mu.Lock()
 				if c != nil {
 					clients = append(clients, c)
@@ -601,13 +577,11 @@ func idleOne(cfg *config, sd side) (idleMiB, perKiB, peakMiB, connRate float64, 
 	}
 	connRate = float64(cfg.idleConns) / time.Since(t0).Seconds()
 	time.Sleep(500 * time.Millisecond)
-	after, hwm, err := rssKiB(srv.PID())
+	after, hwm, err := rssKiB(srv.pid())
 	if err != nil {
 		return
 	}
-	// Stop the server while every connection is still up (a profiling
-	// server writes its heap profile then).
-	srv.Close()
+	srv.close()
 	return before / 1024, (after - before) / float64(cfg.idleConns), hwm / 1024, connRate, nil
 }
 
@@ -615,7 +589,7 @@ func idleOne(cfg *config, sd side) (idleMiB, perKiB, peakMiB, connRate float64, 
 // the server's RSS growth over its pre-stream RSS must stay bounded.
 // Afterwards every byte arrives, or a seq gap shows and process/read
 // reports the process closed.
-func runStall(cfg *config, sides []side, tr interop.Transport) []*row {
+func runStall(cfg *config, sides []side, tr transportKind) []*row {
 	var growth []*stats
 	for _, sd := range sides {
 		g, err := stallOne(cfg, sd, tr)
@@ -628,21 +602,29 @@ func runStall(cfg *config, sides []side, tr interop.Transport) []*row {
 	return []*row{mkrow("stall", "rss-growth", "MiB", false, tr, growth)}
 }
 
-func stallOne(cfg *config, sd side, tr interop.Transport) (float64, error) {
+func stallOne(cfg *config, sd side, tr transportKind) (float64, error) {
 	ctx := timeout(3 * time.Minute)
-	srv, c, err := conn(ctx, sd, tr)
+	srv, err := sd.start(ctx, tr)
 	if err != nil {
 		return 0, err
 	}
-	defer srv.Close()
+	defer srv.close()
+	// The SDK never stops reading its connection (it drops what its
+	// caller does not read, and recovers it with process/read): the
+	// stalled client is a protocol-level one.
+	c, err := srv.dialRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
 	time.Sleep(200 * time.Millisecond)
-	base, _, err := rssKiB(srv.PID())
+	base, _, err := rssKiB(srv.pid())
 	if err != nil {
 		return 0, err
 	}
 	z := newZeroSink("stall")
-	c.SetSink(z.sink)
-	if err := c.Call(ctx, "process/start", startParams(cfg, "stall", false, zeroCmd(cfg.streamBytes)...), nil); err != nil {
+	c.setSink(z.sink)
+	if err := c.call(ctx, "process/start", startParams(cfg, "stall", false, zeroCmd(cfg.streamBytes)...), nil); err != nil {
 		return 0, err
 	}
 	select {
@@ -650,17 +632,17 @@ func stallOne(cfg *config, sd side, tr interop.Transport) (float64, error) {
 	case <-ctx.Done():
 		return 0, errors.New("stall: no output")
 	}
-	c.Pause()
+	c.pause()
 	peak := base
 	deadline := time.Now().Add(cfg.stallFor)
 	for time.Now().Before(deadline) {
-		if rss, _, err := rssKiB(srv.PID()); err == nil && rss > peak {
+		if rss, _, err := rssKiB(srv.pid()); err == nil && rss > peak {
 			peak = rss
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.Resume()
-	if _, err := c.WaitClosed(ctx, "stall"); err != nil {
+	c.resume()
+	if _, err := c.waitClosed(ctx, "stall"); err != nil {
 		return 0, err
 	}
 	if got := z.bytes.Load(); got != cfg.streamBytes || z.bad.Load() {
@@ -670,7 +652,7 @@ func stallOne(cfg *config, sd side, tr interop.Transport) (float64, error) {
 		var r struct {
 			Closed bool `json:"closed"`
 		}
-		if err := c.Call(ctx, "process/read", map[string]any{"processId": "stall", "afterSeq": z.seq.Load()}, &r); err != nil || !r.Closed {
+		if err := c.call(ctx, "process/read", map[string]any{"processId": "stall", "afterSeq": z.seq.Load()}, &r); err != nil || !r.Closed {
 			return 0, fmt.Errorf("stall: bytes lost (%d gaps) and process/read does not say closed: %v", z.gaps.Load(), err)
 		}
 	}
@@ -697,7 +679,7 @@ func (m *cpuMeter) add(sd side, cpu, bytes float64) {
 	}
 }
 
-func (m *cpuMeter) row(w string, tr interop.Transport, sides []side) *row {
+func (m *cpuMeter) row(w string, tr transportKind, sides []side) *row {
 	st := []*stats{summarize(m.runs[0], nil)}
 	if len(sides) > 1 {
 		st = append(st, summarize(m.runs[1], nil))

@@ -6,37 +6,59 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/childinit"
+	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/transport"
 )
 
+// binary is this test binary: run with serverEnv it is the exec-server
+// (TestMain calls main), so no separate build is needed. The server's
+// children re-execute it as their init as they would the real binary.
 var binary string
 
+const serverEnv = "EXEC_SERVER_TEST_AS_SERVER=1"
+
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "exec-server-test")
-	if err != nil {
-		panic(err)
+	if os.Getenv("GORACE") == "" {
+		// A race-enabled binary sleeps 1 s at exit by default: every
+		// server and init would wait for it.
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
-	binary = filepath.Join(dir, "exec-server")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	if os.Getenv("EXEC_SERVER_TEST_AS_SERVER") == "1" {
+		main()
+		return
+	}
+	childinit.MaybeMain()
+	sandbox.MaybeMain()
+	var err error
+	if binary, err = os.Executable(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
+}
+
+// serverCommand runs the server with args.
+func serverCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), serverEnv)
+	return cmd
 }
 
 // server is a running exec-server binary.
@@ -50,7 +72,7 @@ type srvProc struct {
 
 func startServer(t *testing.T, args ...string) *srvProc {
 	t.Helper()
-	s := &srvProc{cmd: exec.Command(binary, args...)}
+	s := &srvProc{cmd: serverCommand(args...)}
 	s.cmd.Dir = t.TempDir()
 	s.cmd.Stderr = &s.stderr
 	var err error
@@ -86,13 +108,23 @@ func startWS(t *testing.T, args ...string) *srvProc {
 	return s
 }
 
-// wsClient is a minimal websocket JSON-RPC client.
+// wsClient is a JSON-RPC client (websocket or stdio) on the project's engine
+// (jsonrpc.Conn) that keeps the server's notifications, in order, for read.
+// It stops reading from the connection while more than a MiB of them wait
+// to be read, so a test that stops calling read stalls the server as a
+// slow client would.
 type wsClient struct {
-	t       *testing.T
-	c       *websocket.Conn
-	id      int
-	skipped [][]byte // notifications call passed over
+	t    *testing.T
+	conn *jsonrpc.Conn
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  [][]byte
+	queued int
+	err    error // the connection has ended
 }
+
+const maxQueued = 1 << 20
 
 func dial(t *testing.T, url string) *wsClient {
 	t.Helper()
@@ -101,55 +133,91 @@ func dial(t *testing.T, url string) *wsClient {
 		t.Fatal(err)
 	}
 	c.SetReadLimit(256 << 20)
-	t.Cleanup(func() { c.CloseNow() })
-	return &wsClient{t: t, c: c}
+	return newClient(t, transport.NewWebSocket(c, url))
 }
 
-func (w *wsClient) send(method string, params any) int {
-	w.id++
-	b, _ := json.Marshal(map[string]any{"id": w.id, "method": method, "params": params})
-	if err := w.c.Write(context.Background(), websocket.MessageText, b); err != nil {
-		w.t.Fatal(err)
+// newClient runs a client on st until the test ends.
+func newClient(t *testing.T, st jsonrpc.Stream) *wsClient {
+	w := &wsClient{t: t, conn: jsonrpc.NewConn(st, jsonrpc.Options{Concurrency: 1})}
+	w.cond = sync.NewCond(&w.mu)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := w.conn.Run(context.Background(), w.keep)
+		w.mu.Lock()
+		w.err = fmt.Errorf("connection ended: %v", err)
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}()
+	t.Cleanup(func() { w.conn.Close(); <-done })
+	return w
+}
+
+// keep queues a notification (the raw params are enough for these tests,
+// re-wrapped as the message was).
+func (w *wsClient) keep(m *jsonrpc.Message) jsonrpc.Action {
+	if m.Kind != jsonrpc.KindNotification {
+		return jsonrpc.Inline
 	}
-	return w.id
+	b := fmt.Appendf(nil, `{"method":%q,"params":%s}`, m.Method, m.Params)
+	w.mu.Lock()
+	for w.queued > maxQueued && w.err == nil {
+		w.cond.Wait()
+	}
+	w.queue = append(w.queue, b)
+	w.queued += len(b)
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	return jsonrpc.Inline
 }
 
+// send sends a request without waiting for its response.
+func (w *wsClient) send(method string, params any) {
+	go w.conn.Call(context.Background(), method, params, nil)
+}
+
+// read returns the next notification, waiting at most 30 s.
 func (w *wsClient) read() []byte {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, b, err := w.c.Read(ctx)
-	if err != nil {
-		w.t.Fatal(err)
+	stop := time.AfterFunc(30*time.Second, func() {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = errors.New("no notification within 30s")
+		}
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.queue) == 0 {
+		if w.err != nil {
+			w.t.Fatal(w.err)
+		}
+		w.cond.Wait()
 	}
+	b := w.queue[0]
+	w.queue = w.queue[1:]
+	w.queued -= len(b)
+	w.cond.Broadcast()
 	return b
 }
 
-// call waits for the response to a request, skipping notifications.
+// call sends a request and returns its result; an error fails the test.
 func (w *wsClient) call(method string, params any) json.RawMessage {
-	id := w.send(method, params)
-	for {
-		var m struct {
-			ID     *int            `json:"id"`
-			Result json.RawMessage `json:"result"`
-			Error  json.RawMessage `json:"error"`
-		}
-		b := w.read()
-		json.Unmarshal(b, &m)
-		if m.ID == nil {
-			w.skipped = append(w.skipped, b)
-		}
-		if m.ID != nil && *m.ID == id {
-			if m.Error != nil {
-				w.t.Fatalf("%s: %s", method, m.Error)
-			}
-			return m.Result
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var res json.RawMessage
+	if err := w.conn.Call(ctx, method, params, &res); err != nil {
+		w.t.Fatalf("%s: %v", method, err)
 	}
+	return res
 }
 
 func (w *wsClient) init() {
 	w.call("initialize", map[string]any{"clientName": "it"})
-	w.c.Write(context.Background(), websocket.MessageText, []byte(`{"method":"initialized"}`))
+	if err := w.conn.Notify(context.Background(), "initialized", nil); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 func procStatus(pid int, field string) int {
@@ -193,7 +261,7 @@ func TestFlags(t *testing.T) {
 	}
 	for _, c := range cases {
 		var stderr bytes.Buffer
-		cmd := exec.Command(binary, c.args...)
+		cmd := serverCommand(c.args...)
 		cmd.Stderr = &stderr
 		err := cmd.Run()
 		code := cmd.ProcessState.ExitCode()
@@ -249,11 +317,6 @@ func TestWebsocketServer(t *testing.T) {
 			"cwd": "file://" + t.TempDir(), "env": map[string]string{}, "tty": i%2 == 0})
 	}
 	closed := 0
-	for _, b := range w.skipped {
-		if bytes.Contains(b, []byte(`"process/closed"`)) {
-			closed++
-		}
-	}
 	for closed < 40 {
 		if bytes.Contains(w.read(), []byte(`"process/closed"`)) {
 			closed++
@@ -297,26 +360,21 @@ func TestWebsocketServer(t *testing.T) {
 
 func TestStdioServer(t *testing.T) {
 	s := startServer(t, "--listen", "stdio")
-	write := func(line string) { io.WriteString(s.stdin, line+"\n") }
-	write(`{"id":1,"method":"initialize","params":{"clientName":"x"}}`)
-	write(`{"method":"initialized"}`)
-	write(`{"id":2,"method":"process/start","params":{"processId":"p","argv":["sh","-c","echo $$; exec sleep 100"],"cwd":"file://` + t.TempDir() + `","env":{},"tty":false}}`)
+	w := newClient(t, transport.NewStdio(s.stdout, s.stdin, s.stdin, 0))
+	w.init()
+	w.call("process/start", map[string]any{"processId": "p", "argv": []string{"sh", "-c", "echo $$; exec sleep 100"},
+		"cwd": "file://" + t.TempDir(), "env": map[string]string{}, "tty": false})
 	var child int
 	for child == 0 {
-		line, err := s.stdout.ReadString('\n')
-		if err != nil {
-			t.Fatalf("%v; stderr %s", err, s.stderr.String())
-		}
 		var m struct {
 			Method string `json:"method"`
 			Params struct {
-				Chunk string `json:"chunk"`
+				Chunk []byte `json:"chunk"`
 			} `json:"params"`
 		}
-		json.Unmarshal([]byte(line), &m)
+		json.Unmarshal(w.read(), &m)
 		if m.Method == "process/output" {
-			b, _ := base64.StdEncoding.DecodeString(m.Params.Chunk)
-			child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			child, _ = strconv.Atoi(strings.TrimSpace(string(m.Params.Chunk)))
 		}
 	}
 	s.stdin.Close() // EOF: kill processes, exit 0
@@ -335,7 +393,8 @@ func TestStdioServer(t *testing.T) {
 	}
 }
 
-// A client that stops reading during a 512 MiB stream: the server's memory
+// A client that stops reading during a 512 MiB stream (160 MiB with -race):
+// the server's memory
 // stays bounded (back-pressure reaches the child), the connection stays
 // open, and once the client reads again every byte arrives in order.
 func TestStalledReaderBoundedMemory(t *testing.T) {
@@ -347,7 +406,12 @@ func TestStalledReaderBoundedMemory(t *testing.T) {
 	w := dial(t, s.url)
 	w.init()
 	before := procStatus(pid, "VmRSS")
-	const total = 512 << 20
+	// Unbounded buffering would hold the whole stream, more than the
+	// limit below even as the race-enabled run's smaller stream.
+	total := 512 << 20
+	if raceEnabled {
+		total = 160 << 20
+	}
 	w.send("process/start", map[string]any{"processId": "big", "argv": []string{"head", "-c", strconv.Itoa(total), "/dev/zero"},
 		"cwd": "file://" + t.TempDir(), "env": map[string]string{}, "tty": false})
 	for i := 0; i < 4; i++ {
@@ -387,7 +451,7 @@ func TestStalledReaderBoundedMemory(t *testing.T) {
 		got += int64(base64.StdEncoding.DecodedLen(len(enc)) - bytes.Count(enc[max(len(enc)-2, 0):], []byte("=")))
 	}
 	// The first 4 messages read before the stall were output too.
-	if got < total-4*(64<<10) || got > total {
+	if got < int64(total)-4*(64<<10) || got > int64(total) {
 		t.Errorf("received %d bytes after the stall, want about %d", got, total)
 	}
 }

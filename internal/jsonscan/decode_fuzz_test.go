@@ -1,4 +1,4 @@
-package protocol
+package jsonscan
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/execgo/exec-server/internal/jsontest"
+	"github.com/execgo/exec-server/protocol"
 )
 
 // fuzzParams lists every params struct with the required fields the server
@@ -18,25 +19,25 @@ var fuzzParams = []struct {
 	newV     func() any
 	required []string
 }{
-	{"InitializeParams", func() any { return new(InitializeParams) }, []string{"clientName"}},
-	{"ExecParams", func() any { return new(StartParams) }, []string{"processId", "argv", "cwd", "env", "tty"}},
-	{"ReadParams", func() any { return new(ReadParams) }, []string{"processId"}},
-	{"WriteParams", func() any { return new(WriteParams) }, []string{"processId", "chunk"}},
-	{"SignalParams", func() any { return new(SignalParams) }, []string{"processId", "signal"}},
-	{"TerminateParams", func() any { return new(TerminateParams) }, []string{"processId"}},
-	{"FsReadFileParams", func() any { return new(FsReadFileParams) }, nil},
-	{"FsWriteFileParams", func() any { return new(FsWriteFileParams) }, nil},
-	{"FsCreateDirectoryParams", func() any { return new(FsCreateDirectoryParams) }, nil},
-	{"FsGetMetadataParams", func() any { return new(FsGetMetadataParams) }, nil},
-	{"FsCanonicalizeParams", func() any { return new(FsCanonicalizeParams) }, nil},
-	{"FsReadDirectoryParams", func() any { return new(FsReadDirectoryParams) }, nil},
-	{"FsRemoveParams", func() any { return new(FsRemoveParams) }, nil},
-	{"FsCopyParams", func() any { return new(FsCopyParams) }, nil},
-	{"FsWalkParams", func() any { return new(FsWalkParams) }, nil},
-	{"FsOpenParams", func() any { return new(FsOpenParams) }, nil},
-	{"FsReadBlockParams", func() any { return new(FsReadBlockParams) }, nil},
-	{"FsWriteBlockParams", func() any { return new(FsWriteBlockParams) }, nil},
-	{"FsCloseParams", func() any { return new(FsCloseParams) }, nil},
+	{"InitializeParams", func() any { return new(protocol.InitializeParams) }, []string{"clientName"}},
+	{"ExecParams", func() any { return new(protocol.StartParams) }, []string{"processId", "argv", "cwd", "env", "tty"}},
+	{"ReadParams", func() any { return new(protocol.ReadParams) }, []string{"processId"}},
+	{"WriteParams", func() any { return new(protocol.WriteParams) }, []string{"processId", "chunk"}},
+	{"SignalParams", func() any { return new(protocol.SignalParams) }, []string{"processId", "signal"}},
+	{"TerminateParams", func() any { return new(protocol.TerminateParams) }, []string{"processId"}},
+	{"FsReadFileParams", func() any { return new(protocol.FsReadFileParams) }, nil},
+	{"FsWriteFileParams", func() any { return new(protocol.FsWriteFileParams) }, nil},
+	{"FsCreateDirectoryParams", func() any { return new(protocol.FsCreateDirectoryParams) }, nil},
+	{"FsGetMetadataParams", func() any { return new(protocol.FsGetMetadataParams) }, nil},
+	{"FsCanonicalizeParams", func() any { return new(protocol.FsCanonicalizeParams) }, nil},
+	{"FsReadDirectoryParams", func() any { return new(protocol.FsReadDirectoryParams) }, nil},
+	{"FsRemoveParams", func() any { return new(protocol.FsRemoveParams) }, nil},
+	{"FsCopyParams", func() any { return new(protocol.FsCopyParams) }, nil},
+	{"FsWalkParams", func() any { return new(protocol.FsWalkParams) }, nil},
+	{"FsOpenParams", func() any { return new(protocol.FsOpenParams) }, nil},
+	{"FsReadBlockParams", func() any { return new(protocol.FsReadBlockParams) }, nil},
+	{"FsWriteBlockParams", func() any { return new(protocol.FsWriteBlockParams) }, nil},
+	{"FsCloseParams", func() any { return new(protocol.FsCloseParams) }, nil},
 }
 
 // requiredByTag returns the JSON names of the fields that are not
@@ -55,7 +56,7 @@ func requiredByTag(v any) []string {
 
 // FuzzDecodeParams decodes hostile params into every params struct (sel
 // picks one; a run covers them all). It must never panic; every failure is
-// an -32602 *Error; and whatever it accepts must survive a re-encoding: the
+// an -32602 *protocol.Error; and whatever it accepts must survive a re-encoding: the
 // server must be able to describe what it accepted.
 func FuzzDecodeParams(f *testing.F) {
 	seeds := []string{
@@ -79,8 +80,8 @@ func FuzzDecodeParams(f *testing.F) {
 		f.Add(uint8(i), []byte(s))
 	}
 	// Keys that differ from a field's name only by case, for a chosen type.
-	f.Add(uint8(2), []byte(`{"processId":"x","ProcessId":"y","AFTERSEQ":3}`))                      // ReadParams
-	f.Add(uint8(7), []byte(`{"path":"file:///a","PATH":"b","dataBase64":"","DataBase64":"aGk="}`)) // FsWriteFileParams
+	f.Add(uint8(2), []byte(`{"processId":"x","ProcessId":"y","AFTERSEQ":3}`))                      // protocol.ReadParams
+	f.Add(uint8(7), []byte(`{"path":"file:///a","PATH":"b","dataBase64":"","DataBase64":"aGk="}`)) // protocol.FsWriteFileParams
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		p := fuzzParams[int(sel)%len(fuzzParams)]
 		v := p.newV()
@@ -90,8 +91,8 @@ func FuzzDecodeParams(f *testing.F) {
 		}
 		err := DecodeParams(data, v, p.name, required...)
 		if err != nil {
-			var pe *Error
-			if !errors.As(err, &pe) || pe.Code != CodeInvalidParams {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
 				t.Fatalf("%s: error %T %v is not -32602", p.name, err, err)
 			}
 			if pe.Message == "" {
@@ -135,8 +136,8 @@ func FuzzDecodeNoParams(f *testing.F) {
 		if err == nil {
 			return
 		}
-		var pe *Error
-		if !errors.As(err, &pe) || pe.Code != CodeInvalidParams {
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
 			t.Fatalf("error %T %v is not -32602", err, err)
 		}
 	})
@@ -176,4 +177,82 @@ func exactOracle(data []byte, newV func() any) ([]byte, bool) {
 	}
 	out, err := json.Marshal(v)
 	return out, err == nil
+}
+
+// FuzzDecodeBulk covers the payload kept out of encoding/json: a
+// process/write chunk of at least bulkMin characters is decoded apart from
+// the other members. Whatever DecodeParams accepts, the obvious decoding
+// (exactOracle: encoding/json with protocol.Base64's own UnmarshalJSON)
+// accepts with the same result; a refusal is -32602.
+func FuzzDecodeBulk(f *testing.F) {
+	f.Add(`{"processId":"p",`, "YWJj", 300, `,"writeId":"w"}`)
+	f.Add(`{"processId":5,`, "YWJj", 300, `}`)
+	f.Add(`{"Chunk":"x","processId":"p",`, "YW==", 256, `}`)
+	f.Add(`{"processId":"p",`, "YWJj", 300, `,"chunk":"YQ=="}`)
+	f.Add(`{"processId":"p",`, "!!!!", 260, `}`)
+	f.Fuzz(func(t *testing.T, prefix, unit string, n int, suffix string) {
+		if n < 0 || n > 4096 || len(unit) == 0 || len(unit) > 16 {
+			return
+		}
+		data := []byte(prefix + `"chunk":"` + strings.Repeat(unit, n) + `"` + suffix)
+		var got protocol.WriteParams
+		err := DecodeParams(data, &got, "WriteParams", "processId", "chunk")
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
+				t.Fatalf("error %T %v is not -32602", err, err)
+			}
+			return
+		}
+		want, ok := exactOracle(data, func() any { return new(protocol.WriteParams) })
+		if !ok {
+			t.Fatalf("accepted %.200q, which the obvious decoding refuses", data)
+		}
+		out, _ := json.Marshal(&got)
+		if string(out) != string(want) {
+			t.Fatalf("%.200q decoded as %.200s, want %.200s", data, out, want)
+		}
+	})
+}
+
+// FuzzDecodeCut: cutting a member changes nothing but that member, which
+// comes back as found.
+func FuzzDecodeCut(f *testing.F) {
+	for _, s := range []string{`{"path":"p","dataBase64":"QUJD"}`, `{"dataBase64":null,"path":"p"}`, `{"path":"p","data\u0042ase64":"x\"y"}`,
+		`{"path":"p","dataBase64":5}`, `{"Path":"p","dataBase64":"a","path":"q"}`, `{"path":"p"}`, `{`} {
+		f.Add([]byte(s))
+	}
+	type params struct {
+		Path string `json:"path"`
+		Data string `json:"dataBase64"`
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p params
+		cut, err := Decode(data, &p, Spec{Type: "P", Required: []string{"path"}, Cut: []string{"dataBase64"}})
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalidParams {
+				t.Fatalf("error %T %v is not -32602", err, err)
+			}
+			return
+		}
+		var whole params
+		if err := DecodeParams(data, &whole, "P", "path"); err != nil {
+			// Only a refused dataBase64 value may differ, and only when
+			// it was cut (a string, which the cut skips).
+			if len(cut[0]) == 0 || cut[0][0] != '"' {
+				t.Fatalf("%q: accepted with the cut, refused without: %v", data, err)
+			}
+			return
+		}
+		if p.Path != whole.Path || p.Data != "" && p.Data != whole.Data {
+			t.Fatalf("%q: %+v with the cut, %+v without", data, p, whole)
+		}
+		if cut[0] != nil && cut[0][0] == '"' {
+			var s string
+			if json.Unmarshal(cut[0], &s) != nil || s != whole.Data {
+				t.Fatalf("%q: cut %s, decoded without the cut %q", data, cut[0], whole.Data)
+			}
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package protocol
+package jsonscan
 
 import (
 	"encoding/json"
@@ -6,13 +6,15 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
-// wantError checks that err is a *Error with the given code whose message
+// wantError checks that err is a *protocol.Error with the given code whose message
 // contains want.
 func wantError(t *testing.T, err error, code int, want string) {
 	t.Helper()
-	var e *Error
+	var e *protocol.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("got error %v (%T), want *protocol.Error with code %d", err, err, code)
 	}
@@ -74,7 +76,7 @@ func TestDecodeParams(t *testing.T) {
 			var got params
 			err := DecodeParams(json.RawMessage(tt.raw), &got, "ReadParams", tt.required...)
 			if tt.errMsg != "" || strings.HasPrefix(tt.name, "syntax") {
-				wantError(t, err, CodeInvalidParams, tt.errMsg)
+				wantError(t, err, protocol.CodeInvalidParams, tt.errMsg)
 				return
 			}
 			if err != nil {
@@ -128,8 +130,19 @@ func TestDecodeNoParams(t *testing.T) {
 			}
 			continue
 		}
-		t.Run(tt.raw, func(t *testing.T) { wantError(t, err, CodeInvalidParams, tt.errMsg) })
+		t.Run(tt.raw, func(t *testing.T) { wantError(t, err, protocol.CodeInvalidParams, tt.errMsg) })
 	}
+}
+
+// topLevelKeys reports, for each name, whether the object raw has it at its
+// top level with a non-null value: the walk's required-member check alone.
+func topLevelKeys(raw []byte, names []string) ([]bool, error) {
+	w := memberWalk{scanner: scanner{b: raw}, names: names, present: make([]bool, len(names))}
+	w.ws()
+	if err := w.object(nil, true, 0); err != nil {
+		return nil, err
+	}
+	return w.present, nil
 }
 
 func TestTopLevelKeys(t *testing.T) {
@@ -155,13 +168,13 @@ func TestTopLevelKeys(t *testing.T) {
 		{`{"a":-1.5e3,"b":true}`, []bool{true, true, false}},
 	}
 	for _, tt := range tests {
-		got, err := TopLevelKeys([]byte(tt.raw), names)
+		got, err := topLevelKeys([]byte(tt.raw), names)
 		if err != nil {
-			t.Errorf("TopLevelKeys(%s): %v", tt.raw, err)
+			t.Errorf("topLevelKeys(%s): %v", tt.raw, err)
 			continue
 		}
 		if !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("TopLevelKeys(%s) = %v, want %v", tt.raw, got, tt.want)
+			t.Errorf("topLevelKeys(%s) = %v, want %v", tt.raw, got, tt.want)
 		}
 	}
 }
@@ -172,8 +185,8 @@ func TestTopLevelKeysMalformed(t *testing.T) {
 		`{"a":"unterminated}`, `{"a":{"b":1}`, `{"a":[1,2}`, `{"a\`,
 		`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,
 	} {
-		if got, err := TopLevelKeys([]byte(raw), []string{"a"}); err == nil {
-			t.Errorf("TopLevelKeys(%.40s) = %v, nil; want an error", raw, got)
+		if got, err := topLevelKeys([]byte(raw), []string{"a"}); err == nil {
+			t.Errorf("topLevelKeys(%.40s) = %v, nil; want an error", raw, got)
 		}
 	}
 }
@@ -251,7 +264,7 @@ func TestDecodeParamsExactNames(t *testing.T) {
 			var got params
 			err := DecodeParams(json.RawMessage(tt.raw), &got, "ReadParams", "processId")
 			if tt.errMsg != "" {
-				wantError(t, err, CodeInvalidParams, tt.errMsg)
+				wantError(t, err, protocol.CodeInvalidParams, tt.errMsg)
 				return
 			}
 			if err != nil {
@@ -268,14 +281,14 @@ func TestDecodeParamsExactNames(t *testing.T) {
 // names (the walk then runs for the folding check alone) and a malformed
 // object there, which keeps encoding/json's syntax message.
 func TestDecodeParamsExactNamesNoRequired(t *testing.T) {
-	var got FsWalkOptions
+	var got protocol.FsWalkOptions
 	if err := DecodeParams(json.RawMessage(`{"MaxDepth":3,"maxEntries":2}`), &got, "WalkOptions"); err != nil {
 		t.Fatal(err)
 	}
-	if got != (FsWalkOptions{MaxEntries: 2}) {
+	if got != (protocol.FsWalkOptions{MaxEntries: 2}) {
 		t.Errorf("got %+v, want only maxEntries 2", got)
 	}
-	wantError(t, DecodeParams(json.RawMessage(`{"maxDepth":3,}`), &got, "WalkOptions"), CodeInvalidParams, "invalid character '}'")
+	wantError(t, DecodeParams(json.RawMessage(`{"maxDepth":3,}`), &got, "WalkOptions"), protocol.CodeInvalidParams, "invalid character '}'")
 }
 
 func TestEachMember(t *testing.T) {
@@ -312,8 +325,8 @@ func TestKeyIs(t *testing.T) {
 		{`bad\x`, "badx", false},
 		{``, "", true},
 	} {
-		if got := KeyIs([]byte(c.key), c.name); got != c.want {
-			t.Errorf("KeyIs(%s, %q) = %v, want %v", c.key, c.name, got, c.want)
+		if got := keyIs([]byte(c.key), c.name); got != c.want {
+			t.Errorf("keyIs(%s, %q) = %v, want %v", c.key, c.name, got, c.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package protocol
+package b64codec
 
 import (
 	"encoding/binary"
@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 )
 
-// The fast path of DecodeBase64: fs/writeFile carries up to tens of
+// The fast path of Decode: fs/writeFile carries up to tens of
 // megabytes of base64, and encoding/base64 decodes a byte at a time. Validity
 // is still decided by encoding/base64's strict decoder (plus the CR/LF check
-// in DecodeBase64); these only go faster on plain alphabet.
+// in Decode); these only go faster on plain alphabet.
 
 // dec12 maps two base64 characters (first in the high byte) to their 12
 // bits, or to 0xffff when either is not in the standard alphabet. Built on

@@ -1,9 +1,11 @@
-package protocol
+package jsonscan
 
 import (
 	"encoding/base64"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // BenchmarkDecodeParams decodes the params of the hot methods: a small
@@ -19,11 +21,11 @@ func BenchmarkDecodeParams(b *testing.B) {
 		required []string
 	}{
 		{"read", `{"processId":"proc-17","afterSeq":42,"maxBytes":65536,"waitMs":1000}`,
-			func() any { return new(ReadParams) }, []string{"processId"}},
+			func() any { return new(protocol.ReadParams) }, []string{"processId"}},
 		{"start", `{"processId":"p1","argv":["bash","-c","echo hi"],"cwd":"file:///tmp","env":{"PATH":"/usr/bin:/bin","HOME":"/root"},"tty":false,"envPolicy":{"inherit":"core"},"sandbox":null}`,
-			func() any { return new(StartParams) }, []string{"processId", "argv", "cwd", "env", "tty"}},
+			func() any { return new(protocol.StartParams) }, []string{"processId", "argv", "cwd", "env", "tty"}},
 		{"write64k", `{"processId":"p1","chunk":"` + chunk + `","writeId":"w1"}`,
-			func() any { return new(WriteParams) }, []string{"processId", "chunk"}},
+			func() any { return new(protocol.WriteParams) }, []string{"processId", "chunk"}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -1,4 +1,4 @@
-package protocol
+package b64codec
 
 import (
 	"encoding/base64"
@@ -16,24 +16,24 @@ var base64Pairs = func() (t [4096]uint16) {
 	return t
 }()
 
-// AppendBase64 appends the standard, padded base64 of src to dst: the same
+// AppendEncode appends the standard, padded base64 of src to dst: the same
 // bytes as base64.StdEncoding.AppendEncode, about twice as fast. Every
 // process/output chunk goes through it (the base64 was half of the
 // server's CPU while streaming output). It takes 24 input bytes at a time
 // as four 8-byte loads, each giving 48 bits, and writes 32 characters with
 // four 8-byte stores, two characters per table lookup; the last bytes (and
 // the padding) are left to encoding/base64.
-func AppendBase64(dst, src []byte) []byte {
+func AppendEncode(dst, src []byte) []byte {
 	n := base64.StdEncoding.EncodedLen(len(src))
 	dst = slices.Grow(dst, n)
 	out := dst[len(dst) : len(dst)+n]
-	EncodeBase64(out, src)
+	Encode(out, src)
 	return dst[:len(dst)+n]
 }
 
-// EncodeBase64 is base64.StdEncoding.Encode(dst, src): dst must hold
+// Encode is base64.StdEncoding.Encode(dst, src): dst must hold
 // base64.StdEncoding.EncodedLen(len(src)) bytes.
-func EncodeBase64(dst, src []byte) {
+func Encode(dst, src []byte) {
 	t := &base64Pairs
 	pack := func(v uint64) uint64 {
 		return uint64(t[(v>>52)&0xfff]) | uint64(t[(v>>40)&0xfff])<<16 |

@@ -1,4 +1,4 @@
-package protocol
+package jsonscan
 
 import (
 	"bytes"
@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // encoding/json matches an object key to a struct field case-insensitively
@@ -18,8 +21,11 @@ import (
 // processId is missing. DecodeParams therefore walks the object against the
 // target type's shape before decoding, and renames every key that
 // encoding/json would fold onto a field to "" (a name no field has), so it is
-// ignored as serde ignores it. The walk is the one TopLevelKeys already makes
-// for the required members; copying happens only when such a key is found.
+// ignored as serde ignores it. The same walk, the only one the params get
+// before encoding/json decodes them, finds the required members, bounds the
+// ids, runs the type's member checks (MemberChecker) and finds the members
+// to keep out of encoding/json (Spec.Cut, big Base64 payloads); copying
+// happens only when one of those is found.
 
 // shape is what the walk needs of a Go type: the exact member names of a
 // struct and, per member, the shape of its value; the element shape of a
@@ -30,6 +36,7 @@ type shape struct {
 	kind   reflect.Kind // reflect.Struct, reflect.Slice (arrays too) or reflect.Map
 	names  []string     // struct: encoding/json's member names
 	fields []*shape     // struct: the shape of each member's value
+	bulk   [][]int      // struct: the field index of a protocol.Base64 member, else nil
 	elem   *shape       // slice or map: the shape of each element
 }
 
@@ -37,6 +44,7 @@ var (
 	shapes          sync.Map // reflect.Type -> *shape (nil stored as a typed nil)
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	base64Type      = reflect.TypeFor[protocol.Base64]()
 )
 
 // shapeOf returns t's shape, cached: params types are few and fixed.
@@ -67,7 +75,7 @@ func buildShape(t reflect.Type, building map[reflect.Type]*shape) *shape {
 		}
 		s := &shape{kind: reflect.Struct}
 		building[t] = s
-		addFields(s, t, building, 0)
+		addFields(s, t, building, nil, true)
 		if len(s.names) == 0 {
 			return nil
 		}
@@ -89,7 +97,9 @@ func buildShape(t reflect.Type, building map[reflect.Type]*shape) *shape {
 
 // addFields lists t's members as encoding/json names them: the tag's name,
 // else the field's; "-" skips; untagged embedded structs lend their fields.
-func addFields(s *shape, t reflect.Type, building map[reflect.Type]*shape, depth int) {
+// index is the field index of t within the top struct; direct says no
+// pointer lies on that path (a nil one would have no field to set).
+func addFields(s *shape, t reflect.Type, building map[reflect.Type]*shape, index []int, direct bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag := f.Tag.Get("json")
@@ -102,8 +112,8 @@ func addFields(s *shape, t reflect.Type, building map[reflect.Type]*shape, depth
 			ft = ft.Elem()
 		}
 		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
-			if depth < 8 {
-				addFields(s, ft, building, depth+1)
+			if len(index) < 8 {
+				addFields(s, ft, building, append(slices.Clone(index), i), direct && f.Type.Kind() != reflect.Pointer)
 			}
 			continue
 		}
@@ -115,22 +125,53 @@ func addFields(s *shape, t reflect.Type, building map[reflect.Type]*shape, depth
 		}
 		s.names = append(s.names, name)
 		s.fields = append(s.fields, buildShape(f.Type, building))
+		var bulk []int
+		if f.Type == base64Type && direct {
+			bulk = append(slices.Clone(index), i)
+		}
+		s.bulk = append(s.bulk, bulk)
 	}
 }
 
 // memberWalk walks one JSON object against a shape and records what
-// DecodeParams needs: which required names are present (non-null) at the
-// top level, and where the keys are that encoding/json would match only by
-// folding case.
+// Decode needs: which required names are present (non-null) at the top
+// level, and the edits that make the copy encoding/json decodes.
 type memberWalk struct {
 	scanner
 	names   []string // required top-level names
 	present []bool
-	folded  []int // start offsets (at the opening quote) of keys to rename
+	checker MemberChecker // nil: no member checks
+	cutName []string      // top-level members to cut out (Spec.Cut)
+	cut     [][]byte      // their values, as found
+	bulk    []bulkValue
+	edits   []edit // ascending, not overlapping
+	// The first failed member check and the first over-long id: the walk
+	// goes on after them so that a check failure, which takes precedence,
+	// is found wherever it is.
+	checkErr, idErr error
 }
 
+// edit replaces w.b[start:end] with repl in the copy that is decoded.
+type edit struct {
+	start, end int
+	repl       string
+}
+
+// bulkValue is a large protocol.Base64 member, decoded apart from the rest.
+type bulkValue struct {
+	field int   // in the top shape
+	index []int // reflect's field index
+	start int   // offset of raw in the params
+	raw   []byte
+}
+
+// bulkMin is the length from which a Base64 member is kept out of
+// encoding/json, which would scan it twice and copy it once before
+// protocol.Base64 decodes it.
+const bulkMin = 1024
+
 // object walks the object at s.i. sh is its struct or map shape (nil: check
-// no keys); top says whether to record required names.
+// no keys); top says whether this is the params object itself.
 func (w *memberWalk) object(sh *shape, top bool, depth int) error {
 	if depth > 512 {
 		return errors.New("nesting too deep")
@@ -146,22 +187,22 @@ func (w *memberWalk) object(sh *shape, top bool, depth int) error {
 			key = []byte(k)
 		}
 		var sub *shape
+		field := -1
 		switch {
 		case sh == nil:
 		case sh.kind == reflect.Map:
 			sub = sh.elem // the keys are data
 		case sh.kind == reflect.Struct:
-			matched := false
 			for i, n := range sh.names {
 				if string(key) == n {
-					sub, matched = sh.fields[i], true
+					sub, field = sh.fields[i], i
 					break
 				}
 			}
-			if !matched {
+			if field < 0 {
 				for _, n := range sh.names {
 					if bytes.EqualFold(key, []byte(n)) {
-						w.folded = append(w.folded, kStart)
+						w.edits = append(w.edits, edit{kStart, ClosingQuote(w.b, kStart+1) + 1, `""`})
 						break
 					}
 				}
@@ -178,8 +219,41 @@ func (w *memberWalk) object(sh *shape, top bool, depth int) error {
 		if err := w.value(sub, depth+1); err != nil {
 			return err
 		}
-		if top && sh != nil && sh.kind == reflect.Struct && isIDName(key) {
-			return checkIDLength(key, w.b[vStart:w.i])
+		if !top {
+			return nil
+		}
+		value := w.b[vStart:w.i]
+		if w.checker != nil && w.checkErr == nil {
+			w.checkErr = w.checker.CheckMember(key, value)
+		}
+		if sh != nil && sh.kind == reflect.Struct && isIDName(key) && w.idErr == nil {
+			w.idErr = checkIDLength(key, value)
+		}
+		isString := value[0] == '"'
+		for i, n := range w.cutName {
+			if string(key) == n {
+				w.cut[i] = value
+				if isString {
+					w.edits = append(w.edits, edit{vStart, w.i, `""`})
+				}
+				return nil
+			}
+		}
+		if field < 0 || sh.bulk[field] == nil {
+			return nil
+		}
+		// A repeated member: the last one wins, as in encoding/json,
+		// which sees (and checks) the earlier one again.
+		w.bulk = slices.DeleteFunc(w.bulk, func(b bulkValue) bool {
+			if b.field != field {
+				return false
+			}
+			w.edits = slices.DeleteFunc(w.edits, func(e edit) bool { return e.start == b.start })
+			return true
+		})
+		if isString && len(value) >= bulkMin {
+			w.bulk = append(w.bulk, bulkValue{field, sh.bulk[field], vStart, value})
+			w.edits = append(w.edits, edit{vStart, w.i, `""`})
 		}
 		return nil
 	})
@@ -259,15 +333,21 @@ func (w *memberWalk) value(sh *shape, depth int) error {
 	return nil
 }
 
-// renameFolded returns a copy of raw in which the key starting at each
-// offset (ascending) is replaced by "".
-func renameFolded(raw []byte, offsets []int) []byte {
-	out := make([]byte, 0, len(raw))
+// edited returns raw with the edits applied (raw itself when there are
+// none): what encoding/json decodes.
+func edited(raw []byte, edits []edit) []byte {
+	if len(edits) == 0 {
+		return raw
+	}
+	n := len(raw)
+	for _, e := range edits {
+		n -= e.end - e.start - len(e.repl)
+	}
+	out := make([]byte, 0, n)
 	last := 0
-	for _, k := range offsets {
-		end := ClosingQuote(raw, k+1) + 1
-		out = append(append(out, raw[last:k]...), `""`...)
-		last = end
+	for _, e := range edits {
+		out = append(append(out, raw[last:e.start]...), e.repl...)
+		last = e.end
 	}
 	return append(out, raw[last:]...)
 }

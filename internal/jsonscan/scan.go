@@ -1,4 +1,7 @@
-package protocol
+// Package jsonscan walks JSON without decoding it, and decodes request
+// params as the reference (serde) does: exact member names, required
+// members, bounded ids, with a bulk payload kept out of encoding/json.
+package jsonscan
 
 import (
 	"bytes"
@@ -72,15 +75,9 @@ func ClosingQuote(b []byte, i int) int {
 	return -1
 }
 
-// SkipValue returns the index just past the JSON value that starts at b[i],
-// and whether it is well formed (nesting beyond 512 levels is not). It
-// decodes nothing and allocates nothing.
-func SkipValue(b []byte, i int) (int, bool) {
-	s := scanner{b: b, i: i}
-	ok := s.skipValue(0)
-	return s.i, ok
-}
-
+// skipValue moves past the JSON value at s.i and reports whether it is
+// well formed (nesting beyond 512 levels is not). It decodes nothing and
+// allocates nothing.
 func (s *scanner) skipValue(depth int) bool {
 	if depth > 512 || s.i >= len(s.b) {
 		return false
@@ -172,8 +169,7 @@ func (s *scanner) members(f func(kStart int, key []byte) error) error {
 	}
 }
 
-// EachMember calls f with the key (as written: escapes not decoded; compare
-// with KeyIs) and the raw value of every top-level member of the JSON object
+// EachMember calls f with the key (as written: escapes not decoded) and the raw value of every top-level member of the JSON object
 // raw, in order. Values are skipped, not decoded. It stops at f's first
 // error and returns it.
 func EachMember(raw []byte, f func(key, value []byte) error) error {
@@ -188,10 +184,10 @@ func EachMember(raw []byte, f func(key, value []byte) error) error {
 	})
 }
 
-// KeyIs reports whether key, a member name as written between its quotes,
+// keyIs reports whether key, a member name as written between its quotes,
 // names name once its escapes are decoded: "process\u0049d" is processId,
 // as for serde and encoding/json.
-func KeyIs(key []byte, name string) bool {
+func keyIs(key []byte, name string) bool {
 	if bytes.IndexByte(key, '\\') < 0 {
 		return string(key) == name
 	}
@@ -222,7 +218,7 @@ func CutMember(raw []byte, name string) (rest, value []byte) {
 		if !s.skipValue(0) {
 			return errors.New("invalid value")
 		}
-		if KeyIs(key, name) {
+		if keyIs(key, name) {
 			return errStop
 		}
 		return nil
