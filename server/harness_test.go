@@ -73,7 +73,7 @@ func stdioPeer(t *testing.T, s *Server) *peer {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.ServeStream(ctx, transport.NewStdio(inR, outW, outW, 64<<20))
+		s.ServeStreamWith(ctx, transport.NewStdio(inR, outW, outW, 64<<20), StreamOptions{EndSessionOnClose: true})
 	}()
 	var once sync.Once
 	return newPeer(t, transport.NewStdio(outR, inW, nil, 128<<20), func() {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -326,6 +327,9 @@ func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose
 	}
 	err := conn.Run(ctx, cs.dispatch)
 	cs.close()
+	if errors.Is(err, io.EOF) {
+		err = nil // the peer closed: the normal end
+	}
 	s.cfg.Logger.Debug("connection closed", "peer", st.Describe(), "err", err)
 }
 

@@ -127,7 +127,7 @@ func TestOversizedStdioLine(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.ServeStream(t.Context(), newStdio(inR, out, 1<<20))
+		s.ServeStreamWith(t.Context(), newStdio(inR, out, 1<<20), StreamOptions{EndSessionOnClose: true})
 	}()
 	big := `{"id":1,"method":"initialize","params":{"clientName":"` + strings.Repeat("x", 2<<20) + `"}}`
 	go func() {

@@ -191,8 +191,10 @@ func (ss *session) Deliver(ev process.Event) {
 	ss.mu.Lock()
 	conn := ss.conn
 	ss.mu.Unlock()
+	ss.srv.obs.processEvent(ss, ev, conn == nil)
 	if conn == nil {
 		return
 	}
+	defer ss.srv.obs.pushSent(time.Now())
 	_ = conn.Send(context.Background(), encodeEvent(jsonrpc.GetBuffer(), ev))
 }

@@ -50,6 +50,11 @@ func NewWebSocket(c *websocket.Conn, peer string) *WebSocket {
 func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 	_, r, err := w.c.Reader(ctx)
 	if err != nil {
+		if peerClosed(err) {
+			// A peer that closes, with a close frame or without one
+			// (most CLIs just exit), ends the stream; it is no error.
+			return nil, io.EOF
+		}
 		return nil, err
 	}
 	if w.stall != nil {
@@ -61,6 +66,16 @@ func (w *WebSocket) Read(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("message made no progress for %v: %w", w.stall.limit, err)
 	}
 	return data, err
+}
+
+// peerClosed reports whether err means the peer closed the connection:
+// a normal or going-away close frame, or the TCP stream's end.
+func peerClosed(err error) bool {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error) {
@@ -420,5 +435,5 @@ func Listen(addr string) (net.Listener, error) {
 
 // IsClosed reports whether err only says the peer went away.
 func IsClosed(err error) bool {
-	return errors.Is(err, net.ErrClosed) || websocket.CloseStatus(err) != -1
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || websocket.CloseStatus(err) != -1
 }

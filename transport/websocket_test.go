@@ -504,3 +504,43 @@ func TestListenBindsTheAskedFamily(t *testing.T) {
 		})
 	}
 }
+
+// A peer that closes, with a normal close frame or with none at all (a CLI
+// that just exits), ends the stream with io.EOF: not an error to log. A
+// close with an error status stays an error.
+func TestWebSocketPeerCloseIsEOF(t *testing.T) {
+	cases := []struct {
+		name    string
+		close   func(c *websocket.Conn)
+		wantEOF bool
+	}{
+		{"no close frame", func(c *websocket.Conn) { c.CloseNow() }, true},
+		{"normal closure", func(c *websocket.Conn) { c.Close(websocket.StatusNormalClosure, "") }, true},
+		{"going away", func(c *websocket.Conn) { c.Close(websocket.StatusGoingAway, "") }, true},
+		{"policy violation", func(c *websocket.Conn) { c.Close(websocket.StatusPolicyViolation, "no") }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make(chan error, 1)
+			srv := newWSServer(t, HandlerOptions{Serve: func(ctx context.Context, s *WebSocket) {
+				_, err := s.Read(ctx)
+				got <- err
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(ctx, wsURL(srv), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.close(c)
+			select {
+			case err := <-got:
+				if isEOF := err == io.EOF; isEOF != tc.wantEOF {
+					t.Errorf("Read after the peer's close = %v, want io.EOF: %v", err, tc.wantEOF)
+				}
+			case <-ctx.Done():
+				t.Fatal("Read did not return after the peer closed")
+			}
+		})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
-	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -15,7 +14,7 @@ import (
 )
 
 func TestVersion(t *testing.T) {
-	out, err := exec.Command(binary, "--version").Output()
+	out, err := serverCommand("--version").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +79,7 @@ func TestFlagsFromEnv(t *testing.T) {
 // environment.
 func TestHelpHidesEnv(t *testing.T) {
 	const secret = "0f343b0931126a20f133d67c2b018a3b0f343b0931126a20f133d67c2b018a3b"
-	cmd := exec.Command(binary, "-h")
+	cmd := serverCommand("-h")
 	cmd.Env = append(cmd.Environ(), "EXEC_SERVER_WS_TOKEN_SHA256="+secret, "EXEC_SERVER_LISTEN=ws://10.9.8.7:1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -138,7 +137,7 @@ func (lr *lineReader) until(t *testing.T, re string) (string, string) {
 // listen address, metrics address and, on SIGTERM, its shutdown; /metrics
 // answers on both listeners.
 func TestServerFromEnvWithMetricsAndLogs(t *testing.T) {
-	cmd := exec.Command(binary)
+	cmd := serverCommand()
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(cmd.Environ(), "EXEC_SERVER_LISTEN=ws://localhost:0", "EXEC_SERVER_LOG_LEVEL=debug", "EXEC_SERVER_METRICS_LISTEN=localhost:0")
 	stdout, _ := cmd.StdoutPipe()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ func stdioChildOutput(t *testing.T, prelude, script string, serverArgs ...string
 	cmd := exec.Command("/bin/sh", "-c", prelude+`; exec "$0" "$@"`, binary)
 	cmd.Args = append(cmd.Args, append([]string{"--listen", "stdio"}, serverArgs...)...)
 	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), serverEnv)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +66,7 @@ func stdioChildOutput(t *testing.T, prelude, script string, serverArgs ...string
 		select {
 		case l, ok := <-lines:
 			if !ok {
+				_ = cmd.Wait() // the stderr copy is done only then
 				t.Fatalf("server stdout closed; stderr: %s", stderr.String())
 			}
 			var m struct {
