@@ -9,4 +9,7 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/fsnotify/fsnotify v1.10.1 // indirect
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
+)

@@ -339,6 +339,7 @@ func (s *Server) buildMethods() map[string]method {
 		}
 	}
 	s.watchMethods(m)
+	s.envConfigMethods(m)
 	return m
 }
 

@@ -58,7 +58,7 @@ func (s *Server) capabilities() map[string]bool {
 		"fsWatchMissing":                              true,
 		"fsWatch":                                     true,
 		"capabilityDiscoveryV2":                       false,
-		"environmentConfigRead":                       false,
+		"environmentConfigRead":                       true,
 		"httpHeaderEnvVars":                           false,
 		"sandboxedFileStreaming":                      false,
 		"fileWriteStreaming":                          fsStreaming,
