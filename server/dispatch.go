@@ -340,6 +340,7 @@ func (s *Server) buildMethods() map[string]method {
 	}
 	s.watchMethods(m)
 	s.envConfigMethods(m)
+	s.discoverMethods(m)
 	return m
 }
 

@@ -57,7 +57,7 @@ func (s *Server) capabilities() map[string]bool {
 		"capabilityDiscoverySandbox":                  false,
 		"fsWatchMissing":                              true,
 		"fsWatch":                                     true,
-		"capabilityDiscoveryV2":                       false,
+		"capabilityDiscoveryV2":                       true,
 		"environmentConfigRead":                       true,
 		"httpHeaderEnvVars":                           false,
 		"sandboxedFileStreaming":                      false,
