@@ -32,6 +32,10 @@ type method struct {
 	call   func(ctx context.Context, cs *connState, params any) (any, error)
 }
 
+// afterReplier is a result with work to start once its reply is queued
+// (http/request's streamed body: every bodyDelta follows the result).
+type afterReplier interface{ afterReply() }
+
 // connState is one connection's view: its lifecycle and its session.
 type connState struct {
 	srv               *Server
@@ -92,6 +96,9 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) {
 			close(done)
 		}
 		cs.conn.Reply(msg.ID, res, err)
+		if a, ok := res.(afterReplier); ok && err == nil {
+			a.afterReply()
+		}
 	}
 	longPoll := msg.Method == protocol.MethodProcessRead && isLongPoll(params)
 	if inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !longPoll) {
@@ -341,6 +348,7 @@ func (s *Server) buildMethods() map[string]method {
 	s.watchMethods(m)
 	s.envConfigMethods(m)
 	s.discoverMethods(m)
+	s.httpMethods(m)
 	return m
 }
 
