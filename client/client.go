@@ -286,6 +286,7 @@ func (c *Client) install(rc *rpcConn) {
 	c.mu.Unlock()
 	c.wg.Add(1)
 	go c.watch(rc)
+	c.rewatch()
 }
 
 // watch owns one connection's lifetime: it pings it, and when it ends,
@@ -616,6 +617,7 @@ func (c *Client) onNotify(method string, params json.RawMessage) {
 	case protocol.NotifyProcessClosed:
 		kind = evClosed
 	default:
+		c.extNotify(method, params)
 		return
 	}
 	var ev event
