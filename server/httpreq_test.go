@@ -145,6 +145,14 @@ func TestHTTPRequest(t *testing.T) {
 		t.Errorf("request as received: %s", body)
 	}
 
+	// An address nothing listens on: one just closed (a fixed port such as
+	// 1 may be taken on a shared machine).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
 	for _, c := range []struct {
 		params map[string]any
 		code   int
@@ -156,7 +164,7 @@ func TestHTTPRequest(t *testing.T) {
 		{map[string]any{"requestId": "e4", "method": "GET", "url": srv.URL, "headers": []httpHeader{{"bad name", "x"}}}, -32602, "http/request header name is invalid: invalid HTTP header name"},
 		{map[string]any{"method": "GET", "url": srv.URL}, -32602, "missing field `requestId`"},
 		{map[string]any{"requestId": "e5", "method": "GET", "url": srv.URL, "bodyBase64": "!!"}, -32602, "Invalid symbol 33, offset 0."},
-		{map[string]any{"requestId": "e6", "method": "GET", "url": "http://127.0.0.1:1/"}, -32603, "http/request failed: error sending request for url (http://127.0.0.1:1/)"},
+		{map[string]any{"requestId": "e6", "method": "GET", "url": "http://" + closed + "/"}, -32603, "http/request failed: error sending request for url (http://" + closed + "/)"},
 		{map[string]any{"requestId": "e7", "method": "GET", "url": srv.URL + "/slow", "timeoutMs": 100}, -32603, "http/request failed: error sending request for url (" + srv.URL + "/slow)"},
 	} {
 		if code, msg := p.callErr("http/request", c.params); code != c.code || msg != c.want {

@@ -121,6 +121,7 @@ func frontMatter(doc string) (map[string]string, bool) {
 	out := map[string]string{}
 	lines = lines[1:end]
 	parent := ""
+	plain := "" // the key whose plain scalar an indented line may continue
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		if strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#") {
@@ -128,6 +129,12 @@ func frontMatter(doc string) (map[string]string, bool) {
 		}
 		indent := len(line) - len(strings.TrimLeft(line, " "))
 		key, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if indent > 0 && plain != "" && (!ok || val != "" && val[0] != ' ') {
+			// A plain scalar continued on an indented line (folded).
+			out[plain] += " " + strings.TrimSpace(line)
+			continue
+		}
+		plain = ""
 		if !ok {
 			return nil, false
 		}
@@ -179,6 +186,7 @@ func frontMatter(doc string) (map[string]string, bool) {
 				val = strings.TrimSpace(val[:j])
 			}
 			out[full] = val
+			plain = full
 		}
 	}
 	return out, true

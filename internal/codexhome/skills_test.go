@@ -25,6 +25,7 @@ func TestSkills(t *testing.T) {
 		"l/SKILL.md":         "---\nname: 'single q'\ndescription: |\n  line1\n  line2\n---\n",
 		"m/SKILL.md":         "---\nname: mm\ndescription: plain # comment\n---\n",
 		"n/SKILL.md":         "---\ndescription: noname\n---\n",
+		"o/SKILL.md":         "---\nname: cont\ndescription: Deploys\n  the app.\n---\n",
 	}
 	for name, body := range files {
 		p := filepath.Join(root, name)
@@ -41,7 +42,7 @@ func TestSkills(t *testing.T) {
 		got = append(got, [2]string{s.Name, s.Description})
 	}
 	want := [][2]string{{"hid", "hidden"}, {"zzz", "first one"}, {"aaa", "quoted: desc"}, {"dname", "with short"},
-		{"fname", "folded text"}, {"outer", "outer one"}, {"inner", "inner one"}, {"single q", "line1 line2"}, {"mm", "plain"}, {"n", "noname"}}
+		{"fname", "folded text"}, {"outer", "outer one"}, {"inner", "inner one"}, {"single q", "line1 line2"}, {"mm", "plain"}, {"n", "noname"}, {"cont", "Deploys the app."}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
