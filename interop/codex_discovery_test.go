@@ -32,6 +32,7 @@ func TestDiscoveryParity(t *testing.T) {
 	home := filepath.Join(root, "home")
 	repo := filepath.Join(root, "repo")
 	sub := filepath.Join(repo, "sub")
+	bare := filepath.Join(root, "bare") // a .git directory without HEAD
 	files := map[string]string{
 		filepath.Join(home, "config.toml"): `model = "gpt-5.5"
 zeta = 1
@@ -54,7 +55,11 @@ name = "t2"
 when = 1979-05-27T07:32:00.5-07:00
 [projects."` + repo + `"]
 trust_level = "trusted"
+[projects."` + bare + `"]
+trust_level = "trusted"
 `,
+		filepath.Join(bare, ".git", "keep"):                       "",
+		filepath.Join(bare, "sub", ".codex", "config.toml"):       "[mcp_servers.bare]\ncommand = \"b\"\n",
 		filepath.Join(home, "skills", "deploy", "SKILL.md"):       "---\nname: deploy\ndescription: Deploys\n  the app.\nmetadata:\n  short-description: ship it\n---\n",
 		filepath.Join(home, "skills", ".system", "x", "SKILL.md"): "---\nname: sys\ndescription: 'A system skill'\n---\n",
 		filepath.Join(home, "skills", "n", "SKILL.md"):            "---\ndescription: |\n  no\n  name\n---\n",
@@ -111,6 +116,7 @@ trust_level = "trusted"
 		{"environmentConfig/read", read(root, []string{"mcp_servers"})},
 		{"environmentConfig/read", read(sub, []string{"mcp_servers"})},
 		{"environmentConfig/read", read(repo, []string{"mcp_servers", "local"}, []string{"model"}, []string{"alpha"}, []string{"zeta"})},
+		{"environmentConfig/read", read(filepath.Join(bare, "sub"), []string{"mcp_servers"})},
 		{"environmentConfig/read", read(root, []string{"mcp_servers", "nothere"})},
 		{"environmentConfig/read", read(root, []string{"model", "x"})},
 		{"environmentConfig/read", read(root, []string{"nothere"})},
@@ -222,7 +228,7 @@ trust_level = "trusted"
 		return
 	}
 	// Not vacuous: the answers hold layers, skills and bodies.
-	for _, want := range []int{1, 12, 16} {
+	for _, want := range []int{1, 13, 17} {
 		if len(ours[want]) < 100 {
 			t.Errorf("answer %d is suspiciously short: %s", want, ours[want])
 		}

@@ -152,10 +152,17 @@ func trustLevels(user *Table) map[string]string {
 }
 
 // projectRoot is the nearest ancestor of cwd with a .git entry, else cwd.
+// A .git directory counts only when it holds HEAD: the reference passes over
+// an empty one (observed), while any .git file (a worktree's) counts.
 func projectRoot(cwd string) string {
 	for d := cwd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, ".git")); err == nil {
-			return d
+		if st, err := os.Stat(filepath.Join(d, ".git")); err == nil {
+			if !st.IsDir() {
+				return d
+			}
+			if _, err := os.Stat(filepath.Join(d, ".git", "HEAD")); err == nil {
+				return d
+			}
 		}
 		if d == filepath.Dir(d) {
 			return cwd

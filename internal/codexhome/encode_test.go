@@ -177,7 +177,27 @@ func TestLayers(t *testing.T) {
 	if got := sources(other); !reflect.DeepEqual(got, []string{user}) {
 		t.Errorf("untrusted: got %q", got)
 	}
+	// An empty .git directory is no project root (the reference's
+	// observed behaviour): repo2/sub is then its own root, untrusted.
+	repo2 := filepath.Join(root, "repo2")
+	if err := os.MkdirAll(filepath.Join(repo2, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(repo2, "sub", ".codex"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(repo2, "sub", ".codex", "config.toml"), "model = \"x\"\n")
+	write(filepath.Join(home, "config.toml"), "[projects.\""+repo2+"\"]\ntrust_level = \"trusted\"\n")
+	if got := sources(filepath.Join(repo2, "sub")); len(got) != 1 {
+		t.Errorf("empty .git: got %q, want the user layer only", got)
+	}
+	write(filepath.Join(repo2, ".git", "HEAD"), "ref: refs/heads/main\n")
+	if got := sources(filepath.Join(repo2, "sub")); len(got) != 2 {
+		t.Errorf(".git with HEAD: got %q, want the user and sub layers", got)
+	}
+
 	write(filepath.Join(sub, ".codex", "config.toml"), "model = \n")
+	write(filepath.Join(home, "config.toml"), "[projects.\""+repo+"\"]\ntrust_level = \"trusted\"\n")
 	if _, err := Layers(home, sub); err == nil {
 		t.Error("a trusted project layer that does not parse: no error")
 	}
