@@ -153,34 +153,43 @@ func sortStrings(s []string) {
 
 // Project keeps the parts of t named by paths, in t's order. A path whose
 // parent tables exist but whose leaf does not keeps the (empty) parents, as
-// the reference does ([["mcp_servers","s"]] gives "[mcp_servers]\n").
+// the reference does ([["mcp_servers","s"]] gives "[mcp_servers]\n"). The
+// paths are grouped by their first key once per table, so that the work is
+// linear in the paths plus the keys (a client may send many paths).
 func Project(t *Table, paths [][]string) *Table {
+	type group struct {
+		whole  bool
+		deeper [][]string
+	}
+	groups := make(map[string]*group, len(paths))
+	for _, p := range paths {
+		if len(p) == 0 {
+			continue
+		}
+		g := groups[p[0]]
+		if g == nil {
+			g = &group{}
+			groups[p[0]] = g
+		}
+		if len(p) == 1 {
+			g.whole, g.deeper = true, nil
+		} else if !g.whole {
+			g.deeper = append(g.deeper, p[1:])
+		}
+	}
 	out := newTable()
 	for _, k := range t.Keys {
-		var deeper [][]string
-		whole := false
-		for _, p := range paths {
-			if len(p) == 0 || p[0] != k {
-				continue
-			}
-			if len(p) == 1 {
-				whole = true
-				break
-			}
-			deeper = append(deeper, p[1:])
+		g := groups[k]
+		if g == nil {
+			continue
 		}
 		v := t.Vals[k]
-		switch {
-		case whole:
+		if sub, ok := v.(*Table); ok && !g.whole {
+			out.set(k, Project(sub, g.deeper))
+		} else {
+			// The whole value; also when a path goes past a value that is
+			// not a table (an array of tables included).
 			out.set(k, v)
-		case len(deeper) > 0:
-			if sub, ok := v.(*Table); ok {
-				out.set(k, Project(sub, deeper))
-			} else {
-				// A path that goes past a value that is not a table
-				// keeps the whole value (an array of tables included).
-				out.set(k, v)
-			}
 		}
 	}
 	return out
