@@ -90,6 +90,9 @@ trust_level = "trusted"
 		default:
 			w.Header().Set("Content-Type", "text/plain")
 			w.Header()["X-Multi"] = []string{"a", "b"}
+			if r.URL.Path == "/auth" {
+				w.Header().Set("X-Seen-Authorization", r.Header.Get("Authorization"))
+			}
 			if r.URL.Path == "/404" {
 				w.WriteHeader(http.StatusNotFound)
 			}
@@ -143,10 +146,17 @@ trust_level = "trusted"
 		{"http/request", get("h10", "/plain", "headers", []map[string]string{{"name": "bad name", "value": "x"}})},
 		{"http/request", get("h11", "/plain", "bodyBase64", "!!")},
 		{"http/request", get("h12", "/plain", "url", "http://"+closedAddr(t)+"/")},
+		{"http/request", get("h13", "/auth", "headers", []map[string]any{{"name": "authorization", "value": "Bearer ", "valueEnvVar": "PARITY_TEST_TOKEN"}})},
+		{"http/request", get("h14", "/plain", "headers", []map[string]any{{"name": "authorization", "value": "Bearer ", "valueEnvVar": "PARITY_TEST_MISSING"}})},
+		{"http/request", get("h15", "/plain", "headers", []map[string]any{{"name": "x-k", "value": "v", "valueEnvVar": "PARITY_TEST_EMPTY"}})},
+		{"http/request", get("h16", "/plain", "headers", []map[string]any{{"name": "x-k", "valueEnvVar": "PARITY_TEST_TOKEN"}})},
 		{"http/request", map[string]any{"method": "GET", "url": web.URL}},
 		{"http/request", nil},
 	}
 
+	// Both servers inherit these (httpHeaderEnvVars).
+	t.Setenv("PARITY_TEST_TOKEN", "tok")
+	t.Setenv("PARITY_TEST_EMPTY", "")
 	answers := map[string][]string{}
 	streams := map[string]string{}
 	for _, tg := range targets {

@@ -31,6 +31,12 @@ func TestCodexCallSequence(t *testing.T) {
 		t.Skip("needs both servers")
 	}
 	base := scratchBase(t)
+	// The MCP server wants a bearer token that only the executor's
+	// environment holds (bearer_token_env_var): codex then sends the header
+	// as {"value":"Bearer ","valueEnvVar":...} and the executor fills it in
+	// (httpHeaderEnvVars). Both servers inherit it; codex's own copy is
+	// removed below by filteredEnv's CODEX_ prefix rule.
+	t.Setenv("CODEX_PARITY_MCP_TOKEN", "tok-parity")
 	runs := map[string]*codexRun{}
 	mcps := map[string]*mcpServer{}
 	var mu sync.Mutex
@@ -49,7 +55,7 @@ func TestCodexCallSequence(t *testing.T) {
 						if err := os.MkdirAll(home, 0o755); err != nil {
 							t.Fatal(err)
 						}
-						cfg := fmt.Sprintf("[mcp_servers.parity]\nurl = %q\n", mcp.url)
+						cfg := fmt.Sprintf("[mcp_servers.parity]\nurl = %q\nbearer_token_env_var = \"CODEX_PARITY_MCP_TOKEN\"\n", mcp.url)
 						if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o644); err != nil {
 							t.Fatal(err)
 						}
@@ -71,6 +77,14 @@ func TestCodexCallSequence(t *testing.T) {
 		got := m.methods()
 		if !slices.Contains(got, "initialize") || !slices.Contains(got, "tools/list") {
 			t.Errorf("%s: the MCP server saw %v, want initialize and tools/list (through http/request)", name, got)
+		}
+		if auth := m.auths(); len(auth) == 0 || slices.ContainsFunc(auth, func(a string) bool { return a != "Bearer tok-parity" }) {
+			t.Errorf("%s: the MCP server got Authorization %q, want the executor's token on every call", name, auth)
+		}
+	}
+	for name, r := range runs {
+		if !strings.Contains(r.traffic.String(), `"valueEnvVar":"CODEX_PARITY_MCP_TOKEN"`) {
+			t.Errorf("%s: codex did not ask the executor to fill the token (no valueEnvVar in its http/request)", name)
 		}
 	}
 	refSeq, oursSeq := callSequence(ref), callSequence(ours)
@@ -155,9 +169,16 @@ func probes(r *codexRun) []string {
 // mcpServer is a minimal streamable-HTTP MCP server: JSON answers to
 // initialize and tools/list, 202 to notifications.
 type mcpServer struct {
-	url string
-	mu  sync.Mutex
-	got []string
+	url  string
+	mu   sync.Mutex
+	got  []string
+	auth []string // the Authorization header of each call
+}
+
+func (m *mcpServer) auths() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.auth)
 }
 
 func (m *mcpServer) methods() []string {
@@ -192,6 +213,7 @@ func startMCPServer(t *testing.T) *mcpServer {
 		}
 		m.mu.Lock()
 		m.got = append(m.got, req.Method)
+		m.auth = append(m.auth, r.Header.Get("Authorization"))
 		m.mu.Unlock()
 		if req.ID == nil {
 			w.WriteHeader(http.StatusAccepted)

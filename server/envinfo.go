@@ -59,7 +59,7 @@ func (s *Server) capabilities() map[string]bool {
 		"fsWatch":                                     true,
 		"capabilityDiscoveryV2":                       true,
 		"environmentConfigRead":                       true,
-		"httpHeaderEnvVars":                           false,
+		"httpHeaderEnvVars":                           true,
 		"sandboxedFileStreaming":                      false,
 		"fileWriteStreaming":                          fsStreaming,
 		"shellSnapshotV2":                             false,

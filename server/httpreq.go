@@ -54,10 +54,19 @@ type httpHeader struct {
 	Value string `json:"value"`
 }
 
+// httpReqHeader is a request header: value, or value followed by the
+// executor's environment variable valueEnvVar (a credential that stays on
+// the executor; capability httpHeaderEnvVars).
+type httpReqHeader struct {
+	Name        string  `json:"name"`
+	Value       *string `json:"value"`
+	ValueEnvVar *string `json:"valueEnvVar"`
+}
+
 type httpParams struct {
 	Method         string           `json:"method"`
 	URL            string           `json:"url"`
-	Headers        []httpHeader     `json:"headers"`
+	Headers        []httpReqHeader  `json:"headers"`
 	BodyBase64     *protocol.Base64 `json:"bodyBase64"`
 	TimeoutMs      *uint64          `json:"timeoutMs"`
 	RedirectPolicy *string          `json:"redirectPolicy"`
@@ -91,18 +100,13 @@ func decodeHTTPRequest(raw json.RawMessage) (any, error) {
 	if p.RedirectPolicy != nil && *p.RedirectPolicy != "follow" && *p.RedirectPolicy != "stop" {
 		return nil, protocol.InvalidParams("unknown variant `%s`, expected `follow` or `stop`", *p.RedirectPolicy)
 	}
+	for _, h := range p.Headers {
+		if h.Value == nil {
+			return nil, protocol.InvalidParams("missing field `value`")
+		}
+	}
 	if !isToken(p.Method) {
 		return nil, protocol.InvalidParams("http/request method is invalid: invalid HTTP method")
-	}
-	for _, h := range p.Headers {
-		if !isToken(h.Name) {
-			return nil, protocol.InvalidParams("http/request header name is invalid: invalid HTTP header name")
-		}
-		for i := 0; i < len(h.Value); i++ {
-			if c := h.Value[i]; c < 0x20 && c != '\t' || c == 0x7f {
-				return nil, protocol.InvalidParams("http/request header value is invalid: failed to parse header value")
-			}
-		}
 	}
 	u, err := url.Parse(p.URL)
 	if err != nil || u.Scheme == "" {
@@ -119,6 +123,30 @@ func decodeHTTPRequest(raw json.RawMessage) (any, error) {
 		u.Path = "/"
 	}
 	p.url = u
+	// Checked in the reference's order: name, then the variable, then the
+	// value it makes.
+	for i := range p.Headers {
+		h := &p.Headers[i]
+		if !isToken(h.Name) {
+			return nil, protocol.InvalidParams("http/request header name is invalid: invalid HTTP header name")
+		}
+		if h.ValueEnvVar != nil {
+			v, ok := os.LookupEnv(*h.ValueEnvVar)
+			if !ok || *h.ValueEnvVar == "" {
+				return nil, protocol.InvalidParams("http/request header %s requires executor environment variable %s", h.Name, *h.ValueEnvVar)
+			}
+			if v == "" {
+				return nil, protocol.InvalidParams("http/request header %s requires a non-empty executor environment variable %s", h.Name, *h.ValueEnvVar)
+			}
+			full := *h.Value + v
+			h.Value, h.ValueEnvVar = &full, nil
+		}
+		for j := 0; j < len(*h.Value); j++ {
+			if c := (*h.Value)[j]; c < 0x20 && c != '\t' || c == 0x7f {
+				return nil, protocol.InvalidParams("http/request header value is invalid for %s: failed to parse header value", h.Name)
+			}
+		}
+	}
 	return p, nil
 }
 
@@ -295,7 +323,7 @@ func doHTTP(ctx context.Context, p *httpParams) (*http.Response, []httpHeader, e
 	}
 	hasAccept := false
 	for _, h := range p.Headers {
-		req.Header.Add(h.Name, h.Value)
+		req.Header.Add(h.Name, *h.Value)
 		hasAccept = hasAccept || strings.EqualFold(h.Name, "accept")
 	}
 	if !hasAccept {

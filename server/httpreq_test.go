@@ -153,11 +153,28 @@ func TestHTTPRequest(t *testing.T) {
 	}
 	closed := ln.Addr().String()
 	ln.Close()
+	// A header from the executor's environment: value then the variable.
+	t.Setenv("HTTPREQ_TEST_TOKEN", "s3cret")
+	t.Setenv("HTTPREQ_TEST_EMPTY", "")
+	r = call(map[string]any{"requestId": "r6", "method": "GET", "url": srv.URL + "/echo",
+		"headers": []map[string]any{{"name": "Authorization", "value": "Bearer ", "valueEnvVar": "HTTPREQ_TEST_TOKEN"}}})
+	body, _ = base64.StdEncoding.DecodeString(r.Body)
+	mustUnmarshal(t, body, &echo)
+	if got := echo.Headers["Authorization"]; len(got) != 1 || got[0] != "Bearer s3cret" {
+		t.Errorf("valueEnvVar header as received: %v", got)
+	}
+	envHeader := func(id, v string) map[string]any {
+		return map[string]any{"requestId": id, "method": "GET", "url": srv.URL, "headers": []map[string]any{{"name": "x-k", "value": "v", "valueEnvVar": v}}}
+	}
 	for _, c := range []struct {
 		params map[string]any
 		code   int
 		want   string
 	}{
+		{envHeader("v1", "HTTPREQ_TEST_MISSING"), -32602, "http/request header x-k requires executor environment variable HTTPREQ_TEST_MISSING"},
+		{envHeader("v2", "HTTPREQ_TEST_EMPTY"), -32602, "http/request header x-k requires a non-empty executor environment variable HTTPREQ_TEST_EMPTY"},
+		{map[string]any{"requestId": "v3", "method": "GET", "url": srv.URL, "headers": []map[string]any{{"name": "x-k", "valueEnvVar": "HTTPREQ_TEST_TOKEN"}}}, -32602, "missing field `value`"},
+		{map[string]any{"requestId": "v4", "method": "GET", "url": srv.URL, "headers": []httpHeader{{"x-k", "a\nb"}}}, -32602, "http/request header value is invalid for x-k: failed to parse header value"},
 		{map[string]any{"requestId": "e1", "method": "GET", "url": "ftp://127.0.0.1/x"}, -32602, "http/request only supports http and https URLs, got ftp"},
 		{map[string]any{"requestId": "e2", "method": "GET", "url": "not a url"}, -32602, "http/request url is invalid: relative URL without a base"},
 		{map[string]any{"requestId": "e3", "method": "BAD METHOD", "url": srv.URL}, -32602, "http/request method is invalid: invalid HTTP method"},
