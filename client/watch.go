@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -301,6 +302,12 @@ func (c *Client) rewatch() {
 			ctx, cancel := context.WithTimeout(c.ctx, c.opts.ReconnectTimeout)
 			err := c.call(ctx, methodFsWatch, map[string]any{"watchId": w.id, "path": fileuri.FromPath(w.path), "recursive": w.recursive}, nil, true)
 			cancel()
+			var pe *Error
+			if errors.As(err, &pe) && pe.Code == -32600 && strings.Contains(pe.Message, "already in use") {
+				// Watch's own request was retried on the new connection
+				// and set it there already.
+				err = nil
+			}
 			if err != nil {
 				cw.mu.Lock()
 				delete(cw.byID, w.id)
