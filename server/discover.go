@@ -52,9 +52,13 @@ func decodeDiscover(raw json.RawMessage) (any, error) {
 	return p, nil
 }
 
-func discoverCapabilities() discoverResult {
+func discoverCapabilities() (any, error) {
+	home, err := codexhome.Home()
+	if err != nil {
+		return nil, protocol.Internal("%v", err)
+	}
 	res := discoverResult{Plugins: []any{}, Skills: []discoveredSkill{}, Warnings: []string{}}
-	root := filepath.Join(codexhome.Home(), "skills")
+	root := filepath.Join(home, "skills")
 	skills, bad := codexhome.Skills(root)
 	for _, s := range skills {
 		res.Skills = append(res.Skills, discoveredSkill{
@@ -66,7 +70,7 @@ func discoverCapabilities() discoverResult {
 	if bad {
 		res.Warnings = append(res.Warnings, codexhome.SkillsWarning)
 	}
-	return res
+	return res, nil
 }
 
 func (s *Server) discoverMethods(m map[string]method) {
@@ -74,7 +78,7 @@ func (s *Server) discoverMethods(m map[string]method) {
 		family: familyEnvironment,
 		decode: decodeDiscover,
 		call: func(context.Context, *connState, any) (any, error) {
-			return discoverCapabilities(), nil
+			return discoverCapabilities()
 		},
 	}
 }

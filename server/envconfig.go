@@ -71,7 +71,10 @@ func decodeEnvConfig(raw json.RawMessage) (any, error) {
 // system and managed sources (never $CODEX_HOME), which this server does
 // not read: they stay empty.
 func (cs *connState) readEnvConfig(p *envConfigParams) (any, error) {
-	home := codexhome.Home()
+	home, err := codexhome.Home()
+	if err != nil {
+		return nil, protocol.Internal("failed to find Codex home: %v", err)
+	}
 	host, _ := os.Hostname()
 	res := envConfigResult{
 		UserHomeDir:  cs.srv.envInfo().UserHomeDir,

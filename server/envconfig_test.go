@@ -63,3 +63,47 @@ func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// TestCodexHomeResolution: CODEX_HOME must be an existing directory (the
+// reference's texts otherwise, in both methods) and is reported with its
+// symbolic links resolved.
+func TestCodexHomeResolution(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	read := map[string]any{"cwd": fileuri.FromPath(dir), "configPaths": [][]string{{"mcp_servers"}}, "requirementsPaths": [][]string{}}
+	discover := map[string]any{"cwd": fileuri.FromPath(dir)}
+
+	t.Setenv("CODEX_HOME", link)
+	var res struct {
+		CodexHomeDir string `json:"codexHomeDir"`
+	}
+	mustUnmarshal(t, p.call("environmentConfig/read", read), &res)
+	if res.CodexHomeDir != fileuri.FromPath(real) {
+		t.Errorf("codexHomeDir %s, want the link resolved (%s)", res.CodexHomeDir, real)
+	}
+	for _, c := range []struct{ home, want string }{
+		{filepath.Join(dir, "missing"), `CODEX_HOME points to "` + filepath.Join(dir, "missing") + `", but that path does not exist`},
+		{file, `CODEX_HOME points to "` + file + `", but that path is not a directory`},
+	} {
+		t.Setenv("CODEX_HOME", c.home)
+		if code, msg := p.callErr("environmentConfig/read", read); code != -32603 || msg != "failed to find Codex home: "+c.want {
+			t.Errorf("environmentConfig/read with CODEX_HOME=%s: %d %q", c.home, code, msg)
+		}
+		if code, msg := p.callErr("capabilities/discoverV2", discover); code != -32603 || msg != c.want {
+			t.Errorf("capabilities/discoverV2 with CODEX_HOME=%s: %d %q", c.home, code, msg)
+		}
+	}
+}

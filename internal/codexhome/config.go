@@ -13,16 +13,32 @@ import (
 // request, for any client.
 const MaxConfigBytes = 4 << 20
 
-// Home returns the codex home: $CODEX_HOME when set, else ~/.codex.
-func Home() string {
-	if h := os.Getenv("CODEX_HOME"); h != "" {
-		if abs, err := filepath.Abs(h); err == nil {
-			return abs
-		}
-		return h
+// Home returns the codex home: $CODEX_HOME when set (it must be an
+// existing directory; symbolic links resolved, as the reference), else
+// ~/.codex. The error texts are the reference's.
+func Home() (string, error) {
+	h := os.Getenv("CODEX_HOME")
+	if h == "" {
+		home, _ := os.UserHomeDir()
+		return filepath.Join(home, ".codex"), nil
 	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".codex")
+	st, err := os.Stat(h)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("CODEX_HOME points to %q, but that path does not exist", h)
+	case err != nil:
+		return "", fmt.Errorf("CODEX_HOME points to %q: %v", h, err)
+	case !st.IsDir():
+		return "", fmt.Errorf("CODEX_HOME points to %q, but that path is not a directory", h)
+	}
+	abs, err := filepath.Abs(h)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	return abs, nil
 }
 
 // Layer is one configuration source, lowest precedence first.
