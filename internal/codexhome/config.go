@@ -94,9 +94,9 @@ func Layers(home, cwd string) ([]Layer, error) {
 		if st, err := os.Stat(dotCodex); err != nil || !st.IsDir() || dotCodex == home {
 			continue
 		}
-		level, ok := trust[dir]
+		level, ok := trustOf(trust, dir)
 		if !ok {
-			level = trust[root]
+			level, _ = trustOf(trust, root)
 		}
 		if level != "trusted" {
 			continue
@@ -165,6 +165,18 @@ func trustLevels(user *Table) map[string]string {
 		}
 	}
 	return out
+}
+
+// trustOf looks dir up by its canonical path, then as written (the
+// reference's order).
+func trustOf(trust map[string]string, dir string) (string, bool) {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		if lv, ok := trust[real]; ok {
+			return lv, true
+		}
+	}
+	lv, ok := trust[dir]
+	return lv, ok
 }
 
 // projectRoot is the nearest ancestor of cwd with a .git entry, else cwd.

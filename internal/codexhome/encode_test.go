@@ -196,6 +196,24 @@ func TestLayers(t *testing.T) {
 		t.Errorf(".git with HEAD: got %q, want the user and sub layers", got)
 	}
 
+	// Trust is looked up by the canonical path, then as written: a link
+	// to a trusted directory is trusted; a trusted link, not its target.
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(repo, link); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(home, "config.toml"), "[projects.\""+repo+"\"]\ntrust_level = \"trusted\"\n")
+	if got := sources(filepath.Join(link, "sub")); len(got) != 3 {
+		t.Errorf("through a link to a trusted project: got %q, want user, repo and sub layers", got)
+	}
+	write(filepath.Join(home, "config.toml"), "[projects.\""+link+"\"]\ntrust_level = \"trusted\"\n")
+	if got := sources(filepath.Join(link, "sub")); len(got) != 3 {
+		t.Errorf("a trusted link: got %q, want user, repo and sub layers", got)
+	}
+	if got := sources(sub); len(got) != 1 {
+		t.Errorf("the target of a trusted link: got %q, want the user layer only", got)
+	}
+
 	write(filepath.Join(sub, ".codex", "config.toml"), "model = \n")
 	write(filepath.Join(home, "config.toml"), "[projects.\""+repo+"\"]\ntrust_level = \"trusted\"\n")
 	if _, err := Layers(home, sub); err == nil {
