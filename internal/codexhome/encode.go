@@ -4,7 +4,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Encode serializes t as the reference's TOML writer lays a document out
@@ -95,8 +94,8 @@ func encodeValue(b *strings.Builder, v any) {
 		b.WriteString(formatFloat(x))
 	case bool:
 		b.WriteString(strconv.FormatBool(x))
-	case time.Time:
-		b.WriteString(formatTime(x))
+	case Datetime:
+		b.WriteString(string(x))
 	case []any:
 		b.WriteByte('[')
 		for i, e := range x {
@@ -145,25 +144,6 @@ func formatFloat(f float64) string {
 		s += ".0"
 	}
 	return s
-}
-
-// formatTime writes the four TOML date-time kinds; the decoder marks the
-// local ones with locations of its own names. A "Z" offset decodes to UTC and is
-// written back as "Z"; other offsets as ±hh:mm. Fractions lose trailing
-// zeros, as the reference's.
-func formatTime(t time.Time) string {
-	if t.Location() == time.UTC {
-		return t.Format("2006-01-02T15:04:05.999999999Z")
-	}
-	switch t.Location().String() {
-	case "date-local":
-		return t.Format("2006-01-02")
-	case "time-local":
-		return t.Format("15:04:05.999999999")
-	case "datetime-local":
-		return t.Format("2006-01-02T15:04:05.999999999")
-	}
-	return t.Format("2006-01-02T15:04:05.999999999-07:00")
 }
 
 // strMetrics is what decides how a string is quoted.

@@ -7,10 +7,12 @@ package codexhome
 
 import (
 	"fmt"
-	"sort"
+	"math"
+	"strconv"
 	"strings"
 
-	"github.com/BurntSushi/toml"
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 )
 
 // Table is a TOML table that keeps its keys in document order: the
@@ -18,7 +20,7 @@ import (
 // them, so a map would lose what the answer must show.
 type Table struct {
 	Keys []string
-	Vals map[string]any // string, int64, float64, bool, time.Time, []any, *Table
+	Vals map[string]any // string, int64, float64, bool, Datetime, []any, *Table
 }
 
 func newTable() *Table { return &Table{Vals: map[string]any{}} }
@@ -39,116 +41,175 @@ func (t *Table) Get(k string) (any, bool) {
 	return v, ok
 }
 
-// ParseTOML decodes a TOML document into an ordered Table. The decoding is
-// BurntSushi/toml's; the order comes from its MetaData.Keys, which lists
-// every key in document order (an array-of-tables key once per element).
+// ParseTOML decodes a TOML document into an ordered Table. go-toml/v2
+// validates the document (its Unmarshal enforces the TOML rules on
+// redefinition, inline tables and arrays of tables); its parser's syntax
+// tree gives the keys in document order and each scalar as written, which
+// the re-serialization needs (the reference writes an offset as given:
+// "+00:00" is not "Z").
 func ParseTOML(doc string) (*Table, error) {
-	var m map[string]any
-	md, err := toml.Decode(doc, &m)
-	if err != nil {
+	var check map[string]any
+	if err := toml.Unmarshal([]byte(doc), &check); err != nil {
 		return nil, err
 	}
-	keys := md.Keys()
-	all := make([]int, len(keys))
-	for i := range all {
-		all[i] = i
+	var p unstable.Parser
+	p.Reset([]byte(doc))
+	root := newTable()
+	cur := root
+	for p.NextExpression() {
+		e := p.Expression()
+		switch e.Kind {
+		case unstable.Table:
+			cur = descend(root, keyOf(e.Key()), false)
+		case unstable.ArrayTable:
+			cur = descend(root, keyOf(e.Key()), true)
+		case unstable.KeyValue:
+			setKeyValue(cur, e)
+		}
 	}
-	o := orderer{keys: keys, md: md}
-	return o.table(m, nil, all), nil
+	if err := p.Error(); err != nil {
+		return nil, err
+	}
+	return root, nil
 }
 
-// orderer rebuilds order from the decoder's key list. in is the subset of
-// key indices (ascending) that lie inside the value being converted and
-// start with its path; a child's position is the first such key naming it.
-type orderer struct {
-	keys []toml.Key
-	md   toml.MetaData
+func keyOf(it unstable.Iterator) []string {
+	var k []string
+	for it.Next() {
+		k = append(k, string(it.Node().Data))
+	}
+	return k
 }
 
-func (o *orderer) table(m map[string]any, path []string, in []int) *Table {
-	t := newTable()
-	first := map[string]int{}
-	var order []string
-	sub := map[string][]int{}
-	depth := len(path)
-	for _, i := range in {
-		k := o.keys[i]
-		if len(k) <= depth {
-			continue
-		}
-		c := k[depth]
-		if _, ok := first[c]; !ok {
-			first[c] = i
-			order = append(order, c)
-		}
-		sub[c] = append(sub[c], i)
-	}
-	for _, c := range order {
-		if v, ok := m[c]; ok {
-			t.set(c, o.value(v, append(path[:depth:depth], c), sub[c]))
-		}
-	}
-	// Keys the list did not name (not expected) keep a stable order.
-	var rest []string
-	for c := range m {
-		if _, ok := t.Vals[c]; !ok {
-			rest = append(rest, c)
-		}
-	}
-	sortStrings(rest)
-	for _, c := range rest {
-		t.set(c, o.value(m[c], append(path[:depth:depth], c), nil))
-	}
-	return t
-}
-
-func (o *orderer) value(v any, path []string, in []int) any {
-	switch x := v.(type) {
-	case map[string]any:
-		return o.table(x, path, in)
-	case []map[string]any:
-		// An array of tables: each element's keys lie between its own
-		// marker (the array's key, listed once per element) and the next.
-		var marks []int
-		for _, i := range in {
-			if len(o.keys[i]) == len(path) {
-				marks = append(marks, i)
-			}
-		}
-		out := make([]any, len(x))
-		for e, el := range x {
-			var lo, hi = -1, 1 << 62
-			if len(marks) == len(x) {
-				lo = marks[e]
-				if e+1 < len(marks) {
-					hi = marks[e+1]
-				}
-			}
-			// in is ascending: the element's keys are one run of it.
-			a := sort.SearchInts(in, lo+1)
-			b := sort.SearchInts(in, hi)
-			out[e] = o.table(el, path, in[a:b])
-		}
-		return out
-	case []any:
-		// An inline array: its tables share one key list (the decoder
-		// does not mark inline elements), so they share one order.
-		out := make([]any, len(x))
-		for e, el := range x {
-			out[e] = o.value(el, path, in)
-		}
-		return out
-	default:
+// child returns t's table k, created when missing; in an array of tables,
+// its last element. The document was validated: k is never a plain value.
+func child(t *Table, k string) *Table {
+	switch v := t.Vals[k].(type) {
+	case *Table:
 		return v
-	}
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
+	case []any:
+		if len(v) > 0 {
+			if last, ok := v[len(v)-1].(*Table); ok {
+				return last
+			}
 		}
 	}
+	n := newTable()
+	t.set(k, n)
+	return n
+}
+
+// descend walks to the table a [header] names; for a [[header]], it
+// appends a new element and returns it.
+func descend(root *Table, key []string, array bool) *Table {
+	t := root
+	for _, k := range key[:len(key)-1] {
+		t = child(t, k)
+	}
+	last := key[len(key)-1]
+	if !array {
+		return child(t, last)
+	}
+	arr, _ := t.Vals[last].([]any)
+	n := newTable()
+	t.set(last, append(arr, n))
+	return n
+}
+
+func setKeyValue(t *Table, kv *unstable.Node) {
+	key := keyOf(kv.Key())
+	for _, k := range key[:len(key)-1] {
+		t = child(t, k)
+	}
+	t.set(key[len(key)-1], nodeValue(kv.Value()))
+}
+
+func nodeValue(n *unstable.Node) any {
+	switch n.Kind {
+	case unstable.String:
+		return string(n.Data)
+	case unstable.Bool:
+		return string(n.Data) == "true"
+	case unstable.Integer:
+		v, _ := strconv.ParseInt(strings.ReplaceAll(string(n.Data), "_", ""), 0, 64)
+		return v
+	case unstable.Float:
+		return parseFloat(string(n.Data))
+	case unstable.LocalDate, unstable.LocalTime, unstable.LocalDateTime, unstable.DateTime:
+		return Datetime(normDatetime(string(n.Data)))
+	case unstable.Array:
+		out := []any{}
+		for it := n.Children(); it.Next(); {
+			out = append(out, nodeValue(it.Node()))
+		}
+		return out
+	case unstable.InlineTable:
+		t := newTable()
+		for it := n.Children(); it.Next(); {
+			setKeyValue(t, it.Node())
+		}
+		return t
+	}
+	return nil
+}
+
+func parseFloat(s string) float64 {
+	s = strings.ReplaceAll(s, "_", "")
+	switch strings.TrimLeft(s, "+-") {
+	case "nan":
+		return math.NaN()
+	case "inf":
+		if strings.HasPrefix(s, "-") {
+			return math.Inf(-1)
+		}
+		return math.Inf(1)
+	}
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
+
+// Datetime is a TOML date, time or date-time in the reference's written
+// form: "T" between date and time, "Z" for a zero offset written as Z,
+// other offsets as written, the fraction without trailing zeros (none when
+// it is zero) and at most nanoseconds.
+type Datetime string
+
+func normDatetime(raw string) string {
+	var b strings.Builder
+	rest := raw
+	if len(rest) >= 10 && rest[4] == '-' {
+		b.WriteString(rest[:10])
+		rest = rest[10:]
+		if rest == "" {
+			return b.String()
+		}
+		b.WriteByte('T')
+		rest = rest[1:]
+	}
+	if len(rest) < 8 {
+		return raw
+	}
+	b.WriteString(rest[:8])
+	rest = rest[8:]
+	if strings.HasPrefix(rest, ".") {
+		i := 1
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		frac := rest[1:i]
+		if len(frac) > 9 {
+			frac = frac[:9]
+		}
+		if frac = strings.TrimRight(frac, "0"); frac != "" {
+			b.WriteString("." + frac)
+		}
+		rest = rest[i:]
+	}
+	if rest == "z" {
+		rest = "Z"
+	}
+	b.WriteString(rest)
+	return b.String()
 }
 
 // Project keeps the parts of t named by paths, in t's order. A path whose
