@@ -7,6 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
 )
 
 // MaxConfigBytes bounds one config file: the server reads them on every
@@ -103,6 +107,10 @@ func Layers(home, cwd string) ([]Layer, error) {
 		}
 		file := filepath.Join(dotCodex, "config.toml")
 		cfg, err := readConfig(file)
+		var pe *parseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("Error parsing project config file %s: %s", file, pe.framed())
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -145,9 +153,40 @@ func readConfig(file string) (*Table, error) {
 	}
 	t, err := ParseTOML(string(b))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		pe := &parseError{file: file, src: b, msg: strings.TrimPrefix(err.Error(), "toml: ")}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			pe.line, pe.col = de.Position()
+		}
+		return nil, pe
 	}
 	return t, nil
+}
+
+// parseError is a config file that does not parse, worded as the
+// reference words it: "PATH:LINE:COLUMN: message" for the user's file, a
+// framed excerpt for a project's (the message itself is this parser's).
+type parseError struct {
+	file      string
+	src       []byte
+	line, col int
+	msg       string
+}
+
+func (e *parseError) Error() string {
+	return fmt.Sprintf("%s:%d:%d: %s", e.file, e.line, e.col, e.msg)
+}
+
+func (e *parseError) framed() string {
+	lines := strings.Split(string(e.src), "\n")
+	text := ""
+	if e.line >= 1 && e.line <= len(lines) {
+		text = strings.TrimSuffix(lines[e.line-1], "\r")
+	}
+	n := strconv.Itoa(e.line)
+	pad := strings.Repeat(" ", len(n))
+	return fmt.Sprintf("TOML parse error at line %d, column %d\n%s |\n%s | %s\n%s | %s^\n%s\n",
+		e.line, e.col, pad, n, text, pad, strings.Repeat(" ", max(e.col-1, 0)), e.msg)
 }
 
 // trustLevels reads [projects."DIR"] trust_level from the user config.
