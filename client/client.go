@@ -298,6 +298,7 @@ func (c *Client) install(rc *rpcConn) {
 	c.mu.Unlock()
 	c.wg.Add(1)
 	go c.watch(rc)
+	c.rewatch()
 }
 
 // pinger is a stream that can check its peer is there (a websocket).
@@ -633,6 +634,7 @@ func (c *Client) onNotify(method string, params json.RawMessage) {
 	case protocol.NotifyProcessClosed:
 		kind = evClosed
 	default:
+		c.extNotify(method, params)
 		return
 	}
 	var ev event

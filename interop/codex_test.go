@@ -59,6 +59,9 @@ type codexScenario struct {
 	// with a token unique to the run.
 	script func(work, token string) [][]map[string]any
 	check  func(r *codexRun)
+	// serverHome, when set, fills the server's CODEX_HOME before it starts
+	// (its config.toml is what environmentConfig/read reports).
+	serverHome func(t *testing.T, home string)
 }
 
 // codexRun is what a scenario's check looks at.
@@ -139,13 +142,17 @@ func runCodexOnce(t *testing.T, codex, base string, tg *target, sc codexScenario
 	}
 	token := randomToken(t)
 
-	// The server: ours as interop built it; the reference with its own
-	// CODEX_HOME outside the temp dir (env(1) sets it, since StartServer
-	// puts a reference's home under the temp dir).
-	spec := tg.spec()
+	// The server, each with its own CODEX_HOME outside the temp dir (env(1)
+	// sets it: StartServer puts a reference's home under the temp dir, and
+	// ours would otherwise read the user's ~/.codex for
+	// environmentConfig/read).
+	serverHome := filepath.Join(root, "server-home")
+	if sc.serverHome != nil {
+		sc.serverHome(t, serverHome)
+	}
+	spec := Spec{Name: tg.name, Bin: "/usr/bin/env", Args: []string{"CODEX_HOME=" + serverHome, tg.bin}}
 	if tg.ref {
-		spec = Spec{Name: tg.name, Bin: "/usr/bin/env",
-			Args: []string{"CODEX_HOME=" + filepath.Join(root, "server-home"), "RUST_LOG=error", tg.bin, "exec-server"}}
+		spec.Args = []string{"CODEX_HOME=" + serverHome, "RUST_LOG=error", tg.bin, "exec-server"}
 	}
 	srv, err := StartServer(ctx, spec, WebSocket)
 	if err != nil {

@@ -33,6 +33,10 @@ type method struct {
 	call   func(ctx context.Context, cs *connState, params any) (any, error)
 }
 
+// afterReplier is a result with work to start once its reply is queued
+// (http/request's streamed body: every bodyDelta follows the result).
+type afterReplier interface{ afterReply() }
+
 // connState is one connection's view: its lifecycle and its session.
 type connState struct {
 	srv               *Server
@@ -95,6 +99,9 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 			close(done)
 		}
 		cs.conn.Reply(id, res, err)
+		if a, ok := res.(afterReplier); ok && err == nil {
+			a.afterReply()
+		}
 	}
 	longPoll := msg.Method == protocol.MethodProcessRead && isLongPoll(params)
 	if inline || cs.conn.Concurrency() == 1 || (msg.Method == protocol.MethodProcessRead && !longPoll) {
@@ -337,7 +344,10 @@ func (s *Server) buildMethods() map[string]method {
 		}
 	}
 	s.watchMethods(m)
-	s.observeMethods(m) // ops: request logs and metrics (observe.go); keep last
+	s.envConfigMethods(m)
+	s.discoverMethods(m)
+	s.httpMethods(m)
+	s.observeMethods(m) // request logs and metrics (observe.go); keep last
 	return m
 }
 

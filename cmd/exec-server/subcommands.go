@@ -14,7 +14,7 @@ import (
 // when name is not one.
 func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ok bool) {
 	switch name {
-	case "exec", "cp", "ls", "cat", "ps":
+	case "exec", "cp", "ls", "cat", "ps", "watch":
 	default:
 		return 0, false
 	}

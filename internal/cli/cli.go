@@ -43,6 +43,8 @@ func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdo
 		return cmd.cat(ctx, args)
 	case "ps":
 		return cmd.ps(ctx, args)
+	case "watch":
+		return cmd.watch(ctx, args)
 	}
 	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want exec, cp, ls, cat or ps)\n", name)
 	return exitUsage
