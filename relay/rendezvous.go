@@ -1,0 +1,403 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// RejectionHeader carries the reason of a refused upgrade (spec §4.1).
+const RejectionHeader = "x-codex-rendezvous-rejection-reason"
+
+const writeTimeout = 30 * time.Second
+
+// leg is one accepted rendezvous websocket. Frames go out through a bounded
+// queue drained by one writer goroutine, so a reader never blocks on
+// another socket's network write.
+type leg struct {
+	s        *Server
+	role     string
+	env      string
+	conn     *websocket.Conn
+	out      chan outFrame
+	closing  chan struct{}
+	done     chan struct{}
+	closeMu  sync.Once
+	doneOnce sync.Once
+	reason   string
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+type outFrame struct {
+	b    []byte
+	at   time.Time // not before
+	text bool
+}
+
+func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &leg{
+		s: s, role: role, env: env, conn: c,
+		out:     make(chan outFrame, s.opts.QueueFrames),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+		ctx:     ctx, cancel: cancel,
+	}
+}
+
+// Send queues a frame. An executor leg applies back-pressure (the sender
+// waits: harness sockets are independent and TCP slows the harness); a
+// harness leg that stays full for SlowHarness is cut, so that one stalled
+// harness cannot stall the executor's other streams.
+func (l *leg) Send(b []byte) bool { return l.send(outFrame{b: b}) }
+
+func (l *leg) send(f outFrame) bool {
+	select {
+	case <-l.closing:
+		return false
+	case <-l.done:
+		return false
+	default:
+	}
+	select {
+	case l.out <- f:
+		return true
+	default:
+	}
+	var timeout <-chan time.Time
+	if l.role == roleHarness {
+		t := time.NewTimer(l.s.opts.SlowHarness)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case l.out <- f:
+		return true
+	case <-l.done:
+		return false
+	case <-l.closing:
+		return false
+	case <-timeout:
+		l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
+		l.cut()
+		return false
+	}
+}
+
+// Close sends what is queued, then closes the socket.
+func (l *leg) Close(reason string) {
+	l.closeMu.Do(func() {
+		l.reason = reason
+		close(l.closing)
+	})
+}
+
+// cut drops the socket at once.
+func (l *leg) cut() {
+	l.doneOnce.Do(func() {
+		close(l.done)
+		l.cancel()
+		l.conn.CloseNow()
+	})
+}
+
+func (l *leg) writer() {
+	defer l.cut()
+	write := func(f outFrame) bool {
+		if wait := time.Until(f.at); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+				return false
+			}
+		}
+		typ := websocket.MessageBinary
+		if f.text {
+			typ = websocket.MessageText
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, writeTimeout)
+		defer cancel()
+		return l.conn.Write(ctx, typ, f.b) == nil
+	}
+	for {
+		select {
+		case f := <-l.out:
+			if !write(f) {
+				return
+			}
+		case <-l.closing:
+			for {
+				select {
+				case f := <-l.out:
+					if !write(f) {
+						return
+					}
+				default:
+					ctx, cancel := context.WithTimeout(l.ctx, time.Second)
+					defer cancel()
+					go func() { <-ctx.Done(); l.conn.CloseNow() }()
+					l.conn.Close(websocket.StatusGoingAway, l.reason)
+					return
+				}
+			}
+		case <-l.done:
+			return
+		}
+	}
+}
+
+// pinger checks the peer answers: a half-open socket would otherwise hold
+// routes until TCP gives up.
+func (l *leg) pinger() {
+	t := time.NewTicker(l.s.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(l.ctx, l.s.opts.PongTimeout)
+			err := l.conn.Ping(ctx)
+			cancel()
+			if err != nil {
+				select {
+				case <-l.done:
+				default:
+					l.s.log.Info("rendezvous: no pong, dropping socket", "role", l.role, "env", l.env)
+				}
+				l.cut()
+				return
+			}
+		}
+	}
+}
+
+func (s *Server) track(l *leg) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.legs[l] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(l *leg) {
+	s.mu.Lock()
+	delete(s.legs, l)
+	s.mu.Unlock()
+	s.faults.forget(l)
+}
+
+func (s *Server) reject(w http.ResponseWriter, ev *Event, status int, reason string) {
+	ev.Status, ev.Code = status, reason
+	w.Header().Set(RejectionHeader, reason)
+	http.Error(w, "rendezvous: "+reason, status)
+}
+
+func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string) {
+	env := r.PathValue("env")
+	ev := Event{Kind: "upgrade", Role: role, Env: env, Header: r.Header.Clone(), Query: r.URL.RawQuery}
+	defer func() { s.event(ev) }()
+	reg, err := checkURL(s.secret, r.URL.RawQuery, role, env, time.Now())
+	if err != nil {
+		var rj *rejection
+		errors.As(err, &rj)
+		s.reject(w, &ev, rj.status, rj.reason)
+		return
+	}
+	ev.Reg = reg
+	f := s.faults.get()
+	if f.Upgrade.Status != 0 && (f.UpgradeRole == role || f.UpgradeRole == "" && role == roleEnvironment) {
+		if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Upgrade }); ok {
+			s.reject(w, &ev, f.Status, f.Code)
+			return
+		}
+	}
+	// Refuse what cannot be routed before upgrading, so the peer sees an
+	// HTTP status (a 4xx makes the executor re-register).
+	if role == roleEnvironment {
+		cur, ok, err := s.store.Registration(r.Context(), env)
+		if err != nil {
+			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+			return
+		}
+		if !ok || cur.ID != reg {
+			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
+			return
+		}
+	} else {
+		_, attached, ok := s.router.Executor(env)
+		if !ok {
+			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+			return
+		}
+		if attached != reg {
+			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
+			return
+		}
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// Browsers are not clients; the signed URL is the credential.
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+		OnPingReceived:     func(context.Context, []byte) bool { return !s.faults.get().NoPong },
+	})
+	if err != nil {
+		ev.Status = http.StatusBadRequest
+		return
+	}
+	ev.Status = http.StatusSwitchingProtocols
+	c.SetReadLimit(int64(s.opts.MaxFrameBytes))
+	l := s.newLeg(role, env, c)
+	if !s.track(l) {
+		c.Close(websocket.StatusGoingAway, "relay_shutdown")
+		return
+	}
+	defer s.untrack(l)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); l.writer() }()
+	go func() { defer wg.Done(); l.pinger() }()
+	if role == roleEnvironment {
+		s.serveExecutor(l, reg)
+	} else {
+		s.serveHarness(l, reg)
+	}
+	wg.Wait()
+}
+
+func (s *Server) serveExecutor(l *leg, reg string) {
+	displaced, err := s.router.AttachExecutor(l.env, reg, l)
+	if err != nil {
+		l.Close("too_many_environments")
+		return
+	}
+	for _, d := range displaced {
+		d.Close("executor_replaced")
+	}
+	s.log.Info("executor attached", "env", l.env, "registration", reg)
+	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
+	for {
+		typ, b, err := l.conn.Read(l.ctx)
+		if err != nil {
+			break
+		}
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		stream, kind, err := peek(b)
+		if err != nil {
+			s.log.Debug("rendezvous: executor sent a malformed frame", "env", l.env, "len", len(b))
+			continue
+		}
+		h, ok := s.router.Harness(l.env, stream)
+		if !ok {
+			continue
+		}
+		s.forward(false, h, stream, kind, b)
+		if kind == KindReset {
+			s.router.Unbind(l.env, stream, nil)
+		}
+	}
+	orphans := s.router.DetachExecutor(l.env, l)
+	for h, streams := range orphans {
+		for _, st := range streams {
+			h.Send(resetFrame(st, "executor_disconnected"))
+		}
+		h.Close("executor_disconnected")
+	}
+	l.Close("closed")
+	s.log.Info("executor detached", "env", l.env, "registration", reg)
+	s.event(Event{Kind: "detach", Role: roleEnvironment, Env: l.env, Reg: reg})
+}
+
+func (s *Server) serveHarness(l *leg, reg string) {
+	if err := s.router.AttachHarness(l.env, reg, l); err != nil {
+		l.Close("route_unavailable")
+		return
+	}
+	s.event(Event{Kind: "attach", Role: roleHarness, Env: l.env, Reg: reg})
+	for {
+		typ, b, err := l.conn.Read(l.ctx)
+		if err != nil {
+			break
+		}
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		stream, kind, err := peek(b)
+		if err != nil {
+			continue
+		}
+		switch err := s.router.Bind(l.env, stream, l); {
+		case errors.Is(err, ErrTooMany):
+			l.Send(resetFrame(stream, "too_many_streams"))
+			continue
+		case err != nil:
+			// Owned by another socket, or the route went away.
+			continue
+		}
+		exec, _, ok := s.router.Executor(l.env)
+		if !ok {
+			break
+		}
+		s.forward(true, exec, stream, kind, b)
+		if kind == KindReset {
+			s.router.Unbind(l.env, stream, l)
+		}
+	}
+	streams := s.router.DetachHarness(l.env, l)
+	if exec, _, ok := s.router.Executor(l.env); ok {
+		for _, st := range streams {
+			exec.Send(resetFrame(st, "harness_disconnected"))
+			s.event(Event{Kind: "reset", Role: roleEnvironment, Env: l.env, Stream: st, Code: "harness_disconnected"})
+		}
+	}
+	l.Close("closed")
+	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
+}
+
+// forward sends one frame through the fault shaper.
+func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+	out := s.faults.shape(toExecutor, to, stream, kind, b)
+	tl, isLeg := to.(*leg)
+	for _, f := range out.frames {
+		if isLeg && out.delay > 0 {
+			tl.send(outFrame{b: f, at: time.Now().Add(out.delay)})
+		} else {
+			to.Send(f)
+		}
+	}
+	if out.cut == "" {
+		return
+	}
+	if out.cut == roleHarness && !toExecutor || out.cut == roleEnvironment && toExecutor {
+		if isLeg {
+			tl.cut()
+		}
+		return
+	}
+	// The other side: the socket the frame came from.
+	if out.cut == roleEnvironment {
+		s.CutExecutor(s.envOf(to))
+	} else if h, ok := s.router.Harness(s.envOf(to), stream); ok {
+		if hl, ok := h.(*leg); ok {
+			hl.cut()
+		}
+	}
+}
+
+func (s *Server) envOf(l Leg) string {
+	if tl, ok := l.(*leg); ok {
+		return tl.env
+	}
+	return ""
+}
