@@ -312,7 +312,10 @@ func (s *Server) wsBase(r *http.Request) string {
 }
 
 func (s *Server) mintURL(r *http.Request, role, env, reg string, ttl time.Duration) string {
-	c := urlClaims{role: role, env: env, reg: reg, expiry: time.Now().Add(ttl)}
+	// Whole seconds on the wire: round up so that a short TTL is not
+	// already over when minted.
+	exp := time.Now().Add(ttl + time.Second - 1).Truncate(time.Second)
+	c := urlClaims{role: role, env: env, reg: reg, expiry: exp}
 	return s.wsBase(r) + "/rendezvous/" + role + "/" + env + "?" + signedQuery(s.secret, c)
 }
 

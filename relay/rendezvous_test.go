@@ -1,0 +1,316 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// pair is an executor socket and the connect bundle for a harness.
+type pair struct {
+	r      *testRelay
+	exec   *websocket.Conn
+	reg    map[string]any
+	bundle map[string]any
+}
+
+func newPair(t *testing.T, opts Options) *pair {
+	r := startRelay(t, opts)
+	reg, _ := r.attach(t, "E")
+	execConn := dialExisting(t, r, "E")
+	_ = execConn
+	return &pair{r: r, exec: execConn, reg: reg, bundle: r.connect(t, "E", randomKey())}
+}
+
+// dialExisting replaces env's executor socket with a fresh one and returns
+// it (attach's own connection is not exported to tests).
+func dialExisting(t *testing.T, r *testRelay, env string) *websocket.Conn {
+	t.Helper()
+	reg := r.register(t, env, randomKey())
+	n := len(r.rec.all())
+	c := dial(t, reg["url"].(string))
+	r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Env == env })
+	return c
+}
+
+func (p *pair) harness(t *testing.T) *websocket.Conn {
+	t.Helper()
+	n := len(p.r.rec.all())
+	c := dial(t, p.bundle["url"].(string))
+	p.r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Role == roleHarness })
+	return c
+}
+
+// expectNothing checks that no message arrives on c within d.
+func expectNothing(t *testing.T, c *websocket.Conn, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if _, b, err := c.Read(ctx); err == nil {
+		t.Fatalf("unexpected message % x", b)
+	}
+}
+
+func TestRoutesVerbatimBothWays(t *testing.T) {
+	p := newPair(t, Options{})
+	h := p.harness(t)
+	const sid = "0f8b1d2e-aaaa-4bbb-8ccc-123456789abc"
+	up := [][]byte{resumeFrame(sid), handshakeFrame(sid, bytes.Repeat([]byte{7}, 3595))}
+	for i := range 20 {
+		up = append(up, dataFrame(sid, uint32(i), bytes.Repeat([]byte{byte(i)}, 100+i)))
+	}
+	for _, f := range up {
+		write(t, h, f)
+	}
+	for i, want := range up {
+		if got := read(t, p.exec); !bytes.Equal(got, want) {
+			t.Fatalf("frame %d to executor differs", i)
+		}
+	}
+	down := [][]byte{handshakeFrame(sid, make([]byte, 3424)), dataFrame(sid, 0, make([]byte, 61456))}
+	for _, f := range down {
+		write(t, p.exec, f)
+	}
+	for i, want := range down {
+		if got := read(t, h); !bytes.Equal(got, want) {
+			t.Fatalf("frame %d to harness differs", i)
+		}
+	}
+}
+
+func TestHarnessGoneResetsExecutorStreams(t *testing.T) {
+	p := newPair(t, Options{})
+	h := p.harness(t)
+	for _, s := range []string{"s-1", "s-2"} {
+		write(t, h, resumeFrame(s))
+		read(t, p.exec)
+	}
+	h.CloseNow()
+	got := map[string]string{}
+	for range 2 {
+		b := read(t, p.exec)
+		s, _, _ := peek(b)
+		got[s] = resetReason(b)
+	}
+	if got["s-1"] != "harness_disconnected" || got["s-2"] != "harness_disconnected" {
+		t.Fatalf("resets to executor: %v", got)
+	}
+}
+
+func TestExecutorGoneResetsAndClosesHarness(t *testing.T) {
+	p := newPair(t, Options{})
+	h := p.harness(t)
+	write(t, h, resumeFrame("s-1"))
+	read(t, p.exec)
+	p.exec.CloseNow()
+	if reason := resetReason(read(t, h)); reason != "executor_disconnected" {
+		t.Fatalf("reset reason %q", reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := h.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("harness socket after executor left: %v", err)
+	}
+}
+
+func TestStreamOwnershipAndUnknownStreams(t *testing.T) {
+	p := newPair(t, Options{})
+	h1 := p.harness(t)
+	h2 := p.harness(t)
+	write(t, h1, resumeFrame("s-1"))
+	read(t, p.exec)
+	// h2 cannot speak for h1's stream: dropped.
+	write(t, h2, dataFrame("s-1", 0, []byte("hijack")))
+	// Malformed and text frames are dropped too.
+	write(t, h2, []byte("garbage"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	h2.Write(ctx, websocket.MessageText, []byte("text"))
+	cancel()
+	write(t, h2, resumeFrame("s-2"))
+	if s, _, _ := peek(read(t, p.exec)); s != "s-2" {
+		t.Fatalf("executor got a frame for %q, want only s-2's", s)
+	}
+	// Executor frames for unknown streams are dropped; known ones arrive.
+	write(t, p.exec, dataFrame("nobody", 0, []byte("x")))
+	want := dataFrame("s-1", 0, []byte("y"))
+	write(t, p.exec, want)
+	if got := read(t, h1); !bytes.Equal(got, want) {
+		t.Fatalf("h1 got % x", got)
+	}
+	// A reset from the executor releases the id: another socket may take it.
+	write(t, p.exec, resetFrame("s-1", "noise_relay_protocol_error"))
+	if resetReason(read(t, h1)) != "noise_relay_protocol_error" {
+		t.Fatal("reset not forwarded")
+	}
+	write(t, h2, resumeFrame("s-1"))
+	if s, _, _ := peek(read(t, p.exec)); s != "s-1" {
+		t.Fatalf("s-1 not rebound to h2: %q", s)
+	}
+	expectNothing(t, h2, 100*time.Millisecond)
+}
+
+func TestStreamLimitPerHarness(t *testing.T) {
+	p := newPair(t, Options{MaxStreamsPerHarness: 2})
+	h := p.harness(t)
+	for i := range 3 {
+		write(t, h, resumeFrame(fmt.Sprint("s-", i)))
+	}
+	read(t, p.exec)
+	read(t, p.exec)
+	if b := read(t, h); resetReason(b) != "too_many_streams" {
+		t.Fatalf("third stream: % x", b)
+	}
+	expectNothing(t, p.exec, 100*time.Millisecond)
+}
+
+func TestFrameSizeLimit(t *testing.T) {
+	p := newPair(t, Options{MaxFrameBytes: 4096})
+	h := p.harness(t)
+	write(t, h, dataFrame("s-1", 0, make([]byte, 5000)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := h.Read(ctx); websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("oversized frame: %v", err)
+	}
+}
+
+func TestUpgradeRejections(t *testing.T) {
+	r := startRelay(t, Options{})
+	reg := r.register(t, "E", randomKey())
+	good := reg["url"].(string)
+	u, _ := url.Parse(good)
+	with := func(edit func(q url.Values)) string {
+		q := u.Query()
+		edit(q)
+		v := *u
+		v.RawQuery = q.Encode()
+		return v.String()
+	}
+	cases := []struct {
+		name, url string
+		status    int
+		reason    string
+	}{
+		{"no role", with(func(q url.Values) { q.Del("role") }), 400, "missing_role"},
+		{"no sig", with(func(q url.Values) { q.Del("sig") }), 400, "missing_signature"},
+		{"no expiry", with(func(q url.Values) { q.Del("expiry") }), 400, "missing_expiry"},
+		{"no version", with(func(q url.Values) { q.Del("version") }), 400, "missing_version"},
+		{"no registration", with(func(q url.Values) { q.Del("executor_registration_id") }), 400, "missing_executor_registration_id"},
+		{"extra param", with(func(q url.Values) { q.Set("x", "1") }), 400, "extra_query_param"},
+		{"wrong role", with(func(q url.Values) { q.Set("role", "harness") }), 400, "invalid_role"},
+		{"bad expiry", with(func(q url.Values) { q.Set("expiry", "soon") }), 400, "invalid_expiry"},
+		{"later expiry", with(func(q url.Values) { q.Set("expiry", fmt.Sprint(time.Now().Add(time.Hour).Unix())) }), 403, "invalid_signature"},
+		{"other registration", with(func(q url.Values) { q.Set("executor_registration_id", "reg_x") }), 403, "invalid_signature"},
+		{"harness path", strings.Replace(good, "/environment/", "/harness/", 1), 400, "invalid_role"},
+		{"other env", strings.Replace(good, "/environment/E", "/environment/F", 1), 403, "invalid_signature"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, reason := dialStatus(t, c.url)
+			if st != c.status || reason != c.reason {
+				t.Fatalf("got %d %q, want %d %q", st, reason, c.status, c.reason)
+			}
+		})
+	}
+	r.SetFaults(Faults{Upgrade: Failure{Status: 429, Code: "route_unavailable", Times: 1}})
+	if st, reason := dialStatus(t, good); st != 429 || reason != "route_unavailable" {
+		t.Fatalf("injected: %d %q", st, reason)
+	}
+	// A newer registration makes the old URL stale (the executor's cue to
+	// register again).
+	r.register(t, "E", randomKey())
+	if st, reason := dialStatus(t, good); st != 403 || reason != "unexpected_executor_registration_id" {
+		t.Fatalf("stale: %d %q", st, reason)
+	}
+	reg = r.register(t, "E", randomKey())
+	past := urlClaims{role: roleEnvironment, env: "E", reg: reg["executor_registration_id"].(string), expiry: time.Now().Add(-time.Second)}
+	u.RawQuery = signedQuery(r.secret, past)
+	if st, reason := dialStatus(t, u.String()); st != 403 || reason != "expired" {
+		t.Fatalf("expired: %d %q", st, reason)
+	}
+}
+
+func TestHarnessUpgradeNeedsExecutor(t *testing.T) {
+	p := newPair(t, Options{})
+	hurl := p.bundle["url"].(string)
+	p.exec.CloseNow()
+	p.r.rec.wait(t, 0, 5*time.Second, func(e Event) bool { return e.Kind == "detach" && e.Role == roleEnvironment })
+	if st, reason := dialStatus(t, hurl); st != 503 || reason != "route_unavailable" {
+		t.Fatalf("no executor: %d %q", st, reason)
+	}
+	// The executor re-registers: the old bundle points at a stale route.
+	dialExisting(t, p.r, "E")
+	if st, reason := dialStatus(t, hurl); st != 403 || reason != "unexpected_executor_registration_id" {
+		t.Fatalf("stale bundle: %d %q", st, reason)
+	}
+}
+
+func TestCutAndNoPong(t *testing.T) {
+	p := newPair(t, Options{})
+	if !p.r.CutExecutor("E") {
+		t.Fatal("CutExecutor found no executor")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := p.exec.Read(ctx); err == nil {
+		t.Fatal("executor socket survived the cut")
+	}
+	e := dialExisting(t, p.r, "E")
+	go e.Read(context.Background()) // Ping needs a reader
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := e.Ping(pctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	pcancel()
+	p.r.SetFaults(Faults{NoPong: true})
+	pctx, pcancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer pcancel()
+	if err := e.Ping(pctx); err == nil {
+		t.Fatal("pong answered with NoPong set")
+	}
+}
+
+func TestInjectToExecutor(t *testing.T) {
+	p := newPair(t, Options{})
+	p.r.InjectToExecutor("E", []byte("hello"), true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	typ, b, err := p.exec.Read(ctx)
+	if err != nil || typ != websocket.MessageText || string(b) != "hello" {
+		t.Fatalf("%v %q %v", typ, b, err)
+	}
+}
+
+func TestRelayPings(t *testing.T) {
+	r := startRelay(t, Options{PingInterval: 50 * time.Millisecond, PongTimeout: 200 * time.Millisecond})
+	reg := r.register(t, "E", randomKey())
+	pings := make(chan struct{}, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, reg["url"].(string), &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case pings <- struct{}{}:
+			default:
+			}
+			return false // never answer: the relay must drop us
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	go c.Read(context.Background())
+	select {
+	case <-pings:
+	case <-ctx.Done():
+		t.Fatal("relay never pinged")
+	}
+	r.rec.wait(t, 0, 5*time.Second, func(e Event) bool { return e.Kind == "detach" && e.Role == roleEnvironment })
+}
