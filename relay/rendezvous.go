@@ -205,7 +205,13 @@ func (s *Server) reject(w http.ResponseWriter, ev *Event, status int, reason str
 func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string) {
 	env := r.PathValue("env")
 	ev := Event{Kind: "upgrade", Role: role, Env: env, Header: r.Header.Clone(), Query: r.URL.RawQuery}
-	defer func() { s.event(ev) }()
+	// Reported when the answer is known, not when the socket ends.
+	reported := false
+	defer func() {
+		if !reported {
+			s.event(ev)
+		}
+	}()
 	reg, err := checkURL(s.secret, r.URL.RawQuery, role, env, time.Now())
 	if err != nil {
 		var rj *rejection
@@ -255,6 +261,8 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 		return
 	}
 	ev.Status = http.StatusSwitchingProtocols
+	reported = true
+	s.event(ev)
 	c.SetReadLimit(int64(s.opts.MaxFrameBytes))
 	l := s.newLeg(role, env, c)
 	if !s.track(l) {
