@@ -22,11 +22,13 @@ import (
 	"crypto/ecdh"
 	"crypto/hkdf"
 	"crypto/mlkem"
+	"crypto/mlkem/mlkemtest"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // ProtocolName is hashed into the handshake. It says "25519", not
@@ -200,13 +202,22 @@ func dh(priv *ecdh.PrivateKey, pub []byte) ([]byte, error) {
 	return ss, nil
 }
 
-func encapsulate(pub []byte) (ss, ct []byte, err error) {
+// encapsulate draws its randomness from crypto/rand, or from entropy
+// when a test vector supplies it.
+func encapsulate(pub []byte, entropy io.Reader) (ss, ct []byte, err error) {
 	ek, err := mlkem.NewEncapsulationKey768(pub)
 	if err != nil {
 		return nil, nil, fail("mlkem768 public key: %v", err)
 	}
-	ss, ct = ek.Encapsulate()
-	return ss, ct, nil
+	if entropy == nil {
+		ss, ct = ek.Encapsulate()
+		return ss, ct, nil
+	}
+	var m [32]byte
+	if _, err := io.ReadFull(entropy, m[:]); err != nil {
+		return nil, nil, err
+	}
+	return mlkemtest.Encapsulate768(ek, m[:])
 }
 
 // ephemeral is one side's ephemeral keys.
@@ -217,7 +228,22 @@ type ephemeral struct {
 	kemPub []byte
 }
 
-func newEphemeral() (*ephemeral, error) {
+func newEphemeral(entropy io.Reader) (*ephemeral, error) {
+	if entropy != nil {
+		var x [32]byte
+		var seed [64]byte
+		if _, err := io.ReadFull(entropy, x[:]); err != nil {
+			return nil, err
+		}
+		if _, err := io.ReadFull(entropy, seed[:]); err != nil {
+			return nil, err
+		}
+		k, err := KeypairFromSeeds(x[:], seed[:])
+		if err != nil {
+			return nil, err
+		}
+		return &ephemeral{x: k.x, kem: k.kem, xPub: k.pub.X25519, kemPub: k.pub.MLKEM}, nil
+	}
 	x, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
@@ -232,11 +258,12 @@ func newEphemeral() (*ephemeral, error) {
 // Initiator is the harness side of one handshake. Use it once:
 // WriteMessage1, then ReadMessage2.
 type Initiator struct {
-	s     *Keypair
-	rs    PublicKey
-	e     *ephemeral
-	sym   symmetric
-	state int // 0: write 1; 1: read 2; 2: done or failed
+	entropy io.Reader // nil: crypto/rand
+	s       *Keypair
+	rs      PublicKey
+	e       *ephemeral
+	sym     symmetric
+	state   int // 0: write 1; 1: read 2; 2: done or failed
 }
 
 // NewInitiator starts a handshake with the responder whose static key
@@ -249,6 +276,20 @@ func NewInitiator(s *Keypair, rs PublicKey, prologue []byte) (*Initiator, error)
 	i.sym.init(prologue)
 	i.sym.mixHash(rs.X25519)
 	i.sym.mixHash(rs.MLKEM)
+	return i, nil
+}
+
+// NewInitiatorWithEntropy is NewInitiator whose message 1 takes its
+// randomness from entropy (32 bytes of KEM encapsulation randomness, then
+// a 32-byte ephemeral X25519 private key and a 64-byte ML-KEM seed), to
+// replay a recorded handshake as a test vector. Never give it a
+// predictable source otherwise.
+func NewInitiatorWithEntropy(s *Keypair, rs PublicKey, prologue []byte, entropy io.Reader) (*Initiator, error) {
+	i, err := NewInitiator(s, rs, prologue)
+	if err != nil {
+		return nil, err
+	}
+	i.entropy = entropy
 	return i, nil
 }
 
@@ -269,7 +310,7 @@ func (i *Initiator) WriteMessage1(payload []byte) (_ []byte, err error) {
 	}
 	msg := make([]byte, 0, Message1Overhead+len(payload))
 	// skem
-	ss1, ct1, err := encapsulate(i.rs.MLKEM)
+	ss1, ct1, err := encapsulate(i.rs.MLKEM, i.entropy)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +318,7 @@ func (i *Initiator) WriteMessage1(payload []byte) (_ []byte, err error) {
 	i.sym.mixKeyAndHash(ss1)
 	clear(ss1)
 	// e
-	if i.e, err = newEphemeral(); err != nil {
+	if i.e, err = newEphemeral(i.entropy); err != nil {
 		return nil, err
 	}
 	msg = append(msg, i.e.xPub...)
@@ -474,7 +515,7 @@ func (r *Responder) WriteMessage2(payload []byte) (msg []byte, send, recv *Ciphe
 	}
 	msg = make([]byte, 0, Message2Overhead+len(payload))
 	// ekem: to the initiator's ephemeral KEM key, in clear.
-	ss2, ct2, err := encapsulate(r.reKEM)
+	ss2, ct2, err := encapsulate(r.reKEM, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -483,7 +524,7 @@ func (r *Responder) WriteMessage2(payload []byte) (msg []byte, send, recv *Ciphe
 	r.sym.mixKey(ss2)
 	clear(ss2)
 	// skem: to the initiator's static KEM key.
-	ss3, ct3, err := encapsulate(r.rs.MLKEM)
+	ss3, ct3, err := encapsulate(r.rs.MLKEM, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -491,7 +532,7 @@ func (r *Responder) WriteMessage2(payload []byte) (msg []byte, send, recv *Ciphe
 	r.sym.mixKeyAndHash(ss3)
 	clear(ss3)
 	// e
-	e, err := newEphemeral()
+	e, err := newEphemeral(nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}

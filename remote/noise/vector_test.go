@@ -73,3 +73,84 @@ func TestFixedRandomVector(t *testing.T) {
 		t.Fatalf("vector differs from %s (run with -update only if the change is intended):\n%s", path, b)
 	}
 }
+
+// TestReferenceVector replays a handshake recorded against codex 0.169's
+// executor (remote/harness TestRecordReferenceVector): from the recorded
+// seeds and entropy the initiator rebuilds message 1 byte for byte, then
+// accepts the reference's message 2, seals the harness record to the
+// recorded ciphertext and opens the executor's record.
+func TestReferenceVector(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "reference-vector.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		EnvironmentID     string    `json:"environment_id"`
+		RegistrationID    string    `json:"executor_registration_id"`
+		StreamID          string    `json:"stream_id"`
+		ExecutorPublicKey PublicKey `json:"executor_public_key"`
+		HarnessX25519     string    `json:"harness_x25519_private_hex"`
+		HarnessMLKEMSeed  string    `json:"harness_mlkem768_seed_hex"`
+		Entropy           string    `json:"initiator_entropy_hex"`
+		Authorization     string    `json:"harness_key_authorization"`
+		Msg1              string    `json:"msg1_hex"`
+		Msg2              string    `json:"msg2_hex"`
+		HarnessRecords    []struct {
+			Plaintext  string `json:"plaintext_hex"`
+			Ciphertext string `json:"ciphertext_hex"`
+		} `json:"harness_to_executor_records"`
+		ExecutorRecords []struct {
+			Plaintext  string `json:"plaintext_hex"`
+			Ciphertext string `json:"ciphertext_hex"`
+		} `json:"executor_to_harness_records"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	unhex := func(s string) []byte {
+		t.Helper()
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	id, err := KeypairFromSeeds(unhex(v.HarnessX25519), unhex(v.HarnessMLKEMSeed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := NewInitiatorWithEntropy(id, v.ExecutorPublicKey, Prologue(v.EnvironmentID, v.RegistrationID, v.StreamID), bytes.NewReader(unhex(v.Entropy)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg1, err := in.WriteMessage1([]byte(v.Authorization))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(msg1, unhex(v.Msg1)) {
+		t.Fatal("message 1 differs from the recording")
+	}
+	msg2 := unhex(v.Msg2)
+	if len(msg2) != Message2Overhead {
+		t.Fatalf("recorded message 2 of %d bytes", len(msg2))
+	}
+	payload, send, recv, err := in.ReadMessage2(msg2)
+	if err != nil || len(payload) != 0 {
+		t.Fatalf("the reference's message 2: %q, %v", payload, err)
+	}
+	for i, r := range v.HarnessRecords {
+		ct, err := send.Encrypt(nil, unhex(r.Plaintext))
+		if err != nil || !bytes.Equal(ct, unhex(r.Ciphertext)) {
+			t.Fatalf("harness record %d differs (%v)", i, err)
+		}
+	}
+	for i, r := range v.ExecutorRecords {
+		pt, err := recv.Decrypt(nil, unhex(r.Ciphertext))
+		if err != nil || !bytes.Equal(pt, unhex(r.Plaintext)) {
+			t.Fatalf("executor record %d: %v", i, err)
+		}
+	}
+	if len(v.ExecutorRecords) == 0 {
+		t.Fatal("no executor record in the vector")
+	}
+}
