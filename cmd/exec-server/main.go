@@ -51,6 +51,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
 	contain := fs.Bool("contain-descendants", true, "start children through a per-session subreaper init so that no descendant (even one that called setsid) outlives its session or the server, even a SIGKILLed one; --contain-descendants=false starts them directly")
 	sec := addSecurityFlags(fs)
+	rem := addRemoteFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, usage)
@@ -100,6 +101,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if code, ok := rem.run(ctx, cfg, stderr); ok {
+		return code
+	}
 	if err := server.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
 		return 1

@@ -1,0 +1,364 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/remote/channel"
+	"github.com/execgo/exec-server/remote/frame"
+	"github.com/execgo/exec-server/remote/noise"
+)
+
+// conn is one physical rendezvous websocket and its streams (spec §9).
+type conn struct {
+	e    *executor
+	ws   *websocket.Conn
+	reg  registration
+	ctx  context.Context // ends with the socket
+	root context.Context // the executor's: sessions outlive a socket
+
+	// out feeds the one writer of the socket. A stream never writes the
+	// socket itself: websocket writes abandoned on a cancelled context
+	// close the whole connection, and a stream's context ends with it.
+	out chan []byte
+
+	mu       sync.Mutex
+	active   map[string]*channel.Channel
+	pending  map[string]*pending
+	failures int
+	cooldown time.Time
+	wg       sync.WaitGroup
+}
+
+type pending struct {
+	cancel context.CancelFunc
+}
+
+var errSocketGone = errors.New("rendezvous socket closed")
+
+// serveConn runs one socket until it ends and returns why.
+func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg registration) string {
+	root := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	c := &conn{
+		e: e, ws: ws, reg: reg, ctx: ctx, root: root,
+		active:  make(map[string]*channel.Channel),
+		pending: make(map[string]*pending),
+		out:     make(chan []byte, outQueue),
+	}
+	ws.SetReadLimit(int64(e.cfg.MaxFrameBytes))
+	reason := make(chan string, 3)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if r := c.writer(); r != "" {
+			reason <- r
+			ws.CloseNow()
+		}
+	}()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if r := c.keepalive(); r != "" {
+			reason <- r
+			ws.CloseNow()
+		}
+	}()
+	r := c.readLoop()
+	reason <- r
+	cancel()
+	ws.CloseNow()
+	// Every stream ends with its socket; their sessions stay resumable.
+	c.mu.Lock()
+	chans := make([]*channel.Channel, 0, len(c.active))
+	for _, ch := range c.active {
+		chans = append(chans, ch)
+	}
+	for _, p := range c.pending {
+		p.cancel()
+	}
+	c.mu.Unlock()
+	for _, ch := range chans {
+		ch.Fail(errSocketGone)
+	}
+	c.wg.Wait()
+	return <-reason
+}
+
+// keepalive pings every PingInterval, never with a ping outstanding, and
+// gives up after PongTimeout (spec §4.1).
+func (c *conn) keepalive() string {
+	t := time.NewTicker(c.e.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return ""
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(c.ctx, c.e.cfg.PongTimeout)
+			err := c.ws.Ping(pctx)
+			cancel()
+			if err != nil {
+				if c.ctx.Err() != nil {
+					return ""
+				}
+				return "pong_timeout"
+			}
+		}
+	}
+}
+
+// outQueue bounds the frames waiting for the socket.
+const outQueue = 256
+
+func (c *conn) writer() string {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return ""
+		case b := <-c.out:
+			ctx, cancel := context.WithTimeout(c.ctx, c.e.cfg.PongTimeout)
+			err := c.ws.Write(ctx, websocket.MessageBinary, b)
+			cancel()
+			if err != nil {
+				if c.ctx.Err() != nil {
+					return ""
+				}
+				return "write_error"
+			}
+		}
+	}
+}
+
+// enqueue queues a frame for the socket, waiting while ctx allows.
+func (c *conn) enqueue(ctx context.Context, f *frame.Frame) error {
+	b := f.Marshal()
+	select {
+	case c.out <- b:
+		return nil
+	case <-c.ctx.Done():
+		return errSocketGone
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// send queues a control frame (handshake, reset) without waiting: if the
+// queue is full the socket is hopelessly behind and is dropped.
+func (c *conn) send(f *frame.Frame) error {
+	select {
+	case c.out <- f.Marshal():
+		return nil
+	case <-c.ctx.Done():
+		return errSocketGone
+	default:
+		c.e.log.Warn("rendezvous socket write queue full; dropping the socket")
+		c.ws.CloseNow()
+		return errSocketGone
+	}
+}
+
+func (c *conn) reset(streamID string) {
+	if err := c.send(frame.Reset(streamID, ResetReason)); err != nil {
+		c.e.log.Debug("sending reset failed", "stream_id", streamID, "err", err)
+	}
+}
+
+func (c *conn) readLoop() string {
+	for {
+		typ, b, err := c.ws.Read(c.ctx)
+		if err != nil {
+			if websocket.CloseStatus(err) != -1 {
+				return "peer_close"
+			}
+			return "read_error"
+		}
+		if typ != websocket.MessageBinary {
+			c.e.log.Debug("dropping a text message from the rendezvous")
+			continue
+		}
+		f, err := frame.Unmarshal(b)
+		if err == nil {
+			err = frame.Validate(f)
+		}
+		if err != nil {
+			c.e.log.Debug("dropping an invalid relay frame", "err", err)
+			continue
+		}
+		switch f.Kind {
+		case frame.KindHandshake:
+			c.handshake(f)
+		case frame.KindData:
+			c.data(f)
+		case frame.KindReset:
+			c.peerReset(f.StreamID)
+		default:
+			// ack, resume and heartbeat are tolerated and ignored (§8).
+		}
+	}
+}
+
+// fail counts a failed handshake; the budget's end starts the cooldown.
+// Called with c.mu held.
+func (c *conn) failLocked() {
+	c.failures++
+	if c.failures >= c.e.cfg.FailureBudget {
+		c.failures = 0
+		c.cooldown = time.Now().Add(c.e.cfg.Cooldown)
+		c.e.log.Warn("too many failed handshakes; refusing new ones for a while", "cooldown", c.e.cfg.Cooldown)
+	}
+}
+
+func (c *conn) handshake(f *frame.Frame) {
+	sid := f.StreamID
+	c.mu.Lock()
+	if _, ok := c.active[sid]; ok {
+		// The stream stays; this does not count as a failure (as 0.169).
+		c.mu.Unlock()
+		c.reset(sid)
+		return
+	}
+	if p, ok := c.pending[sid]; ok {
+		p.cancel()
+		delete(c.pending, sid)
+		c.failLocked()
+		c.mu.Unlock()
+		c.reset(sid)
+		return
+	}
+	if time.Now().Before(c.cooldown) || len(c.active) >= c.e.cfg.MaxStreams || len(c.pending) >= c.e.cfg.MaxPendingValidations {
+		c.mu.Unlock()
+		c.reset(sid)
+		return
+	}
+	resp := noise.NewResponder(c.e.key, noise.Prologue(c.reg.EnvironmentID, c.reg.RegistrationID, sid))
+	authz, err := resp.ReadMessage1(f.Payload)
+	if err == nil && (len(authz) > noise.MaxAuthorization || !utf8.Valid(authz)) {
+		resp.Destroy()
+		err = errors.New("harness authorization is not UTF-8 of at most 4096 bytes")
+	}
+	if err != nil {
+		c.failLocked()
+		c.mu.Unlock()
+		c.e.log.Warn("handshake rejected", "stream_id", sid, "err", err)
+		c.reset(sid)
+		return
+	}
+	vctx, cancel := context.WithTimeout(c.ctx, c.e.cfg.ValidateTimeout)
+	p := &pending{cancel: cancel}
+	c.pending[sid] = p
+	c.wg.Add(1)
+	c.mu.Unlock()
+	// Validation runs apart: other streams go on meanwhile.
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		v, err := c.e.reg.validate(vctx, c.reg.RegistrationID, sid, resp.RemoteStatic(), string(authz))
+		c.finish(sid, p, resp, v, err)
+	}()
+}
+
+// finish completes a validated handshake, unless it was cancelled meanwhile.
+func (c *conn) finish(sid string, p *pending, resp *noise.Responder, v validation, verr error) {
+	c.mu.Lock()
+	if c.pending[sid] != p {
+		c.mu.Unlock()
+		resp.Destroy()
+		return
+	}
+	delete(c.pending, sid)
+	if v != valid {
+		c.failLocked()
+		c.mu.Unlock()
+		c.e.log.Warn("harness not validated", "stream_id", sid, "err", verr)
+		if v == executorUnauthorized {
+			// Tell the harness it is our credential that was refused.
+			msg, send, recv, err := resp.WriteMessage2([]byte(noise.RejectionMarker))
+			if err == nil {
+				send.Destroy()
+				recv.Destroy()
+				c.send(frame.Handshake(sid, msg))
+				return
+			}
+		}
+		resp.Destroy()
+		c.reset(sid)
+		return
+	}
+	msg, send, recv, err := resp.WriteMessage2(nil)
+	if err != nil {
+		c.failLocked()
+		c.mu.Unlock()
+		c.reset(sid)
+		return
+	}
+	var ch *channel.Channel
+	ch = channel.New(sid, channel.SenderFunc(c.enqueue), send, recv, channel.Options{
+		Name: "exec-server relay stream " + sid,
+		OnClose: func(err error) {
+			c.mu.Lock()
+			mine := c.active[sid] == ch
+			if mine {
+				delete(c.active, sid)
+			}
+			c.mu.Unlock()
+			if mine && !errors.Is(err, channel.ErrPeerReset) && !errors.Is(err, errSocketGone) && c.ctx.Err() == nil {
+				c.reset(sid)
+			}
+		},
+	})
+	c.active[sid] = ch
+	c.mu.Unlock()
+	if err := c.send(frame.Handshake(sid, msg)); err != nil {
+		// Message 2 could not go out: the socket is broken.
+		c.e.log.Warn("writing handshake message 2 failed; dropping the socket", "stream_id", sid, "err", err)
+		ch.Fail(errSocketGone)
+		c.ws.CloseNow()
+		return
+	}
+	c.e.log.Debug("stream established", "stream_id", sid)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		// The channel ends with the socket; the session it served is
+		// then detached, resumable by a new stream.
+		c.e.cfg.Server.ServeStream(c.root, ch)
+		ch.Close()
+	}()
+}
+
+func (c *conn) data(f *frame.Frame) {
+	sid := f.StreamID
+	c.mu.Lock()
+	ch, ok := c.active[sid]
+	if !ok {
+		if p, ok := c.pending[sid]; ok {
+			p.cancel()
+			delete(c.pending, sid)
+			c.failLocked()
+		}
+		c.mu.Unlock()
+		c.reset(sid)
+		return
+	}
+	c.mu.Unlock()
+	// Errors end the channel; its OnClose sends the Reset.
+	_ = ch.Deliver(c.ctx, f)
+}
+
+func (c *conn) peerReset(sid string) {
+	c.mu.Lock()
+	ch, ok := c.active[sid]
+	if p, okp := c.pending[sid]; okp {
+		p.cancel()
+		delete(c.pending, sid)
+	}
+	c.mu.Unlock()
+	if ok {
+		ch.Fail(channel.ErrPeerReset)
+	}
+}
