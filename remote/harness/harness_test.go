@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -32,6 +33,13 @@ type echoExecutor struct {
 	mu        sync.Mutex
 	streams   map[string]*channel.Channel
 	misbehave func(sid string) []*frame.Frame
+	// entropy, if set, gives each handshake's message 2 randomness;
+	// onHandshake and onData see the handshake messages and the inbound
+	// data frames; serve replaces the echo loop.
+	entropy     func() io.Reader
+	onHandshake func(sid string, msg1, msg2 []byte)
+	onData      func(f *frame.Frame)
+	serve       func(ch *channel.Channel)
 }
 
 func startEchoExecutor(t *testing.T, d *double) *echoExecutor {
@@ -40,7 +48,13 @@ func startEchoExecutor(t *testing.T, d *double) *echoExecutor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &echoExecutor{t: t, d: d, key: key, streams: map[string]*channel.Channel{}}
+	return startEchoExecutorWith(t, d, &echoExecutor{key: key})
+}
+
+func startEchoExecutorWith(t *testing.T, d *double, e *echoExecutor) *echoExecutor {
+	t.Helper()
+	e.t, e.d, e.streams = t, d, map[string]*channel.Channel{}
+	key := e.key
 	body, _ := json.Marshal(map[string]any{"security_profile": SecurityProfile, "executor_public_key": key.Public()})
 	resp, err := http.Post(d.srv.URL+"/cloud/environment/"+d.env+"/register", "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -92,6 +106,9 @@ func (e *echoExecutor) loop(ctx context.Context) {
 		case f.Kind == frame.KindHandshake && ch == nil:
 			e.handshake(ctx, f)
 		case ch != nil:
+			if e.onData != nil && f.Kind == frame.KindData {
+				e.onData(f)
+			}
 			if err := ch.Deliver(ctx, f); err != nil && !errors.Is(err, channel.ErrPeerReset) {
 				e.send(ctx, frame.Reset(f.StreamID, "noise_relay_protocol_error"))
 			}
@@ -112,6 +129,9 @@ func (e *echoExecutor) handshake(ctx context.Context, f *frame.Frame) {
 		}
 	}
 	r := noise.NewResponder(e.key, noise.Prologue(e.d.env, e.regID, sid))
+	if e.entropy != nil {
+		r = noise.NewResponderWithEntropy(e.key, noise.Prologue(e.d.env, e.regID, sid), e.entropy())
+	}
 	authz, err := r.ReadMessage1(f.Payload)
 	if err != nil {
 		e.send(ctx, frame.Reset(sid, "noise_relay_protocol_error"))
@@ -142,6 +162,9 @@ func (e *echoExecutor) handshake(ctx context.Context, f *frame.Frame) {
 		e.t.Error(err)
 		return
 	}
+	if e.onHandshake != nil {
+		e.onHandshake(sid, f.Payload, msg2)
+	}
 	e.send(ctx, frame.Handshake(sid, msg2))
 	if payload != nil {
 		return
@@ -154,6 +177,10 @@ func (e *echoExecutor) handshake(ctx context.Context, f *frame.Frame) {
 	e.mu.Lock()
 	e.streams[sid] = ch
 	e.mu.Unlock()
+	if e.serve != nil {
+		go e.serve(ch)
+		return
+	}
 	go func() {
 		defer ch.Close()
 		for {

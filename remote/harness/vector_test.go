@@ -7,13 +7,17 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
 )
@@ -155,6 +159,159 @@ func TestRecordReferenceVector(t *testing.T) {
 	}
 	out, _ := json.MarshalIndent(v, "", "  ")
 	path := filepath.Join("..", "noise", "testdata", "reference-vector.json")
+	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// ResponderVector is a handshake recorded between the reference harness
+// (codex exec with the CODEX_EXEC_SERVER_NOISE_* variables) and this
+// package's test executor, with the responder's secrets, for
+// remote/noise to replay (testdata/reference-harness-vector.json).
+type ResponderVector struct {
+	Note             string          `json:"note"`
+	EnvironmentID    string          `json:"environment_id"`
+	RegistrationID   string          `json:"executor_registration_id"`
+	StreamID         string          `json:"stream_id"`
+	ExecutorX25519   string          `json:"executor_x25519_private_hex"`
+	ExecutorMLKEM    string          `json:"executor_mlkem768_seed_hex"`
+	Entropy          string          `json:"responder_entropy_hex"`
+	HarnessPublicKey noise.PublicKey `json:"harness_public_key"`
+	Authorization    string          `json:"harness_key_authorization"`
+	Msg1             string          `json:"msg1_hex"`
+	Msg2             string          `json:"msg2_hex"`
+	HarnessRecords   []VectorRecord  `json:"harness_to_executor_records"`
+}
+
+// TestReferenceHarness runs the reference harness (`codex exec`, which
+// connects its remote environment at startup) against a Go responder
+// through the double: its message 1 must verify, our message 2 must
+// satisfy it (it then sends its first JSON-RPC request, initialize, as a
+// record we open). With EXEC_SERVER_RECORD_VECTOR=1 it records the
+// exchange for remote/noise. The mock model's URL is a closed port on
+// 127.0.0.1: codex is stopped before it needs one.
+func TestReferenceHarness(t *testing.T) {
+	bin := referenceBin(t)
+	d := newDouble(t, "env-harness")
+	xPriv, seed := fixedBytes("executor-x25519", 32), fixedBytes("executor-mlkem", 64)
+	key, err := noise.KeypairFromSeeds(xPriv, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entropy := fixedBytes("responder-entropy", 160)
+	type handshake struct {
+		sid        string
+		msg1, msg2 []byte
+	}
+	hsc := make(chan handshake, 8)
+	datac := make(chan []byte, 64)
+	msgs := make(chan []byte, 64)
+	e := &echoExecutor{
+		key:     key,
+		entropy: func() io.Reader { return bytes.NewReader(entropy) },
+		onHandshake: func(sid string, m1, m2 []byte) {
+			hsc <- handshake{sid, bytes.Clone(m1), bytes.Clone(m2)}
+		},
+		onData: func(f *frame.Frame) {
+			select {
+			case datac <- bytes.Clone(f.Payload):
+			default:
+			}
+		},
+		serve: func(ch *channel.Channel) {
+			for {
+				m, err := ch.Read(context.Background())
+				if err != nil {
+					return
+				}
+				select {
+				case msgs <- m:
+				default:
+				}
+			}
+		},
+	}
+	startEchoExecutorWith(t, d, e)
+
+	home, work := scratch(t), scratch(t)
+	cmd := exec.Command(bin, "exec", "--skip-git-repo-check", "--ephemeral", "-C", work,
+		"-c", "model_provider=mock", "-c", "features.plugins=false",
+		"-c", `model_providers.mock={name="mock",base_url="http://127.0.0.1:1/v1",wire_api="responses",request_max_retries=0,stream_max_retries=0}`,
+		"say hi")
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "CODEX_") && !strings.HasPrefix(k, "OPENAI_") && k != "RUST_LOG" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "CODEX_HOME="+home, "RUST_LOG=warn",
+		"CODEX_EXEC_SERVER_NOISE_REGISTRY_URL="+d.srv.URL,
+		"CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID="+d.env,
+		"CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN="+harnessToken)
+	var stderr lockedBuffer
+	cmd.Stderr, cmd.Stdout = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("codex exec output:\n%s", stderr.String())
+		}
+	})
+	var hs handshake
+	select {
+	case hs = <-hsc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reference harness never completed a handshake")
+	}
+	var first, ct []byte
+	select {
+	case first = <-msgs:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no JSON-RPC message from the reference harness")
+	}
+	ct = <-datac
+	if !bytes.Contains(first, []byte(`"method":"initialize"`)) {
+		t.Fatalf("first message %s", first)
+	}
+	t.Logf("reference harness: msg1 %d bytes, msg2 %d bytes, first record %d bytes: %s", len(hs.msg1), len(hs.msg2), len(ct), first)
+	if len(hs.msg1) < noise.Message1Overhead || len(hs.msg2) != noise.Message2Overhead {
+		t.Fatalf("sizes %d/%d", len(hs.msg1), len(hs.msg2))
+	}
+	if os.Getenv("EXEC_SERVER_RECORD_VECTOR") != "1" {
+		return
+	}
+	// Replay needs the initiator's key and authorization, which message 1
+	// carries: read it again with a fresh responder.
+	r := noise.NewResponder(key, noise.Prologue(d.env, e.regID, hs.sid))
+	authz, err := r.ReadMessage1(hs.msg1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := binary.BigEndian.AppendUint32(nil, uint32(len(first)))
+	pt = append(pt, first...)
+	v := ResponderVector{
+		Note: "recorded between codex 0.169's harness (codex exec) and a Go responder (remote/harness TestReferenceHarness); " +
+			"replay: the responder from these seeds reads msg1, rebuilds msg2 byte for byte from the entropy and opens the harness record",
+		EnvironmentID:    d.env,
+		RegistrationID:   e.regID,
+		StreamID:         hs.sid,
+		ExecutorX25519:   hex.EncodeToString(xPriv),
+		ExecutorMLKEM:    hex.EncodeToString(seed),
+		Entropy:          hex.EncodeToString(entropy),
+		HarnessPublicKey: r.RemoteStatic(),
+		Authorization:    string(authz),
+		Msg1:             hex.EncodeToString(hs.msg1),
+		Msg2:             hex.EncodeToString(hs.msg2),
+	}
+	r.Destroy()
+	if len(ct) == len(pt)+noise.Overhead {
+		v.HarnessRecords = []VectorRecord{{hex.EncodeToString(pt), hex.EncodeToString(ct)}}
+	}
+	out, _ := json.MarshalIndent(v, "", "  ")
+	path := filepath.Join("..", "noise", "testdata", "reference-harness-vector.json")
 	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}

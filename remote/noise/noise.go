@@ -413,12 +413,13 @@ func (i *Initiator) destroy() {
 // (the executor asks the registry's /validate about RemoteStatic and the
 // payload), then WriteMessage2.
 type Responder struct {
-	s     *Keypair
-	rs    PublicKey
-	re    []byte // initiator ephemeral X25519
-	reKEM []byte // initiator ephemeral ML-KEM
-	sym   symmetric
-	state int // 0: read 1; 1: write 2; 2: done or failed
+	entropy io.Reader // nil: crypto/rand
+	s       *Keypair
+	rs      PublicKey
+	re      []byte // initiator ephemeral X25519
+	reKEM   []byte // initiator ephemeral ML-KEM
+	sym     symmetric
+	state   int // 0: read 1; 1: write 2; 2: done or failed
 }
 
 // NewResponder starts the responder's side of a handshake.
@@ -427,6 +428,17 @@ func NewResponder(s *Keypair, prologue []byte) *Responder {
 	r.sym.init(prologue)
 	r.sym.mixHash(s.pub.X25519)
 	r.sym.mixHash(s.pub.MLKEM)
+	return r
+}
+
+// NewResponderWithEntropy is NewResponder whose message 2 takes its
+// randomness from entropy (32 bytes for each of the two encapsulations,
+// then a 32-byte ephemeral X25519 private key and a 64-byte ML-KEM seed),
+// to replay a recorded handshake. Never give it a predictable source
+// otherwise.
+func NewResponderWithEntropy(s *Keypair, prologue []byte, entropy io.Reader) *Responder {
+	r := NewResponder(s, prologue)
+	r.entropy = entropy
 	return r
 }
 
@@ -515,7 +527,7 @@ func (r *Responder) WriteMessage2(payload []byte) (msg []byte, send, recv *Ciphe
 	}
 	msg = make([]byte, 0, Message2Overhead+len(payload))
 	// ekem: to the initiator's ephemeral KEM key, in clear.
-	ss2, ct2, err := encapsulate(r.reKEM, nil)
+	ss2, ct2, err := encapsulate(r.reKEM, r.entropy)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -524,7 +536,7 @@ func (r *Responder) WriteMessage2(payload []byte) (msg []byte, send, recv *Ciphe
 	r.sym.mixKey(ss2)
 	clear(ss2)
 	// skem: to the initiator's static KEM key.
-	ss3, ct3, err := encapsulate(r.rs.MLKEM, nil)
+	ss3, ct3, err := encapsulate(r.rs.MLKEM, r.entropy)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -532,7 +544,7 @@ func (r *Responder) WriteMessage2(payload []byte) (msg []byte, send, recv *Ciphe
 	r.sym.mixKeyAndHash(ss3)
 	clear(ss3)
 	// e
-	e, err := newEphemeral(nil)
+	e, err := newEphemeral(r.entropy)
 	if err != nil {
 		return nil, nil, nil, err
 	}

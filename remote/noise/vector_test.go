@@ -154,3 +154,70 @@ func TestReferenceVector(t *testing.T) {
 		t.Fatal("no executor record in the vector")
 	}
 }
+
+// TestReferenceHarnessVector replays a handshake between codex 0.169's
+// harness and our responder (remote/harness TestReferenceHarness): the
+// reference's message 1 verifies and carries the recorded key and
+// authorization, message 2 is rebuilt byte for byte (the harness accepted
+// it: its next record, initialize, is opened here).
+func TestReferenceHarnessVector(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "reference-harness-vector.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		EnvironmentID    string    `json:"environment_id"`
+		RegistrationID   string    `json:"executor_registration_id"`
+		StreamID         string    `json:"stream_id"`
+		ExecutorX25519   string    `json:"executor_x25519_private_hex"`
+		ExecutorMLKEM    string    `json:"executor_mlkem768_seed_hex"`
+		Entropy          string    `json:"responder_entropy_hex"`
+		HarnessPublicKey PublicKey `json:"harness_public_key"`
+		Authorization    string    `json:"harness_key_authorization"`
+		Msg1             string    `json:"msg1_hex"`
+		Msg2             string    `json:"msg2_hex"`
+		HarnessRecords   []struct {
+			Plaintext  string `json:"plaintext_hex"`
+			Ciphertext string `json:"ciphertext_hex"`
+		} `json:"harness_to_executor_records"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	unhex := func(s string) []byte {
+		t.Helper()
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	key, err := KeypairFromSeeds(unhex(v.ExecutorX25519), unhex(v.ExecutorMLKEM))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewResponderWithEntropy(key, Prologue(v.EnvironmentID, v.RegistrationID, v.StreamID), bytes.NewReader(unhex(v.Entropy)))
+	authz, err := r.ReadMessage1(unhex(v.Msg1))
+	if err != nil {
+		t.Fatalf("the reference's message 1: %v", err)
+	}
+	if string(authz) != v.Authorization || !r.RemoteStatic().Equal(v.HarnessPublicKey) {
+		t.Fatal("message 1 carries another authorization or key")
+	}
+	msg2, _, recv, err := r.WriteMessage2(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(msg2, unhex(v.Msg2)) {
+		t.Fatal("message 2 differs from the recording")
+	}
+	if len(v.HarnessRecords) == 0 {
+		t.Fatal("no harness record in the vector")
+	}
+	for i, rec := range v.HarnessRecords {
+		pt, err := recv.Decrypt(nil, unhex(rec.Ciphertext))
+		if err != nil || !bytes.Equal(pt, unhex(rec.Plaintext)) {
+			t.Fatalf("harness record %d: %v", i, err)
+		}
+	}
+}
