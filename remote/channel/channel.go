@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/execgo/exec-server/remote/frame"
@@ -326,6 +327,9 @@ func (c *Channel) receive(seq uint32, payload []byte) ([][]byte, error) {
 	var msgs [][]byte
 	for _, ct := range ready {
 		var err error
+		// Grow by doubling: GCM's Open would grow by exactly one
+		// record, making a large message's reassembly quadratic.
+		c.buf = slices.Grow(c.buf, len(ct))
 		c.buf, err = c.recv.Decrypt(c.buf, ct)
 		if err != nil {
 			return nil, err
@@ -352,14 +356,22 @@ func (c *Channel) cut(msgs [][]byte) ([][]byte, error) {
 		if !json.Valid(m) {
 			return nil, fmt.Errorf("%w: message is not JSON", ErrBadMessage)
 		}
+		if len(b) == len(c.buf) && len(m) == len(b)-4 && len(m) > MaxRecordPlaintext {
+			// A large message alone in the buffer: hand the buffer
+			// over rather than copy it.
+			c.buf = nil
+			return append(msgs, m), nil
+		}
 		msgs = append(msgs, append([]byte(nil), m...))
 		b = b[4+n:]
 	}
-	// Keep the partial tail at the front; drop a large spent buffer.
-	if len(b) == 0 && cap(c.buf) > 4*MaxRecordPlaintext {
-		c.buf = nil
-	} else {
-		c.buf = c.buf[:copy(c.buf, b)]
+	switch {
+	case len(b) == len(c.buf):
+		// Nothing taken: a message is still arriving.
+	case len(b) == 0 && cap(c.buf) > 4*MaxRecordPlaintext:
+		c.buf = nil // drop a large spent buffer
+	default:
+		c.buf = c.buf[:copy(c.buf, b)] // keep the partial tail at the front
 	}
 	return msgs, nil
 }

@@ -324,3 +324,22 @@ func FuzzPublicKeyJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkHandshake is one full handshake, both sides (what a stream's
+// setup costs in CPU, without the registry and relay round trips).
+func BenchmarkHandshake(b *testing.B) {
+	is, rs := mustKeypair(b), mustKeypair(b)
+	prologue := Prologue("env", "reg", "stream")
+	for b.Loop() {
+		in, _ := NewInitiator(is, rs.Public(), prologue)
+		m1, _ := in.WriteMessage1([]byte("authorization"))
+		re := NewResponder(rs, prologue)
+		if _, err := re.ReadMessage1(m1); err != nil {
+			b.Fatal(err)
+		}
+		m2, _, _, _ := re.WriteMessage2(nil)
+		if _, _, _, err := in.ReadMessage2(m2); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
