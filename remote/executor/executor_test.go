@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
@@ -93,56 +94,64 @@ func TestEndToEnd(t *testing.T) {
 		{"clean", relay.Faults{}},
 		{"duplicate reorder delay", relay.Faults{Duplicate: 0.2, Reorder: 0.2, ReorderDepth: 32, Delay: time.Millisecond, Seed: 7}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			r := startRig(t, c.faults, nil)
-			r.waitAttached()
-			st := r.open()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			cl, err := client.NewConn(ctx, &lineConn{ch: st.ch}, client.Options{ClientName: "relay-test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+	forEachImpl(t, func(t *testing.T, impl string) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				endToEnd(t, impl, c.faults)
+			})
+		}
+	})
+}
 
-			// 300 KB of varied bytes: several 60 KiB records per message.
-			script := `i=0; while [ $i -lt 3000 ]; do printf 'line %05d %s\n' $i abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789; i=$((i+1)); done`
-			var want bytes.Buffer
-			for i := range 3000 {
-				fmt.Fprintf(&want, "line %05d %s\n", i, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-			}
-			out, code, err := cl.Output(ctx, client.Cmd{Argv: []string{"/bin/sh", "-c", script}})
-			if err != nil || code != 0 {
-				t.Fatalf("Output: %v, exit %d", err, code)
-			}
-			if !bytes.Equal(out, want.Bytes()) {
-				t.Fatalf("output differs: %d bytes (sha %x), want %d (sha %x)", len(out), sha256.Sum256(out), want.Len(), sha256.Sum256(want.Bytes()))
-			}
+func endToEnd(t *testing.T, impl string, faults relay.Faults) {
+	r := startRig(t, impl, faults, nil)
+	r.waitAttached()
+	st := r.open()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.NewConn(ctx, &lineConn{ch: st.ch}, client.Options{ClientName: "relay-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
 
-			dir := t.TempDir()
-			data := make([]byte, 200<<10)
-			for i := range data {
-				data[i] = byte(i * 7)
-			}
-			name := filepath.Join(dir, "blob")
-			if err := cl.WriteFile(ctx, name, data); err != nil {
-				t.Fatal(err)
-			}
-			if disk, err := os.ReadFile(name); err != nil || !bytes.Equal(disk, data) {
-				t.Fatalf("file on disk differs: %v", err)
-			}
-			back, err := cl.ReadFile(ctx, name)
-			if err != nil || !bytes.Equal(back, data) {
-				t.Fatalf("ReadFile: %v (%d bytes)", err, len(back))
-			}
-		})
+	// 300 KB of varied bytes: several 60 KiB records per message.
+	script := `i=0; while [ $i -lt 3000 ]; do printf 'line %05d %s\n' $i abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789; i=$((i+1)); done`
+	var want bytes.Buffer
+	for i := range 3000 {
+		fmt.Fprintf(&want, "line %05d %s\n", i, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+	}
+	out, code, err := cl.Output(ctx, client.Cmd{Argv: []string{"/bin/sh", "-c", script}})
+	if err != nil || code != 0 {
+		t.Fatalf("Output: %v, exit %d", err, code)
+	}
+	if !bytes.Equal(out, want.Bytes()) {
+		t.Fatalf("output differs: %d bytes (sha %x), want %d (sha %x)", len(out), sha256.Sum256(out), want.Len(), sha256.Sum256(want.Bytes()))
+	}
+
+	dir := t.TempDir()
+	data := make([]byte, 200<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	name := filepath.Join(dir, "blob")
+	if err := cl.WriteFile(ctx, name, data); err != nil {
+		t.Fatal(err)
+	}
+	if disk, err := os.ReadFile(name); err != nil || !bytes.Equal(disk, data) {
+		t.Fatalf("file on disk differs: %v", err)
+	}
+	back, err := cl.ReadFile(ctx, name)
+	if err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("ReadFile: %v (%d bytes)", err, len(back))
 	}
 }
 
 // Two streams are two independent sessions.
-func TestStreamsAreIndependent(t *testing.T) {
-	r := startRig(t, relay.Faults{}, nil)
+func TestStreamsAreIndependent(t *testing.T) { forEachImpl(t, streamsAreIndependent) }
+
+func streamsAreIndependent(t *testing.T, impl string) {
+	r := startRig(t, impl, relay.Faults{}, nil)
 	r.waitAttached()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -168,8 +177,10 @@ func TestStreamsAreIndependent(t *testing.T) {
 
 // A stream whose harness goes away leaves a detached session that a new
 // stream resumes (the relay turns the harness disconnect into a Reset).
-func TestResumeAcrossStreams(t *testing.T) {
-	r := startRig(t, relay.Faults{}, nil)
+func TestResumeAcrossStreams(t *testing.T) { forEachImpl(t, resumeAcrossStreams) }
+
+func resumeAcrossStreams(t *testing.T, impl string) {
+	r := startRig(t, impl, relay.Faults{}, nil)
 	r.waitAttached()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -178,8 +189,13 @@ func TestResumeAcrossStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Start(ctx, client.Cmd{Argv: []string{"/bin/sleep", "30"}}); err != nil {
+	p, err := cl.Start(ctx, client.Cmd{Argv: []string{"/bin/sh", "-c", "echo before; exec sleep 30"}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	waitMs := uint64(5000)
+	if res, err := cl.ReadProcess(ctx, protocol.ReadParams{ProcessID: p.ID(), WaitMs: &waitMs}); err != nil || len(res.Chunks) == 0 {
+		t.Fatalf("first read: %v", err)
 	}
 	session := cl.SessionID()
 	st.ws.CloseNow()
@@ -199,12 +215,17 @@ func TestResumeAcrossStreams(t *testing.T) {
 		t.Fatalf("resume: %v", err)
 	}
 	defer cl2.Close()
-	procs, err := cl2.ListProcesses(ctx)
+	// The resumed session still has the process and its output.
+	res, err := cl2.ReadProcess(ctx, protocol.ReadParams{ProcessID: p.ID()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(procs) != 1 {
-		t.Fatalf("resumed session lists %d processes", len(procs))
+	var out []byte
+	for _, c := range res.Chunks {
+		out = append(out, c.Chunk...)
+	}
+	if string(out) != "before\n" || res.Exited {
+		t.Fatalf("resumed read: %q exited=%v", out, res.Exited)
 	}
 }
 
@@ -218,32 +239,50 @@ func TestValidateOutcomes(t *testing.T) {
 		{"403 resets", relay.Faults{Validate: relay.Failure{Status: 403, Code: "forbidden"}}, false},
 		{"500 resets", relay.Faults{Validate: relay.Failure{Status: 500, Code: "internal"}}, false},
 		{"valid false resets", relay.Faults{Invalid: true}, false},
-		{"timeout resets", relay.Faults{SlowValidate: 2 * time.Second}, false},
+		{"timeout resets", relay.Faults{SlowValidate: time.Second}, false},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			r := startRig(t, relay.Faults{}, func(cfg *Config) { cfg.ValidateTimeout = 300 * time.Millisecond })
-			r.waitAttached()
-			id, _ := noise.GenerateKeypair()
-			b := r.connect(id)
-			r.relay.SetFaults(c.faults)
-			ws := dialHarness(t, b.URL)
-			payload, _, err := handshake(t, ws, r.env, b, id, newStreamID(), []byte(b.Authz))
-			if c.marker {
-				if err != nil || string(payload) != noise.RejectionMarker {
-					t.Fatalf("payload %q, err %v; want the rejection marker", payload, err)
+	forEachImpl(t, func(t *testing.T, impl string) {
+		for _, c := range cases {
+			if impl == "reference" && c.faults.SlowValidate > 0 {
+				if testing.Short() {
+					continue
 				}
-				return
+				c.faults.SlowValidate = 11 * time.Second // its timeout is 10 s
 			}
-			if err != errReset {
-				t.Fatalf("handshake: %v, payload %q; want a reset", err, payload)
-			}
-		})
-	}
+			validateOutcome(t, impl, c.name, c.faults, c.marker)
+		}
+	})
 }
 
-func TestHandshakeRules(t *testing.T) {
-	r := startRig(t, relay.Faults{}, func(cfg *Config) { cfg.Cooldown = 700 * time.Millisecond })
+func validateOutcome(t *testing.T, impl, name string, faults relay.Faults, marker bool) {
+	t.Run(name, func(t *testing.T) {
+		r := startRig(t, impl, relay.Faults{}, func(cfg *Config) { cfg.ValidateTimeout = 300 * time.Millisecond })
+		r.waitAttached()
+		id, _ := noise.GenerateKeypair()
+		b := r.connect(id)
+		r.relay.SetFaults(faults)
+		ws := dialHarness(t, b.URL)
+		payload, _, err := handshake(t, ws, r.env, b, id, newStreamID(), []byte(b.Authz))
+		if marker {
+			if err != nil || string(payload) != noise.RejectionMarker {
+				t.Fatalf("payload %q, err %v; want the rejection marker", payload, err)
+			}
+			return
+		}
+		if err != errReset {
+			t.Fatalf("handshake: %v, payload %q; want a reset", err, payload)
+		}
+	})
+}
+
+func TestHandshakeRules(t *testing.T) { forEachImpl(t, handshakeRules) }
+
+func handshakeRules(t *testing.T, impl string) {
+	cooldown := 700 * time.Millisecond
+	if impl == "reference" {
+		cooldown = 10 * time.Second
+	}
+	r := startRig(t, impl, relay.Faults{}, func(cfg *Config) { cfg.Cooldown = cooldown })
 	r.waitAttached()
 	st := r.open()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -320,7 +359,7 @@ func TestHandshakeRules(t *testing.T) {
 		t.Fatal("/validate called during the cooldown")
 	}
 	alive()
-	time.Sleep(800 * time.Millisecond)
+	time.Sleep(cooldown + 300*time.Millisecond)
 	b3 := r.connect(id)
 	if _, _, err := handshake(t, ws, r.env, b3, id, newStreamID(), []byte(b3.Authz)); err != nil {
 		t.Fatalf("handshake after the cooldown: %v", err)
@@ -330,7 +369,7 @@ func TestHandshakeRules(t *testing.T) {
 
 func TestRegistrationRetryAndFailures(t *testing.T) {
 	t.Run("retried conflicts", func(t *testing.T) {
-		r := startRig(t, relay.Faults{Register: relay.Failure{Status: 503, Code: "registration_conflict", Times: 2}}, nil)
+		r := startRig(t, "go", relay.Faults{Register: relay.Failure{Status: 503, Code: "registration_conflict", Times: 2}}, nil)
 		r.events.waitCount(t, 1, 15*time.Second, isAttach)
 		if n := r.events.count(func(e relay.Event) bool { return e.Kind == "register" }); n != 3 {
 			t.Fatalf("%d register calls, want 3", n)
@@ -346,7 +385,7 @@ func TestRegistrationRetryAndFailures(t *testing.T) {
 		{"other profile", relay.Faults{WrongSecurityProfile: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := startRig(t, c.f, nil)
+			r := startRig(t, "go", c.f, nil)
 			select {
 			case err := <-r.runErr:
 				r.runErr <- err
@@ -361,7 +400,7 @@ func TestRegistrationRetryAndFailures(t *testing.T) {
 }
 
 func TestReconnects(t *testing.T) {
-	r := startRig(t, relay.Faults{}, nil)
+	r := startRig(t, "go", relay.Faults{}, nil)
 	r.waitAttached()
 	registers := func() int { return r.events.count(func(e relay.Event) bool { return e.Kind == "register" }) }
 	// A cut: same URL again, no registration.
@@ -396,7 +435,7 @@ func TestReconnects(t *testing.T) {
 }
 
 func TestPongTimeout(t *testing.T) {
-	r := startRig(t, relay.Faults{NoPong: true}, func(cfg *Config) {
+	r := startRig(t, "go", relay.Faults{NoPong: true}, func(cfg *Config) {
 		cfg.PingInterval = 100 * time.Millisecond
 		cfg.PongTimeout = 200 * time.Millisecond
 	})

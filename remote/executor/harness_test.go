@@ -11,6 +11,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,17 +101,39 @@ func newRelay(t *testing.T, f relay.Faults) (*relay.Server, string, *events) {
 	return rs, hs.URL, ev
 }
 
-// startRig starts relay and executor; cfg tweaks the executor's config.
-func startRig(t *testing.T, f relay.Faults, tweak func(*Config)) *rig {
+// impls are the executors under test: this package, and the reference
+// (codex exec-server --remote) when EXEC_SERVER_REFERENCE names it.
+func impls() []string {
+	if os.Getenv("EXEC_SERVER_REFERENCE") != "" {
+		return []string{"go", "reference"}
+	}
+	return []string{"go"}
+}
+
+// forEachImpl runs f as a subtest per executor implementation.
+func forEachImpl(t *testing.T, f func(t *testing.T, impl string)) {
+	for _, impl := range impls() {
+		t.Run(impl, func(t *testing.T) { f(t, impl) })
+	}
+}
+
+// startRig starts relay and executor; tweak adjusts this package's
+// executor (the reference takes its own constants).
+func startRig(t *testing.T, impl string, f relay.Faults, tweak func(*Config)) *rig {
 	t.Helper()
 	rs, base, ev := newRelay(t, f)
-	r := &rig{t: t, relay: rs, base: base, env: "env-" + t.Name()[:min(len(t.Name()), 20)], events: ev, runErr: make(chan error, 1)}
+	r := &rig{t: t, relay: rs, base: base, events: ev, runErr: make(chan error, 1)}
 	r.env = strings.Map(func(c rune) rune {
-		if c == '/' || c == ' ' {
-			return '-'
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			return c
 		}
-		return c
-	}, r.env)
+		return '-'
+	}, "env-"+t.Name())
+	r.env = r.env[:min(len(r.env), 60)]
+	if impl == "reference" {
+		r.startReference(base)
+		return r
+	}
 	srv := server.New(server.Config{})
 	t.Cleanup(srv.Close)
 	cfg := Config{Logger: testLogger(t), RegistryURL: base, EnvironmentID: r.env, Token: execToken, Server: srv, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
@@ -127,6 +152,64 @@ func startRig(t *testing.T, f relay.Faults, tweak func(*Config)) *rig {
 		}
 	})
 	return r
+}
+
+// startReference runs codex exec-server --remote against the relay, with
+// a CODEX_HOME outside the temp dir (the reference wants it there).
+func (r *rig) startReference(base string) {
+	t := r.t
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Skipf("no user cache dir: %v", err)
+	}
+	root := filepath.Join(cache, "exec-server-executor-test")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home, err := os.MkdirTemp(root, "home-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Getenv("EXEC_SERVER_REFERENCE"), "exec-server", "--remote", base, "--environment-id", r.env)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "CODEX_HOME=" + home, "CODEX_API_KEY=" + execToken, "RUST_LOG=warn"}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	go func() {
+		err := <-done
+		r.runErr <- err
+		done <- err
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		os.RemoveAll(home)
+		os.Remove(root)
+		if t.Failed() {
+			t.Logf("reference stderr:\n%s", stderr.String())
+		}
+	})
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (r *rig) waitAttached() {
