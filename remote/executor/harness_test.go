@@ -308,6 +308,17 @@ func readFrame(ws *websocket.Conn, sid string, d time.Duration) (*frame.Frame, e
 // message 2's payload and the channel (nil when the executor reset).
 func handshake(t *testing.T, ws *websocket.Conn, env string, b bundle, id *noise.Keypair, sid string, authz []byte) ([]byte, *stream, error) {
 	t.Helper()
+	payload, send, recv, err := rawHandshake(t, ws, env, b, id, sid, authz)
+	if err != nil {
+		return nil, nil, err
+	}
+	return payload, newStream(ws, sid, send, recv), nil
+}
+
+// rawHandshake is handshake without the channel: the caller seals and
+// opens records itself.
+func rawHandshake(t *testing.T, ws *websocket.Conn, env string, b bundle, id *noise.Keypair, sid string, authz []byte) ([]byte, *noise.CipherState, *noise.CipherState, error) {
+	t.Helper()
 	ini, err := noise.NewInitiator(id, b.Key, noise.Prologue(env, b.RegID, sid))
 	if err != nil {
 		t.Fatal(err)
@@ -324,10 +335,10 @@ func handshake(t *testing.T, ws *websocket.Conn, env string, b bundle, id *noise
 	}
 	f, err := readFrame(ws, sid, 15*time.Second)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if f.Kind == frame.KindReset {
-		return nil, nil, errReset
+		return nil, nil, nil, errReset
 	}
 	if f.Kind != frame.KindHandshake {
 		t.Fatalf("answer to message 1: %v frame", f.Kind)
@@ -336,6 +347,10 @@ func handshake(t *testing.T, ws *websocket.Conn, env string, b bundle, id *noise
 	if err != nil {
 		t.Fatalf("message 2: %v", err)
 	}
+	return payload, send, recv, nil
+}
+
+func newStream(ws *websocket.Conn, sid string, send, recv *noise.CipherState) *stream {
 	st := &stream{ws: ws, sid: sid}
 	st.ch = channel.New(sid, channel.SenderFunc(func(ctx context.Context, f *frame.Frame) error {
 		return ws.Write(ctx, websocket.MessageBinary, f.Marshal())
@@ -360,7 +375,7 @@ func handshake(t *testing.T, ws *websocket.Conn, env string, b bundle, id *noise
 			}
 		}
 	}()
-	return payload, st, nil
+	return st
 }
 
 // open connects, dials and completes a handshake with a fresh identity.
