@@ -220,7 +220,7 @@ func dialStatus(t *testing.T, url string) (int, string) {
 }
 
 // A few RelayMessageFrame encoders (spec §5).
-func frame(stream string, bodyTag byte, body []byte) []byte {
+func rawFrame(stream string, bodyTag byte, body []byte) []byte {
 	b := []byte{0x08, 0x01, 0x12}
 	b = binary.AppendUvarint(b, uint64(len(stream)))
 	b = append(b, stream...)
@@ -238,15 +238,15 @@ func dataFrame(stream string, seq uint32, payload []byte) []byte {
 	d = append(d, 0x18, 0x01, 0x22)
 	d = binary.AppendUvarint(d, uint64(len(payload)))
 	d = append(d, payload...)
-	return frame(stream, 0x2A, d)
+	return rawFrame(stream, 0x2A, d)
 }
 
 func handshakeFrame(stream string, payload []byte) []byte {
 	h := append([]byte{0x0A}, binary.AppendUvarint(nil, uint64(len(payload)))...)
-	return frame(stream, 0x52, append(h, payload...))
+	return rawFrame(stream, 0x52, append(h, payload...))
 }
 
-func resumeFrame(stream string) []byte { return frame(stream, 0x3A, nil) }
+func resumeFrame(stream string) []byte { return rawFrame(stream, 0x3A, nil) }
 
 // fields decodes one level of protobuf: the last length-delimited value
 // of each field number (enough for the frames of this schema).
