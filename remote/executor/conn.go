@@ -197,7 +197,15 @@ func (c *conn) readLoop() string {
 		case frame.KindReset:
 			c.peerReset(f.StreamID)
 		default:
-			// ack, resume and heartbeat are tolerated and ignored (§8).
+			// ack, resume and heartbeat: 0.169 ignores them (§8); an
+			// active stream's channel gets them, for the acknowledgement
+			// mode both ends may advertise.
+			c.mu.Lock()
+			ch := c.active[f.StreamID]
+			c.mu.Unlock()
+			if ch != nil {
+				_ = ch.Deliver(c.ctx, f)
+			}
 		}
 	}
 }
