@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ type leg struct {
 	closeMu  sync.Once
 	doneOnce sync.Once
 	reason   string
+	scratch  []byte // read buffer, reader goroutine only
 	ctx      context.Context
 	cancel   context.CancelFunc
 }
@@ -179,6 +181,35 @@ func (l *leg) pinger() {
 	}
 }
 
+// read returns the next message. It reads into the leg's scratch buffer
+// and copies out an exact-size frame: reading straight into a growing
+// slice re-allocated and cleared each large frame several times over.
+func (l *leg) read() (websocket.MessageType, []byte, error) {
+	typ, r, err := l.conn.Reader(l.ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if l.scratch == nil {
+		l.scratch = make([]byte, 64<<10)
+	}
+	n := 0
+	for {
+		if n == len(l.scratch) {
+			// The read limit (MaxFrameBytes) bounds this.
+			l.scratch = append(l.scratch, make([]byte, len(l.scratch))...)
+		}
+		m, err := r.Read(l.scratch[n:])
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+	return typ, append([]byte(nil), l.scratch[:n]...), nil
+}
+
 func (s *Server) track(l *leg) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -294,7 +325,7 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 	s.log.Info("executor attached", "env", l.env, "registration", reg)
 	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
 	for {
-		typ, b, err := l.conn.Read(l.ctx)
+		typ, b, err := l.read()
 		if err != nil {
 			break
 		}
@@ -334,7 +365,7 @@ func (s *Server) serveHarness(l *leg, reg string) {
 	}
 	s.event(Event{Kind: "attach", Role: roleHarness, Env: l.env, Reg: reg})
 	for {
-		typ, b, err := l.conn.Read(l.ctx)
+		typ, b, err := l.read()
 		if err != nil {
 			break
 		}
