@@ -113,7 +113,7 @@ func randomKey() PublicKey {
 }
 
 // post sends a registry request and decodes the answer.
-func post(t *testing.T, url, token string, body any, hdr ...string) (int, map[string]any) {
+func post(t testing.TB, url, token string, body any, hdr ...string) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -157,7 +157,7 @@ func errCode(m map[string]any) string {
 
 func (r *testRelay) env(id string) string { return r.base + "/cloud/environment/" + id }
 
-func (r *testRelay) register(t *testing.T, env string, key PublicKey) map[string]any {
+func (r *testRelay) register(t testing.TB, env string, key PublicKey) map[string]any {
 	t.Helper()
 	st, m := post(t, r.env(env)+"/register", execToken, map[string]any{"security_profile": SecurityProfile, "executor_public_key": key})
 	if st != 200 {
@@ -166,7 +166,7 @@ func (r *testRelay) register(t *testing.T, env string, key PublicKey) map[string
 	return m
 }
 
-func (r *testRelay) connect(t *testing.T, env string, key PublicKey) map[string]any {
+func (r *testRelay) connect(t testing.TB, env string, key PublicKey) map[string]any {
 	t.Helper()
 	st, m := post(t, r.env(env)+"/connect", harnessToken, map[string]any{"harness_public_key": key})
 	if st != 200 {
