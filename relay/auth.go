@@ -15,46 +15,62 @@ import (
 	"time"
 )
 
-// Tokens is a set of bearer tokens. Lookups hash the candidate and compare
-// against every entry in constant time, so neither the match position nor
-// a common prefix shows in the timing.
-type Tokens struct{ sums [][32]byte }
+// Tokens is a set of bearer tokens, each valid for every environment or
+// for a list of them. Lookups hash the candidate and compare against every
+// entry in constant time, so neither the match position nor a common
+// prefix shows in the timing.
+type Tokens struct{ entries []tokenEntry }
 
-// NewTokens builds a set from tokens; blank entries are ignored.
+type tokenEntry struct {
+	sum  [32]byte
+	envs map[string]bool // nil: any environment
+}
+
+// NewTokens builds a set of tokens valid for every environment; blank
+// entries are ignored.
 func NewTokens(tokens ...string) *Tokens {
 	t := &Tokens{}
 	for _, s := range tokens {
 		if s = strings.TrimSpace(s); s != "" {
-			t.sums = append(t.sums, sha256.Sum256([]byte(s)))
+			t.entries = append(t.entries, tokenEntry{sum: sha256.Sum256([]byte(s))})
 		}
 	}
 	return t
 }
 
-// LoadTokens reads one token per line; blank lines and lines starting with
-// '#' are skipped. A file without any token is an error.
+// LoadTokens reads one token per line, optionally followed by the
+// environment ids it is limited to ("TOKEN env-a env-b"; none: every
+// environment). Blank lines and lines starting with '#' are skipped. A
+// file without any token is an error.
 func LoadTokens(path string) (*Tokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var list []string
+	t := &Tokens{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
-		list = append(list, line)
+		e := tokenEntry{sum: sha256.Sum256([]byte(fields[0]))}
+		if len(fields) > 1 {
+			e.envs = make(map[string]bool, len(fields)-1)
+			for _, env := range fields[1:] {
+				e.envs[env] = true
+			}
+		}
+		t.entries = append(t.entries, e)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(list) == 0 {
+	if len(t.entries) == 0 {
 		return nil, fmt.Errorf("%s: no token in file", path)
 	}
-	return NewTokens(list...), nil
+	return t, nil
 }
 
 // Len is the number of tokens.
@@ -62,18 +78,28 @@ func (t *Tokens) Len() int {
 	if t == nil {
 		return 0
 	}
-	return len(t.sums)
+	return len(t.entries)
 }
 
-// Match reports whether tok is in the set.
-func (t *Tokens) Match(tok string) bool {
+// Match reports whether tok is in the set, for any environment.
+func (t *Tokens) Match(tok string) bool { return t.match(tok, "", true) }
+
+// MatchEnv reports whether tok is in the set and valid for env.
+func (t *Tokens) MatchEnv(tok, env string) bool { return t.match(tok, env, false) }
+
+func (t *Tokens) match(tok, env string, anyEnv bool) bool {
 	if t == nil || tok == "" {
 		return false
 	}
 	sum := sha256.Sum256([]byte(tok))
 	found := 0
-	for i := range t.sums {
-		found |= subtle.ConstantTimeCompare(sum[:], t.sums[i][:])
+	for i := range t.entries {
+		e := &t.entries[i]
+		ok := 0
+		if anyEnv || e.envs == nil || e.envs[env] {
+			ok = 1
+		}
+		found |= subtle.ConstantTimeCompare(sum[:], e.sum[:]) & ok
 	}
 	return found == 1
 }

@@ -36,6 +36,16 @@ func (r *recorder) add(e Event) {
 	}
 }
 
+func (r *recorder) count(match func(Event) bool) int {
+	n := 0
+	for _, e := range r.all() {
+		if match(e) {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *recorder) all() []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()

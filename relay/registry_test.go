@@ -40,6 +40,23 @@ func TestTokens(t *testing.T) {
 			t.Errorf("Match(%q) = %v, want %v", tok, got, want)
 		}
 	}
+	// Scoped tokens.
+	os.WriteFile(p, []byte("all-envs\nonly-ab env-a env-b\n"), 0o600)
+	tk, err = LoadTokens(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tok, env string
+		want     bool
+	}{
+		{"all-envs", "env-z", true}, {"only-ab", "env-a", true}, {"only-ab", "env-b", true},
+		{"only-ab", "env-c", false}, {"only-ab env-a", "env-a", false}, {"env-a", "env-a", false},
+	} {
+		if got := tk.MatchEnv(c.tok, c.env); got != c.want {
+			t.Errorf("MatchEnv(%q, %q) = %v, want %v", c.tok, c.env, got, c.want)
+		}
+	}
 	os.WriteFile(p, []byte("\n# only a comment\n"), 0o600)
 	if _, err := LoadTokens(p); err == nil {
 		t.Fatal("LoadTokens of a file without tokens succeeded")
@@ -88,6 +105,31 @@ func TestRegistryAuth(t *testing.T) {
 		t.Fatalf("Basic scheme: %d", resp.StatusCode)
 	}
 	r.register(t, "E", key)
+}
+
+// A token limited to some environments works for those only, on every
+// endpoint.
+func TestScopedTokens(t *testing.T) {
+	dir := t.TempDir()
+	ef, hf := filepath.Join(dir, "e"), filepath.Join(dir, "h")
+	os.WriteFile(ef, []byte("exec-a A\n"), 0o600)
+	os.WriteFile(hf, []byte("harness-a A\n"), 0o600)
+	et, _ := LoadTokens(ef)
+	ht, _ := LoadTokens(hf)
+	r := startRelay(t, Options{ExecutorTokens: et, HarnessTokens: ht})
+	body := map[string]any{"security_profile": SecurityProfile, "executor_public_key": randomKey()}
+	if st, m := post(t, r.env("B")+"/register", "exec-a", body); st != 401 {
+		t.Fatalf("register B with A's token: %d %v", st, m)
+	}
+	if st, m := post(t, r.env("A")+"/register", "exec-a", body); st != 200 {
+		t.Fatalf("register A: %d %v", st, m)
+	}
+	if st, m := post(t, r.env("B")+"/connect", "harness-a", map[string]any{"harness_public_key": randomKey()}); st != 401 {
+		t.Fatalf("connect B with A's token: %d %v", st, m)
+	}
+	if st, m := post(t, r.env("B")+"/validate", "exec-a", map[string]any{}); st != 401 {
+		t.Fatalf("validate B with A's token: %d %v", st, m)
+	}
 }
 
 func TestRegisterRejectsBadBodies(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -25,6 +26,8 @@ type leg struct {
 	env      string
 	conn     *websocket.Conn
 	out      chan outFrame
+	queued   atomic.Int64  // bytes in out
+	space    chan struct{} // a token when the writer took a frame
 	closing  chan struct{}
 	done     chan struct{}
 	closeMu  sync.Once
@@ -46,6 +49,7 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
 	return &leg{
 		s: s, role: role, env: env, conn: c,
 		out:     make(chan outFrame, s.opts.QueueFrames),
+		space:   make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		ctx:     ctx, cancel: cancel,
@@ -66,10 +70,14 @@ func (l *leg) send(f outFrame) bool {
 		return false
 	default:
 	}
-	select {
-	case l.out <- f:
-		return true
-	default:
+	n := int64(len(f.b))
+	reserved := l.reserve(n)
+	if reserved {
+		select {
+		case l.out <- f:
+			return true
+		default:
+		}
 	}
 	var timeout <-chan time.Time
 	if l.role == roleHarness {
@@ -77,17 +85,55 @@ func (l *leg) send(f outFrame) bool {
 		defer t.Stop()
 		timeout = t.C
 	}
+	slow := func() bool {
+		l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
+		l.cut()
+		return false
+	}
+	// Both bounds: queued bytes, then queued frames.
+	for !reserved {
+		select {
+		case <-l.space:
+		case <-l.done:
+			return false
+		case <-l.closing:
+			return false
+		case <-timeout:
+			return slow()
+		}
+		reserved = l.reserve(n)
+	}
 	select {
 	case l.out <- f:
 		return true
 	case <-l.done:
-		return false
 	case <-l.closing:
-		return false
 	case <-timeout:
-		l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
-		l.cut()
-		return false
+		slow()
+	}
+	l.release(n)
+	return false
+}
+
+// reserve takes n bytes of the queue budget; a frame always fits an empty
+// queue (frames are bounded by the read limit).
+func (l *leg) reserve(n int64) bool {
+	for {
+		cur := l.queued.Load()
+		if cur > 0 && cur+n > int64(l.s.opts.QueueBytes) {
+			return false
+		}
+		if l.queued.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+func (l *leg) release(n int64) {
+	l.queued.Add(-n)
+	select {
+	case l.space <- struct{}{}:
+	default:
 	}
 }
 
@@ -131,6 +177,7 @@ func (l *leg) writer() {
 	for {
 		select {
 		case f := <-l.out:
+			l.release(int64(len(f.b)))
 			if !write(f) {
 				return
 			}
@@ -138,6 +185,7 @@ func (l *leg) writer() {
 			for {
 				select {
 				case f := <-l.out:
+					l.release(int64(len(f.b)))
 					if !write(f) {
 						return
 					}

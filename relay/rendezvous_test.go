@@ -314,3 +314,49 @@ func TestRelayPings(t *testing.T) {
 	}
 	r.rec.wait(t, 0, 5*time.Second, func(e Event) bool { return e.Kind == "detach" && e.Role == roleEnvironment })
 }
+
+// A harness that stops reading is cut once its queue (bytes or frames)
+// stays full; the executor's other streams go on.
+func TestSlowHarnessIsCut(t *testing.T) {
+	p := newPair(t, Options{QueueBytes: 64 << 10, QueueFrames: 8, SlowHarness: 200 * time.Millisecond})
+	slow := p.harness(t)
+	fast := p.harness(t)
+	write(t, slow, resumeFrame("slow"))
+	write(t, fast, resumeFrame("fast"))
+	read(t, p.exec)
+	read(t, p.exec)
+	// slow never reads: its TCP buffers, then the relay's queue fill up.
+	big := make([]byte, 60<<10)
+	for i := 0; ; i++ {
+		if i > 2000 {
+			t.Fatal("slow harness never cut")
+		}
+		write(t, p.exec, dataFrame("slow", uint32(i), big))
+		if p.r.rec.count(func(e Event) bool { return e.Kind == "detach" && e.Role == roleHarness }) > 0 {
+			break
+		}
+	}
+	want := dataFrame("fast", 0, []byte("still here"))
+	write(t, p.exec, want)
+	for {
+		got := read(t, fast)
+		if bytes.Equal(got, want) {
+			break
+		}
+	}
+	if reason := resetReason(read(t, p.exec)); reason != "harness_disconnected" {
+		t.Fatalf("executor got reset %q for the cut harness", reason)
+	}
+}
+
+func TestHarnessSocketsPerEnvironment(t *testing.T) {
+	p := newPair(t, Options{MaxHarnessPerEnvironment: 2})
+	p.harness(t)
+	p.harness(t)
+	c := dial(t, p.bundle["url"].(string))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("third harness socket: %v", err)
+	}
+}

@@ -52,6 +52,9 @@ type Router interface {
 // MemRouter is a Router in memory, for one node.
 type MemRouter struct {
 	maxEnvs, maxHarness, maxStreamsPerHarness, maxStreamsPerEnv int
+	// MaxHarnessPerEnv bounds one environment's harness legs (default
+	// 256), so that one environment's users cannot take every slot.
+	MaxHarnessPerEnv int
 
 	mu      sync.Mutex
 	envs    map[string]*route
@@ -71,7 +74,8 @@ func NewMemRouter(maxEnvs, maxHarness, maxStreamsPerHarness, maxStreamsPerEnv in
 	return &MemRouter{
 		maxEnvs: maxEnvs, maxHarness: maxHarness,
 		maxStreamsPerHarness: maxStreamsPerHarness, maxStreamsPerEnv: maxStreamsPerEnv,
-		envs: make(map[string]*route),
+		MaxHarnessPerEnv: 256,
+		envs:             make(map[string]*route),
 	}
 }
 
@@ -138,6 +142,8 @@ func (m *MemRouter) AttachHarness(env, reg string, h Leg) error {
 	case r.reg != reg:
 		return ErrStaleRoute
 	case m.harness >= m.maxHarness:
+		return ErrTooMany
+	case m.MaxHarnessPerEnv > 0 && len(r.legs) >= m.MaxHarnessPerEnv:
 		return ErrTooMany
 	}
 	r.legs[h] = make(map[string]struct{})

@@ -37,11 +37,13 @@ type Options struct {
 
 	MaxEnvironments          int           // executor registrations and sockets, default 1024
 	MaxHarnessSockets        int           // default 4096
+	MaxHarnessPerEnvironment int           // default 256: one environment cannot take every harness slot
 	MaxStreamsPerHarness     int           // default 16 (the reference harness uses 1)
 	MaxStreamsPerEnvironment int           // default 1024 (the executor itself stops at 128)
 	MaxPendingAuthorizations int           // default 4096
 	MaxFrameBytes            int           // websocket message limit, default 256 KiB
-	QueueFrames              int           // per-socket outbound queue, default 256
+	QueueFrames              int           // per-socket outbound queue, default 64 frames...
+	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
 	PingInterval             time.Duration // default 30 s
 	PongTimeout              time.Duration // default 60 s
@@ -107,11 +109,13 @@ func New(opts Options) (*Server, error) {
 	}
 	def(&opts.MaxEnvironments, 1024)
 	def(&opts.MaxHarnessSockets, 4096)
+	def(&opts.MaxHarnessPerEnvironment, 256)
 	def(&opts.MaxStreamsPerHarness, 16)
 	def(&opts.MaxStreamsPerEnvironment, 1024)
 	def(&opts.MaxPendingAuthorizations, 4096)
 	def(&opts.MaxFrameBytes, 256<<10)
-	def(&opts.QueueFrames, 256)
+	def(&opts.QueueFrames, 64)
+	def(&opts.QueueBytes, 4<<20)
 	defd(&opts.ExecutorURLTTL, time.Hour)
 	defd(&opts.HarnessURLTTL, 5*time.Minute)
 	defd(&opts.AuthorizationTTL, time.Minute)
@@ -146,7 +150,9 @@ func New(opts Options) (*Server, error) {
 		s.store = NewMemStore(opts.MaxEnvironments, opts.MaxPendingAuthorizations)
 	}
 	if s.router == nil {
-		s.router = NewMemRouter(opts.MaxEnvironments, opts.MaxHarnessSockets, opts.MaxStreamsPerHarness, opts.MaxStreamsPerEnvironment)
+		mr := NewMemRouter(opts.MaxEnvironments, opts.MaxHarnessSockets, opts.MaxStreamsPerHarness, opts.MaxStreamsPerEnvironment)
+		mr.MaxHarnessPerEnv = opts.MaxHarnessPerEnvironment
+		s.router = mr
 	}
 	s.faults.set(opts.Faults)
 	s.mux = http.NewServeMux()
@@ -259,12 +265,12 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]body{"error": {code, msg}})
 }
 
-// authorized checks the bearer token against set.
-func (s *Server) authorized(r *http.Request, set *Tokens) bool {
+// authorized checks the bearer token against set, for env.
+func (s *Server) authorized(r *http.Request, set *Tokens, env string) bool {
 	if s.opts.InsecureNoAuth {
 		return true
 	}
-	return set.Match(bearer(r.Header.Get("Authorization")))
+	return set.MatchEnv(bearer(r.Header.Get("Authorization")), env)
 }
 
 // validEnv bounds what becomes a map key and a URL path segment.
@@ -282,6 +288,8 @@ func validEnv(env string) bool {
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// A slow body must not hold a connection: registry bodies are small.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		return err
@@ -327,7 +335,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		ev.Status, ev.Code = status, code
 		writeError(w, status, code, msg)
 	}
-	if !s.authorized(r, s.opts.ExecutorTokens) {
+	if !s.authorized(r, s.opts.ExecutorTokens, env) {
 		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown executor token")
 		return
 	}
@@ -387,7 +395,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		ev.Status, ev.Code = status, code
 		writeError(w, status, code, msg)
 	}
-	if !s.authorized(r, s.opts.HarnessTokens) {
+	if !s.authorized(r, s.opts.HarnessTokens, env) {
 		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown harness token")
 		return
 	}
@@ -441,7 +449,7 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 		ev.Status, ev.Code = status, code
 		writeError(w, status, code, msg)
 	}
-	if !s.authorized(r, s.opts.ExecutorTokens) {
+	if !s.authorized(r, s.opts.ExecutorTokens, env) {
 		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown executor token")
 		return
 	}
