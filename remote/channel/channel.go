@@ -61,6 +61,10 @@ type Options struct {
 	// it a full queue ends the stream, as on the executor, whose socket
 	// is shared by every stream and must not stall.
 	WaitWhenFull bool
+	// Reliable turns on acknowledgements and retransmission when the
+	// peer supports them too (see AdvertiseMagic); with a codex 0.169
+	// peer the stream runs as 0.169's.
+	Reliable bool
 	// OnClose, if set, runs once when the channel ends (Close, Fail, or an
 	// error from Deliver), with the reason (nil for Close). The owner
 	// unregisters the stream there and, on the executor, sends Reset.
@@ -89,7 +93,10 @@ type Channel struct {
 	ctx    context.Context // cancelled when the channel ends
 	cancel context.CancelFunc
 
-	// Outbound: wmu serialises Write (encrypt and send in seq order).
+	// Outbound: wmu serialises Write (encrypt and send in seq order);
+	// smu serialises Sender.Send (data, acks, retransmissions).
+	smu  sync.Mutex
+	rel  *reliable // nil unless Options.Reliable
 	wmu  sync.Mutex
 	send *noise.CipherState
 	out  []byte // plaintext of the record being filled
@@ -130,7 +137,30 @@ func New(streamID string, sender Sender, send, recv *noise.CipherState, opts Opt
 		done:     make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if opts.Reliable {
+		c.rel = newReliable(c)
+		go c.rel.advertise()
+	}
 	return c
+}
+
+// sendFrame sends one frame, stamping the ack fields when reliable (the
+// current receive state); fatal send errors end the channel when fail.
+func (c *Channel) sendFrame(ctx context.Context, f *frame.Frame, fail bool) error {
+	c.smu.Lock()
+	if c.rel != nil && (f.Kind == frame.KindData || f.Kind == frame.KindAck) && c.rel.stamps() {
+		c.rmu.Lock()
+		next, bits := c.seq.ackState()
+		c.rmu.Unlock()
+		stamp(f, next, bits)
+	}
+	err := c.sender.Send(ctx, f)
+	c.smu.Unlock()
+	// Outside smu: ending takes wmu, whose holder may be waiting for smu.
+	if err != nil && fail && c.ctx.Err() == nil {
+		c.Fail(err)
+	}
+	return err
 }
 
 // StreamID is the relay stream id.
@@ -209,6 +239,11 @@ func (c *Channel) fill(ctx context.Context, p []byte) error {
 // failure ends writing for good: a record that was sealed but maybe not
 // sent has used its nonce, and re-sealing is never allowed.
 func (c *Channel) flush(ctx context.Context) error {
+	if c.rel != nil {
+		if err := c.rel.waitRoom(ctx, len(c.out)+noise.Overhead); err != nil {
+			return c.writeFailed(err)
+		}
+	}
 	f := &frame.Frame{Version: frame.Version, StreamID: c.streamID, Kind: frame.KindData, SegmentCount: 1}
 	if err := c.seq.outbound(f); err != nil {
 		return c.writeFailed(err)
@@ -219,8 +254,15 @@ func (c *Channel) flush(ctx context.Context) error {
 	}
 	c.out = c.out[:0]
 	f.Payload = ct
-	if err := c.sender.Send(ctx, f); err != nil {
+	if c.rel != nil {
+		// Kept before it is sent: an ack may come back at once.
+		c.rel.sent(f)
+	}
+	if err := c.sendFrame(ctx, f, false); err != nil {
 		return c.writeFailed(err)
+	}
+	if c.rel != nil && f.Seq < maxAdvertise {
+		c.rel.advertise()
 	}
 	return nil
 }
@@ -268,6 +310,12 @@ func (c *Channel) Read(ctx context.Context) ([]byte, error) {
 // error has ended the channel: the owner sends Reset. Deliver is called
 // from one goroutine at a time.
 func (c *Channel) Deliver(ctx context.Context, f *frame.Frame) error {
+	if c.rel != nil {
+		c.rel.inbound(f)
+		if f.Kind == frame.KindData {
+			c.rel.dataArrived()
+		}
+	}
 	switch f.Kind {
 	case frame.KindReset:
 		c.Fail(ErrPeerReset)
@@ -398,6 +446,9 @@ func (c *Channel) end(err error) {
 		c.endErr = err
 		close(c.done)
 		c.cancel()
+		if c.rel != nil {
+			c.rel.stop()
+		}
 		// Write and Deliver see the end through c.ctx and c.done; take
 		// their locks to clear the keys once they are out.
 		c.rmu.Lock()

@@ -27,12 +27,18 @@ var ErrGap = errors.New("relay stream: reorder window exceeded")
 // sealed record (the exact ciphertext; never re-seal) until acknowledged
 // and stamp ack/ack_bits; inbound would also read the peer's ack fields
 // and say which kept records to resend; resume frames would rewind it.
+// The retention, acks and timers of that mode live in reliable.go, beside
+// this numbering; a future upstream numbering (seq from 1) would be
+// another sequencer.
 type sequencer interface {
 	// outbound numbers the next record's frame (seq, ack, ack_bits).
 	outbound(f *frame.Frame) error
 	// inbound takes a record (it keeps ct if it buffers it) and returns
 	// the records now deliverable, in order; a duplicate returns none.
 	inbound(seq uint32, ct []byte) ([][]byte, error)
+	// ackState is the receive state to acknowledge: the next seq
+	// expected and a bitmap of the 32 after it that are buffered.
+	ackState() (next, bits uint32)
 }
 
 type plainSequencer struct {
@@ -97,4 +103,13 @@ func (s *plainSequencer) inbound(seq uint32, ct []byte) ([][]byte, error) {
 		s.next++
 	}
 	return ready, nil
+}
+
+func (s *plainSequencer) ackState() (next, bits uint32) {
+	for i := range uint32(32) {
+		if _, ok := s.held[s.next+1+i]; ok {
+			bits |= 1 << i
+		}
+	}
+	return s.next, bits
 }

@@ -40,6 +40,8 @@ type double struct {
 	// onHarnessFrame, if set, may rewrite or drop (nil) a frame on its
 	// way to the executor.
 	onHarnessFrame func(raw []byte) [][]byte
+	// onExecFrame does the same toward the harness.
+	onExecFrame func(raw []byte) [][]byte
 	// execFrames records the kind and payload size of every frame the
 	// executor sent.
 	execFrames []sizeRecord
@@ -201,11 +203,18 @@ func (d *double) executorSocket(w http.ResponseWriter, r *http.Request) {
 		if f.Kind == frame.KindReset {
 			delete(d.streams, f.StreamID)
 		}
+		hook := d.onExecFrame
 		d.mu.Unlock()
-		if h != nil {
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			h.Write(wctx, websocket.MessageBinary, data)
-			cancel()
+		out := [][]byte{data}
+		if hook != nil {
+			out = hook(data)
+		}
+		for _, m := range out {
+			if h != nil {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				h.Write(wctx, websocket.MessageBinary, m)
+				cancel()
+			}
 		}
 	}
 }

@@ -101,6 +101,10 @@ type Options struct {
 	Identity *noise.Keypair
 	// ChatGPTAccountID is sent as ChatGPT-Account-ID on /connect when set.
 	ChatGPTAccountID string
+	// Plain turns off the acknowledgement and retransmission extension
+	// (remote/channel's Reliable), which otherwise runs with any peer that
+	// supports it too; with codex 0.169 it never runs.
+	Plain bool
 	// PingInterval and PongTimeout tune the keepalive (defaults 30 s and
 	// 60 s, as codex).
 	PingInterval, PongTimeout time.Duration
@@ -328,6 +332,7 @@ func (d *Dialer) start(ws *websocket.Conn, sid string, sendCS, recvCS *noise.Cip
 	}), sendCS, recvCS, channel.Options{
 		Name:         "exec-server remote stream " + sid,
 		WaitWhenFull: true, // this socket is ours alone: back-pressure
+		Reliable:     !d.opts.Plain,
 		OnClose: func(error) {
 			cancel()
 			ws.CloseNow()

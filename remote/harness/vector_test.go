@@ -229,6 +229,11 @@ func TestReferenceHarness(t *testing.T) {
 				case msgs <- m:
 				default:
 				}
+				if bytes.Contains(m, []byte(`"method":"initialize"`)) {
+					// An answer shaped as the reference's, so that the
+					// harness goes on (and shows it kept the stream).
+					ch.Write(context.Background(), []byte(initializeResult), false)
+				}
 			}
 		},
 	}
@@ -276,6 +281,14 @@ func TestReferenceHarness(t *testing.T) {
 	if !bytes.Contains(first, []byte(`"method":"initialize"`)) {
 		t.Fatalf("first message %s", first)
 	}
+	select {
+	case m := <-msgs:
+		if !bytes.Contains(m, []byte(`"method":"initialized"`)) {
+			t.Fatalf("second message %s", m)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reference harness did not go on after initialize")
+	}
 	t.Logf("reference harness: msg1 %d bytes, msg2 %d bytes, first record %d bytes: %s", len(hs.msg1), len(hs.msg2), len(ct), first)
 	if len(hs.msg1) < noise.Message1Overhead || len(hs.msg2) != noise.Message2Overhead {
 		t.Fatalf("sizes %d/%d", len(hs.msg1), len(hs.msg2))
@@ -317,3 +330,12 @@ func TestReferenceHarness(t *testing.T) {
 	}
 	t.Logf("wrote %s", path)
 }
+
+// initializeResult is the reference executor's initialize answer (paths
+// trimmed).
+const initializeResult = `{"id":1,"result":{"sessionId":"aaad07dd-2695-43f6-af8b-b95fcc11638e","environmentInfo":{"shell":{"name":"bash","path":"/bin/bash"},` +
+	`"executorVersion":"0.169.0","providerId":"sha256:2101b24c143ad7dd250ba28b0acfb89d51781d78d013ebcdb1fafdba63feb222","cwd":"file:///","userHomeDir":"file:///root",` +
+	`"platformOs":"linux","prependPathDirs":[],"temporaryDirectories":[],"tempDir":"file:///tmp","capabilities":{"networkProxyLaunch":true,"networkProxyReviewDomains":true,` +
+	`"credentialMasking":true,"credentialMaskingCustomProviders":true,"capabilityDiscoverySandbox":true,"fsWatchMissing":true,"capabilityDiscoveryV2":true,` +
+	`"environmentConfigRead":true,"httpHeaderEnvVars":true,"sandboxedFileStreaming":true,"fileWriteStreaming":true,"shellSnapshotV2":true,"windowsMxc":false,` +
+	`"linuxRootWritePreservesDevices":true,"linuxApprovedRootWritePreservesRestrictions":true}}}}`
