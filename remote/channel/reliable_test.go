@@ -217,3 +217,36 @@ func TestPlainStallsOnLoss(t *testing.T) {
 		t.Fatal("every message arrived over a link that drops 20 %: the loss test proves nothing")
 	}
 }
+
+// Arbitrary ack fields and frame kinds from a peer never break the
+// sender's bookkeeping: no panic, the window stays within bounds.
+func FuzzReliableInbound(f *testing.F) {
+	f.Add([]byte{byte(frame.KindHeartbeat), 0, 0, 0x52, 0x4C, 0x59, 0x31, byte(frame.KindAck), 3, 0, 0, 0, 5})
+	f.Add([]byte{byte(frame.KindData), 9, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, script []byte) {
+		c := New("s", SenderFunc(func(context.Context, *frame.Frame) error { return nil }),
+			noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{Reliable: true, QueueLen: 1 << 10})
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		for i := range 10 {
+			if err := c.Write(ctx, fmt.Appendf(nil, "%d", i), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(script) >= 6 {
+			g := &frame.Frame{Version: 1, StreamID: "s", Kind: frame.Kind(script[0] % 7),
+				Ack: uint32(script[1]), AckBits: uint32(script[2])<<24 | uint32(script[3])<<16 | uint32(script[4])<<8 | uint32(script[5])}
+			script = script[6:]
+			if g.Kind == frame.KindData {
+				g.SegmentCount, g.Payload = 1, make([]byte, 17)
+			}
+			c.Deliver(ctx, g)
+		}
+		c.rel.mu.Lock()
+		defer c.rel.mu.Unlock()
+		if len(c.rel.unacked) > maxInflight || c.rel.bytes < 0 {
+			t.Fatalf("%d kept, %d bytes", len(c.rel.unacked), c.rel.bytes)
+		}
+	})
+}
