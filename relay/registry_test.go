@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -225,7 +226,7 @@ func (r *testRelay) attach(t *testing.T, env string) (reg map[string]any, c inte
 }
 
 func TestValidate(t *testing.T) {
-	r := startRelay(t, Options{AuthorizationTTL: 300 * time.Millisecond})
+	r := startRelay(t, Options{AuthorizationTTL: 1500 * time.Millisecond})
 	reg, _ := r.attach(t, "E")
 	regID := reg["executor_registration_id"].(string)
 	_, _ = r.attach(t, "F")
@@ -249,7 +250,7 @@ func TestValidate(t *testing.T) {
 		{"other environment", func(a string) bool { return r.validate(t, "F", regID, hk, a) }, true},
 		{"unknown authorization", func(string) bool { return r.validate(t, "E", regID, hk, "hka_made_up") }, false},
 		{"oversized authorization", func(string) bool { return r.validate(t, "E", regID, hk, strings.Repeat("a", 4097)) }, false},
-		{"expired", func(a string) bool { time.Sleep(400 * time.Millisecond); return r.validate(t, "E", regID, hk, a) }, true},
+		{"expired", func(a string) bool { time.Sleep(1600 * time.Millisecond); return r.validate(t, "E", regID, hk, a) }, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -284,7 +285,9 @@ func TestValidate(t *testing.T) {
 
 func TestPendingAuthorizationsBound(t *testing.T) {
 	store := NewMemStore(8, 2)
-	r := startRelay(t, Options{Store: store, AuthorizationTTL: 200 * time.Millisecond})
+	var shift atomic.Int64 // the store's clock runs ahead by this much
+	store.now = func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
+	r := startRelay(t, Options{Store: store, AuthorizationTTL: time.Minute})
 	r.attach(t, "E")
 	hk := randomKey()
 	r.connect(t, "E", hk)
@@ -293,7 +296,7 @@ func TestPendingAuthorizationsBound(t *testing.T) {
 	if st != http.StatusTooManyRequests || errCode(m) != "too_many_pending_authorizations" {
 		t.Fatalf("third pending authorization: %d %v", st, m)
 	}
-	time.Sleep(250 * time.Millisecond)
+	shift.Store(int64(2 * time.Minute))
 	r.connect(t, "E", hk) // expired ones are swept
 	if n := store.pendingAuthorizations(); n != 1 {
 		t.Fatalf("pending = %d, want 1", n)
