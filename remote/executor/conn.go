@@ -24,7 +24,7 @@ type conn struct {
 	// out feeds the one writer of the socket. A stream never writes the
 	// socket itself: websocket writes abandoned on a cancelled context
 	// close the whole connection, and a stream's context ends with it.
-	out chan []byte
+	out, ctrl chan []byte
 
 	mu       sync.Mutex
 	active   map[string]*channel.Channel
@@ -49,6 +49,7 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 		active:  make(map[string]*channel.Channel),
 		pending: make(map[string]*pending),
 		out:     make(chan []byte, outQueue),
+		ctrl:    make(chan []byte, ctrlQueue),
 	}
 	ws.SetReadLimit(int64(e.cfg.MaxFrameBytes))
 	reason := make(chan string, 3)
@@ -112,24 +113,39 @@ func (c *conn) keepalive() string {
 	}
 }
 
-// outQueue bounds the frames waiting for the socket.
-const outQueue = 256
+// outQueue bounds the data frames waiting for the socket; ctrlQueue the
+// control frames (handshakes, and resets of streams with no data queued),
+// which go first so that streams busy with output do not hold up a new
+// stream's handshake.
+const (
+	outQueue  = 256
+	ctrlQueue = 64
+)
 
 func (c *conn) writer() string {
+	write := func(b []byte) string {
+		ctx, cancel := context.WithTimeout(c.ctx, c.e.cfg.PongTimeout)
+		err := c.ws.Write(ctx, websocket.MessageBinary, b)
+		cancel()
+		if err != nil && c.ctx.Err() == nil {
+			return "write_error"
+		}
+		return ""
+	}
 	for {
+		var b []byte
 		select {
-		case <-c.ctx.Done():
-			return ""
-		case b := <-c.out:
-			ctx, cancel := context.WithTimeout(c.ctx, c.e.cfg.PongTimeout)
-			err := c.ws.Write(ctx, websocket.MessageBinary, b)
-			cancel()
-			if err != nil {
-				if c.ctx.Err() != nil {
-					return ""
-				}
-				return "write_error"
+		case b = <-c.ctrl:
+		default:
+			select {
+			case <-c.ctx.Done():
+				return ""
+			case b = <-c.ctrl:
+			case b = <-c.out:
 			}
+		}
+		if r := write(b); r != "" || c.ctx.Err() != nil {
+			return r
 		}
 	}
 }
@@ -147,11 +163,12 @@ func (c *conn) enqueue(ctx context.Context, f *frame.Frame) error {
 	}
 }
 
-// send queues a control frame (handshake, reset) without waiting: if the
-// queue is full the socket is hopelessly behind and is dropped.
+// send queues a control frame without waiting: if even the control queue
+// is full the socket is hopelessly behind and is dropped (as the
+// reference drops it when message 2 cannot be queued).
 func (c *conn) send(f *frame.Frame) error {
 	select {
-	case c.out <- f.Marshal():
+	case c.ctrl <- f.Marshal():
 		return nil
 	case <-c.ctx.Done():
 		return errSocketGone
@@ -164,6 +181,16 @@ func (c *conn) send(f *frame.Frame) error {
 
 func (c *conn) reset(streamID string) {
 	if err := c.send(frame.Reset(streamID, ResetReason)); err != nil {
+		c.e.log.Debug("sending reset failed", "stream_id", streamID, "err", err)
+	}
+}
+
+// resetAfterData resets an established stream behind the data it has
+// queued, so that its last records are not overtaken.
+func (c *conn) resetAfterData(streamID string) {
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	if err := c.enqueue(ctx, frame.Reset(streamID, ResetReason)); err != nil {
 		c.e.log.Debug("sending reset failed", "stream_id", streamID, "err", err)
 	}
 }
@@ -315,7 +342,7 @@ func (c *conn) finish(sid string, p *pending, resp *noise.Responder, v validatio
 			}
 			c.mu.Unlock()
 			if mine && !errors.Is(err, channel.ErrPeerReset) && !errors.Is(err, errSocketGone) && c.ctx.Err() == nil {
-				c.reset(sid)
+				c.resetAfterData(sid)
 			}
 		},
 	})
