@@ -444,3 +444,41 @@ func TestPongTimeout(t *testing.T) {
 		t.Fatalf("%d registrations; a pong timeout must not re-register", n)
 	}
 }
+
+// New streams open while another stream pours output: the handshakes do
+// not wait behind its data, and the socket stays up.
+func TestHandshakesDuringBulkOutput(t *testing.T) {
+	r := startRig(t, "go", relay.Faults{}, nil)
+	r.waitAttached()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bulk, err := client.NewConn(ctx, &lineConn{ch: r.open().ch}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bulk.Close()
+	done := make(chan error, 1)
+	go func() {
+		out, _, err := bulk.Output(ctx, client.Cmd{Argv: []string{"/bin/sh", "-c", "head -c 4000000 /dev/zero"}})
+		if err == nil && len(out) != 4000000 {
+			err = fmt.Errorf("%d bytes of output", len(out))
+		}
+		done <- err
+	}()
+	for i := range 5 {
+		cl, err := client.NewConn(ctx, &lineConn{ch: r.open().ch}, client.Options{})
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if out, _, err := cl.Output(ctx, client.Cmd{Argv: []string{"/bin/echo", "ok"}}); err != nil || string(out) != "ok\n" {
+			t.Fatalf("stream %d: %q %v", i, out, err)
+		}
+		cl.Close()
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := r.events.count(isAttach); n != 1 {
+		t.Fatalf("the executor socket was dropped (%d attachments)", n)
+	}
+}
