@@ -148,7 +148,7 @@ func New(streamID string, sender Sender, send, recv *noise.CipherState, opts Opt
 // current receive state); fatal send errors end the channel when fail.
 func (c *Channel) sendFrame(ctx context.Context, f *frame.Frame, fail bool) error {
 	c.smu.Lock()
-	if c.rel != nil && (f.Kind == frame.KindData || f.Kind == frame.KindAck) && c.rel.stamps() {
+	if c.rel != nil && (f.Kind == frame.KindData || f.Kind == frame.KindAck || f.Kind == frame.KindResume) && c.rel.stamps() {
 		c.rmu.Lock()
 		next, bits := c.seq.ackState()
 		c.rmu.Unlock()
@@ -157,10 +157,39 @@ func (c *Channel) sendFrame(ctx context.Context, f *frame.Frame, fail bool) erro
 	err := c.sender.Send(ctx, f)
 	c.smu.Unlock()
 	// Outside smu: ending takes wmu, whose holder may be waiting for smu.
-	if err != nil && fail && c.ctx.Err() == nil {
+	// With a reliable peer a lost socket is the owner's to judge: it may
+	// Rebind, and kept records go out again.
+	if err != nil && fail && c.ctx.Err() == nil && !c.Resumable() {
 		c.Fail(err)
 	}
 	return err
+}
+
+// Resumable reports whether the stream may survive the loss of its relay
+// socket: both ends run the reliability extension, so every record not
+// yet acknowledged is kept and can be sent again on a new socket.
+func (c *Channel) Resumable() bool {
+	return c.rel != nil && c.rel.stamps() && c.rel.keeps()
+}
+
+// Rebind moves a resumable stream to a new relay socket: later frames go
+// to s, a resume frame tells the peer where our receiving stands, and
+// every kept record is sent again (the peer drops what it has).
+func (c *Channel) Rebind(ctx context.Context, s Sender) error {
+	if !c.Resumable() {
+		return errors.New("relay stream: not resumable")
+	}
+	c.smu.Lock()
+	c.sender = s
+	c.smu.Unlock()
+	c.rmu.Lock()
+	next, _ := c.seq.ackState()
+	c.rmu.Unlock()
+	if err := c.sendFrame(ctx, frame.Resume(c.streamID, next), false); err != nil {
+		return err
+	}
+	c.rel.resend(0)
+	return nil
 }
 
 // StreamID is the relay stream id.
@@ -258,7 +287,7 @@ func (c *Channel) flush(ctx context.Context) error {
 		// Kept before it is sent: an ack may come back at once.
 		c.rel.sent(f)
 	}
-	if err := c.sendFrame(ctx, f, false); err != nil {
+	if err := c.sendFrame(ctx, f, false); err != nil && !c.Resumable() {
 		return c.writeFailed(err)
 	}
 	if c.rel != nil && f.Seq < maxAdvertise {
@@ -312,8 +341,16 @@ func (c *Channel) Read(ctx context.Context) ([]byte, error) {
 func (c *Channel) Deliver(ctx context.Context, f *frame.Frame) error {
 	if c.rel != nil {
 		c.rel.inbound(f)
-		if f.Kind == frame.KindData {
+		switch f.Kind {
+		case frame.KindData:
 			c.rel.dataArrived()
+		case frame.KindResume:
+			// The peer is on a new socket (or reports where it stands):
+			// send again what it has not got, and tell it ours.
+			if c.Resumable() {
+				c.rel.resend(f.NextSeq)
+				c.rel.forceAck()
+			}
 		}
 	}
 	switch f.Kind {

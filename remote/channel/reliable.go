@@ -41,8 +41,13 @@ import (
 // never come. Both are availability attacks, which a relay can mount
 // anyway by dropping frames; records stay unreadable and unforgeable.
 //
-// Not built yet: resume of a stream across a rendezvous reconnect (a
-// resume frame's next_seq would rewind the sender to the peer's ack).
+// Resume across a lost relay socket: with a reliable peer a failed send
+// does not end the stream (the record is kept); the owner dials a new
+// socket and calls Rebind, which sends resume{next_seq: our next expected
+// seq} and every kept record again; a peer receiving resume sends again
+// every kept record from next_seq on, and an ack. The relay must let the
+// stream id move to the new socket (and not reset it when the old one
+// goes) for this to work; codex 0.169's relay behaviour is unknown.
 
 // AdvertiseMagic is the ack_bits of the advertisement heartbeat ("RLY1").
 const AdvertiseMagic = 0x524C5931
@@ -259,6 +264,55 @@ func (r *reliable) inbound(f *frame.Frame) {
 		default:
 		}
 	}
+}
+
+// keeps reports whether records are kept (not given up on a plain peer).
+func (r *reliable) keeps() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.keep
+}
+
+// resend sends again at once every kept record from seq from on (those
+// below it are acknowledged by a resume frame) and restarts the backoff.
+func (r *reliable) resend(from uint32) {
+	r.mu.Lock()
+	for len(r.unacked) > 0 && r.unacked[0].f.Seq < from {
+		r.bytes -= len(r.unacked[0].f.Payload)
+		r.unacked = r.unacked[1:]
+	}
+	var again []*frame.Frame
+	now := time.Now()
+	for i := range r.unacked {
+		again = append(again, r.unacked[i].f)
+		r.unacked[i].sentAt = now
+		r.unacked[i].sacked = false
+	}
+	r.rto = initialRTO
+	if len(r.unacked) > 0 {
+		r.rtx.Reset(r.rto)
+	}
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+	r.mu.Unlock()
+	for _, f := range again {
+		if err := r.c.sendFrame(r.c.ctx, f, true); err != nil {
+			return
+		}
+	}
+}
+
+// forceAck schedules an ack frame even if one is not due.
+func (r *reliable) forceAck() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peer != peerReliable {
+		return
+	}
+	r.ackDue = true
+	r.ackTimer.Reset(0)
 }
 
 // dataArrived schedules an acknowledgement to a reliable peer.

@@ -42,6 +42,11 @@ type double struct {
 	onHarnessFrame func(raw []byte) [][]byte
 	// onExecFrame does the same toward the harness.
 	onExecFrame func(raw []byte) [][]byte
+	// resumeGrace: a harness socket that goes releases its streams for
+	// another socket to claim, without a Reset to the executor.
+	resumeGrace bool
+	// harnessSockets counts the harness sockets accepted.
+	harnessSockets int
 	// execFrames records the kind and payload size of every frame the
 	// executor sent.
 	execFrames []sizeRecord
@@ -225,6 +230,9 @@ func (d *double) harnessSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.SetReadLimit(1 << 20)
+	d.mu.Lock()
+	d.harnessSockets++
+	d.mu.Unlock()
 	ctx := r.Context()
 	var mine []string
 	defer func() {
@@ -235,6 +243,9 @@ func (d *double) harnessSocket(w http.ResponseWriter, r *http.Request) {
 			if d.streams[s] == c {
 				delete(d.streams, s)
 			} else {
+				s = ""
+			}
+			if d.resumeGrace {
 				s = ""
 			}
 			if s != "" && ex != nil {

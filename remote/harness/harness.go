@@ -5,7 +5,10 @@
 // as initiator and returns the stream's secure channel, a jsonrpc.Stream
 // for the SDK client.
 //
-// One websocket carries one stream, as with codex's own harness. The
+// One websocket carries one stream, as with codex's own harness. With an
+// executor that runs remote/channel's reliability extension too, a lost
+// socket is redialled and the stream resumed on it (the relay must let
+// the stream id move); with codex 0.169 a lost socket ends the stream. The
 // identity (a Keypair) belongs to the Dialer and is reused for every
 // stream it opens; /connect is called again for each, since its
 // authorization is single-use.
@@ -23,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -108,7 +112,10 @@ type Options struct {
 	// PingInterval and PongTimeout tune the keepalive (defaults 30 s and
 	// 60 s, as codex).
 	PingInterval, PongTimeout time.Duration
-	Logger                    *slog.Logger
+	// ResumeTimeout bounds the redialling of a resumable stream whose
+	// socket was lost (default 30 s).
+	ResumeTimeout time.Duration
+	Logger        *slog.Logger
 }
 
 // Dialer opens streams to one environment.
@@ -138,6 +145,9 @@ func NewDialer(registryURL, environmentID, token string, opts Options) (*Dialer,
 	}
 	if opts.PongTimeout <= 0 {
 		opts.PongTimeout = PongTimeout
+	}
+	if opts.ResumeTimeout <= 0 {
+		opts.ResumeTimeout = 30 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -319,29 +329,68 @@ func (d *Dialer) handshake(ctx context.Context, ws *websocket.Conn, b *Bundle) (
 			recvCS.Destroy()
 			return nil, fmt.Errorf("%w: unexpected handshake payload", ErrProtocol)
 		}
-		return d.start(ws, sid, sendCS, recvCS), nil
+		return d.start(ws, b, sid, sendCS, recvCS), nil
 	}
 }
 
+// link is the stream's current relay socket (it changes on resume).
+type link struct {
+	mu sync.Mutex
+	ws *websocket.Conn
+}
+
+func (l *link) get() *websocket.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ws
+}
+
+func (l *link) set(ws *websocket.Conn) *websocket.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.ws
+	l.ws = ws
+	return old
+}
+
 // start runs the established stream: a read loop feeding the channel and
-// a keepalive.
-func (d *Dialer) start(ws *websocket.Conn, sid string, sendCS, recvCS *noise.CipherState) *channel.Channel {
+// a keepalive. When the socket is lost and the stream is resumable (the
+// executor runs the reliability extension too), the read loop dials a new
+// socket and moves the stream to it.
+func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS *noise.CipherState) *channel.Channel {
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := channel.New(sid, channel.SenderFunc(func(ctx context.Context, f *frame.Frame) error {
-		return send(ctx, ws, f)
-	}), sendCS, recvCS, channel.Options{
+	l := &link{ws: ws}
+	sender := channel.SenderFunc(func(ctx context.Context, f *frame.Frame) error {
+		return send(ctx, l.get(), f)
+	})
+	ch := channel.New(sid, sender, sendCS, recvCS, channel.Options{
 		Name:         "exec-server remote stream " + sid,
 		WaitWhenFull: true, // this socket is ours alone: back-pressure
 		Reliable:     !d.opts.Plain,
 		OnClose: func(error) {
 			cancel()
-			ws.CloseNow()
+			l.get().CloseNow()
 		},
 	})
 	go func() {
+		ws := l.get()
 		for {
 			f, err := recv(ctx, ws)
 			if err != nil {
+				if ctx.Err() == nil && ch.Resumable() {
+					if nws, rerr := d.redial(ctx, b); rerr == nil {
+						l.set(nws)
+						ws.CloseNow()
+						if rerr = ch.Rebind(ctx, sender); rerr == nil {
+							d.log.Debug("remote stream resumed on a new socket", "stream", sid)
+							ws = nws
+							continue
+						}
+						err = rerr
+					} else {
+						err = rerr
+					}
+				}
 				ch.Fail(fmt.Errorf("remote executor: relay connection: %w", err))
 				return
 			}
@@ -356,13 +405,43 @@ func (d *Dialer) start(ws *websocket.Conn, sid string, sendCS, recvCS *noise.Cip
 			}
 		}
 	}()
-	go d.keepalive(ctx, ws, ch)
+	go d.keepalive(ctx, l, ch)
 	return ch
 }
 
-// keepalive pings every PingInterval, never with a pong outstanding, and
-// ends the stream when a pong is PongTimeout late.
-func (d *Dialer) keepalive(ctx context.Context, ws *websocket.Conn, ch *channel.Channel) {
+// redial dials a new socket for a resumed stream: the same rendezvous URL
+// first, then a fresh one from /connect, retrying with a backoff for at
+// most ResumeTimeout.
+func (d *Dialer) redial(ctx context.Context, b *Bundle) (*websocket.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.opts.ResumeTimeout)
+	defer cancel()
+	url := b.URL
+	delay := 100 * time.Millisecond
+	for {
+		dctx, dcancel := context.WithTimeout(ctx, ConnectTimeout)
+		ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: d.opts.HTTPClient})
+		dcancel()
+		if err == nil {
+			ws.SetReadLimit(ReadLimit)
+			return ws, nil
+		}
+		// The URL may have expired: ask the registry for another.
+		if nb, cerr := d.Connect(ctx); cerr == nil {
+			url = nb.URL
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("resume: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 4*time.Second)
+	}
+}
+
+// keepalive pings every PingInterval, never with a pong outstanding. A
+// pong PongTimeout late ends the stream, or, if it is resumable, drops the
+// socket for the read loop to replace.
+func (d *Dialer) keepalive(ctx context.Context, l *link, ch *channel.Channel) {
 	t := time.NewTimer(d.opts.PingInterval)
 	defer t.Stop()
 	for {
@@ -371,14 +450,17 @@ func (d *Dialer) keepalive(ctx context.Context, ws *websocket.Conn, ch *channel.
 			return
 		case <-t.C:
 		}
+		ws := l.get()
 		pctx, cancel := context.WithTimeout(ctx, d.opts.PongTimeout)
 		err := ws.Ping(pctx)
 		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
+			if ch.Resumable() {
+				ws.CloseNow()
+			} else {
 				ch.Fail(fmt.Errorf("remote executor: relay connection: pong timeout: %w", err))
+				return
 			}
-			return
 		}
 		t.Reset(d.opts.PingInterval)
 	}

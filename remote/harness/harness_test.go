@@ -475,3 +475,72 @@ func TestReliableThroughLossyRelay(t *testing.T) {
 		})
 	}
 }
+
+// cutHarnessSockets closes the double's side of every harness socket.
+func (d *double) cutHarnessSockets() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.streams {
+		c.CloseNow()
+	}
+}
+
+// With both ends reliable and a relay that lets a stream move to a new
+// socket, cutting the harness's socket mid-stream loses nothing: the
+// harness redials, sends resume, and both ends resend what was not
+// acknowledged. Without the extension the cut ends the stream.
+func TestResumeAfterSocketCut(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprint("plain=", plain), func(t *testing.T) {
+			d := newDouble(t, "env-resume")
+			d.resumeGrace = true
+			key, _ := noise.GenerateKeypair()
+			startEchoExecutorWith(t, d, &echoExecutor{key: key, plain: plain})
+			dl, _ := NewDialer(d.srv.URL, d.env, harnessToken, Options{Plain: plain})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ch, err := dl.Dial(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ch.Close()
+			var msgs [][]byte
+			for i := range 100 {
+				msgs = append(msgs, fmt.Appendf(nil, `{"i":%d,"pad":"%s"}`, i, strings.Repeat("p", i*300)))
+			}
+			go func() {
+				for i, m := range msgs {
+					if i%25 == 10 {
+						d.cutHarnessSockets()
+					}
+					if ch.Write(ctx, m, false) != nil {
+						return
+					}
+				}
+			}()
+			for i, m := range msgs {
+				got, err := ch.Read(ctx)
+				if err != nil {
+					if plain {
+						t.Logf("without the extension the cut ended the stream after %d messages: %v", i, err)
+						return
+					}
+					t.Fatalf("message %d: %v", i, err)
+				}
+				if !bytes.Equal(got, m) {
+					t.Fatalf("message %d differs: %.30s", i, got)
+				}
+			}
+			if plain {
+				t.Fatal("the stream survived socket cuts without the extension: the test proves nothing")
+			}
+			d.mu.Lock()
+			n := d.harnessSockets
+			d.mu.Unlock()
+			if n < 3 {
+				t.Fatalf("%d harness sockets: the cuts did not happen", n)
+			}
+			t.Logf("100 messages echoed over %d successive harness sockets", n)
+		})
+	}
+}
