@@ -11,6 +11,10 @@
 // over it, the harness runs the client over it. Below it sits a Sender,
 // which carries this stream's frames to the relay; the owner of the relay
 // socket feeds the stream's inbound frames to Deliver.
+//
+// With Options.Reliable, and a peer that does the same, the stream also
+// acknowledges and resends records, and survives the loss of its relay
+// socket (Rebind); see reliable.go. A codex 0.169 peer never turns it on.
 package channel
 
 import (
