@@ -270,12 +270,17 @@ func (c *conn) handshake(f *frame.Frame) {
 		c.reset(sid)
 		return
 	}
+	c.mu.Unlock()
+	// The handshake's public-key work runs without the lock. Only this
+	// goroutine (the socket's reader) adds pending entries, so what was
+	// checked above still holds for this stream id.
 	resp := noise.NewResponder(c.e.key, noise.Prologue(c.reg.EnvironmentID, c.reg.RegistrationID, sid))
 	authz, err := resp.ReadMessage1(f.Payload)
 	if err == nil && (len(authz) > noise.MaxAuthorization || !utf8.Valid(authz)) {
 		resp.Destroy()
 		err = errors.New("harness authorization is not UTF-8 of at most 4096 bytes")
 	}
+	c.mu.Lock()
 	if err != nil {
 		c.failLocked()
 		c.mu.Unlock()
@@ -320,6 +325,13 @@ func (c *conn) finish(sid string, p *pending, resp *noise.Responder, v validatio
 				return
 			}
 		}
+		resp.Destroy()
+		c.reset(sid)
+		return
+	}
+	if len(c.active) >= c.e.cfg.MaxStreams {
+		// Validations finished while the streams filled up.
+		c.mu.Unlock()
 		resp.Destroy()
 		c.reset(sid)
 		return

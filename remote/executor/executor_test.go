@@ -482,3 +482,34 @@ func TestHandshakesDuringBulkOutput(t *testing.T) {
 		t.Fatalf("the executor socket was dropped (%d attachments)", n)
 	}
 }
+
+func TestStreamLimits(t *testing.T) {
+	t.Run("active streams", func(t *testing.T) {
+		r := startRig(t, "go", relay.Faults{}, func(cfg *Config) { cfg.MaxStreams = 2 })
+		r.waitAttached()
+		r.open()
+		r.open()
+		id, _ := noise.GenerateKeypair()
+		b := r.connect(id)
+		if _, _, err := handshake(t, dialHarness(t, b.URL), r.env, b, id, newStreamID(), []byte(b.Authz)); err != errReset {
+			t.Fatalf("third stream: %v", err)
+		}
+	})
+	t.Run("pending validations", func(t *testing.T) {
+		r := startRig(t, "go", relay.Faults{}, func(cfg *Config) { cfg.MaxPendingValidations = 1 })
+		r.waitAttached()
+		id, _ := noise.GenerateKeypair()
+		b1, b2 := r.connect(id), r.connect(id)
+		r.relay.SetFaults(relay.Faults{SlowValidate: 3 * time.Second})
+		ws := dialHarness(t, b1.URL)
+		ini, _ := noise.NewInitiator(id, b1.Key, noise.Prologue(r.env, b1.RegID, "first"))
+		msg1, _ := ini.WriteMessage1([]byte(b1.Authz))
+		if err := sendFrame(ws, frame.Handshake("first", msg1)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // the first validation is in flight (for 3 s)
+		if _, _, err := handshake(t, dialHarness(t, b2.URL), r.env, b2, id, newStreamID(), []byte(b2.Authz)); err != errReset {
+			t.Fatalf("second handshake while one validation is pending: %v", err)
+		}
+	})
+}
