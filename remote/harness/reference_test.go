@@ -434,3 +434,42 @@ func TestReferenceReorderWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestReferenceTwoStreams opens two streams to the reference executor at
+// once: independent sessions, each with its own process table.
+func TestReferenceTwoStreams(t *testing.T) {
+	d := newDouble(t, "env-ref-two")
+	startReferenceExecutor(t, d)
+	work := scratch(t)
+	dl := dialer(t, d)
+	var rs []*rpc
+	sessions := map[string]bool{}
+	for i := range 2 {
+		ch, err := dl.Dial(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		r := &rpc{t: t, ch: ch}
+		var init struct {
+			SessionID string `json:"sessionId"`
+		}
+		json.Unmarshal(r.call("initialize", map[string]any{"clientName": fmt.Sprint("two-", i)}), &init)
+		sessions[init.SessionID] = true
+		r.notify("initialized", map[string]any{})
+		rs = append(rs, r)
+	}
+	if len(sessions) != 2 {
+		t.Fatalf("sessions %v", sessions)
+	}
+	// The same process id on both streams: separate tables.
+	for i, r := range rs {
+		r.call("process/start", map[string]any{"processId": "same", "argv": []string{"/bin/echo", fmt.Sprint("stream-", i)},
+			"cwd": "file://" + work, "env": map[string]string{"PATH": "/usr/bin:/bin"}, "tty": false})
+	}
+	for i, r := range rs {
+		if out := r.waitClosed("same"); out != fmt.Sprintf("stream-%d\n", i) {
+			t.Fatalf("stream %d: stdout %q", i, out)
+		}
+	}
+}
