@@ -3,7 +3,6 @@ package relay
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/remote/noise"
 )
 
 // recorder keeps the relay's events for assertions.
@@ -116,10 +116,11 @@ func startRelay(t *testing.T, opts Options) *testRelay {
 }
 
 func randomKey() PublicKey {
-	k := PublicKey{X25519: make([]byte, 32), MLKEM768: make([]byte, 1184)}
-	rand.Read(k.X25519)
-	rand.Read(k.MLKEM768)
-	return k
+	kp, err := noise.GenerateKeypair()
+	if err != nil {
+		panic(err)
+	}
+	return kp.Public()
 }
 
 // post sends a registry request and decodes the answer.
