@@ -216,7 +216,7 @@ func (d *double) executorSocket(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, m := range out {
 			if h != nil {
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // not the request's: its end would close the other socket
 				h.Write(wctx, websocket.MessageBinary, m)
 				cancel()
 			}
@@ -283,7 +283,7 @@ func (d *double) harnessSocket(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, m := range out {
 			if ex != nil {
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // not the request's: its end would close the other socket
 				ex.Write(wctx, websocket.MessageBinary, m)
 				cancel()
 			}

@@ -27,7 +27,7 @@ import (
 // message back on its stream. misbehave, if set, replaces the answer to
 // message 1 for a stream (frames to send instead of message 2).
 type echoExecutor struct {
-	t         *testing.T
+	t         testing.TB
 	d         *double
 	key       *noise.Keypair
 	regID     string
@@ -46,7 +46,7 @@ type echoExecutor struct {
 	plain       bool // no reliability extension
 }
 
-func startEchoExecutor(t *testing.T, d *double) *echoExecutor {
+func startEchoExecutor(t testing.TB, d *double) *echoExecutor {
 	t.Helper()
 	key, err := noise.GenerateKeypair()
 	if err != nil {
@@ -55,7 +55,7 @@ func startEchoExecutor(t *testing.T, d *double) *echoExecutor {
 	return startEchoExecutorWith(t, d, &echoExecutor{key: key})
 }
 
-func startEchoExecutorWith(t *testing.T, d *double, e *echoExecutor) *echoExecutor {
+func startEchoExecutorWith(t testing.TB, d *double, e *echoExecutor) *echoExecutor {
 	t.Helper()
 	e.t, e.d, e.streams = t, d, map[string]*channel.Channel{}
 	key := e.key
@@ -88,10 +88,18 @@ func startEchoExecutorWith(t *testing.T, d *double, e *echoExecutor) *echoExecut
 	return e
 }
 
+// send writes to the shared socket. Not with the caller's context: a
+// websocket write whose context ends closes the connection, and one
+// stream's end must not close every stream's socket.
 func (e *echoExecutor) send(ctx context.Context, f *frame.Frame) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
-	return e.ws.Write(ctx, websocket.MessageBinary, f.Marshal())
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return e.ws.Write(wctx, websocket.MessageBinary, f.Marshal())
 }
 
 func (e *echoExecutor) loop(ctx context.Context) {
