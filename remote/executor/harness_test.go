@@ -81,7 +81,9 @@ func (e *events) waitCount(t *testing.T, n int, d time.Duration, match func(rela
 
 func isAttach(ev relay.Event) bool { return ev.Kind == "attach" && ev.Role == "environment" }
 
-func newRelay(t *testing.T, f relay.Faults) (*relay.Server, string, *events) {
+func newRelayTB(t testing.TB) (*relay.Server, string, *events) { return newRelay(t, relay.Faults{}) }
+
+func newRelay(t testing.TB, f relay.Faults) (*relay.Server, string, *events) {
 	t.Helper()
 	ev := &events{}
 	rs, err := relay.New(relay.Options{
