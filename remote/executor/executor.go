@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/coder/websocket"
@@ -180,10 +181,18 @@ func (e *executor) run(ctx context.Context) error {
 			return nil
 		}
 		id := requestID()
+		hdr := http.Header{"X-Request-Id": {id}}
+		// As the reference: routing hints for a hosted rendezvous.
+		if v := os.Getenv("OPENAI_CLUSTER"); v != "" {
+			hdr.Set("X-Cluster-Name", v)
+		}
+		if v := os.Getenv("DD_SERVICE"); v != "" {
+			hdr.Set("X-Openai-Internal-Caller", v)
+		}
 		dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
 		c, resp, err := websocket.Dial(dctx, reg.URL, &websocket.DialOptions{
 			HTTPClient:      e.cfg.HTTPClient,
-			HTTPHeader:      http.Header{"X-Request-Id": {id}},
+			HTTPHeader:      hdr,
 			CompressionMode: websocket.CompressionDisabled,
 		})
 		cancel()

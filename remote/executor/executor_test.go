@@ -513,3 +513,27 @@ func TestStreamLimits(t *testing.T) {
 		}
 	})
 }
+
+// The upgrade carries what the reference's does: a fresh X-Request-Id,
+// the routing hints from the environment, no Authorization.
+func TestUpgradeHeaders(t *testing.T) {
+	t.Setenv("OPENAI_CLUSTER", "cluster-7")
+	t.Setenv("DD_SERVICE", "svc-x")
+	r := startRig(t, "go", relay.Faults{}, nil)
+	r.waitAttached()
+	r.relay.CutExecutor(r.env)
+	r.events.waitCount(t, 2, 10*time.Second, isAttach)
+	var ids []string
+	for _, e := range r.events.all() {
+		if e.Kind != "upgrade" || e.Status != 101 {
+			continue
+		}
+		if e.Header.Get("X-Cluster-Name") != "cluster-7" || e.Header.Get("X-Openai-Internal-Caller") != "svc-x" || e.Header.Get("Authorization") != "" {
+			t.Fatalf("upgrade headers %v", e.Header)
+		}
+		ids = append(ids, e.Header.Get("X-Request-Id"))
+	}
+	if len(ids) != 2 || ids[0] == ids[1] || !strings.HasPrefix(ids[0], "req_") || len(ids[0]) != 36 {
+		t.Fatalf("request ids %q", ids)
+	}
+}

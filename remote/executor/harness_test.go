@@ -56,6 +56,12 @@ func (e *events) add(ev relay.Event) {
 	e.mu.Unlock()
 }
 
+func (e *events) all() []relay.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]relay.Event(nil), e.ev...)
+}
+
 func (e *events) count(match func(relay.Event) bool) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
