@@ -374,8 +374,25 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 	})
 	go func() {
 		ws := l.get()
+		resumed := false
 		for {
-			f, err := recv(ctx, ws)
+			var f *frame.Frame
+			var err error
+			if resumed {
+				// The executor answers a resume at once (records, an
+				// ack, or a Reset if it no longer has the stream).
+				rctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+				f, err = recv(rctx, ws)
+				timedOut := rctx.Err() != nil && ctx.Err() == nil
+				cancel()
+				if err != nil && timedOut {
+					ch.Fail(fmt.Errorf("remote executor: resumed stream not answered: %w", err))
+					return
+				}
+				resumed = err == nil && f == nil
+			} else {
+				f, err = recv(ctx, ws)
+			}
 			if err != nil {
 				if ctx.Err() == nil && ch.Resumable() {
 					if nws, rerr := d.redial(ctx, b); rerr == nil {
@@ -384,6 +401,7 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 						if rerr = ch.Rebind(ctx, sender); rerr == nil {
 							d.log.Debug("remote stream resumed on a new socket", "stream", sid)
 							ws = nws
+							resumed = true
 							continue
 						}
 						err = rerr

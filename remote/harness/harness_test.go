@@ -124,7 +124,10 @@ func (e *echoExecutor) loop(ctx context.Context) {
 			if err := ch.Deliver(ctx, f); err != nil && !errors.Is(err, channel.ErrPeerReset) {
 				e.send(ctx, frame.Reset(f.StreamID, "noise_relay_protocol_error"))
 			}
-		case f.Kind == frame.KindData:
+		case f.Kind == frame.KindData, f.Kind == frame.KindResume && f.Ack > 0:
+			// Data, or a resumption (a resume with the extension's ack
+			// stamp, unlike the harness's first claim), for a stream
+			// we do not have.
 			e.send(ctx, frame.Reset(f.StreamID, "noise_relay_protocol_error"))
 		}
 	}
