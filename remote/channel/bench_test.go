@@ -10,35 +10,43 @@ import (
 
 // BenchmarkThroughput moves messages from one channel to another with no
 // relay in between: framing, sealing, frame encoding and decoding,
-// opening, cutting and JSON validation.
+// opening, cutting and (unless nojsoncheck) JSON validation.
 func BenchmarkThroughput(b *testing.B) {
 	for _, size := range []int{100, 64 << 10, 1 << 20} {
-		b.Run(byteSize(size), func(b *testing.B) {
-			ctx := context.Background()
-			var recv *Channel
-			sender := SenderFunc(func(ctx context.Context, f *frame.Frame) error {
-				g, err := frame.Unmarshal(f.Marshal())
-				if err != nil {
-					return err
-				}
-				return recv.Deliver(ctx, g)
-			})
-			send := New("s", sender, noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{})
-			recv = New("s", &recorder{}, noise.NewCipherState([32]byte{2}), noise.NewCipherState([32]byte{1}), Options{})
-			defer send.Close()
-			defer recv.Close()
-			msg := jsonOf(size)
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := send.Write(ctx, msg, false); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := recv.Read(ctx); err != nil {
-					b.Fatal(err)
-				}
+		for _, skip := range []bool{false, true} {
+			name := byteSize(size)
+			if skip {
+				name += "/nojsoncheck"
 			}
-		})
+			b.Run(name, func(b *testing.B) { throughput(b, size, skip) })
+		}
+	}
+}
+
+func throughput(b *testing.B, size int, skip bool) {
+	ctx := context.Background()
+	var recv *Channel
+	sender := SenderFunc(func(ctx context.Context, f *frame.Frame) error {
+		g, err := frame.Unmarshal(f.Marshal())
+		if err != nil {
+			return err
+		}
+		return recv.Deliver(ctx, g)
+	})
+	send := New("s", sender, noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{})
+	recv = New("s", &recorder{}, noise.NewCipherState([32]byte{2}), noise.NewCipherState([32]byte{1}), Options{SkipJSONCheck: skip})
+	defer send.Close()
+	defer recv.Close()
+	msg := jsonOf(size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := send.Write(ctx, msg, false); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := recv.Read(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -504,3 +504,21 @@ func FuzzReorder(f *testing.F) {
 		}
 	})
 }
+
+func TestSkipJSONCheck(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		iSend := noise.NewCipherState([32]byte{1})
+		b := New("s", &recorder{}, noise.NewCipherState([32]byte{2}), noise.NewCipherState([32]byte{1}), Options{SkipJSONCheck: skip})
+		ct, _ := iSend.Encrypt(nil, prefixed("{x"))
+		err := b.Deliver(context.Background(), frame.Data("s", 0, ct))
+		if skip != (err == nil) || !skip && !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("skip=%v: err = %v", skip, err)
+		}
+		if skip {
+			if m := readN(t, b, 1); string(m[0]) != "{x" {
+				t.Fatalf("got %q", m[0])
+			}
+		}
+		b.Close()
+	}
+}

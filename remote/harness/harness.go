@@ -367,6 +367,8 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 		Name:         "exec-server remote stream " + sid,
 		WaitWhenFull: true, // this socket is ours alone: back-pressure
 		Reliable:     !d.opts.Plain,
+		// The client parses every message and answers bad JSON itself.
+		SkipJSONCheck: true,
 		OnClose: func(error) {
 			cancel()
 			l.get().CloseNow()
