@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 
+	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 )
 
@@ -31,14 +32,35 @@ var errFrame = errors.New("relay: malformed relay frame")
 // (the payload is not copied, let alone decrypted). The peers apply the
 // rest of the frame rules; the relay only needs a routing key.
 func peek(b []byte) (streamID string, kind Kind, err error) {
-	f, err := frame.Unmarshal(b)
+	f, err := peekFrame(b)
 	if err != nil {
-		return "", KindNone, errFrame
-	}
-	if f.StreamID == "" || len(f.StreamID) > maxStreamID || f.Kind == KindNone {
-		return "", KindNone, errFrame
+		return "", KindNone, err
 	}
 	return f.StreamID, f.Kind, nil
+}
+
+func peekFrame(b []byte) (*frame.Frame, error) {
+	f, err := frame.Unmarshal(b)
+	if err != nil || f.StreamID == "" || len(f.StreamID) > maxStreamID || f.Kind == KindNone {
+		return nil, errFrame
+	}
+	return f, nil
+}
+
+// reliableSignal reports a frame by which its sender shows it runs the
+// reliability extension, by remote/channel's rules: the advertisement
+// heartbeat, an ack frame, or data carrying an ack (0.169 sends none of
+// these). The fields are in clear.
+func reliableSignal(f *frame.Frame) bool {
+	switch f.Kind {
+	case KindHeartbeat:
+		return f.AckBits == channel.AdvertiseMagic
+	case KindAck:
+		return true
+	case KindData:
+		return f.Ack > 0
+	}
+	return false
 }
 
 // resetFrame encodes RelayMessageFrame{version:1, stream_id, reset{reason}}.

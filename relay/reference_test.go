@@ -189,8 +189,8 @@ func TestReferenceExecutor(t *testing.T) {
 		n := len(r.rec.all())
 		r.SetFaults(Faults{Upgrade: Failure{Status: 502, Code: "route_unavailable", Times: 1}})
 		r.CutExecutor("E")
-		_, k := r.rec.wait(t, n, 15*time.Second, isUpgrade(502))
-		ok, m := r.rec.wait(t, k, 15*time.Second, isUpgrade(101))
+		_, k := r.rec.wait(t, n, 40*time.Second, isUpgrade(502))
+		ok, m := r.rec.wait(t, k, 40*time.Second, isUpgrade(101))
 		if ok.Query != up.Query {
 			t.Error("dialled another URL after a 502")
 		}

@@ -380,17 +380,23 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 		if typ != websocket.MessageBinary {
 			continue
 		}
-		stream, kind, err := peek(b)
+		f, err := peekFrame(b)
 		if err != nil {
 			s.log.Debug("rendezvous: executor sent a malformed frame", "env", l.env, "len", len(b))
 			continue
 		}
-		h, ok := s.router.Harness(l.env, stream)
-		if !ok {
-			continue
+		stream, kind := f.StreamID, f.Kind
+		if reliableSignal(f) {
+			s.router.Advertised(l.env, stream, false)
 		}
-		s.forward(false, h, stream, kind, b)
+		// Unknown streams, and streams held for a socket that has not
+		// claimed them yet, get nothing: the harness's resume makes the
+		// executor send again what it needs.
+		if h, ok := s.router.Harness(l.env, stream); ok {
+			s.forward(false, h, stream, kind, b)
+		}
 		if kind == KindReset {
+			// Also ends a held stream (no socket to tell).
 			s.router.Unbind(l.env, stream, nil)
 		}
 	}
@@ -420,11 +426,12 @@ func (s *Server) serveHarness(l *leg, reg string) {
 		if typ != websocket.MessageBinary {
 			continue
 		}
-		stream, kind, err := peek(b)
+		f, err := peekFrame(b)
 		if err != nil {
 			continue
 		}
-		switch err := s.router.Bind(l.env, stream, l); {
+		stream, kind := f.StreamID, f.Kind
+		switch err := s.router.Bind(l.env, stream, l, kind == KindResume); {
 		case errors.Is(err, ErrTooMany):
 			l.Send(resetFrame(stream, "too_many_streams"))
 			continue
@@ -436,20 +443,39 @@ func (s *Server) serveHarness(l *leg, reg string) {
 		if !ok {
 			break
 		}
+		if reliableSignal(f) {
+			s.router.Advertised(l.env, stream, true)
+		}
 		s.forward(true, exec, stream, kind, b)
 		if kind == KindReset {
 			s.router.Unbind(l.env, stream, l)
 		}
 	}
-	streams := s.router.DetachHarness(l.env, l)
-	if exec, _, ok := s.router.Executor(l.env); ok {
-		for _, st := range streams {
-			exec.Send(resetFrame(st, "harness_disconnected"))
-			s.event(Event{Kind: "reset", Role: roleEnvironment, Env: l.env, Stream: st, Code: "harness_disconnected"})
-		}
+	ended, held := s.router.DetachHarness(l.env, l)
+	for _, st := range ended {
+		s.harnessGone(l.env, st)
+	}
+	// Streams on which both ends run the reliability extension wait for
+	// the harness to redial and claim them (resume); then they go too.
+	for _, st := range held {
+		s.event(Event{Kind: "hold", Role: roleHarness, Env: l.env, Stream: st})
+		env, st := l.env, st
+		time.AfterFunc(s.opts.ResumeGrace, func() {
+			if s.router.Release(env, st) {
+				s.harnessGone(env, st)
+			}
+		})
 	}
 	l.Close("closed")
 	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
+}
+
+// harnessGone tells the executor a stream's harness went.
+func (s *Server) harnessGone(env, stream string) {
+	if exec, _, ok := s.router.Executor(env); ok {
+		exec.Send(resetFrame(stream, "harness_disconnected"))
+		s.event(Event{Kind: "reset", Role: roleEnvironment, Env: env, Stream: stream, Code: "harness_disconnected"})
+	}
 }
 
 // forward sends one frame through the fault shaper.

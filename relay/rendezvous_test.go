@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/remote/channel"
+	"github.com/execgo/exec-server/remote/frame"
 )
 
 // pair is an executor socket and the connect bundle for a harness.
@@ -359,4 +361,70 @@ func TestHarnessSocketsPerEnvironment(t *testing.T) {
 	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
 		t.Fatalf("third harness socket: %v", err)
 	}
+}
+
+func advertFrame(stream string) []byte {
+	return (&frame.Frame{Version: 1, StreamID: stream, Kind: frame.KindHeartbeat, AckBits: channel.AdvertiseMagic}).Marshal()
+}
+
+// A stream whose ends both run the reliability extension outlives its
+// harness socket for ResumeGrace: a new socket's resume claims it; one
+// nobody claims is reset then. A 0.169 stream is reset at once.
+func TestHeldStreams(t *testing.T) {
+	p := newPair(t, Options{ResumeGrace: 300 * time.Millisecond})
+	h := p.harness(t)
+	for _, s := range []string{"kept", "claimed", "plain"} {
+		write(t, h, resumeFrame(s))
+		read(t, p.exec)
+	}
+	for _, s := range []string{"kept", "claimed"} {
+		write(t, h, advertFrame(s))
+		read(t, p.exec)
+		write(t, p.exec, (&frame.Frame{Version: 1, StreamID: s, Kind: frame.KindAck, Ack: 1}).Marshal())
+		read(t, h)
+	}
+	h.CloseNow()
+	// The plain stream goes at once.
+	if b := read(t, p.exec); resetReason(b) != "harness_disconnected" {
+		t.Fatalf("first frame after the cut: % x", b)
+	} else if s, _, _ := peek(b); s != "plain" {
+		t.Fatalf("reset for %q first, want plain", s)
+	}
+	// A new socket claims one held stream with its resume.
+	h2 := p.harness(t)
+	write(t, h2, frame.Resume("claimed", 3).Marshal())
+	if s, k, _ := peek(read(t, p.exec)); s != "claimed" || k != KindResume {
+		t.Fatalf("executor got %q %v, want claimed's resume", s, k)
+	}
+	want := dataFrame("claimed", 3, []byte("again"))
+	write(t, p.exec, want)
+	if got := read(t, h2); !bytes.Equal(got, want) {
+		t.Fatal("the claimed stream's data did not reach the new socket")
+	}
+	// The other one is reset once the grace is over.
+	b := read(t, p.exec)
+	if s, _, _ := peek(b); s != "kept" || resetReason(b) != "harness_disconnected" {
+		t.Fatalf("after the grace: %q %q", s, resetReason(b))
+	}
+}
+
+// A resume from another socket takes a stream over even before the relay
+// saw the old socket go (the harness redials faster than that).
+func TestResumeClaimsFromLiveSocket(t *testing.T) {
+	p := newPair(t, Options{})
+	h1 := p.harness(t)
+	h2 := p.harness(t)
+	write(t, h1, resumeFrame("s"))
+	read(t, p.exec)
+	write(t, h2, dataFrame("s", 0, []byte("x"))) // not a claim: dropped
+	write(t, h2, frame.Resume("s", 0).Marshal())
+	if _, k, _ := peek(read(t, p.exec)); k != KindResume {
+		t.Fatalf("got %v, want the claiming resume", k)
+	}
+	want := dataFrame("s", 0, []byte("to h2"))
+	write(t, p.exec, want)
+	if got := read(t, h2); !bytes.Equal(got, want) {
+		t.Fatal("data went elsewhere")
+	}
+	expectNothing(t, h1, 100*time.Millisecond)
 }

@@ -39,10 +39,22 @@ type Router interface {
 	Executor(env string) (Leg, string, bool)
 	// AttachHarness admits a harness leg for (env, reg).
 	AttachHarness(env, reg string, h Leg) error
-	// DetachHarness removes h and returns the streams it owned.
-	DetachHarness(env string, h Leg) []string
-	// Bind makes h the owner of stream (idempotent for the owner).
-	Bind(env, stream string, h Leg) error
+	// DetachHarness removes h. Of the streams it owned, those both ends
+	// advertised the reliability extension on are held (orphaned, awaiting
+	// a new socket that claims them with Bind); the others are ended.
+	DetachHarness(env string, h Leg) (ended, held []string)
+	// Advertised notes that one end of stream runs the reliability
+	// extension (its advertisement heartbeat, an ack frame or data with an
+	// ack: fields in clear in the frame).
+	Advertised(env, stream string, fromHarness bool)
+	// Release ends a held stream that no socket claimed; false if it was
+	// claimed (or is gone).
+	Release(env, stream string) bool
+	// Bind makes h the owner of stream (idempotent for the owner; a held
+	// stream is adopted). With claim (a resume frame: the harness moved
+	// the stream to a new socket), h takes it from its current owner even
+	// if that socket has not been seen to go yet.
+	Bind(env, stream string, h Leg, claim bool) error
 	// Harness returns the owner of stream.
 	Harness(env, stream string) (Leg, bool)
 	// Unbind releases stream if h owns it (nil: whoever owns it).
@@ -65,7 +77,17 @@ type route struct {
 	exec    Leg
 	reg     string
 	legs    map[Leg]map[string]struct{} // harness leg → its streams
-	streams map[string]Leg
+	streams map[string]Leg              // nil: held for a new socket
+	adv     map[string]uint8            // advertisement bits per stream
+}
+
+const (
+	advHarness  = 1
+	advExecutor = 2
+)
+
+func newRoute(l Leg, reg string) *route {
+	return &route{exec: l, reg: reg, legs: make(map[Leg]map[string]struct{}), streams: make(map[string]Leg), adv: make(map[string]uint8)}
 }
 
 // NewMemRouter bounds executor legs, harness legs, streams per harness
@@ -87,7 +109,7 @@ func (m *MemRouter) AttachExecutor(env, reg string, l Leg) ([]Leg, error) {
 		if len(m.envs) >= m.maxEnvs {
 			return nil, ErrTooMany
 		}
-		m.envs[env] = &route{exec: l, reg: reg, legs: make(map[Leg]map[string]struct{}), streams: make(map[string]Leg)}
+		m.envs[env] = newRoute(l, reg)
 		return nil, nil
 	}
 	var displaced []Leg
@@ -98,7 +120,7 @@ func (m *MemRouter) AttachExecutor(env, reg string, l Leg) ([]Leg, error) {
 		displaced = append(displaced, h)
 	}
 	m.harness -= len(r.legs)
-	*r = route{exec: l, reg: reg, legs: make(map[Leg]map[string]struct{}), streams: make(map[string]Leg)}
+	*r = *newRoute(l, reg)
 	return displaced, nil
 }
 
@@ -151,28 +173,65 @@ func (m *MemRouter) AttachHarness(env, reg string, h Leg) error {
 	return nil
 }
 
-func (m *MemRouter) DetachHarness(env string, h Leg) []string {
+func (m *MemRouter) DetachHarness(env string, h Leg) (ended, held []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.envs[env]
 	if r == nil {
-		return nil
+		return nil, nil
 	}
 	ss, ok := r.legs[h]
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	list := make([]string, 0, len(ss))
 	for s := range ss {
-		list = append(list, s)
+		if r.adv[s] == advHarness|advExecutor {
+			r.streams[s] = nil
+			held = append(held, s)
+			continue
+		}
+		ended = append(ended, s)
 		delete(r.streams, s)
+		delete(r.adv, s)
 	}
 	delete(r.legs, h)
 	m.harness--
-	return list
+	return ended, held
 }
 
-func (m *MemRouter) Bind(env, stream string, h Leg) error {
+func (m *MemRouter) Advertised(env, stream string, fromHarness bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.envs[env]
+	if r == nil {
+		return
+	}
+	if _, ok := r.streams[stream]; !ok {
+		return
+	}
+	if fromHarness {
+		r.adv[stream] |= advHarness
+	} else {
+		r.adv[stream] |= advExecutor
+	}
+}
+
+func (m *MemRouter) Release(env, stream string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.envs[env]
+	if r == nil {
+		return false
+	}
+	if owner, ok := r.streams[stream]; !ok || owner != nil {
+		return false
+	}
+	delete(r.streams, stream)
+	delete(r.adv, stream)
+	return true
+}
+
+func (m *MemRouter) Bind(env, stream string, h Leg, claim bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.envs[env]
@@ -183,14 +242,19 @@ func (m *MemRouter) Bind(env, stream string, h Leg) error {
 	if !ok {
 		return errUnknownRoute
 	}
-	if owner, ok := r.streams[stream]; ok {
-		if owner != h {
-			return ErrStreamOwned
-		}
+	owner, bound := r.streams[stream]
+	switch {
+	case bound && owner == h:
 		return nil
-	}
-	if len(ss) >= m.maxStreamsPerHarness || len(r.streams) >= m.maxStreamsPerEnv {
+	case bound && owner != nil && !claim:
+		return ErrStreamOwned
+	case len(ss) >= m.maxStreamsPerHarness:
 		return ErrTooMany
+	case !bound && len(r.streams) >= m.maxStreamsPerEnv:
+		return ErrTooMany
+	}
+	if bound && owner != nil {
+		delete(r.legs[owner], stream)
 	}
 	ss[stream] = struct{}{}
 	r.streams[stream] = h
@@ -204,8 +268,8 @@ func (m *MemRouter) Harness(env, stream string) (Leg, bool) {
 	if r == nil {
 		return nil, false
 	}
-	h, ok := r.streams[stream]
-	return h, ok
+	h := r.streams[stream]
+	return h, h != nil
 }
 
 func (m *MemRouter) Unbind(env, stream string, h Leg) {
@@ -220,5 +284,8 @@ func (m *MemRouter) Unbind(env, stream string, h Leg) {
 		return
 	}
 	delete(r.streams, stream)
-	delete(r.legs[owner], stream)
+	delete(r.adv, stream)
+	if owner != nil {
+		delete(r.legs[owner], stream)
+	}
 }

@@ -45,8 +45,12 @@ type Options struct {
 	QueueFrames              int           // per-socket outbound queue, default 64 frames...
 	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
-	PingInterval             time.Duration // default 30 s
-	PongTimeout              time.Duration // default 60 s
+	// ResumeGrace is how long a stream whose ends both advertised the
+	// reliability extension waits, after its harness socket went, for a
+	// new socket to claim it (default 30 s, the harness's redial limit).
+	ResumeGrace  time.Duration
+	PingInterval time.Duration // default 30 s
+	PongTimeout  time.Duration // default 60 s
 
 	Store  Store  // default NewMemStore
 	Router Router // default NewMemRouter
@@ -120,6 +124,7 @@ func New(opts Options) (*Server, error) {
 	defd(&opts.HarnessURLTTL, 5*time.Minute)
 	defd(&opts.AuthorizationTTL, time.Minute)
 	defd(&opts.SlowHarness, 5*time.Second)
+	defd(&opts.ResumeGrace, 30*time.Second)
 	defd(&opts.PingInterval, 30*time.Second)
 	defd(&opts.PongTimeout, 60*time.Second)
 	if opts.PublicURL != "" {

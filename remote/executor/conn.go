@@ -343,9 +343,26 @@ func (c *conn) finish(sid string, p *pending, resp *noise.Responder, v validatio
 		c.reset(sid)
 		return
 	}
+	// Message 2 is queued before the channel exists: the channel's first
+	// frame (the reliability advertisement) must not overtake it. The
+	// lock is held throughout so that the harness's first data, which may
+	// follow message 2 at once, finds the stream.
+	if err := c.send(frame.Handshake(sid, msg)); err != nil {
+		c.mu.Unlock()
+		send.Destroy()
+		recv.Destroy()
+		// Message 2 could not go out: the socket is broken.
+		c.e.log.Warn("writing handshake message 2 failed; dropping the socket", "stream_id", sid, "err", err)
+		c.ws.CloseNow()
+		return
+	}
 	var ch *channel.Channel
 	ch = channel.New(sid, channel.SenderFunc(c.enqueue), send, recv, channel.Options{
 		Name: "exec-server relay stream " + sid,
+		// Acknowledgements, retransmission and resume when the harness
+		// advertises them too; a codex 0.169 harness never does, and the
+		// stream then runs exactly as 0.169's.
+		Reliable: !c.e.cfg.Plain,
 		OnClose: func(err error) {
 			c.mu.Lock()
 			mine := c.active[sid] == ch
@@ -360,13 +377,6 @@ func (c *conn) finish(sid string, p *pending, resp *noise.Responder, v validatio
 	})
 	c.active[sid] = ch
 	c.mu.Unlock()
-	if err := c.send(frame.Handshake(sid, msg)); err != nil {
-		// Message 2 could not go out: the socket is broken.
-		c.e.log.Warn("writing handshake message 2 failed; dropping the socket", "stream_id", sid, "err", err)
-		ch.Fail(errSocketGone)
-		c.ws.CloseNow()
-		return
-	}
 	c.e.log.Debug("stream established", "stream_id", sid)
 	c.wg.Add(1)
 	go func() {

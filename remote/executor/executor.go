@@ -52,6 +52,9 @@ type Config struct {
 	ReconnectMax          time.Duration // 30 s
 	StableAfter           time.Duration // a connection up this long resets the backoff, 120 s
 	MaxFrameBytes         int           // 256 KiB
+	// Plain turns off the reliability extension (acknowledgements,
+	// retransmission, resume) that runs with harnesses that advertise it.
+	Plain bool
 }
 
 // ResetReason is the only reason the executor puts in a Reset (spec §9).

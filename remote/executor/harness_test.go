@@ -131,6 +131,13 @@ func startRig(t *testing.T, impl string, f relay.Faults, tweak func(*Config)) *r
 	t.Helper()
 	rs, base, ev := newRelay(t, f)
 	r := &rig{t: t, relay: rs, base: base, events: ev, runErr: make(chan error, 1)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, e := range ev.all() {
+				t.Logf("relay event %s %s stream=%s status=%d code=%s", e.Kind, e.Role, e.Stream, e.Status, e.Code)
+			}
+		}
+	})
 	r.env = strings.Map(func(c rune) rune {
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
 			return c
