@@ -169,7 +169,7 @@ func TestReferenceExecutor(t *testing.T) {
 	t.Run("redials after a cut", func(t *testing.T) {
 		n := len(r.rec.all())
 		start := time.Now()
-		r.CutExecutor("E")
+		r.cutAttached(t, "E")
 		again, k := r.rec.wait(t, n, 15*time.Second, isUpgrade(101))
 		t.Logf("redialled after %s", time.Since(start).Round(10*time.Millisecond))
 		if again.Query != up.Query {
@@ -188,7 +188,7 @@ func TestReferenceExecutor(t *testing.T) {
 	t.Run("5xx upgrade retries the same URL", func(t *testing.T) {
 		n := len(r.rec.all())
 		r.SetFaults(Faults{Upgrade: Failure{Status: 502, Code: "route_unavailable", Times: 1}})
-		r.CutExecutor("E")
+		r.cutAttached(t, "E")
 		_, k := r.rec.wait(t, n, 40*time.Second, isUpgrade(502))
 		ok, m := r.rec.wait(t, k, 40*time.Second, isUpgrade(101))
 		if ok.Query != up.Query {
@@ -212,7 +212,7 @@ func TestReferenceReregistersOn4xx(t *testing.T) {
 	for _, status := range []int{403, 429} {
 		n := len(r.rec.all())
 		r.SetFaults(Faults{Upgrade: Failure{Status: status, Code: "expired", Times: 1}})
-		r.CutExecutor("E")
+		r.cutAttached(t, "E")
 		_, k := r.rec.wait(t, n, 20*time.Second, isUpgrade(status))
 		re, k2 := r.rec.wait(t, k, 5*time.Second, func(e Event) bool { return e.Kind == "register" })
 		ok, _ := r.rec.wait(t, k2, 20*time.Second, isUpgrade(101))
@@ -274,5 +274,18 @@ func TestReferenceRegistrationFailures(t *testing.T) {
 				t.Fatalf("stderr lacks %q:\n%s", c.stderr, p.stderr.String())
 			}
 		})
+	}
+}
+
+// cutAttached cuts env's executor socket once it is attached (the upgrade
+// event comes just before the attachment).
+func (r *testRelay) cutAttached(t *testing.T, env string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !r.CutExecutor(env) {
+		if time.Now().After(deadline) {
+			t.Fatal("no executor attached to cut")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

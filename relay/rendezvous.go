@@ -400,12 +400,28 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 			s.router.Unbind(l.env, stream, nil)
 		}
 	}
-	orphans := s.router.DetachExecutor(l.env, l)
-	for h, streams := range orphans {
+	reset, closing, waiting := s.router.DetachExecutor(l.env, l)
+	for h, streams := range reset {
 		for _, st := range streams {
 			h.Send(resetFrame(st, "executor_disconnected"))
 		}
+	}
+	for _, h := range closing {
 		h.Close("executor_disconnected")
+	}
+	if waiting {
+		// Streams running the reliability extension wait for the
+		// executor to redial (same registration) and resume them.
+		env := l.env
+		s.event(Event{Kind: "hold", Role: roleEnvironment, Env: env, Reg: reg})
+		time.AfterFunc(s.opts.ResumeGrace, func() {
+			for h, streams := range s.router.ExpireExecutor(env) {
+				for _, st := range streams {
+					h.Send(resetFrame(st, "executor_disconnected"))
+				}
+				h.Close("executor_disconnected")
+			}
+		})
 	}
 	l.Close("closed")
 	s.log.Info("executor detached", "env", l.env, "registration", reg)
@@ -443,6 +459,10 @@ func (s *Server) serveHarness(l *leg, reg string) {
 		if !ok {
 			break
 		}
+		if exec == nil {
+			// The executor is away; a resumed stream sends again.
+			continue
+		}
 		if reliableSignal(f) {
 			s.router.Advertised(l.env, stream, true)
 		}
@@ -472,7 +492,7 @@ func (s *Server) serveHarness(l *leg, reg string) {
 
 // harnessGone tells the executor a stream's harness went.
 func (s *Server) harnessGone(env, stream string) {
-	if exec, _, ok := s.router.Executor(env); ok {
+	if exec, _, ok := s.router.Executor(env); ok && exec != nil {
 		exec.Send(resetFrame(stream, "harness_disconnected"))
 		s.event(Event{Kind: "reset", Role: roleEnvironment, Env: env, Stream: stream, Code: "harness_disconnected"})
 	}

@@ -49,7 +49,8 @@ func (p *pair) harness(t *testing.T) *websocket.Conn {
 	return c
 }
 
-// expectNothing checks that no message arrives on c within d.
+// expectNothing checks that no message arrives on c within d. The read's
+// timeout closes c: use it last.
 func expectNothing(t *testing.T, c *websocket.Conn, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -427,4 +428,56 @@ func TestResumeClaimsFromLiveSocket(t *testing.T) {
 		t.Fatal("data went elsewhere")
 	}
 	expectNothing(t, h1, 100*time.Millisecond)
+}
+
+// Streams both ends run the reliability extension on wait for their
+// executor to redial (same registration); others are reset at once; if
+// it does not come back in time, the waiting ones are reset too.
+func TestExecutorAway(t *testing.T) {
+	r := startRelay(t, Options{ResumeGrace: 500 * time.Millisecond})
+	reg := r.register(t, "E", randomKey())
+	n := len(r.rec.all())
+	e1 := dial(t, reg["url"].(string))
+	r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" })
+	b := r.connect(t, "E", randomKey())
+	h := dial(t, b["url"].(string))
+	hp := dial(t, b["url"].(string))
+	write(t, h, resumeFrame("kept"))
+	read(t, e1)
+	write(t, hp, resumeFrame("plain"))
+	read(t, e1)
+	write(t, h, advertFrame("kept"))
+	read(t, e1)
+	write(t, e1, advertFrame("kept"))
+	read(t, h)
+
+	e1.CloseNow()
+	if b := read(t, hp); resetReason(b) != "executor_disconnected" {
+		t.Fatalf("plain stream: % x", b)
+	}
+	// (Held: no reset and the socket stays open, as the exchange below
+	// shows: a reset would be read first.)
+	n = len(r.rec.all())
+	e2 := dial(t, reg["url"].(string))
+	r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" })
+	want := dataFrame("kept", 5, []byte("after the redial"))
+	write(t, h, want)
+	if got := read(t, e2); !bytes.Equal(got, want) {
+		t.Fatal("the held stream's frame did not reach the new executor socket")
+	}
+	write(t, e2, want)
+	if got := read(t, h); !bytes.Equal(got, want) {
+		t.Fatal("the new executor socket's frame did not reach the harness")
+	}
+
+	// Away for longer than the grace: reset and closed.
+	e2.CloseNow()
+	if b := read(t, h); resetReason(b) != "executor_disconnected" {
+		t.Fatalf("after the grace: % x", b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := h.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("harness socket after the grace: %v", err)
+	}
 }

@@ -29,13 +29,21 @@ var (
 // holding the socket.
 type Router interface {
 	// AttachExecutor makes l the executor leg of env for registration reg
-	// and returns the legs it displaces: the previous executor leg and its
-	// harness legs, which the caller closes.
+	// and returns the legs it displaces, which the caller closes: the
+	// previous executor leg, and its harness legs unless reg is the same
+	// registration (the executor reconnected: streams it kept resume).
 	AttachExecutor(env, reg string, l Leg) (displaced []Leg, err error)
-	// DetachExecutor removes l if it is still env's executor and returns
-	// env's harness legs with their streams, which are now orphaned.
-	DetachExecutor(env string, l Leg) map[Leg][]string
-	// Executor returns env's executor leg and its registration id.
+	// DetachExecutor removes l if it is still env's executor. Streams
+	// both ends run the reliability extension on stay, with their harness
+	// legs, waiting for the executor to come back (waiting is then true;
+	// ExpireExecutor ends the wait); the others are returned with their
+	// harness legs (reset), and legs left without streams too (close).
+	DetachExecutor(env string, l Leg) (reset map[Leg][]string, close []Leg, waiting bool)
+	// ExpireExecutor ends the wait for an executor that did not come back:
+	// it removes the route and returns its harness legs and streams.
+	ExpireExecutor(env string) map[Leg][]string
+	// Executor returns env's executor leg (nil while waiting for it to
+	// come back) and its registration id; ok is false without a route.
 	Executor(env string) (Leg, string, bool)
 	// AttachHarness admits a harness leg for (env, reg).
 	AttachHarness(env, reg string, h Leg) error
@@ -116,6 +124,10 @@ func (m *MemRouter) AttachExecutor(env, reg string, l Leg) ([]Leg, error) {
 	if r.exec != nil {
 		displaced = append(displaced, r.exec)
 	}
+	if r.reg == reg {
+		r.exec = l
+		return displaced, nil
+	}
 	for h := range r.legs {
 		displaced = append(displaced, h)
 	}
@@ -124,20 +136,59 @@ func (m *MemRouter) AttachExecutor(env, reg string, l Leg) ([]Leg, error) {
 	return displaced, nil
 }
 
-func (m *MemRouter) DetachExecutor(env string, l Leg) map[Leg][]string {
+func (m *MemRouter) DetachExecutor(env string, l Leg) (reset map[Leg][]string, close []Leg, waiting bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.envs[env]
 	if r == nil || r.exec != l {
+		return nil, nil, false
+	}
+	reset = make(map[Leg][]string)
+	for h, ss := range r.legs {
+		for s := range ss {
+			if r.adv[s] == advHarness|advExecutor {
+				waiting = true
+				continue
+			}
+			reset[h] = append(reset[h], s)
+			delete(ss, s)
+			delete(r.streams, s)
+			delete(r.adv, s)
+		}
+		if len(ss) == 0 {
+			close = append(close, h)
+			delete(r.legs, h)
+			m.harness--
+		}
+	}
+	// Held streams whose harness socket went too.
+	for _, owner := range r.streams {
+		if owner == nil {
+			waiting = true
+			break
+		}
+	}
+	if waiting {
+		r.exec = nil
+		return reset, close, true
+	}
+	m.harness -= len(r.legs)
+	delete(m.envs, env)
+	return reset, close, false
+}
+
+func (m *MemRouter) ExpireExecutor(env string) map[Leg][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.envs[env]
+	if r == nil || r.exec != nil {
 		return nil
 	}
 	out := make(map[Leg][]string, len(r.legs))
 	for h, ss := range r.legs {
-		list := make([]string, 0, len(ss))
 		for s := range ss {
-			list = append(list, s)
+			out[h] = append(out[h], s)
 		}
-		out[h] = list
 	}
 	m.harness -= len(r.legs)
 	delete(m.envs, env)

@@ -45,9 +45,10 @@ type Options struct {
 	QueueFrames              int           // per-socket outbound queue, default 64 frames...
 	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
-	// ResumeGrace is how long a stream whose ends both advertised the
-	// reliability extension waits, after its harness socket went, for a
-	// new socket to claim it (default 30 s, the harness's redial limit).
+	// ResumeGrace is how long a stream whose ends both run the
+	// reliability extension waits, after its harness socket or its
+	// executor socket went, for a new socket to take it up (default 30 s,
+	// the harness's redial limit).
 	ResumeGrace  time.Duration
 	PingInterval time.Duration // default 30 s
 	PongTimeout  time.Duration // default 60 s
@@ -200,7 +201,7 @@ func (s *Server) Close() {
 // CutExecutor drops env's executor socket at once, as a network cut would.
 func (s *Server) CutExecutor(env string) bool {
 	l, _, ok := s.router.Executor(env)
-	if !ok {
+	if !ok || l == nil {
 		return false
 	}
 	l.(*leg).cut()
@@ -211,7 +212,7 @@ func (s *Server) CutExecutor(env string) bool {
 // for tests of malformed input.
 func (s *Server) InjectToExecutor(env string, msg []byte, text bool) bool {
 	l, _, ok := s.router.Executor(env)
-	if !ok {
+	if !ok || l == nil {
 		return false
 	}
 	return l.(*leg).send(outFrame{b: msg, text: text})
@@ -425,7 +426,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Registered is not enough: the executor must hold its socket.
-	if _, attached, up := s.router.Executor(env); !ok || !up || attached != reg.ID {
+	if l, attached, up := s.router.Executor(env); !ok || !up || l == nil || attached != reg.ID {
 		fail(http.StatusConflict, "environment_offline", "no executor is connected for this environment")
 		return
 	}

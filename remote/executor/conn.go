@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -27,15 +28,25 @@ type conn struct {
 	out, ctrl chan []byte
 
 	mu       sync.Mutex
-	active   map[string]*channel.Channel
+	active   map[string]*relayStream
 	pending  map[string]*pending
 	failures int
 	cooldown time.Time
+	gone     bool // the socket ended: no stream may be added
 	wg       sync.WaitGroup
 }
 
 type pending struct {
 	cancel context.CancelFunc
+}
+
+// relayStream is an established stream. Its owner is the socket that
+// carries it now: a stream running the reliability extension moves to the
+// next socket after a reconnect.
+type relayStream struct {
+	sid   string
+	ch    *channel.Channel
+	owner atomic.Pointer[conn]
 }
 
 var errSocketGone = errors.New("rendezvous socket closed")
@@ -46,7 +57,7 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 	ctx, cancel := context.WithCancel(ctx)
 	c := &conn{
 		e: e, ws: ws, reg: reg, ctx: ctx, root: root,
-		active:  make(map[string]*channel.Channel),
+		active:  make(map[string]*relayStream),
 		pending: make(map[string]*pending),
 		out:     make(chan []byte, outQueue),
 		ctrl:    make(chan []byte, ctrlQueue),
@@ -69,22 +80,33 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 			ws.CloseNow()
 		}
 	}()
+	// Streams kept from the last socket of this registration move here
+	// (the writer runs: their resume and kept records go out at once).
+	e.adopt(c)
 	r := c.readLoop()
 	reason <- r
 	cancel()
 	ws.CloseNow()
-	// Every stream ends with its socket; their sessions stay resumable.
+	// Streams running the reliability extension wait for the next
+	// socket; the others end with this one (their sessions stay
+	// resumable by a new stream).
 	c.mu.Lock()
-	chans := make([]*channel.Channel, 0, len(c.active))
-	for _, ch := range c.active {
-		chans = append(chans, ch)
+	var gone []*relayStream
+	for _, st := range c.active {
+		if st.ch.Resumable() {
+			e.keep(st, reg.RegistrationID)
+		} else {
+			gone = append(gone, st)
+		}
 	}
+	clear(c.active)
+	c.gone = true
 	for _, p := range c.pending {
 		p.cancel()
 	}
 	c.mu.Unlock()
-	for _, ch := range chans {
-		ch.Fail(errSocketGone)
+	for _, st := range gone {
+		st.ch.Fail(errSocketGone)
 	}
 	c.wg.Wait()
 	return <-reason
@@ -228,10 +250,10 @@ func (c *conn) readLoop() string {
 			// active stream's channel gets them, for the acknowledgement
 			// mode both ends may advertise.
 			c.mu.Lock()
-			ch := c.active[f.StreamID]
+			st := c.active[f.StreamID]
 			c.mu.Unlock()
-			if ch != nil {
-				_ = ch.Deliver(c.ctx, f)
+			if st != nil {
+				_ = st.ch.Deliver(c.ctx, f)
 			}
 		}
 	}
@@ -305,7 +327,7 @@ func (c *conn) handshake(f *frame.Frame) {
 // finish completes a validated handshake, unless it was cancelled meanwhile.
 func (c *conn) finish(sid string, p *pending, resp *noise.Responder, v validation, verr error) {
 	c.mu.Lock()
-	if c.pending[sid] != p {
+	if c.pending[sid] != p || c.gone {
 		c.mu.Unlock()
 		resp.Destroy()
 		return
@@ -356,42 +378,54 @@ func (c *conn) finish(sid string, p *pending, resp *noise.Responder, v validatio
 		c.ws.CloseNow()
 		return
 	}
-	var ch *channel.Channel
-	ch = channel.New(sid, channel.SenderFunc(c.enqueue), send, recv, channel.Options{
+	st := &relayStream{sid: sid}
+	st.owner.Store(c)
+	st.ch = channel.New(sid, channel.SenderFunc(st.send), send, recv, channel.Options{
 		Name: "exec-server relay stream " + sid,
 		// Acknowledgements, retransmission and resume when the harness
 		// advertises them too; a codex 0.169 harness never does, and the
 		// stream then runs exactly as 0.169's.
 		Reliable: !c.e.cfg.Plain,
-		OnClose: func(err error) {
-			c.mu.Lock()
-			mine := c.active[sid] == ch
-			if mine {
-				delete(c.active, sid)
-			}
-			c.mu.Unlock()
-			if mine && !errors.Is(err, channel.ErrPeerReset) && !errors.Is(err, errSocketGone) && c.ctx.Err() == nil {
-				c.resetAfterData(sid)
-			}
-		},
+		OnClose:  st.closed,
 	})
-	c.active[sid] = ch
+	c.active[sid] = st
 	c.mu.Unlock()
 	c.e.log.Debug("stream established", "stream_id", sid)
-	c.wg.Add(1)
+	c.e.streams.Add(1)
 	go func() {
-		defer c.wg.Done()
-		// The channel ends with the socket; the session it served is
-		// then detached, resumable by a new stream.
-		c.e.cfg.Server.ServeStream(c.root, ch)
-		ch.Close()
+		defer c.e.streams.Done()
+		// When the channel ends, the session it served is detached,
+		// resumable by a new stream.
+		c.e.cfg.Server.ServeStream(c.root, st.ch)
+		st.ch.Close()
 	}()
+}
+
+// send carries the stream's frames on its current socket.
+func (st *relayStream) send(ctx context.Context, f *frame.Frame) error {
+	return st.owner.Load().enqueue(ctx, f)
+}
+
+// closed unregisters the stream and, unless the peer reset it or its
+// socket is gone, resets it behind its queued data.
+func (st *relayStream) closed(err error) {
+	c := st.owner.Load()
+	c.e.unkeep(st)
+	c.mu.Lock()
+	mine := c.active[st.sid] == st
+	if mine {
+		delete(c.active, st.sid)
+	}
+	c.mu.Unlock()
+	if mine && !errors.Is(err, channel.ErrPeerReset) && !errors.Is(err, errSocketGone) && c.ctx.Err() == nil {
+		c.resetAfterData(st.sid)
+	}
 }
 
 func (c *conn) data(f *frame.Frame) {
 	sid := f.StreamID
 	c.mu.Lock()
-	ch, ok := c.active[sid]
+	st, ok := c.active[sid]
 	if !ok {
 		if p, ok := c.pending[sid]; ok {
 			p.cancel()
@@ -404,18 +438,18 @@ func (c *conn) data(f *frame.Frame) {
 	}
 	c.mu.Unlock()
 	// Errors end the channel; its OnClose sends the Reset.
-	_ = ch.Deliver(c.ctx, f)
+	_ = st.ch.Deliver(c.ctx, f)
 }
 
 func (c *conn) peerReset(sid string) {
 	c.mu.Lock()
-	ch, ok := c.active[sid]
+	st, ok := c.active[sid]
 	if p, okp := c.pending[sid]; okp {
 		p.cancel()
 		delete(c.pending, sid)
 	}
 	c.mu.Unlock()
 	if ok {
-		ch.Fail(channel.ErrPeerReset)
+		st.ch.Fail(channel.ErrPeerReset)
 	}
 }

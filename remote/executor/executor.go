@@ -17,10 +17,12 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/noise"
 )
 
@@ -55,6 +57,9 @@ type Config struct {
 	// Plain turns off the reliability extension (acknowledgements,
 	// retransmission, resume) that runs with harnesses that advertise it.
 	Plain bool
+	// ResumeGrace is how long a stream running the extension waits for
+	// the next socket after its socket went (30 s).
+	ResumeGrace time.Duration
 }
 
 // ResetReason is the only reason the executor puts in a Reset (spec §9).
@@ -83,6 +88,7 @@ func (c *Config) defaults() {
 	d(&c.ReconnectMin, time.Second)
 	d(&c.ReconnectMax, 30*time.Second)
 	d(&c.StableAfter, 120*time.Second)
+	d(&c.ResumeGrace, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -133,6 +139,73 @@ type executor struct {
 	log *slog.Logger
 	reg *registry
 	key *noise.Keypair
+
+	streams sync.WaitGroup // ServeStream goroutines
+
+	// Streams running the reliability extension whose socket went: they
+	// wait ResumeGrace for the next socket of the same registration.
+	hmu     sync.Mutex
+	held    map[string]*relayStream
+	heldReg string
+}
+
+// keep holds a resumable stream whose socket went.
+func (e *executor) keep(st *relayStream, regID string) {
+	e.hmu.Lock()
+	if e.heldReg != regID {
+		for _, old := range e.held {
+			go old.ch.Fail(errSocketGone)
+		}
+		e.held = nil
+	}
+	if e.held == nil {
+		e.held = make(map[string]*relayStream)
+	}
+	e.heldReg = regID
+	e.held[st.sid] = st
+	e.hmu.Unlock()
+	time.AfterFunc(e.cfg.ResumeGrace, func() {
+		if e.unkeep(st) {
+			st.ch.Fail(errSocketGone)
+		}
+	})
+}
+
+// unkeep removes st from the held streams; false if it was not held.
+func (e *executor) unkeep(st *relayStream) bool {
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	if e.held[st.sid] != st {
+		return false
+	}
+	delete(e.held, st.sid)
+	return true
+}
+
+// adopt moves the held streams of c's registration to c and resumes them
+// there; held streams of another registration end (the relay dropped
+// their routes when the executor registered again).
+func (e *executor) adopt(c *conn) {
+	e.hmu.Lock()
+	held := e.held
+	same := e.heldReg == c.reg.RegistrationID
+	e.held = nil
+	e.hmu.Unlock()
+	for _, st := range held {
+		if !same {
+			st.ch.Fail(errSocketGone)
+			continue
+		}
+		c.mu.Lock()
+		st.owner.Store(c)
+		c.active[st.sid] = st
+		c.mu.Unlock()
+		if err := st.ch.Rebind(c.ctx, channel.SenderFunc(st.send)); err != nil {
+			st.ch.Fail(err)
+			continue
+		}
+		e.log.Debug("stream resumed on the new socket", "stream_id", st.sid)
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -170,6 +243,15 @@ func (b *backoff) next() time.Duration {
 func (b *backoff) reset() { b.d = 0 }
 
 func (e *executor) run(ctx context.Context) error {
+	defer func() {
+		e.hmu.Lock()
+		held := e.held
+		e.held = nil
+		e.hmu.Unlock()
+		for _, st := range held {
+			st.ch.Fail(errSocketGone)
+		}
+	}()
 	reg, err := e.reg.register(ctx, e.key.Public(), sleep)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -23,6 +23,7 @@ func TestReliableThroughFaults(t *testing.T) {
 	}{
 		{"drop 10 percent", relay.Faults{Drop: 0.1, Duplicate: 0.05, Reorder: 0.1, ReorderDepth: 16, Seed: 5}},
 		{"harness socket cut", relay.Faults{CutEvery: 40, CutRole: "harness", Seed: 6}},
+		{"executor socket cut", relay.Faults{CutEvery: 40, CutRole: "environment", Seed: 7}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -57,9 +58,16 @@ func TestReliableThroughFaults(t *testing.T) {
 			if c.faults.CutEvery > 0 {
 				holds := r.events.count(func(e relay.Event) bool { return e.Kind == "hold" })
 				if holds == 0 {
-					t.Fatal("no harness socket was cut and held")
+					t.Fatal("no socket was cut and its streams held")
 				}
-				t.Logf("%d harness socket cuts resumed", holds)
+				t.Logf("%d socket cuts resumed", holds)
+				// One stream throughout: no second handshake.
+				if n := r.events.count(func(e relay.Event) bool { return e.Kind == "validate" }); n != 1 {
+					t.Fatalf("%d handshakes validated, want 1", n)
+				}
+				if c.faults.CutRole == "environment" && r.events.count(isAttach) < 2 {
+					t.Fatal("the executor never redialled")
+				}
 			}
 		})
 	}
