@@ -394,6 +394,10 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 		// executor send again what it needs.
 		if h, ok := s.router.Harness(l.env, stream); ok {
 			s.forward(false, h, stream, kind, b)
+		} else if kind == KindResume && !s.router.Known(l.env, stream) {
+			// An executor resuming a stream whose harness went while the
+			// executor was away: it would wait for nobody.
+			s.harnessGone(l.env, stream)
 		}
 		if kind == KindReset {
 			// Also ends a held stream (no socket to tell).

@@ -470,6 +470,13 @@ func TestExecutorAway(t *testing.T) {
 		t.Fatal("the new executor socket's frame did not reach the harness")
 	}
 
+	// A stream the relay no longer knows (its harness went meanwhile):
+	// the executor's resume is answered with a reset.
+	write(t, e2, frame.Resume("forgotten", 0).Marshal())
+	if b := read(t, e2); resetReason(b) != "harness_disconnected" {
+		t.Fatalf("resume of a forgotten stream: % x", b)
+	}
+
 	// Away for longer than the grace: reset and closed.
 	e2.CloseNow()
 	if b := read(t, h); resetReason(b) != "executor_disconnected" {

@@ -63,8 +63,10 @@ type Router interface {
 	// the stream to a new socket), h takes it from its current owner even
 	// if that socket has not been seen to go yet.
 	Bind(env, stream string, h Leg, claim bool) error
-	// Harness returns the owner of stream.
+	// Harness returns the owner of stream (false while it is held).
 	Harness(env, stream string) (Leg, bool)
+	// Known reports whether stream is routed or held.
+	Known(env, stream string) bool
 	// Unbind releases stream if h owns it (nil: whoever owns it).
 	Unbind(env, stream string, h Leg)
 }
@@ -321,6 +323,17 @@ func (m *MemRouter) Harness(env, stream string) (Leg, bool) {
 	}
 	h := r.streams[stream]
 	return h, h != nil
+}
+
+func (m *MemRouter) Known(env, stream string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.envs[env]
+	if r == nil {
+		return false
+	}
+	_, ok := r.streams[stream]
+	return ok
 }
 
 func (m *MemRouter) Unbind(env, stream string, h Leg) {
