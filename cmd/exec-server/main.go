@@ -62,6 +62,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	metricsListen := fs.String("metrics-listen", "", "also serve /metrics on `ADDR` (IP:PORT or localhost:PORT, plain HTTP), behind the same authentication as the websocket listener")
 	version := fs.Bool("version", false, "print the version and exit")
 	sec := addSecurityFlags(fs)
+	rem := addRemoteFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, usage)
@@ -140,6 +141,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer stopMetrics()
+	}
+	if code, ok := rem.run(ctx, srv, logger, stderr); ok {
+		return code
 	}
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", listenError(err))

@@ -1,0 +1,18 @@
+// Package relay is a self-hostable environment registry and rendezvous for
+// exec-server remote mode (shared/spec/remote.md §3, §4): executors register
+// their Noise public key and hold one websocket each; harnesses ask for a
+// connect bundle and open one websocket per stream; the rendezvous routes
+// relay frames between them by stream_id without decrypting anything.
+//
+// Everything sits behind two narrow interfaces so that one node can become
+// several: Store (registrations and single-use harness authorizations) and
+// Router (which socket serves which environment and stream). Both have an
+// in-memory implementation for one node.
+//
+// The relay sees routing metadata (environment ids, stream ids, frame kinds,
+// sizes, timing) and the public keys; it never sees plaintext: payloads are
+// Noise ciphertext end to end, and the harness pins the executor key the
+// registry handed out. A hostile relay can drop, delay or reorder frames and
+// can hand out a wrong executor key at /connect; it cannot read or forge
+// records of a stream whose key was pinned correctly.
+package relay

@@ -1,0 +1,14 @@
+package relay
+
+import "github.com/execgo/exec-server/remote/noise"
+
+// Suite is the only key suite remote mode knows (spec §3.1).
+const Suite = noise.Suite
+
+// SecurityProfile is the only registration profile (spec §3.2).
+const SecurityProfile = "noise_hybrid_ik_v1"
+
+// PublicKey is a NoiseChannelPublicKey, decoded by remote/noise as
+// strictly as the reference (exactly three fields, the exact suite, 32 and
+// 1184 bytes of standard base64, a well-formed ML-KEM key).
+type PublicKey = noise.PublicKey

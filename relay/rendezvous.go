@@ -1,0 +1,540 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// RejectionHeader carries the reason of a refused upgrade (spec §4.1).
+const RejectionHeader = "x-codex-rendezvous-rejection-reason"
+
+const writeTimeout = 30 * time.Second
+
+// leg is one accepted rendezvous websocket. Frames go out through a bounded
+// queue drained by one writer goroutine, so a reader never blocks on
+// another socket's network write.
+type leg struct {
+	s        *Server
+	role     string
+	env      string
+	conn     *websocket.Conn
+	out      chan outFrame
+	queued   atomic.Int64  // bytes in out
+	space    chan struct{} // a token when the writer took a frame
+	closing  chan struct{}
+	done     chan struct{}
+	closeMu  sync.Once
+	doneOnce sync.Once
+	reason   string
+	scratch  []byte // read buffer, reader goroutine only
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+type outFrame struct {
+	b    []byte
+	at   time.Time // not before
+	text bool
+}
+
+func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &leg{
+		s: s, role: role, env: env, conn: c,
+		out:     make(chan outFrame, s.opts.QueueFrames),
+		space:   make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+		ctx:     ctx, cancel: cancel,
+	}
+}
+
+// Send queues a frame. An executor leg applies back-pressure (the sender
+// waits: harness sockets are independent and TCP slows the harness); a
+// harness leg that stays full for SlowHarness is cut, so that one stalled
+// harness cannot stall the executor's other streams.
+func (l *leg) Send(b []byte) bool { return l.send(outFrame{b: b}) }
+
+func (l *leg) send(f outFrame) bool {
+	select {
+	case <-l.closing:
+		return false
+	case <-l.done:
+		return false
+	default:
+	}
+	n := int64(len(f.b))
+	reserved := l.reserve(n)
+	if reserved {
+		select {
+		case l.out <- f:
+			return true
+		default:
+		}
+	}
+	var timeout <-chan time.Time
+	if l.role == roleHarness {
+		t := time.NewTimer(l.s.opts.SlowHarness)
+		defer t.Stop()
+		timeout = t.C
+	}
+	slow := func() bool {
+		l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
+		l.cut()
+		return false
+	}
+	// Both bounds: queued bytes, then queued frames.
+	for !reserved {
+		select {
+		case <-l.space:
+		case <-l.done:
+			return false
+		case <-l.closing:
+			return false
+		case <-timeout:
+			return slow()
+		}
+		reserved = l.reserve(n)
+	}
+	select {
+	case l.out <- f:
+		return true
+	case <-l.done:
+	case <-l.closing:
+	case <-timeout:
+		slow()
+	}
+	l.release(n)
+	return false
+}
+
+// reserve takes n bytes of the queue budget; a frame always fits an empty
+// queue (frames are bounded by the read limit).
+func (l *leg) reserve(n int64) bool {
+	for {
+		cur := l.queued.Load()
+		if cur > 0 && cur+n > int64(l.s.opts.QueueBytes) {
+			return false
+		}
+		if l.queued.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+func (l *leg) release(n int64) {
+	l.queued.Add(-n)
+	select {
+	case l.space <- struct{}{}:
+	default:
+	}
+}
+
+// Close sends what is queued, then closes the socket.
+func (l *leg) Close(reason string) {
+	l.closeMu.Do(func() {
+		l.reason = reason
+		close(l.closing)
+	})
+}
+
+// cut drops the socket at once.
+func (l *leg) cut() {
+	l.doneOnce.Do(func() {
+		close(l.done)
+		l.cancel()
+		l.conn.CloseNow()
+	})
+}
+
+func (l *leg) writer() {
+	defer l.cut()
+	write := func(f outFrame) bool {
+		if wait := time.Until(f.at); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+				return false
+			}
+		}
+		typ := websocket.MessageBinary
+		if f.text {
+			typ = websocket.MessageText
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, writeTimeout)
+		defer cancel()
+		return l.conn.Write(ctx, typ, f.b) == nil
+	}
+	for {
+		select {
+		case f := <-l.out:
+			l.release(int64(len(f.b)))
+			if !write(f) {
+				return
+			}
+		case <-l.closing:
+			for {
+				select {
+				case f := <-l.out:
+					l.release(int64(len(f.b)))
+					if !write(f) {
+						return
+					}
+				default:
+					ctx, cancel := context.WithTimeout(l.ctx, time.Second)
+					defer cancel()
+					go func() { <-ctx.Done(); l.conn.CloseNow() }()
+					l.conn.Close(websocket.StatusGoingAway, l.reason)
+					return
+				}
+			}
+		case <-l.done:
+			return
+		}
+	}
+}
+
+// pinger checks the peer answers: a half-open socket would otherwise hold
+// routes until TCP gives up.
+func (l *leg) pinger() {
+	t := time.NewTicker(l.s.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(l.ctx, l.s.opts.PongTimeout)
+			err := l.conn.Ping(ctx)
+			cancel()
+			if err != nil {
+				select {
+				case <-l.done:
+				default:
+					l.s.log.Info("rendezvous: no pong, dropping socket", "role", l.role, "env", l.env)
+				}
+				l.cut()
+				return
+			}
+		}
+	}
+}
+
+// read returns the next message. It reads into the leg's scratch buffer
+// and copies out an exact-size frame: reading straight into a growing
+// slice re-allocated and cleared each large frame several times over.
+func (l *leg) read() (websocket.MessageType, []byte, error) {
+	typ, r, err := l.conn.Reader(l.ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if l.scratch == nil {
+		l.scratch = make([]byte, 64<<10)
+	}
+	n := 0
+	for {
+		if n == len(l.scratch) {
+			// The read limit (MaxFrameBytes) bounds this.
+			l.scratch = append(l.scratch, make([]byte, len(l.scratch))...)
+		}
+		m, err := r.Read(l.scratch[n:])
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+	return typ, append([]byte(nil), l.scratch[:n]...), nil
+}
+
+func (s *Server) track(l *leg) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.legs[l] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(l *leg) {
+	s.mu.Lock()
+	delete(s.legs, l)
+	s.mu.Unlock()
+	s.faults.forget(l)
+}
+
+func (s *Server) reject(w http.ResponseWriter, ev *Event, status int, reason string) {
+	ev.Status, ev.Code = status, reason
+	w.Header().Set(RejectionHeader, reason)
+	http.Error(w, "rendezvous: "+reason, status)
+}
+
+func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string) {
+	env := r.PathValue("env")
+	ev := Event{Kind: "upgrade", Role: role, Env: env, Header: r.Header.Clone(), Query: r.URL.RawQuery}
+	// Reported when the answer is known, not when the socket ends.
+	reported := false
+	defer func() {
+		if !reported {
+			s.event(ev)
+		}
+	}()
+	reg, err := checkURL(s.secret, r.URL.RawQuery, role, env, time.Now())
+	if err != nil {
+		var rj *rejection
+		errors.As(err, &rj)
+		s.reject(w, &ev, rj.status, rj.reason)
+		return
+	}
+	ev.Reg = reg
+	f := s.faults.get()
+	if f.Upgrade.Status != 0 && (f.UpgradeRole == role || f.UpgradeRole == "" && role == roleEnvironment) {
+		if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Upgrade }); ok {
+			s.reject(w, &ev, f.Status, f.Code)
+			return
+		}
+	}
+	// Refuse what cannot be routed before upgrading, so the peer sees an
+	// HTTP status (a 4xx makes the executor re-register).
+	if role == roleEnvironment {
+		cur, ok, err := s.store.Registration(r.Context(), env)
+		if err != nil {
+			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+			return
+		}
+		if !ok || cur.ID != reg {
+			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
+			return
+		}
+	} else {
+		_, attached, ok := s.router.Executor(env)
+		if !ok {
+			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+			return
+		}
+		if attached != reg {
+			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
+			return
+		}
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// Browsers are not clients; the signed URL is the credential.
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+		OnPingReceived:     func(context.Context, []byte) bool { return !s.faults.get().NoPong },
+	})
+	if err != nil {
+		ev.Status = http.StatusBadRequest
+		return
+	}
+	ev.Status = http.StatusSwitchingProtocols
+	reported = true
+	s.event(ev)
+	c.SetReadLimit(int64(s.opts.MaxFrameBytes))
+	l := s.newLeg(role, env, c)
+	if !s.track(l) {
+		c.Close(websocket.StatusGoingAway, "relay_shutdown")
+		return
+	}
+	defer s.untrack(l)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); l.writer() }()
+	go func() { defer wg.Done(); l.pinger() }()
+	if role == roleEnvironment {
+		s.serveExecutor(l, reg)
+	} else {
+		s.serveHarness(l, reg)
+	}
+	wg.Wait()
+}
+
+func (s *Server) serveExecutor(l *leg, reg string) {
+	displaced, err := s.router.AttachExecutor(l.env, reg, l)
+	if err != nil {
+		l.Close("too_many_environments")
+		return
+	}
+	for _, d := range displaced {
+		d.Close("executor_replaced")
+	}
+	s.log.Info("executor attached", "env", l.env, "registration", reg)
+	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
+	for {
+		typ, b, err := l.read()
+		if err != nil {
+			break
+		}
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		f, err := peekFrame(b)
+		if err != nil {
+			s.log.Debug("rendezvous: executor sent a malformed frame", "env", l.env, "len", len(b))
+			continue
+		}
+		stream, kind := f.StreamID, f.Kind
+		if reliableSignal(f) {
+			s.router.Advertised(l.env, stream, false)
+		}
+		// Unknown streams, and streams held for a socket that has not
+		// claimed them yet, get nothing: the harness's resume makes the
+		// executor send again what it needs.
+		if h, ok := s.router.Harness(l.env, stream); ok {
+			s.forward(false, h, stream, kind, b)
+		} else if kind == KindResume && !s.router.Known(l.env, stream) {
+			// An executor resuming a stream whose harness went while the
+			// executor was away: it would wait for nobody.
+			s.harnessGone(l.env, stream)
+		}
+		if kind == KindReset {
+			// Also ends a held stream (no socket to tell).
+			s.router.Unbind(l.env, stream, nil)
+		}
+	}
+	reset, closing, waiting := s.router.DetachExecutor(l.env, l)
+	for h, streams := range reset {
+		for _, st := range streams {
+			h.Send(resetFrame(st, "executor_disconnected"))
+		}
+	}
+	for _, h := range closing {
+		h.Close("executor_disconnected")
+	}
+	if waiting {
+		// Streams running the reliability extension wait for the
+		// executor to redial (same registration) and resume them.
+		env := l.env
+		s.event(Event{Kind: "hold", Role: roleEnvironment, Env: env, Reg: reg})
+		time.AfterFunc(s.opts.ResumeGrace, func() {
+			for h, streams := range s.router.ExpireExecutor(env) {
+				for _, st := range streams {
+					h.Send(resetFrame(st, "executor_disconnected"))
+				}
+				h.Close("executor_disconnected")
+			}
+		})
+	}
+	l.Close("closed")
+	s.log.Info("executor detached", "env", l.env, "registration", reg)
+	s.event(Event{Kind: "detach", Role: roleEnvironment, Env: l.env, Reg: reg})
+}
+
+func (s *Server) serveHarness(l *leg, reg string) {
+	if err := s.router.AttachHarness(l.env, reg, l); err != nil {
+		l.Close("route_unavailable")
+		return
+	}
+	s.event(Event{Kind: "attach", Role: roleHarness, Env: l.env, Reg: reg})
+	for {
+		typ, b, err := l.read()
+		if err != nil {
+			break
+		}
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		f, err := peekFrame(b)
+		if err != nil {
+			continue
+		}
+		stream, kind := f.StreamID, f.Kind
+		switch err := s.router.Bind(l.env, stream, l, kind == KindResume); {
+		case errors.Is(err, ErrTooMany):
+			l.Send(resetFrame(stream, "too_many_streams"))
+			continue
+		case err != nil:
+			// Owned by another socket, or the route went away.
+			continue
+		}
+		exec, _, ok := s.router.Executor(l.env)
+		if !ok {
+			break
+		}
+		if exec == nil {
+			// The executor is away; a resumed stream sends again.
+			continue
+		}
+		if reliableSignal(f) {
+			s.router.Advertised(l.env, stream, true)
+		}
+		s.forward(true, exec, stream, kind, b)
+		if kind == KindReset {
+			s.router.Unbind(l.env, stream, l)
+		}
+	}
+	ended, held := s.router.DetachHarness(l.env, l)
+	for _, st := range ended {
+		s.harnessGone(l.env, st)
+	}
+	// Streams on which both ends run the reliability extension wait for
+	// the harness to redial and claim them (resume); then they go too.
+	for _, st := range held {
+		s.event(Event{Kind: "hold", Role: roleHarness, Env: l.env, Stream: st})
+		env, st := l.env, st
+		time.AfterFunc(s.opts.ResumeGrace, func() {
+			if s.router.Release(env, st) {
+				s.harnessGone(env, st)
+			}
+		})
+	}
+	l.Close("closed")
+	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
+}
+
+// harnessGone tells the executor a stream's harness went.
+func (s *Server) harnessGone(env, stream string) {
+	if exec, _, ok := s.router.Executor(env); ok && exec != nil {
+		exec.Send(resetFrame(stream, "harness_disconnected"))
+		s.event(Event{Kind: "reset", Role: roleEnvironment, Env: env, Stream: stream, Code: "harness_disconnected"})
+	}
+}
+
+// forward sends one frame through the fault shaper.
+func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+	out := s.faults.shape(toExecutor, to, stream, kind, b)
+	tl, isLeg := to.(*leg)
+	for _, f := range out.frames {
+		if isLeg && out.delay > 0 {
+			tl.send(outFrame{b: f, at: time.Now().Add(out.delay)})
+		} else {
+			to.Send(f)
+		}
+	}
+	if out.cut == "" {
+		return
+	}
+	if out.cut == roleHarness && !toExecutor || out.cut == roleEnvironment && toExecutor {
+		if isLeg {
+			tl.cut()
+		}
+		return
+	}
+	// The other side: the socket the frame came from.
+	if out.cut == roleEnvironment {
+		s.CutExecutor(s.envOf(to))
+	} else if h, ok := s.router.Harness(s.envOf(to), stream); ok {
+		if hl, ok := h.(*leg); ok {
+			hl.cut()
+		}
+	}
+}
+
+func (s *Server) envOf(l Leg) string {
+	if tl, ok := l.(*leg); ok {
+		return tl.env
+	}
+	return ""
+}

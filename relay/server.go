@@ -1,0 +1,509 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a Server. Zero limits take the defaults below.
+type Options struct {
+	// ExecutorTokens are accepted as bearer tokens on register and
+	// validate, HarnessTokens on connect. Both are required unless
+	// InsecureNoAuth (then any request is accepted; cmd/exec-relay allows
+	// that on a loopback listener only).
+	ExecutorTokens, HarnessTokens *Tokens
+	InsecureNoAuth                bool
+
+	// PublicURL is the base (http://host:port or https://…) the minted
+	// rendezvous URLs point at; empty: the scheme and Host of each request.
+	PublicURL string
+	// URLSecret signs rendezvous URLs (≥ 32 bytes); empty: random per
+	// process. Nodes that share a Store must share it.
+	URLSecret []byte
+
+	ExecutorURLTTL   time.Duration // default 1 h; an expired URL is a 4xx, the executor re-registers
+	HarnessURLTTL    time.Duration // default 5 min
+	AuthorizationTTL time.Duration // harness_key_authorization lifetime, default 60 s
+
+	MaxEnvironments          int           // executor registrations and sockets, default 1024
+	MaxHarnessSockets        int           // default 4096
+	MaxHarnessPerEnvironment int           // default 256: one environment cannot take every harness slot
+	MaxStreamsPerHarness     int           // default 16 (the reference harness uses 1)
+	MaxStreamsPerEnvironment int           // default 1024 (the executor itself stops at 128)
+	MaxPendingAuthorizations int           // default 4096
+	MaxFrameBytes            int           // websocket message limit, default 256 KiB
+	QueueFrames              int           // per-socket outbound queue, default 64 frames...
+	QueueBytes               int           // ...and 4 MiB (one frame always fits)
+	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
+	// ResumeGrace is how long a stream whose ends both run the
+	// reliability extension waits, after its harness socket or its
+	// executor socket went, for a new socket to take it up (default 30 s,
+	// the harness's redial limit).
+	ResumeGrace  time.Duration
+	PingInterval time.Duration // default 30 s
+	PongTimeout  time.Duration // default 60 s
+
+	Store  Store  // default NewMemStore
+	Router Router // default NewMemRouter
+	Logger *slog.Logger
+	Faults Faults
+	// OnEvent, if set, is called synchronously for every registry call and
+	// socket change; tests assert on it.
+	OnEvent func(Event)
+}
+
+// Event is one observable thing the relay did or saw.
+type Event struct {
+	Kind   string // register, connect, validate, upgrade, attach, detach, reset
+	Role   string // for sockets: environment or harness
+	Env    string
+	Reg    string
+	Stream string
+	Status int // HTTP status answered
+	Code   string
+	Header http.Header // request headers (register, validate, connect, upgrade)
+	Query  string
+}
+
+const (
+	roleEnvironment = "environment"
+	roleHarness     = "harness"
+)
+
+// Server is the registry and rendezvous. It is an http.Handler.
+type Server struct {
+	opts   Options
+	log    *slog.Logger
+	secret []byte
+	store  Store
+	router Router
+	mux    *http.ServeMux
+	faults faultState
+
+	mu     sync.Mutex
+	legs   map[*leg]struct{}
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// New checks opts and returns a server.
+func New(opts Options) (*Server, error) {
+	if !opts.InsecureNoAuth && (opts.ExecutorTokens.Len() == 0 || opts.HarnessTokens.Len() == 0) {
+		return nil, errors.New("relay: executor and harness tokens are required (or InsecureNoAuth)")
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	defd := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&opts.MaxEnvironments, 1024)
+	def(&opts.MaxHarnessSockets, 4096)
+	def(&opts.MaxHarnessPerEnvironment, 256)
+	def(&opts.MaxStreamsPerHarness, 16)
+	def(&opts.MaxStreamsPerEnvironment, 1024)
+	def(&opts.MaxPendingAuthorizations, 4096)
+	def(&opts.MaxFrameBytes, 256<<10)
+	def(&opts.QueueFrames, 64)
+	def(&opts.QueueBytes, 4<<20)
+	defd(&opts.ExecutorURLTTL, time.Hour)
+	defd(&opts.HarnessURLTTL, 5*time.Minute)
+	defd(&opts.AuthorizationTTL, time.Minute)
+	defd(&opts.SlowHarness, 5*time.Second)
+	defd(&opts.ResumeGrace, 30*time.Second)
+	defd(&opts.PingInterval, 30*time.Second)
+	defd(&opts.PongTimeout, 60*time.Second)
+	if opts.PublicURL != "" {
+		if !strings.HasPrefix(opts.PublicURL, "http://") && !strings.HasPrefix(opts.PublicURL, "https://") {
+			return nil, fmt.Errorf("relay: PublicURL %q must be http:// or https://", opts.PublicURL)
+		}
+		opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
+	}
+	s := &Server{
+		opts:   opts,
+		log:    opts.Logger,
+		secret: opts.URLSecret,
+		store:  opts.Store,
+		router: opts.Router,
+		legs:   make(map[*leg]struct{}),
+		stop:   make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if len(s.secret) == 0 {
+		s.secret = make([]byte, 32)
+		rand.Read(s.secret)
+	} else if len(s.secret) < 32 {
+		return nil, errNoSecret
+	}
+	if s.store == nil {
+		s.store = NewMemStore(opts.MaxEnvironments, opts.MaxPendingAuthorizations)
+	}
+	if s.router == nil {
+		mr := NewMemRouter(opts.MaxEnvironments, opts.MaxHarnessSockets, opts.MaxStreamsPerHarness, opts.MaxStreamsPerEnvironment)
+		mr.MaxHarnessPerEnv = opts.MaxHarnessPerEnvironment
+		s.router = mr
+	}
+	s.faults.set(opts.Faults)
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /cloud/environment/{env}/register", s.register)
+	s.mux.HandleFunc("POST /cloud/environment/{env}/connect", s.connect)
+	s.mux.HandleFunc("POST /cloud/environment/{env}/validate", s.validate)
+	s.mux.HandleFunc("GET /rendezvous/environment/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleEnvironment) })
+	s.mux.HandleFunc("GET /rendezvous/harness/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleHarness) })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.wg.Add(1)
+	go s.flushLoop()
+	return s, nil
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetFaults replaces the fault switches.
+func (s *Server) SetFaults(f Faults) { s.faults.set(f) }
+
+// Close cuts every socket; the server answers 503 afterwards.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.stop)
+	legs := make([]*leg, 0, len(s.legs))
+	for l := range s.legs {
+		legs = append(legs, l)
+	}
+	s.mu.Unlock()
+	for _, l := range legs {
+		l.Close("relay_shutdown")
+	}
+	s.wg.Wait()
+}
+
+// CutExecutor drops env's executor socket at once, as a network cut would.
+func (s *Server) CutExecutor(env string) bool {
+	l, _, ok := s.router.Executor(env)
+	if !ok || l == nil {
+		return false
+	}
+	l.(*leg).cut()
+	return true
+}
+
+// InjectToExecutor sends msg (binary, or text) on env's executor socket,
+// for tests of malformed input.
+func (s *Server) InjectToExecutor(env string, msg []byte, text bool) bool {
+	l, _, ok := s.router.Executor(env)
+	if !ok || l == nil {
+		return false
+	}
+	return l.(*leg).send(outFrame{b: msg, text: text})
+}
+
+func (s *Server) event(e Event) {
+	if s.opts.OnEvent != nil {
+		s.opts.OnEvent(e)
+	}
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+// flushLoop releases reordered frames whose stream went quiet.
+func (s *Server) flushLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			for k, f := range s.faults.flushStale(50 * time.Millisecond) {
+				k.to.Send(f)
+			}
+		}
+	}
+}
+
+// --- registry ---------------------------------------------------------------
+
+const maxBody = 64 << 10
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	type body struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	writeJSON(w, status, map[string]body{"error": {code, msg}})
+}
+
+// authorized checks the bearer token against set, for env.
+func (s *Server) authorized(r *http.Request, set *Tokens, env string) bool {
+	if s.opts.InsecureNoAuth {
+		return true
+	}
+	return set.MatchEnv(bearer(r.Header.Get("Authorization")), env)
+}
+
+// validEnv bounds what becomes a map key and a URL path segment.
+func validEnv(env string) bool {
+	if env == "" || len(env) > 256 {
+		return false
+	}
+	for i := 0; i < len(env); i++ {
+		c := env[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:@~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// A slow body must not hold a connection: registry bodies are small.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func randomID(prefix string, n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// wsBase is the ws:// or wss:// base of minted URLs.
+func (s *Server) wsBase(r *http.Request) string {
+	base := s.opts.PublicURL
+	if base == "" {
+		scheme := "http://"
+		if r.TLS != nil {
+			scheme = "https://"
+		}
+		base = scheme + r.Host
+	}
+	if rest, ok := strings.CutPrefix(base, "https://"); ok {
+		return "wss://" + rest
+	}
+	return "ws://" + strings.TrimPrefix(base, "http://")
+}
+
+func (s *Server) mintURL(r *http.Request, role, env, reg string, ttl time.Duration) string {
+	// Whole seconds on the wire: round up so that a short TTL is not
+	// already over when minted.
+	exp := time.Now().Add(ttl + time.Second - 1).Truncate(time.Second)
+	c := urlClaims{role: role, env: env, reg: reg, expiry: exp}
+	return s.wsBase(r) + "/rendezvous/" + role + "/" + env + "?" + signedQuery(s.secret, c)
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request) {
+	env := r.PathValue("env")
+	ev := Event{Kind: "register", Env: env, Header: r.Header.Clone()}
+	defer func() { s.event(ev) }()
+	fail := func(status int, code, msg string) {
+		ev.Status, ev.Code = status, code
+		writeError(w, status, code, msg)
+	}
+	if !s.authorized(r, s.opts.ExecutorTokens, env) {
+		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown executor token")
+		return
+	}
+	if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Register }); ok {
+		fail(f.Status, f.Code, "injected failure")
+		return
+	}
+	if !validEnv(env) {
+		fail(http.StatusBadRequest, "invalid_environment_id", "environment id must be 1-256 characters of [A-Za-z0-9._:@~-]")
+		return
+	}
+	var req struct {
+		SecurityProfile string     `json:"security_profile"`
+		Key             *PublicKey `json:"executor_public_key"`
+	}
+	if err := readBody(w, r, &req); err != nil {
+		fail(http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if req.SecurityProfile != SecurityProfile {
+		fail(http.StatusBadRequest, "unsupported_security_profile", "security_profile must be "+SecurityProfile)
+		return
+	}
+	if req.Key == nil {
+		fail(http.StatusBadRequest, "invalid_request", "executor_public_key is required")
+		return
+	}
+	reg := Registration{ID: randomID("reg_", 18), Key: *req.Key, At: time.Now()}
+	if err := s.store.PutRegistration(r.Context(), env, reg); err != nil {
+		s.log.Warn("register: store", "env", env, "err", err)
+		fail(http.StatusServiceUnavailable, "registry_full", err.Error())
+		return
+	}
+	f := s.faults.get()
+	resp := map[string]string{
+		"environment_id":           env,
+		"url":                      s.mintURL(r, roleEnvironment, env, reg.ID, s.opts.ExecutorURLTTL),
+		"security_profile":         SecurityProfile,
+		"executor_registration_id": reg.ID,
+	}
+	if f.WrongEnvironmentID {
+		resp["environment_id"] = env + "-other"
+	}
+	if f.WrongSecurityProfile {
+		resp["security_profile"] = "noise_hybrid_ik_v0"
+	}
+	ev.Reg, ev.Status = reg.ID, http.StatusOK
+	s.log.Info("executor registered", "env", env, "registration", reg.ID)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	env := r.PathValue("env")
+	ev := Event{Kind: "connect", Env: env, Header: r.Header.Clone()}
+	defer func() { s.event(ev) }()
+	fail := func(status int, code, msg string) {
+		ev.Status, ev.Code = status, code
+		writeError(w, status, code, msg)
+	}
+	if !s.authorized(r, s.opts.HarnessTokens, env) {
+		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown harness token")
+		return
+	}
+	if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Connect }); ok {
+		fail(f.Status, f.Code, "injected failure")
+		return
+	}
+	var req struct {
+		Key *PublicKey `json:"harness_public_key"`
+	}
+	if err := readBody(w, r, &req); err != nil {
+		fail(http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if req.Key == nil {
+		fail(http.StatusBadRequest, "invalid_request", "harness_public_key is required")
+		return
+	}
+	reg, ok, err := s.store.Registration(r.Context(), env)
+	if err != nil {
+		fail(http.StatusServiceUnavailable, "store_unavailable", err.Error())
+		return
+	}
+	// Registered is not enough: the executor must hold its socket.
+	if l, attached, up := s.router.Executor(env); !ok || !up || l == nil || attached != reg.ID {
+		fail(http.StatusConflict, "environment_offline", "no executor is connected for this environment")
+		return
+	}
+	authz := randomID("hka_", 32)
+	a := Authorization{Env: env, RegID: reg.ID, HarnessKey: *req.Key, Expires: time.Now().Add(s.opts.AuthorizationTTL)}
+	if err := s.store.PutAuthorization(r.Context(), authz, a); err != nil {
+		fail(http.StatusTooManyRequests, "too_many_pending_authorizations", err.Error())
+		return
+	}
+	ev.Reg, ev.Status = reg.ID, http.StatusOK
+	writeJSON(w, http.StatusOK, map[string]any{
+		"environment_id":            env,
+		"url":                       s.mintURL(r, roleHarness, env, reg.ID, s.opts.HarnessURLTTL),
+		"security_profile":          SecurityProfile,
+		"executor_registration_id":  reg.ID,
+		"executor_public_key":       reg.Key,
+		"harness_key_authorization": authz,
+	})
+}
+
+func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
+	env := r.PathValue("env")
+	ev := Event{Kind: "validate", Env: env, Stream: r.Header.Get("X-Codex-Noise-Stream-Id"), Header: r.Header.Clone()}
+	defer func() { s.event(ev) }()
+	fail := func(status int, code, msg string) {
+		ev.Status, ev.Code = status, code
+		writeError(w, status, code, msg)
+	}
+	if !s.authorized(r, s.opts.ExecutorTokens, env) {
+		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown executor token")
+		return
+	}
+	if d := s.faults.get().SlowValidate; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Validate }); ok {
+		fail(f.Status, f.Code, "injected failure")
+		return
+	}
+	var req struct {
+		RegID string     `json:"executor_registration_id"`
+		Key   *PublicKey `json:"harness_public_key"`
+		Authz string     `json:"harness_key_authorization"`
+	}
+	if err := readBody(w, r, &req); err != nil || req.Key == nil || req.RegID == "" || req.Authz == "" {
+		fail(http.StatusBadRequest, "invalid_request", "executor_registration_id, harness_public_key and harness_key_authorization are required")
+		return
+	}
+	ev.Reg = req.RegID
+	valid := s.checkAuthorization(r.Context(), env, req.RegID, *req.Key, req.Authz)
+	if s.faults.get().Invalid {
+		valid = false
+	}
+	ev.Status = http.StatusOK
+	if !valid {
+		ev.Code = "invalid"
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"valid": valid})
+}
+
+// checkAuthorization consumes authz (whatever the outcome: a guessed or
+// replayed token gets exactly one try) and checks its binding.
+func (s *Server) checkAuthorization(ctx context.Context, env, regID string, key PublicKey, authz string) bool {
+	if len(authz) > 4096 {
+		return false
+	}
+	a, ok, err := s.store.TakeAuthorization(ctx, authz)
+	if err != nil || !ok || !time.Now().Before(a.Expires) {
+		return false
+	}
+	cur, ok, err := s.store.Registration(ctx, env)
+	if err != nil || !ok {
+		return false
+	}
+	return a.Env == env && a.RegID == regID && cur.ID == regID && a.HarnessKey.Equal(key)
+}

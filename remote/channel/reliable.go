@@ -1,0 +1,367 @@
+package channel
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/execgo/exec-server/remote/frame"
+)
+
+// Reliability beyond codex 0.169 (issue #11 item 5), on only when both
+// ends support it, so that a 0.169 peer interoperates unchanged:
+//
+//   - Numbering is unchanged (seq from 0) and the receiver is the 0.169
+//     one: a retransmission is an exact copy (same seq, same ciphertext;
+//     never re-sealed) that a receiver drops when it has it already.
+//   - Advertisement: a heartbeat whose ack_bits is AdvertiseMagic, sent
+//     when the channel starts and again with the first data records until
+//     the peer is known. 0.169 ignores heartbeats. The peer is reliable
+//     once its advertisement, an ack frame (0.169 never sends one) or a
+//     data frame with ack > 0 arrives; a data frame before any of those
+//     suggests a 0.169 peer.
+//   - Only toward a reliable peer: ack = our next expected seq + 1 and bit
+//     i of ack_bits = record next+1+i is buffered, on every data and ack
+//     frame; a standalone ack frame shortly after data (or a duplicate:
+//     our last ack may have been lost) arrives. A 0.169 peer only ever
+//     sees ack = ack_bits = 0 from us.
+//   - The sender keeps each sealed record until acknowledged, at most
+//     maxInflight records and maxInflightBytes (inside the receiver's
+//     0.169 window of 64 records and 1 MiB, so a resent first record never
+//     overflows the receiver's gap), and resends the ones neither
+//     acknowledged nor buffered after rto, doubling up to maxRTO. A full
+//     window blocks the writer while the peer is reliable, and for at most
+//     discoverTimeout while its kind is unknown; otherwise the oldest kept
+//     record is given up (a peer that turns out reliable late still gets
+//     the recent ones resent), and after plainGiveUp records to a
+//     0.169-looking peer nothing is kept.
+//
+// A relay can strip or forge the advertisement and the ack fields: the
+// stream then runs without reliability, or one end waits for acks that
+// never come. Both are availability attacks, which a relay can mount
+// anyway by dropping frames; records stay unreadable and unforgeable.
+//
+// Resume across a lost relay socket: with a reliable peer a failed send
+// does not end the stream (the record is kept); the owner dials a new
+// socket and calls Rebind, which sends resume{next_seq: our next expected
+// seq} and every kept record again; a peer receiving resume sends again
+// every kept record from next_seq on, and an ack. The relay must let the
+// stream id move to the new socket (and not reset it when the old one
+// goes) for this to work; codex 0.169's relay behaviour is unknown.
+
+// AdvertiseMagic is the ack_bits of the advertisement heartbeat ("RLY1").
+const AdvertiseMagic = 0x524C5931
+
+const (
+	maxInflight      = 48
+	maxInflightBytes = 900 << 10
+	initialRTO       = 250 * time.Millisecond
+	maxRTO           = 4 * time.Second
+	ackDelay         = 5 * time.Millisecond
+	discoverTimeout  = time.Second
+	maxAdvertise     = 4
+	plainGiveUp      = 2 * maxInflight
+)
+
+type peerKind uint8
+
+const (
+	peerUnknown peerKind = iota
+	peerPlain
+	peerReliable
+)
+
+type sentRecord struct {
+	f      *frame.Frame
+	sentAt time.Time
+	sacked bool
+}
+
+type reliable struct {
+	c *Channel
+
+	mu       sync.Mutex
+	peer     peerKind
+	unacked  []sentRecord // in seq order
+	bytes    int
+	space    chan struct{} // a token when the window may have room
+	rto      time.Duration
+	rtx      *time.Timer
+	ackTimer *time.Timer
+	ackDue   bool
+	adverts  int  // advertisements sent
+	keep     bool // records are kept (false once given up on a plain peer)
+	plainN   int  // records sent since the peer looked plain
+}
+
+func newReliable(c *Channel) *reliable {
+	r := &reliable{c: c, space: make(chan struct{}, 1), rto: initialRTO, keep: true}
+	r.rtx = time.AfterFunc(time.Hour, r.retransmit)
+	r.rtx.Stop()
+	r.ackTimer = time.AfterFunc(time.Hour, r.sendAck)
+	r.ackTimer.Stop()
+	return r
+}
+
+func (r *reliable) stop() {
+	r.rtx.Stop()
+	r.ackTimer.Stop()
+	r.mu.Lock()
+	r.unacked = nil
+	r.mu.Unlock()
+}
+
+// advertise sends the advertisement, at most maxAdvertise times and
+// only while the peer is not known to be reliable.
+func (r *reliable) advertise() {
+	r.mu.Lock()
+	skip := r.adverts >= maxAdvertise || r.peer == peerReliable
+	r.adverts++
+	r.mu.Unlock()
+	if skip {
+		return
+	}
+	f := &frame.Frame{Version: frame.Version, StreamID: r.c.streamID, Kind: frame.KindHeartbeat, AckBits: AdvertiseMagic}
+	_ = r.c.sendFrame(r.c.ctx, f, false)
+}
+
+// stamps reports whether outbound frames carry ack fields.
+func (r *reliable) stamps() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.peer == peerReliable
+}
+
+// stamp sets the ack fields from the receive state.
+func stamp(f *frame.Frame, next, bits uint32) {
+	f.Ack, f.AckBits = next+1, bits
+}
+
+func (r *reliable) full(size int) bool {
+	return len(r.unacked) >= maxInflight || len(r.unacked) > 0 && r.bytes+size > maxInflightBytes
+}
+
+// waitRoom blocks the writer while the window is full.
+func (r *reliable) waitRoom(ctx context.Context, size int) error {
+	var deadline <-chan time.Time
+	for {
+		r.mu.Lock()
+		full := r.keep && r.full(size)
+		unknown := r.peer == peerUnknown
+		if full && r.peer == peerPlain {
+			r.bytes -= len(r.unacked[0].f.Payload)
+			r.unacked = r.unacked[1:]
+			full = false
+		}
+		r.mu.Unlock()
+		if !full {
+			return nil
+		}
+		if unknown && deadline == nil {
+			t := time.NewTimer(discoverTimeout)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-r.space:
+		case <-deadline:
+			r.mu.Lock()
+			if r.peer == peerUnknown {
+				r.setKind(peerPlain)
+			}
+			r.mu.Unlock()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.c.done:
+			return r.c.endErr
+		}
+	}
+}
+
+// sent records a data frame about to be sent.
+func (r *reliable) sent(f *frame.Frame) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peer == peerReliable {
+		r.ackDue = false // the data frame carries the ack
+	}
+	if r.peer == peerPlain {
+		r.plainN++
+		if r.plainN > plainGiveUp {
+			r.keep = false
+			r.unacked, r.bytes = nil, 0
+		}
+	}
+	if !r.keep {
+		return
+	}
+	r.unacked = append(r.unacked, sentRecord{f: f, sentAt: time.Now()})
+	r.bytes += len(f.Payload)
+	if r.peer == peerReliable && len(r.unacked) == 1 {
+		r.rtx.Reset(r.rto)
+	}
+}
+
+// setKind records what the peer is; r.mu is held.
+func (r *reliable) setKind(k peerKind) {
+	if r.peer == k || r.peer == peerReliable {
+		return
+	}
+	r.peer = k
+	if k == peerReliable && len(r.unacked) > 0 {
+		r.rtx.Reset(r.rto)
+	}
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+}
+
+// inbound handles the reliability side of an inbound frame: what the peer
+// is, and its ack fields.
+func (r *reliable) inbound(f *frame.Frame) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case f.Kind == frame.KindHeartbeat && f.AckBits == AdvertiseMagic:
+		r.setKind(peerReliable)
+		return
+	case f.Kind == frame.KindAck && f.Ack > 0, f.Kind == frame.KindData && f.Ack > 0:
+		r.setKind(peerReliable)
+	case f.Kind == frame.KindData:
+		if r.peer == peerUnknown {
+			r.setKind(peerPlain)
+		}
+		return
+	default:
+		return
+	}
+	if r.peer != peerReliable {
+		return
+	}
+	next := f.Ack - 1
+	progressed := false
+	for len(r.unacked) > 0 && r.unacked[0].f.Seq < next {
+		r.bytes -= len(r.unacked[0].f.Payload)
+		r.unacked = r.unacked[1:]
+		progressed = true
+	}
+	for i := range r.unacked {
+		s := r.unacked[i].f.Seq
+		if s > next && s-next-1 < 32 && f.AckBits&(1<<(s-next-1)) != 0 {
+			r.unacked[i].sacked = true
+		}
+	}
+	if progressed {
+		r.rto = initialRTO
+		if len(r.unacked) == 0 {
+			r.rtx.Stop()
+		} else {
+			r.rtx.Reset(r.rto)
+		}
+		select {
+		case r.space <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// keeps reports whether records are kept (not given up on a plain peer).
+func (r *reliable) keeps() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.keep
+}
+
+// resend sends again at once every kept record from seq from on (those
+// below it are acknowledged by a resume frame) and restarts the backoff.
+func (r *reliable) resend(from uint32) {
+	r.mu.Lock()
+	for len(r.unacked) > 0 && r.unacked[0].f.Seq < from {
+		r.bytes -= len(r.unacked[0].f.Payload)
+		r.unacked = r.unacked[1:]
+	}
+	var again []*frame.Frame
+	now := time.Now()
+	for i := range r.unacked {
+		again = append(again, r.unacked[i].f)
+		r.unacked[i].sentAt = now
+		r.unacked[i].sacked = false
+	}
+	r.rto = initialRTO
+	if len(r.unacked) > 0 {
+		r.rtx.Reset(r.rto)
+	}
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+	r.mu.Unlock()
+	for _, f := range again {
+		if err := r.c.sendFrame(r.c.ctx, f, true); err != nil {
+			return
+		}
+	}
+}
+
+// forceAck schedules an ack frame even if one is not due.
+func (r *reliable) forceAck() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peer != peerReliable {
+		return
+	}
+	r.ackDue = true
+	r.ackTimer.Reset(0)
+}
+
+// dataArrived schedules an acknowledgement to a reliable peer.
+func (r *reliable) dataArrived() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peer != peerReliable || r.ackDue {
+		return
+	}
+	r.ackDue = true
+	r.ackTimer.Reset(ackDelay)
+}
+
+func (r *reliable) sendAck() {
+	r.mu.Lock()
+	due := r.ackDue
+	r.ackDue = false
+	r.mu.Unlock()
+	if !due {
+		return
+	}
+	f := &frame.Frame{Version: frame.Version, StreamID: r.c.streamID, Kind: frame.KindAck}
+	_ = r.c.sendFrame(r.c.ctx, f, true)
+}
+
+// retransmit resends the unacknowledged records not known to be buffered
+// by the peer, then backs off.
+func (r *reliable) retransmit() {
+	r.mu.Lock()
+	if r.peer != peerReliable {
+		r.mu.Unlock()
+		return
+	}
+	var resend []*frame.Frame
+	now := time.Now()
+	for i := range r.unacked {
+		if !r.unacked[i].sacked && now.Sub(r.unacked[i].sentAt) >= r.rto/2 {
+			resend = append(resend, r.unacked[i].f)
+			r.unacked[i].sentAt = now
+		}
+	}
+	r.rto = min(2*r.rto, maxRTO)
+	if len(r.unacked) > 0 {
+		r.rtx.Reset(r.rto)
+	}
+	r.mu.Unlock()
+	for _, f := range resend {
+		if err := r.c.sendFrame(r.c.ctx, f, true); err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,252 @@
+package channel
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/execgo/exec-server/remote/frame"
+	"github.com/execgo/exec-server/remote/noise"
+)
+
+// lossyLink carries frames to a channel through a goroutine that drops,
+// duplicates and reorders them (every kind, acks included).
+type lossyLink struct {
+	mu                   sync.Mutex
+	rng                  *rand.Rand
+	drop, dup, reorder   float64
+	q                    chan []byte
+	to                   *Channel
+	dropped, duplicated  int
+	reordered, delivered int
+}
+
+func newLossyLink(seed uint64, drop, dup, reorder float64) *lossyLink {
+	return &lossyLink{rng: rand.New(rand.NewPCG(seed, 1)), drop: drop, dup: dup, reorder: reorder, q: make(chan []byte, 4096)}
+}
+
+func (l *lossyLink) Send(ctx context.Context, f *frame.Frame) error {
+	b := f.Marshal()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rng.Float64() < l.drop {
+		l.dropped++
+		return nil
+	}
+	n := 1
+	if l.rng.Float64() < l.dup {
+		n = 2
+		l.duplicated++
+	}
+	for range n {
+		select {
+		case l.q <- b:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (l *lossyLink) stats() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%d delivered, %d dropped, %d duplicated, %d reordered", l.delivered, l.dropped, l.duplicated, l.reordered)
+}
+
+// run delivers until the channel ends; with probability reorder a frame
+// waits behind the next one.
+func (l *lossyLink) run() {
+	var held []byte
+	for {
+		var b []byte
+		select {
+		case b = <-l.q:
+		case <-time.After(20 * time.Millisecond):
+			if held == nil {
+				if l.to.Err() != nil {
+					return
+				}
+				continue
+			}
+			b, held = held, nil
+		}
+		l.mu.Lock()
+		swap := held == nil && l.rng.Float64() < l.reorder
+		if swap {
+			l.reordered++
+		}
+		l.mu.Unlock()
+		if swap {
+			held = b
+			continue
+		}
+		for _, m := range [][]byte{b, held} {
+			if m == nil {
+				continue
+			}
+			f, err := frame.Unmarshal(m)
+			if err != nil {
+				panic(err)
+			}
+			if err := l.to.Deliver(context.Background(), f); err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.delivered++
+			l.mu.Unlock()
+		}
+		held = nil
+	}
+}
+
+// linkedPair connects two channels through lossy links.
+func linkedPair(t *testing.T, relA, relB bool, drop, dup, reorder float64) (a, b *Channel, ab, ba *lossyLink) {
+	ab, ba = newLossyLink(1, drop, dup, reorder), newLossyLink(2, drop, dup, reorder)
+	k1, k2 := [32]byte{1}, [32]byte{2}
+	a = New("s", ab, noise.NewCipherState(k1), noise.NewCipherState(k2), Options{Reliable: relA, WaitWhenFull: true, QueueLen: 8})
+	b = New("s", ba, noise.NewCipherState(k2), noise.NewCipherState(k1), Options{Reliable: relB, WaitWhenFull: true, QueueLen: 8})
+	ab.to, ba.to = b, a
+	go ab.run()
+	go ba.run()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b, ab, ba
+}
+
+func message(seed, i int) []byte {
+	r := rand.New(rand.NewPCG(uint64(seed), uint64(i)))
+	n := 2 + r.IntN(150000)
+	if r.IntN(4) > 0 {
+		n = 2 + r.IntN(200)
+	}
+	return append(fmt.Appendf(nil, `["%d-%d",`, seed, i), append(jsonOf(n), ']')...)
+}
+
+// exchange writes n messages each way at once and checks that each side
+// reads the other's, once each, in order.
+func exchange(t *testing.T, a, b *Channel, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for side, c := range []*Channel{a, b} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				if err := c.Write(ctx, message(side, i), i%3 == 0); err != nil {
+					errs <- fmt.Errorf("side %d write %d: %w", side, i, err)
+					return
+				}
+			}
+			// Flush a held tail.
+			if err := c.Write(ctx, []byte("null"), false); err != nil {
+				errs <- err
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				m, err := c.Read(ctx)
+				if err != nil {
+					errs <- fmt.Errorf("side %d read %d: %w", side, i, err)
+					return
+				}
+				if want := message(1-side, i); !bytes.Equal(m, want) {
+					errs <- fmt.Errorf("side %d message %d: %.40s, want %.40s", side, i, m, want)
+					return
+				}
+			}
+			if m, err := c.Read(ctx); err != nil || string(m) != "null" {
+				errs <- fmt.Errorf("side %d tail: %q %v", side, m, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestReliableOverLossyLink(t *testing.T) {
+	a, b, ab, ba := linkedPair(t, true, true, 0.1, 0.05, 0.1)
+	exchange(t, a, b, 300)
+	t.Logf("a→b %s; b→a %s", ab.stats(), ba.stats())
+	ab.mu.Lock()
+	ba.mu.Lock()
+	none := ab.dropped == 0 || ba.dropped == 0
+	ba.mu.Unlock()
+	ab.mu.Unlock()
+	if none {
+		t.Fatal("the link dropped nothing: the test proves nothing")
+	}
+}
+
+// One end advertising changes nothing for a peer that does not (a codex
+// 0.169 peer): no stall, no error.
+func TestReliableWithPlainPeer(t *testing.T) {
+	for _, tt := range []struct{ a, b bool }{{true, false}, {false, true}, {false, false}} {
+		t.Run(fmt.Sprint(tt.a, tt.b), func(t *testing.T) {
+			a, b, _, _ := linkedPair(t, tt.a, tt.b, 0, 0, 0)
+			exchange(t, a, b, 150) // more than the in-flight window
+		})
+	}
+}
+
+func TestPlainStallsOnLoss(t *testing.T) {
+	a, b, _, _ := linkedPair(t, false, false, 0.2, 0, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	for i := range 20 {
+		a.Write(ctx, message(0, i), false)
+	}
+	got := 0
+	for {
+		if _, err := b.Read(ctx); err != nil {
+			break
+		}
+		got++
+	}
+	if got == 20 {
+		t.Fatal("every message arrived over a link that drops 20 %: the loss test proves nothing")
+	}
+}
+
+// Arbitrary ack fields and frame kinds from a peer never break the
+// sender's bookkeeping: no panic, the window stays within bounds.
+func FuzzReliableInbound(f *testing.F) {
+	f.Add([]byte{byte(frame.KindHeartbeat), 0, 0, 0x52, 0x4C, 0x59, 0x31, byte(frame.KindAck), 3, 0, 0, 0, 5})
+	f.Add([]byte{byte(frame.KindData), 9, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, script []byte) {
+		c := New("s", SenderFunc(func(context.Context, *frame.Frame) error { return nil }),
+			noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{Reliable: true, QueueLen: 1 << 10})
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		for i := range 10 {
+			if err := c.Write(ctx, fmt.Appendf(nil, "%d", i), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(script) >= 6 {
+			g := &frame.Frame{Version: 1, StreamID: "s", Kind: frame.Kind(script[0] % 7),
+				Ack: uint32(script[1]), AckBits: uint32(script[2])<<24 | uint32(script[3])<<16 | uint32(script[4])<<8 | uint32(script[5])}
+			script = script[6:]
+			if g.Kind == frame.KindData {
+				g.SegmentCount, g.Payload = 1, make([]byte, 17)
+			}
+			c.Deliver(ctx, g)
+		}
+		c.rel.mu.Lock()
+		defer c.rel.mu.Unlock()
+		if len(c.rel.unacked) > maxInflight || c.rel.bytes < 0 {
+			t.Fatalf("%d kept, %d bytes", len(c.rel.unacked), c.rel.bytes)
+		}
+	})
+}

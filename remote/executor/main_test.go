@@ -1,0 +1,21 @@
+package executor
+
+import (
+	"os"
+	"testing"
+
+	"github.com/execgo/exec-server/childinit"
+	"github.com/execgo/exec-server/sandbox"
+)
+
+// The server under test re-executes this binary for its child init and
+// sandbox helper, as cmd/exec-server's main does.
+func TestMain(m *testing.M) {
+	childinit.MaybeMain()
+	sandbox.MaybeMain()
+	if os.Getenv("GORACE") == "" {
+		// A race-enabled helper would sleep 1 s at each exit.
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+	os.Exit(m.Run())
+}

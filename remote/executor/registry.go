@@ -1,0 +1,213 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/execgo/exec-server/remote/noise"
+)
+
+// SecurityProfile is the registration profile of the Noise transport.
+const SecurityProfile = "noise_hybrid_ik_v1"
+
+// registry talks to the environment registry (spec §3).
+type registry struct {
+	base   string // trimmed, without a trailing slash; a path prefix is kept
+	env    string
+	token  string
+	client *http.Client
+}
+
+// checkRegistryURL trims base and refuses to send a bearer token anywhere
+// but https or a loopback host (spec §2.1).
+func checkRegistryURL(raw string) (string, error) {
+	base := strings.TrimRight(strings.TrimSpace(raw), "/")
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("invalid --remote URL %q", raw)
+	}
+	if u.User != nil || u.Fragment != "" || u.RawQuery != "" {
+		return "", fmt.Errorf("--remote URL %q must not carry userinfo, a query or a fragment", raw)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !isLoopback(u.Hostname()) {
+			return "", fmt.Errorf("--remote URL %q: the API key is sent only over https or to a loopback host", raw)
+		}
+	default:
+		return "", fmt.Errorf("--remote URL %q must be http(s)://", raw)
+	}
+	return base, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// RegistryError is a non-2xx registry answer.
+type RegistryError struct {
+	Verb    string
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *RegistryError) Error() string {
+	s := fmt.Sprintf("environment registry %s: HTTP %d", e.Verb, e.Status)
+	if e.Code != "" {
+		s += " " + e.Code
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// retryable reports the registration failures the reference retries.
+func (e *RegistryError) retryable() bool {
+	return e.Status == 503 && e.Code == "registration_conflict" ||
+		e.Status == 502 && e.Code == "authentication_service_unavailable"
+}
+
+func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Header, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	u := r.base + "/cloud/environment/" + url.PathEscape(r.env) + "/" + verb
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "*/*")
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		re := &RegistryError{Verb: verb, Status: resp.StatusCode}
+		var eb struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(data, &eb) == nil {
+			re.Code, re.Message = eb.Error.Code, eb.Error.Message
+		}
+		return re
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("environment registry %s: bad answer: %w", verb, err)
+	}
+	return nil
+}
+
+type registration struct {
+	EnvironmentID   string `json:"environment_id"`
+	URL             string `json:"url"`
+	SecurityProfile string `json:"security_profile"`
+	RegistrationID  string `json:"executor_registration_id"`
+}
+
+// register posts the executor key once and checks the answer.
+func (r *registry) registerOnce(ctx context.Context, key noise.PublicKey) (registration, error) {
+	var out registration
+	err := r.post(ctx, "register", map[string]any{"security_profile": SecurityProfile, "executor_public_key": key}, nil, &out)
+	if err != nil {
+		return out, err
+	}
+	switch {
+	case out.EnvironmentID != r.env:
+		return out, &fatalError{errors.New("environment registry returned a different environment id")}
+	case out.SecurityProfile != SecurityProfile:
+		return out, &fatalError{fmt.Errorf("environment registry returned security profile %q", out.SecurityProfile)}
+	case strings.TrimSpace(out.URL) == "" || strings.TrimSpace(out.RegistrationID) == "":
+		return out, &fatalError{errors.New("environment registry returned a blank url or registration id")}
+	}
+	return out, nil
+}
+
+// fatalError ends the executor.
+type fatalError struct{ error }
+
+func (e *fatalError) Unwrap() error { return e.error }
+
+// registerDelay is the reference's registration retry delay for attempt n
+// (0-based): min(500 ms·2^min(n,4), 5 s) plus up to half of it again.
+func registerDelay(n int) time.Duration {
+	base := min(500*time.Millisecond<<min(n, 4), 5*time.Second)
+	return base + rand.N(base/2+1)
+}
+
+// register retries the two transient failures of spec §3.2 and returns any
+// other error.
+func (r *registry) register(ctx context.Context, key noise.PublicKey, sleep func(context.Context, time.Duration) error) (registration, error) {
+	for n := 0; ; n++ {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		reg, err := r.registerOnce(rctx, key)
+		cancel()
+		var re *RegistryError
+		if err == nil || !errors.As(err, &re) || !re.retryable() {
+			return reg, err
+		}
+		if err := sleep(ctx, registerDelay(n)); err != nil {
+			return reg, err
+		}
+	}
+}
+
+// validation is /validate's outcome.
+type validation int
+
+const (
+	valid validation = iota
+	rejected
+	executorUnauthorized // 401: the executor's own credential was refused
+)
+
+func (r *registry) validate(ctx context.Context, regID, streamID string, harness noise.PublicKey, authz string) (validation, error) {
+	var out struct {
+		Valid bool `json:"valid"`
+	}
+	err := r.post(ctx, "validate", map[string]any{
+		"executor_registration_id":  regID,
+		"harness_public_key":        harness,
+		"harness_key_authorization": authz,
+	}, http.Header{"X-Codex-Noise-Stream-Id": {streamID}}, &out)
+	var re *RegistryError
+	switch {
+	case errors.As(err, &re) && re.Status == http.StatusUnauthorized:
+		return executorUnauthorized, err
+	case err != nil:
+		return rejected, err
+	case !out.Valid:
+		return rejected, errors.New("registry: harness authorization is not valid")
+	}
+	return valid, nil
+}
