@@ -27,6 +27,11 @@ import (
 // "op:arg" prints "op:arg=RESULT" (ok, an errno name, or a value).
 const probeEnv = "SANDBOX_TEST_PROBE"
 
+// A timer started by a package's init makes the Go runtime create its
+// poller's descriptors before MaybeMain: the helper must keep them while it
+// closes leaked ones (closing them killed it with "netpoll failed").
+var _ = time.AfterFunc(time.Hour, func() {})
+
 func TestMain(m *testing.M) {
 	MaybeMain()
 	if os.Getenv(probeEnv) == "1" {
