@@ -109,7 +109,7 @@ func endToEnd(t *testing.T, impl string, faults relay.Faults) {
 	st := r.open()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := client.NewConn(ctx, &lineConn{ch: st.ch}, client.Options{ClientName: "relay-test"})
+	cl, err := clientOver(ctx, st.ch, client.Options{ClientName: "relay-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func streamsAreIndependent(t *testing.T, impl string) {
 	defer cancel()
 	var clients []*client.Client
 	for range 2 {
-		cl, err := client.NewConn(ctx, &lineConn{ch: r.open().ch}, client.Options{})
+		cl, err := clientOver(ctx, r.open().ch, client.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func resumeAcrossStreams(t *testing.T, impl string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := r.open()
-	cl, err := client.NewConn(ctx, &lineConn{ch: st.ch}, client.Options{})
+	cl, err := clientOver(ctx, st.ch, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func resumeAcrossStreams(t *testing.T, impl string) {
 	var cl2 *client.Client
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		cl2, err = client.NewConn(ctx, &lineConn{ch: r.open().ch}, client.Options{ResumeSession: session})
+		cl2, err = clientOver(ctx, r.open().ch, client.Options{ResumeSession: session})
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
@@ -287,7 +287,7 @@ func handshakeRules(t *testing.T, impl string) {
 	st := r.open()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.NewConn(ctx, &lineConn{ch: st.ch}, client.Options{})
+	cl, err := clientOver(ctx, st.ch, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +427,7 @@ func TestReconnects(t *testing.T) {
 	st := r.open()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cl, err := client.NewConn(ctx, &lineConn{ch: st.ch}, client.Options{})
+	cl, err := clientOver(ctx, st.ch, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestHandshakesDuringBulkOutput(t *testing.T) {
 	r.waitAttached()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	bulk, err := client.NewConn(ctx, &lineConn{ch: r.open().ch}, client.Options{})
+	bulk, err := clientOver(ctx, r.open().ch, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestHandshakesDuringBulkOutput(t *testing.T) {
 		done <- err
 	}()
 	for i := range 5 {
-		cl, err := client.NewConn(ctx, &lineConn{ch: r.open().ch}, client.Options{})
+		cl, err := clientOver(ctx, r.open().ch, client.Options{})
 		if err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/channel"
@@ -412,46 +413,12 @@ func (r *rig) open() *stream {
 	return st
 }
 
-// lineConn adapts a channel to the newline-delimited io.ReadWriteCloser
-// that client.NewConn takes (JSON-RPC messages never contain a raw
-// newline).
-type lineConn struct {
-	ch   *channel.Channel
-	wbuf []byte
-	rbuf []byte
+// clientOver runs an SDK client over one secure channel (no redial: a
+// dropped channel ends the client, as the tests want).
+func clientOver(ctx context.Context, ch *channel.Channel, opts client.Options) (*client.Client, error) {
+	opts.ReconnectTimeout = -1
+	return client.NewClient(ctx, func(context.Context) (jsonrpc.Stream, error) { return ch, nil }, opts)
 }
-
-func (l *lineConn) Write(p []byte) (int, error) {
-	l.wbuf = append(l.wbuf, p...)
-	for {
-		i := bytes.IndexByte(l.wbuf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		msg := bytes.TrimSpace(l.wbuf[:i])
-		if len(msg) > 0 {
-			if err := l.ch.Write(context.Background(), append([]byte(nil), msg...), false); err != nil {
-				return 0, err
-			}
-		}
-		l.wbuf = l.wbuf[i+1:]
-	}
-}
-
-func (l *lineConn) Read(p []byte) (int, error) {
-	if len(l.rbuf) == 0 {
-		m, err := l.ch.Read(context.Background())
-		if err != nil {
-			return 0, err
-		}
-		l.rbuf = append(m, '\n')
-	}
-	n := copy(p, l.rbuf)
-	l.rbuf = l.rbuf[n:]
-	return n, nil
-}
-
-func (l *lineConn) Close() error { return l.ch.Close() }
 
 type nopServer struct{}
 
