@@ -51,7 +51,7 @@ func TestStdinBudgetIsTemporary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	p, err := c.Start(ctx, client.Cmd{Argv: []string{"sleep", "60"}, Env: shEnv, Stdin: true})
+	p, err := c.Start(ctx, client.Cmd{Argv: []string{"sleep", "60"}, Env: shEnv, StdinPipe: true})
 	if err != nil {
 		t.Fatal(err)
 	}

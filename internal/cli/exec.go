@@ -129,7 +129,7 @@ func (c *command) exec(ctx context.Context, args []string) int {
 			c.notef("warning: -t given but stdin is not a terminal")
 		}
 	}
-	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, Stdin: o.interactive, Timeout: o.timeout}
+	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, StdinPipe: o.interactive, Timeout: o.timeout}
 	if o.inherit != "none" {
 		cmd.InheritEnv = o.inherit
 	}
