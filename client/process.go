@@ -183,6 +183,7 @@ type Process struct {
 	err          error
 
 	exitKnown   bool
+	exited      chan struct{} // closed when exitKnown is set
 	exitCode    int
 	exitSeq     uint64
 	denied      *bool
@@ -279,7 +280,7 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 		limit = DefaultBufferSize
 	}
 	p := &Process{c: c, id: params.ProcessID, tty: cmd.TTY, limit: limit, next: 1,
-		pending: make(map[uint64]*event), done: make(chan struct{}), stdinClosed: !cmd.TTY && cmd.Stdin == nil && !cmd.StdinPipe}
+		pending: make(map[uint64]*event), done: make(chan struct{}), exited: make(chan struct{}), stdinClosed: !cmd.TTY && cmd.Stdin == nil && !cmd.StdinPipe}
 	p.cond = sync.NewCond(&p.mu)
 
 	c.mu.Lock()
@@ -512,7 +513,7 @@ func (p *Process) note(ev *event) {
 	switch ev.kind {
 	case evExited:
 		if !p.exitKnown {
-			p.exitKnown, p.exitCode = true, ev.ExitCode
+			p.setExit(ev.ExitCode)
 		}
 		p.exitSeq = ev.Seq
 		if ev.SandboxDenied != nil {
@@ -522,6 +523,13 @@ func (p *Process) note(ev *event) {
 	case evClosed:
 		p.closedKnown, p.closedSeq = true, ev.Seq
 	}
+}
+
+// setExit records the exit code, the first time it is learned. Called with
+// p.mu held.
+func (p *Process) setExit(code int) {
+	p.exitKnown, p.exitCode = true, code
+	close(p.exited)
 }
 
 // apply delivers the event whose seq is p.next.
@@ -693,11 +701,11 @@ func (p *Process) recover() {
 func (p *Process) merge(res *protocol.ReadResult) bool {
 	if res.Exited {
 		if !p.exitKnown {
-			p.exitKnown = true
-			p.exitCode = -1
+			code := -1
 			if res.ExitCode != nil {
-				p.exitCode = *res.ExitCode
+				code = *res.ExitCode
 			}
+			p.setExit(code)
 		}
 		if p.denied == nil {
 			d := res.SandboxDenied
@@ -871,6 +879,13 @@ func (c *Client) ReadProcess(ctx context.Context, params protocol.ReadParams) (*
 	}
 	return &res, nil
 }
+
+// Exited returns a channel that is closed as soon as the process's exit
+// status is known (ExitCode then reports it), which may be before its
+// output has ended: a background job can hold a terminal or a pipe open
+// after the process itself exited. Wait waits for both. The channel is
+// not closed when the status cannot be learned (Wait then fails).
+func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // ExitCode returns the exit code and true once the process has exited.
 func (p *Process) ExitCode() (int, bool) {
