@@ -1,3 +1,7 @@
+// The server package (run in process here) builds on Linux only.
+
+//go:build linux
+
 package client_test
 
 import (
