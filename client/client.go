@@ -462,11 +462,7 @@ func (c *Client) notifyState(s State, err error) {
 // lose fails the client with err (ErrConnectionLost or ErrSessionLost)
 // and reports Lost, unless the client was closed meanwhile.
 func (c *Client) lose(err error) {
-	c.mu.Lock()
-	first := c.err == nil
-	c.mu.Unlock()
-	c.fail(err)
-	if first {
+	if c.fail(err) {
 		c.notifyState(Lost, err)
 	}
 }
@@ -479,12 +475,13 @@ func (c *Client) signalReady() {
 	}
 }
 
-// fail makes err the client's terminal error and fails every process.
-func (c *Client) fail(err error) {
+// fail makes err the client's terminal error and fails every process. It
+// reports false when the client had already failed (or was closed).
+func (c *Client) fail(err error) bool {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.err = err
 	c.signalReady()
@@ -494,6 +491,7 @@ func (c *Client) fail(err error) {
 	for _, p := range procs {
 		p.fail(err)
 	}
+	return true
 }
 
 // conn returns the current connection, waiting while a reconnect is in
