@@ -71,7 +71,8 @@ type Options struct {
 	// discards.
 	Logger *slog.Logger
 	// OnStateChange, when set, is told of the connection's transitions:
-	// Reconnecting (the connection dropped; err says why), Reconnected
+	// Connected (the first connection's handshake succeeded; reported
+	// once, before the constructor returns), Reconnecting (the connection dropped; err says why), Reconnected
 	// (the session resumed on a new connection), Lost (the Client gave
 	// up: err wraps ErrConnectionLost or ErrSessionLost). Close and Detach
 	// report nothing. Calls come from one goroutine at a time, in order;
@@ -89,8 +90,10 @@ type Options struct {
 type State int
 
 const (
+	// Connected: the first connection is up.
+	Connected State = iota + 1
 	// Reconnecting: the connection dropped and the Client is redialling.
-	Reconnecting State = iota + 1
+	Reconnecting
 	// Reconnected: the session resumed on a new connection; processes
 	// recover what they missed by themselves.
 	Reconnected
@@ -102,6 +105,8 @@ const (
 
 func (s State) String() string {
 	switch s {
+	case Connected:
+		return "connected"
 	case Reconnecting:
 		return "reconnecting"
 	case Reconnected:
@@ -299,6 +304,8 @@ func (c *Client) start(ctx context.Context, s jsonrpc.Stream) error {
 	c.sessionID = res.SessionID
 	c.info = res.EnvironmentInfo
 	c.mu.Unlock()
+	// Before the watcher starts: Connected comes before any other state.
+	c.notifyState(Connected, nil)
 	c.install(rc)
 	return nil
 }

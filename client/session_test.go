@@ -93,7 +93,7 @@ func TestDetachLeavesProcessesRunning(t *testing.T) {
 	})
 }
 
-// OnStateChange reports a dropped connection, its resumption and, when
+// OnStateChange reports the first connection, a dropped connection, its resumption and, when
 // the server cannot be reached again, the end.
 func TestOnStateChange(t *testing.T) {
 	each(t, func(t *testing.T, s server) {
@@ -125,6 +125,7 @@ func TestOnStateChange(t *testing.T) {
 			}
 			return nil
 		}
+		next(client.Connected)
 		px.cut()
 		if err := next(client.Reconnecting); err == nil {
 			t.Error("Reconnecting without a reason")
