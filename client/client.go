@@ -70,12 +70,51 @@ type Options struct {
 	// Logger receives debug logs about reconnects and recovery. Default
 	// discards.
 	Logger *slog.Logger
+	// OnStateChange, when set, is told of the connection's transitions:
+	// Connected (the first connection's handshake succeeded; reported
+	// once, before the constructor returns), Reconnecting (the connection dropped; err says why), Reconnected
+	// (the session resumed on a new connection), Lost (the Client gave
+	// up: err wraps ErrConnectionLost or ErrSessionLost). Close and Detach
+	// report nothing. Calls come from one goroutine at a time, in order;
+	// a slow callback delays the reconnect, so it should return quickly.
+	OnStateChange func(State, error)
 	// ResumeSession, when set, resumes that session (a detached websocket
 	// session's SessionID, within the server's session TTL) instead of
 	// starting a new one: its processes are the session's, for
 	// ListProcesses. Processes it started before are not Process values
 	// of this Client.
 	ResumeSession string
+}
+
+// State is a connection state reported to Options.OnStateChange.
+type State int
+
+const (
+	// Connected: the first connection is up.
+	Connected State = iota + 1
+	// Reconnecting: the connection dropped and the Client is redialling.
+	Reconnecting
+	// Reconnected: the session resumed on a new connection; processes
+	// recover what they missed by themselves.
+	Reconnected
+	// Lost: the Client gave up (the server could not be reached within
+	// ReconnectTimeout, no longer knows the session, or the connection
+	// cannot be redialled); every call now fails.
+	Lost
+)
+
+func (s State) String() string {
+	switch s {
+	case Connected:
+		return "connected"
+	case Reconnecting:
+		return "reconnecting"
+	case Reconnected:
+		return "reconnected"
+	case Lost:
+		return "lost"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
 }
 
 func (o Options) withDefaults() Options {
@@ -265,6 +304,8 @@ func (c *Client) start(ctx context.Context, s jsonrpc.Stream) error {
 	c.sessionID = res.SessionID
 	c.info = res.EnvironmentInfo
 	c.mu.Unlock()
+	// Before the watcher starts: Connected comes before any other state.
+	c.notifyState(Connected, nil)
 	c.install(rc)
 	return nil
 }
@@ -347,10 +388,11 @@ loop:
 	c.mu.Unlock()
 	lost := rc.loopErr()
 	if c.dialer == nil {
-		c.fail(fmt.Errorf("%w: %v", ErrConnectionLost, lost))
+		c.lose(fmt.Errorf("%w: %v", ErrConnectionLost, lost))
 		return
 	}
 	c.opts.Logger.Debug("exec-server client: connection lost; reconnecting", "err", lost)
+	c.notifyState(Reconnecting, lost)
 	c.reconnect()
 }
 
@@ -373,7 +415,7 @@ func (c *Client) reconnect() {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.fail(fmt.Errorf("%w: reconnecting for %v failed: %v", ErrConnectionLost, c.opts.ReconnectTimeout, lastErr))
+			c.lose(fmt.Errorf("%w: reconnecting for %v failed: %v", ErrConnectionLost, c.opts.ReconnectTimeout, lastErr))
 			return
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
@@ -393,7 +435,7 @@ func (c *Client) reconnect() {
 			var pe *protocol.Error
 			if errors.As(err, &pe) && isUnknownSession(err) {
 				// "unknown session id": expired or the server restarted.
-				c.fail(fmt.Errorf("%w: %s", ErrSessionLost, pe.Message))
+				c.lose(fmt.Errorf("%w: %s", ErrSessionLost, pe.Message))
 				return
 			}
 			// -32010 (the server has not noticed the old connection's end
@@ -411,7 +453,24 @@ func (c *Client) reconnect() {
 		for _, p := range procs {
 			p.resync()
 		}
+		c.notifyState(Reconnected, nil)
 		return
+	}
+}
+
+// notifyState calls Options.OnStateChange. Only the connection watcher
+// calls it (one at a time), and not once the Client is closed.
+func (c *Client) notifyState(s State, err error) {
+	if c.opts.OnStateChange != nil && c.ctx.Err() == nil {
+		c.opts.OnStateChange(s, err)
+	}
+}
+
+// lose fails the client with err (ErrConnectionLost or ErrSessionLost)
+// and reports Lost, unless the client was closed meanwhile.
+func (c *Client) lose(err error) {
+	if c.fail(err) {
+		c.notifyState(Lost, err)
 	}
 }
 
@@ -423,12 +482,13 @@ func (c *Client) signalReady() {
 	}
 }
 
-// fail makes err the client's terminal error and fails every process.
-func (c *Client) fail(err error) {
+// fail makes err the client's terminal error and fails every process. It
+// reports false when the client had already failed (or was closed).
+func (c *Client) fail(err error) bool {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.err = err
 	c.signalReady()
@@ -438,6 +498,7 @@ func (c *Client) fail(err error) {
 	for _, p := range procs {
 		p.fail(err)
 	}
+	return true
 }
 
 // conn returns the current connection, waiting while a reconnect is in
@@ -568,7 +629,17 @@ func (c *Client) EnvironmentStatus(ctx context.Context) (string, error) {
 // terminated first (best effort, bounded by a few seconds): a program that
 // is done with the server is done with its processes. Over stdio the server
 // then exits; its exit is awaited.
-func (c *Client) Close() error {
+func (c *Client) Close() error { return c.close(true) }
+
+// Detach ends the client as Close does but leaves its processes running:
+// over websocket the server keeps the session, processes and their
+// retained output for its session TTL, and a Client with
+// Options.ResumeSession set to SessionID() takes it up again. Over stdio
+// the server exits when its stdin closes, and kills every process as it
+// does.
+func (c *Client) Detach() error { return c.close(false) }
+
+func (c *Client) close(terminate bool) error {
 	c.mu.Lock()
 	if c.err == ErrClosed {
 		c.mu.Unlock()
@@ -579,7 +650,7 @@ func (c *Client) Close() error {
 		live = append(live, p)
 	}
 	c.mu.Unlock()
-	if len(live) > 0 {
+	if terminate && len(live) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		var wg sync.WaitGroup
 		for _, p := range live {

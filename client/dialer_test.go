@@ -36,7 +36,7 @@ func TestNewClientRedials(t *testing.T) {
 		}
 		defer c.Close()
 		sid := c.SessionID()
-		p, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", "read x; echo got $x"}, Stdin: true})
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"sh", "-c", "read x; echo got $x"}, StdinPipe: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,10 +24,13 @@
 //
 // Start returns a *Process: its output is read from Stdout and Stderr (one
 // stream, Output, for a TTY) or copied to Cmd.Stdout and Cmd.Stderr; its
-// input is written with Write or Stdin; Signal, Terminate, Resize and Wait
-// control it. As with exec.CommandContext, the end of the context given to
-// Start terminates the process. Output arrives from the events the server pushes, ordered by
-// their sequence numbers; when they are complete and in order nothing else
+// input is copied from Cmd.Stdin (an io.Reader, as with os/exec; its end
+// closes the process's stdin) or, with Cmd.StdinPipe, written as it comes
+// with Write or Stdin; Signal, Terminate, Resize and Wait control it;
+// Exited is closed as soon as the exit status is known. As with
+// exec.CommandContext, the end of the context given to Start (not only
+// Wait's) terminates the process. Output arrives from the events the
+// server pushes, ordered by their sequence numbers; when they are complete and in order nothing else
 // is asked (no process/read at all). A gap in the sequence, a reader that
 // fell behind, or a server that omits sandboxDenied is repaired with
 // process/read, fetching exactly what is missing. See Process for how
@@ -45,7 +48,15 @@
 // server cannot be reached within Options.ReconnectTimeout, or no longer
 // knows the session, everything fails with ErrConnectionLost or
 // ErrSessionLost. Over stdio there is nothing to redial: a lost connection
-// is final.
+// is final. Options.OnStateChange reports each of these transitions.
+//
+// # Sessions
+//
+// A websocket session outlives its connection for the server's session
+// TTL. Client.Detach closes the connection and leaves the session's
+// processes running (Close terminates them); Options.ResumeSession, set to
+// a SessionID, attaches a new Client to that session (ListProcesses and
+// ReadProcess then reach its processes by id).
 //
 // # Files
 //

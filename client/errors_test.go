@@ -1,3 +1,5 @@
+// The server package (run in process here) builds on Linux only.
+
 //go:build linux
 
 package client_test
@@ -53,7 +55,7 @@ func TestStdinBudgetIsTemporary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	p, err := c.Start(ctx, client.Cmd{Argv: []string{"sleep", "60"}, Env: shEnv, Stdin: true})
+	p, err := c.Start(ctx, client.Cmd{Argv: []string{"sleep", "60"}, Env: shEnv, StdinPipe: true})
 	if err != nil {
 		t.Fatal(err)
 	}

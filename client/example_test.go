@@ -59,7 +59,7 @@ func ExampleProcess_Stdout() {
 	}
 	defer c.Close()
 
-	p, err := c.Start(ctx, client.Cmd{Argv: []string{"tr", "a-z", "A-Z"}, Stdin: true})
+	p, err := c.Start(ctx, client.Cmd{Argv: []string{"tr", "a-z", "A-Z"}, StdinPipe: true})
 	if err != nil {
 		log.Fatal(err)
 	}

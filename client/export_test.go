@@ -1,5 +1,7 @@
 package client
 
+import "context"
+
 // ReadRequests returns how many process/read requests c has sent.
 func ReadRequests(c *Client) uint64 { return c.reads.Load() }
 
@@ -25,4 +27,10 @@ func Generation(c *Client) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
+}
+
+// TerminateByID sends process/terminate for a process c did not start.
+func TerminateByID(c *Client, ctx context.Context, id string) (bool, error) {
+	p := &Process{c: c, id: id}
+	return p.Terminate(ctx)
 }

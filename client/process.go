@@ -24,7 +24,7 @@ import (
 var ErrOutputLost = errors.New("exec-server client: process output lost (evicted from the server's retained window before it was read)")
 
 // ErrStdinClosed is returned by writes to a process whose stdin is not
-// writable (not started with Stdin or TTY, or already closed).
+// writable (not started with StdinPipe, Stdin or TTY, or already closed).
 var ErrStdinClosed = errors.New("exec-server client: process stdin is closed")
 
 // DefaultBufferSize is the default bound on a process's unread output held
@@ -66,9 +66,18 @@ type Cmd struct {
 	// TTY runs the process on a pseudo-terminal: its output is one stream
 	// (Process.Output) and its input is always writable.
 	TTY bool
-	// Stdin keeps a non-TTY process's stdin writable through
-	// Process.Stdin; otherwise the process reads /dev/null.
-	Stdin bool
+	// Stdin, as exec.Cmd.Stdin, is the process's input: the client copies
+	// it to the process (process/write) from a goroutine and, at its end
+	// (io.EOF), closes the process's stdin (CloseStdin). Nil: the process
+	// reads /dev/null (a TTY process's terminal stays writable with
+	// Process.Write). Wait does not wait for the copy (a terminal may never
+	// reach its end); it stops at its next read once the process's stdin is
+	// closed. Copy errors are logged at debug level.
+	Stdin io.Reader
+	// StdinPipe keeps the stdin of a process started without Stdin
+	// writable through Process.Stdin and Process.Write, as
+	// exec.Cmd.StdinPipe: for input that is written as it comes.
+	StdinPipe bool
 	// Arg0, when set, is the argv[0] the program sees.
 	Arg0 string
 	// Rows and Cols set the initial terminal size of a TTY process on
@@ -174,6 +183,7 @@ type Process struct {
 	err          error
 
 	exitKnown   bool
+	exited      chan struct{} // closed when exitKnown is set
 	exitCode    int
 	exitSeq     uint64
 	denied      *bool
@@ -234,8 +244,11 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 		Cwd:       cwd,
 		Env:       env,
 		TTY:       cmd.TTY,
-		PipeStdin: cmd.Stdin && !cmd.TTY,
+		PipeStdin: (cmd.Stdin != nil || cmd.StdinPipe) && !cmd.TTY,
 	}}
+	if cmd.Stdin != nil && cmd.StdinPipe {
+		return nil, errors.New("exec-server client: Start: both Stdin and StdinPipe set")
+	}
 	if cmd.TTY {
 		params.Rows, params.Cols = cmd.Rows, cmd.Cols
 	}
@@ -267,7 +280,7 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 		limit = DefaultBufferSize
 	}
 	p := &Process{c: c, id: params.ProcessID, tty: cmd.TTY, limit: limit, next: 1,
-		pending: make(map[uint64]*event), done: make(chan struct{}), stdinClosed: !cmd.TTY && !cmd.Stdin}
+		pending: make(map[uint64]*event), done: make(chan struct{}), exited: make(chan struct{}), stdinClosed: !cmd.TTY && cmd.Stdin == nil && !cmd.StdinPipe}
 	p.cond = sync.NewCond(&p.mu)
 
 	c.mu.Lock()
@@ -297,6 +310,9 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 			p.stopKill = stop
 		}
 		p.mu.Unlock()
+	}
+	if cmd.Stdin != nil {
+		go p.copyStdin(cmd.Stdin)
 	}
 	if cmd.Stdout != nil {
 		p.pump(cmd.Stdout, p.Stdout())
@@ -362,6 +378,34 @@ func (c *Client) forget(p *Process) {
 		delete(c.procs, p.id)
 	}
 	c.mu.Unlock()
+}
+
+// copyStdin copies Cmd.Stdin to the process and closes its stdin at the
+// end of r (or when r fails: the process then sees end-of-file, as with
+// os/exec). It is not one of the Client's tracked goroutines: r may block
+// for ever (a terminal), and Close must not wait for it.
+func (p *Process) copyStdin(r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if werr := p.Write(p.c.ctx, buf[:n]); werr != nil {
+				// The process closed its input or ended (or the client
+				// did): nothing more can be delivered.
+				p.c.opts.Logger.Debug("exec-server client: copying Stdin stopped", "process", p.id, "err", werr)
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				p.c.opts.Logger.Debug("exec-server client: reading Stdin", "process", p.id, "err", err)
+			}
+			if cerr := p.CloseStdin(p.c.ctx); cerr != nil {
+				p.c.opts.Logger.Debug("exec-server client: closing stdin at the end of Stdin", "process", p.id, "err", cerr)
+			}
+			return
+		}
+	}
 }
 
 func (p *Process) pump(w io.Writer, r io.Reader) {
@@ -469,7 +513,7 @@ func (p *Process) note(ev *event) {
 	switch ev.kind {
 	case evExited:
 		if !p.exitKnown {
-			p.exitKnown, p.exitCode = true, ev.ExitCode
+			p.setExit(ev.ExitCode)
 		}
 		p.exitSeq = ev.Seq
 		if ev.SandboxDenied != nil {
@@ -479,6 +523,13 @@ func (p *Process) note(ev *event) {
 	case evClosed:
 		p.closedKnown, p.closedSeq = true, ev.Seq
 	}
+}
+
+// setExit records the exit code, the first time it is learned. Called with
+// p.mu held.
+func (p *Process) setExit(code int) {
+	p.exitKnown, p.exitCode = true, code
+	close(p.exited)
 }
 
 // apply delivers the event whose seq is p.next.
@@ -650,11 +701,11 @@ func (p *Process) recover() {
 func (p *Process) merge(res *protocol.ReadResult) bool {
 	if res.Exited {
 		if !p.exitKnown {
-			p.exitKnown = true
-			p.exitCode = -1
+			code := -1
 			if res.ExitCode != nil {
-				p.exitCode = *res.ExitCode
+				code = *res.ExitCode
 			}
+			p.setExit(code)
 		}
 		if p.denied == nil {
 			d := res.SandboxDenied
@@ -828,6 +879,13 @@ func (c *Client) ReadProcess(ctx context.Context, params protocol.ReadParams) (*
 	}
 	return &res, nil
 }
+
+// Exited returns a channel that is closed as soon as the process's exit
+// status is known (ExitCode then reports it), which may be before its
+// output has ended: a background job can hold a terminal or a pipe open
+// after the process itself exited. Wait waits for both. The channel is
+// not closed when the status cannot be learned (Wait then fails).
+func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // ExitCode returns the exit code and true once the process has exited.
 func (p *Process) ExitCode() (int, bool) {

@@ -146,7 +146,7 @@ func TestSlowReaderRecoversWithoutLoss(t *testing.T) {
 		// 3 bursts of ~200 KB, each released by one line on stdin, so the
 		// server never holds more than its retained window unread.
 		script := `for b in 1 2 3; do read x; seq $(( (b-1)*30000+1 )) $(( b*30000 )); done`
-		p, err := c.Start(ctx, client.Cmd{Argv: []string{"bash", "-c", script}, Env: shEnv, Stdin: true, BufferSize: 16 << 10})
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"bash", "-c", script}, Env: shEnv, StdinPipe: true, BufferSize: 16 << 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestStdinAndTTY(t *testing.T) {
 		ctx := testCtx(t)
 		// Pipe stdin: head exits after 6 bytes, so this works without a
 		// way to close stdin.
-		p, err := c.Start(ctx, client.Cmd{Argv: []string{"head", "-c", "6"}, Env: shEnv, Stdin: true})
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"head", "-c", "6"}, Env: shEnv, StdinPipe: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +365,7 @@ func TestCloseStdin(t *testing.T) {
 	each(t, func(t *testing.T, s server) {
 		c := s.stdio(t, client.Options{})
 		ctx := testCtx(t)
-		p, err := c.Start(ctx, client.Cmd{Argv: []string{"cat"}, Env: shEnv, Stdin: true})
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"cat"}, Env: shEnv, StdinPipe: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,4 +425,49 @@ func TestUnreadOutputIsBounded(t *testing.T) {
 		t.Errorf("read %d bytes, %v; want about 2 MiB (buffer + retained window) and ErrOutputLost", n, err)
 	}
 	runtime.KeepAlive(p)
+}
+
+// Cmd.Stdin is a reader, as with os/exec: it is copied to the process, and
+// its end closes the process's stdin (so cat exits); nil is no input at all.
+// The reference cannot close a pipe's stdin, so only head's bounded read
+// runs there.
+func TestCmdStdinReader(t *testing.T) {
+	each(t, func(t *testing.T, s server) {
+		c := s.stdio(t, client.Options{})
+		ctx := testCtx(t)
+		big := strings.Repeat("0123456789abcdef", 40<<10) // 640 KiB: several process/writes
+		cases := []struct {
+			name  string
+			argv  []string
+			stdin io.Reader
+			want  string
+			ours  bool // needs process/closeStdin
+		}{
+			{"head", []string{"head", "-c", "6"}, strings.NewReader("hello\nignored"), "hello\n", false},
+			{"cat to EOF", []string{"cat"}, strings.NewReader(big), big, true},
+			{"nil stdin", []string{"cat"}, nil, "", false},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.ours && s.name != "ours" {
+					t.Skip("the reference cannot close a pipe's stdin")
+				}
+				var out bytes.Buffer
+				p, err := c.Start(ctx, client.Cmd{Argv: tc.argv, Env: shEnv, Stdin: tc.stdin, Stdout: &out})
+				if err != nil {
+					t.Fatal(err)
+				}
+				code, err := p.Wait(ctx)
+				if err != nil || code != 0 {
+					t.Fatalf("Wait: %d, %v", code, err)
+				}
+				if out.String() != tc.want {
+					t.Errorf("output %d bytes %.40q, want %d bytes %.40q", out.Len(), out.String(), len(tc.want), tc.want)
+				}
+			})
+		}
+		if _, err := c.Start(ctx, client.Cmd{Argv: []string{"true"}, Stdin: strings.NewReader(""), StdinPipe: true}); err == nil {
+			t.Error("Start with both Stdin and StdinPipe: no error")
+		}
+	})
 }

@@ -178,7 +178,7 @@ func TestReconnectStdinExactlyOnce(t *testing.T) {
 		}
 		defer c.Close()
 		const n = 200
-		p, err := c.Start(ctx, client.Cmd{Argv: []string{"head", "-c", "200"}, Env: shEnv, Stdin: true})
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"head", "-c", "200"}, Env: shEnv, StdinPipe: true})
 		if err != nil {
 			t.Fatal(err)
 		}

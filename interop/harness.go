@@ -175,7 +175,7 @@ func (s *Server) Dial(ctx context.Context) (*Client, error) {
 		return nil, err
 	}
 	ws.SetReadLimit(maxMessage)
-	return newClient(&fragmented{transport.NewWebSocket(ws, s.URL), ws}), nil
+	return newClient(transport.NewWebSocket(ws, s.URL)), nil
 }
 
 // Close stops the server: SIGTERM, and SIGKILL if it is still there after
@@ -234,35 +234,6 @@ func (t *tailBuffer) String() string {
 // maxMessage bounds one message from a server: far above what any
 // workload receives (a 64 MiB fs/readFile result is about 90 MB).
 const maxMessage = 1 << 30
-
-// fragmented is a websocket stream that sends a large message in frames of
-// at most wsFrameMax: the reference refuses frames over 16 MiB.
-type fragmented struct {
-	*transport.WebSocket
-	c *websocket.Conn
-}
-
-// wsFrameMax keeps every frame well under the reference's frame limit.
-const wsFrameMax = 1 << 20
-
-func (f *fragmented) Write(ctx context.Context, b []byte, more bool) error {
-	if len(b) <= wsFrameMax {
-		return f.WebSocket.Write(ctx, b, more)
-	}
-	w, err := f.c.Writer(ctx, websocket.MessageText)
-	if err != nil {
-		return err
-	}
-	for len(b) > 0 {
-		n := min(len(b), wsFrameMax)
-		if _, err := w.Write(b[:n]); err != nil {
-			_ = w.Close()
-			return err
-		}
-		b = b[n:]
-	}
-	return w.Close()
-}
 
 // RPCError is an error response from the server.
 type RPCError struct {

@@ -55,51 +55,36 @@ type DecodeError struct{ Detail string }
 
 func (e *DecodeError) Error() string { return e.Detail }
 
-// Decode parses one message. It checks nesting depth and value count before
-// the full parse so hostile input cannot make it spend unbounded time or
-// memory, and it returns sub-slices of data rather than copies.
+// Decode parses one message in one pass over its bytes: syntax (serde's
+// grammar and error texts), nesting depth and value count (checked as
+// they are reached, so hostile input cannot make it spend unbounded time
+// or memory), repeated keys and the top-level members. It returns
+// sub-slices of data rather than copies.
 func Decode(data []byte, lim Limits) (*Message, error) {
 	if lim.MaxDepth == 0 {
 		lim = DefaultLimits
 	}
-	limitErr, dupErr := prescan(data, lim)
-	if limitErr != nil {
-		return nil, limitErr
-	}
-	// serde_json's grammar (the reference's parser): encoding/json's,
-	// plus valid UTF-8 and paired surrogates in strings; its error texts.
-	if msg, bad := serdeSyntaxError(data); bad {
-		return nil, &DecodeError{msg}
-	}
-	data = bytes.TrimSpace(data)
-	if data[0] != '{' {
-		if dupErr != nil {
-			return nil, dupErr
+	p := serdeParser{b: data, scan: true, lim: lim}
+	if e := p.document(); e != nil {
+		if e.limit != nil {
+			return nil, e.limit
 		}
+		// A syntax error. A limit exceeded further on is still reported
+		// instead (as the reference's limits come first); only a refused
+		// message pays for this second look.
+		if limitErr, _ := prescan(data, lim); limitErr != nil {
+			return nil, limitErr
+		}
+		return nil, &DecodeError{e.message(data)}
+	}
+	if p.dupErr != nil {
+		return nil, p.dupErr
+	}
+	if p.top != '{' {
 		return nil, &DecodeError{"expected a JSON-RPC object"}
 	}
-	if dupErr != nil {
-		return nil, dupErr
-	}
 	var m Message
-	var id, method, params, result, errv []byte
-	err := eachMember(data, func(key, value []byte) {
-		switch string(key) {
-		case "id":
-			id = value
-		case "method":
-			method = value
-		case "params":
-			params = value
-		case "result":
-			result = value
-		case "error":
-			errv = value
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
+	id, method, params, result, errv := p.id, p.method, p.params, p.result, p.errv
 	if method != nil {
 		var name string
 		if firstByte(method) != '"' || json.Unmarshal(method, &name) != nil {
@@ -231,11 +216,9 @@ func position(data []byte, off int64) (line, col int) {
 }
 
 // prescan bounds nesting depth and value count in one pass over the bytes,
-// and refuses duplicate object keys anywhere in the message, as the
-// reference does (encoding/json would silently keep the last one, and a
-// check that saw the first could be fooled). It is deliberately loose about
-// syntax (json.Valid checks that next); it only has to make sure the real
-// parser never sees pathological or ambiguous input.
+// and finds duplicate object keys, loosely as to syntax. Decode's own
+// pass does all of this for a message it accepts; prescan serves only to
+// find a limit exceeded after a syntax error, which takes precedence.
 func prescan(data []byte, lim Limits) (limitErr, dupErr error) {
 	depth, values := 0, 0
 	// The keys of every open object, innermost last; small messages need
@@ -324,16 +307,7 @@ type keyFrame struct {
 // open object, and returns them; dup reports that the object already had
 // the key, whose text is key.
 func (f *keyFrame) add(keys [][]byte, raw []byte) (_ [][]byte, key []byte, dup bool) {
-	key = raw
-	if bytes.IndexByte(raw, '\\') >= 0 {
-		// "p\u0061rams" is "params": compare decoded texts.
-		var s string
-		quoted := make([]byte, 0, len(raw)+2)
-		quoted = append(append(append(quoted, '"'), raw...), '"')
-		if json.Unmarshal(quoted, &s) == nil {
-			key = []byte(s)
-		}
-	}
+	key = unescapeKey(raw)
 	if f.set != nil {
 		if _, dup := f.set[string(key)]; dup {
 			return keys, key, true
@@ -358,78 +332,27 @@ func (f *keyFrame) add(keys [][]byte, raw []byte) (_ [][]byte, key []byte, dup b
 	return keys, nil, false
 }
 
+// unescapeKey returns a key's text from its raw bytes between quotes:
+// "p\u0061rams" is "params".
+func unescapeKey(raw []byte) []byte {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw
+	}
+	var s string
+	quoted := make([]byte, 0, len(raw)+2)
+	quoted = append(append(append(quoted, '"'), raw...), '"')
+	if json.Unmarshal(quoted, &s) != nil {
+		return raw
+	}
+	return []byte(s)
+}
+
 func isScalarByte(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '-' || c == '+'
 }
 
-// eachMember calls f for every top-level member of a valid JSON object.
-func eachMember(data []byte, f func(key, value []byte)) error {
-	i := skipWS(data, 1)
-	if i < len(data) && data[i] == '}' {
-		return nil
-	}
-	for i < len(data) {
-		i = skipWS(data, i)
-		ks := i
-		i = skipString(data, i)
-		key := data[ks+1 : i-1]
-		i = skipWS(data, i) + 1 // ':'
-		i = skipWS(data, i)
-		vs := i
-		i = skipValue(data, i)
-		f(key, data[vs:i])
-		i = skipWS(data, i)
-		if i >= len(data) || data[i] == '}' {
-			return nil
-		}
-		i++ // ','
-	}
-	return nil
-}
-
 func skipWS(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just past the string starting at data[i].
-func skipString(data []byte, i int) int {
-	if end := closingQuote(data, i+1); end >= 0 {
-		return end + 1
-	}
-	return len(data)
-}
-
-// skipValue returns the index just past the (valid) value starting at data[i].
-func skipValue(data []byte, i int) int {
-	if i >= len(data) {
-		return i
-	}
-	switch data[i] {
-	case '"':
-		return skipString(data, i)
-	case '{', '[':
-		depth := 0
-		for i < len(data) {
-			switch data[i] {
-			case '"':
-				i = skipString(data, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(data) && isScalarByte(data[i]) {
 		i++
 	}
 	return i

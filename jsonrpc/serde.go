@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
@@ -10,10 +11,57 @@ import (
 // grammar (the reference's parser: encoding/json's, plus valid UTF-8 and
 // paired surrogates in strings), and describes the first error as serde
 // words and places it: "expected ident at line 1 column 2", "trailing
-// characters at line 1 column 23". bad is false for valid input. Depth is
-// bounded by prescan before this runs.
+// characters at line 1 column 23". bad is false for valid input. It bounds
+// nothing (Decode's scan does): for tests.
 func serdeSyntaxError(data []byte) (msg string, bad bool) {
 	p := serdeParser{b: data}
+	if e := p.document(); e != nil {
+		return e.message(data), true
+	}
+	return "", false
+}
+
+// serdeParser follows serde_json's SliceRead deserializer: i is the next
+// unread byte. Errors raised after consuming a byte are placed at i
+// (serde's error), errors about the byte ahead at i+1 (its peek_error).
+//
+// With scan set (Decode), the same pass also bounds depth and value count
+// as it goes (so hostile input cannot make it recurse or work without
+// bound), finds repeated object keys, and keeps the top-level object's
+// members: the message is read once.
+type serdeParser struct {
+	b []byte
+	i int
+
+	scan   bool
+	lim    Limits
+	depth  int
+	values int
+	dupErr *DecodeError
+	keys   keyStack // the keys of every open object, innermost last
+	top    byte     // the first byte of the top-level value
+	// The top-level object's members (nil: absent), raw sub-slices.
+	id, method, params, result, errv []byte
+}
+
+type serdeErr struct {
+	code  string
+	at    int          // index whose position serde reports
+	limit *DecodeError // a limit was exceeded (scan): not a syntax error
+}
+
+// message is the error as serde words and places it.
+func (e *serdeErr) message(data []byte) string {
+	line, col := position(data, int64(e.at))
+	return fmt.Sprintf("%s at line %d column %d", e.code, line, col)
+}
+
+// document reads one value and nothing but whitespace after it.
+func (p *serdeParser) document() *serdeErr {
+	p.ws()
+	if p.i < len(p.b) {
+		p.top = p.b[p.i]
+	}
 	e := p.value()
 	if e == nil {
 		p.ws()
@@ -21,30 +69,39 @@ func serdeSyntaxError(data []byte) (msg string, bad bool) {
 			e = p.peekErr("trailing characters")
 		}
 	}
-	if e == nil {
-		return "", false
+	return e
+}
+
+// close ends the level count opened.
+func (p *serdeParser) close() {
+	if p.scan {
+		p.depth--
 	}
-	line, col := position(data, int64(e.at))
-	return fmt.Sprintf("%s at line %d column %d", e.code, line, col), true
 }
 
-// serdeParser follows serde_json's SliceRead deserializer: i is the next
-// unread byte. Errors raised after consuming a byte are placed at i
-// (serde's error), errors about the byte ahead at i+1 (its peek_error).
-type serdeParser struct {
-	b []byte
-	i int
+// count counts the value starting at p.i (and, for an array or object, the
+// level it opens) against the limits, with the texts and places prescan
+// gives them.
+func (p *serdeParser) count(open bool) *serdeErr {
+	p.values++
+	if open {
+		p.depth++
+		if p.depth > p.lim.MaxDepth {
+			line, col := position(p.b, int64(p.i))
+			return &serdeErr{limit: &DecodeError{fmt.Sprintf("recursion limit exceeded at line %d column %d", line, col)}}
+		}
+	}
+	if p.values > p.lim.MaxValues {
+		line, col := position(p.b, int64(p.i))
+		return &serdeErr{limit: &DecodeError{fmt.Sprintf("JSON-RPC message exceeds the limit of %d JSON values at line %d column %d", p.lim.MaxValues, line, col)}}
+	}
+	return nil
 }
 
-type serdeErr struct {
-	code string
-	at   int // index whose position serde reports
-}
-
-func (p *serdeParser) err(code string) *serdeErr { return &serdeErr{code, p.i} }
+func (p *serdeParser) err(code string) *serdeErr { return &serdeErr{code: code, at: p.i} }
 
 func (p *serdeParser) peekErr(code string) *serdeErr {
-	return &serdeErr{code, min(len(p.b), p.i+1)}
+	return &serdeErr{code: code, at: min(len(p.b), p.i+1)}
 }
 
 func (p *serdeParser) ws() {
@@ -73,6 +130,18 @@ func (p *serdeParser) value() *serdeErr {
 	if !ok {
 		return p.peekErr("EOF while parsing a value")
 	}
+	if p.scan {
+		switch {
+		case c == '[' || c == '{':
+			if e := p.count(true); e != nil {
+				return e
+			}
+		case c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || isDigit(c):
+			if e := p.count(false); e != nil {
+				return e
+			}
+		}
+	}
 	switch {
 	case c == 'n':
 		p.i++
@@ -93,10 +162,14 @@ func (p *serdeParser) value() *serdeErr {
 		return p.str()
 	case c == '[':
 		p.i++
-		return p.seq()
+		e := p.seq()
+		p.close()
+		return e
 	case c == '{':
 		p.i++
-		return p.object()
+		e := p.object()
+		p.close()
+		return e
 	}
 	return p.peekErr("expected value")
 }
@@ -180,20 +253,32 @@ func (p *serdeParser) exponent() *serdeErr {
 	return nil
 }
 
-// str reads a string whose opening quote is consumed.
+// str reads a string whose opening quote is consumed. Its bytes are
+// read once: runs of plain ASCII eight at a time, other UTF-8 a sequence
+// at a time.
 func (p *serdeParser) str() *serdeErr {
-	start := p.i
+	badUTF8 := false
 	for {
 		p.i = plainRun(p.b, p.i)
 		if p.i == len(p.b) {
 			return p.err("EOF while parsing a string")
 		}
-		switch p.b[p.i] {
+		c := p.b[p.i]
+		if c >= utf8.RuneSelf {
+			// Escapes are ASCII: the raw text is valid UTF-8 exactly
+			// when the decoded text is. serde checks it at the end of
+			// the string, so an error before that end wins.
+			r, n := utf8.DecodeRune(p.b[p.i:])
+			if r == utf8.RuneError && n == 1 {
+				badUTF8 = true
+			}
+			p.i += n
+			continue
+		}
+		switch c {
 		case '"':
 			p.i++
-			// Escapes are ASCII: the raw text is valid UTF-8 exactly
-			// when the decoded text is.
-			if !utf8.Valid(p.b[start : p.i-1]) {
+			if badUTF8 {
 				return p.err("invalid unicode code point")
 			}
 			return nil
@@ -308,6 +393,8 @@ func (p *serdeParser) seq() *serdeErr {
 
 // object reads an object whose '{' is consumed.
 func (p *serdeParser) object() *serdeErr {
+	start := p.keys.len()
+	var set map[string]struct{} // this object's keys, once there are many
 	for first := true; ; first = false {
 		p.ws()
 		c, ok := p.peek()
@@ -316,6 +403,7 @@ func (p *serdeParser) object() *serdeErr {
 		}
 		if c == '}' {
 			p.i++
+			p.keys.truncate(start)
 			return nil
 		}
 		if !first {
@@ -335,9 +423,11 @@ func (p *serdeParser) object() *serdeErr {
 			return p.peekErr("key must be a string")
 		}
 		p.i++
+		ks := p.i
 		if e := p.str(); e != nil {
 			return e
 		}
+		key := p.b[ks : p.i-1]
 		p.ws()
 		if c, ok = p.peek(); !ok {
 			return p.peekErr("EOF while parsing an object")
@@ -345,10 +435,111 @@ func (p *serdeParser) object() *serdeErr {
 		if c != ':' {
 			return p.peekErr("expected `:`")
 		}
+		if !p.scan {
+			p.i++
+			if e := p.value(); e != nil {
+				return e
+			}
+			continue
+		}
+		if p.dupErr == nil {
+			if k, dup := p.addKey(start, &set, key); dup {
+				line, col := position(p.b, int64(ks+len(key)+1))
+				p.dupErr = &DecodeError{fmt.Sprintf("duplicate JSON object key `%s` at line %d column %d", shortKey(k), line, col)}
+			}
+		}
 		p.i++
+		p.ws()
+		vs := p.i
 		if e := p.value(); e != nil {
 			return e
 		}
+		if p.depth == 1 {
+			p.member(key, p.b[vs:p.i])
+		}
+	}
+}
+
+// addKey records raw, a key of the object whose keys start at start in
+// p.keys (or are in *set), and reports whether the object already had
+// it, whose text is key.
+func (p *serdeParser) addKey(start int, set *map[string]struct{}, raw []byte) (key []byte, dup bool) {
+	key = unescapeKey(raw)
+	if *set != nil {
+		if _, dup := (*set)[string(key)]; dup {
+			return key, true
+		}
+		(*set)[string(key)] = struct{}{}
+		return key, false
+	}
+	for i := start; i < p.keys.len(); i++ {
+		if bytes.Equal(p.keys.at(i), key) {
+			return key, true
+		}
+	}
+	p.keys.push(key)
+	if p.keys.len()-start > 16 {
+		// Many keys: a set keeps the check linear.
+		*set = make(map[string]struct{}, 64)
+		for i := start; i < p.keys.len(); i++ {
+			(*set)[string(p.keys.at(i))] = struct{}{}
+		}
+		p.keys.truncate(start)
+	}
+	return key, false
+}
+
+// keyStack holds keys without allocating for the first few: a slice of
+// its own array would make the parser escape to the heap.
+type keyStack struct {
+	arr  [32][]byte
+	n    int
+	more [][]byte // keys after the first len(arr)
+}
+
+func (k *keyStack) len() int { return k.n }
+
+func (k *keyStack) at(i int) []byte {
+	if i < len(k.arr) {
+		return k.arr[i]
+	}
+	return k.more[i-len(k.arr)]
+}
+
+func (k *keyStack) push(key []byte) {
+	if k.n < len(k.arr) {
+		k.arr[k.n] = key
+	} else {
+		k.more = append(k.more, key)
+	}
+	k.n++
+}
+
+func (k *keyStack) truncate(n int) {
+	if n < k.n {
+		k.n = n
+		if n >= len(k.arr) {
+			k.more = k.more[:n-len(k.arr)]
+		} else {
+			k.more = k.more[:0]
+		}
+	}
+}
+
+// member keeps a member of the top-level object. Keys are matched on their
+// raw bytes ("\u0069d" is not "id").
+func (p *serdeParser) member(key, value []byte) {
+	switch string(key) {
+	case "id":
+		p.id = value
+	case "method":
+		p.method = value
+	case "params":
+		p.params = value
+	case "result":
+		p.result = value
+	case "error":
+		p.errv = value
 	}
 }
 
@@ -357,23 +548,28 @@ const (
 	highs = 0x8080808080808080
 )
 
+// stops is non-zero when one of the eight bytes in x ends a plain run: a
+// byte below 0x20, or equal to '"' or '\\', sets its high bit in one of
+// the terms (the classic has-zero / has-less tests, exact as to whether
+// such a byte exists); a non-ASCII byte has it already.
+func stops(x uint64) uint64 {
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	return (x | (x-ones*0x20)&^x | (q-ones)&^q | (bs-ones)&^bs) & highs
+}
+
 // plainRun returns the index of the first byte at or after i that ends a
-// run of plain string bytes: a quote, a backslash or a control character.
-// It tests eight bytes at a time (a string's body is where the bulk of a
-// large message lives, its base64 payload), then finds the byte one by one.
+// run of plain ASCII string bytes: a quote, a backslash, a control
+// character or a byte of a multi-byte UTF-8 sequence. It tests eight bytes
+// at a time (a string's body is where the bulk of a large message lives,
+// its base64 payload), then finds the byte one by one.
 func plainRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q := x ^ (ones * '"')
-		bs := x ^ (ones * '\\')
-		// A byte below 0x20, or equal to '"' or '\\', sets its high bit in
-		// one of these (the classic has-zero / has-less tests, exact as to
-		// whether such a byte exists).
-		if ((x-ones*0x20)&^x|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
+		if stops(binary.LittleEndian.Uint64(b[i:])) != 0 {
 			break
 		}
 	}
-	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 && b[i] < utf8.RuneSelf {
 		i++
 	}
 	return i

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/execgo/exec-server/fsys"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/process"
@@ -42,7 +43,7 @@ type connState struct {
 	srv               *Server
 	conn              *jsonrpc.Conn
 	endSessionOnClose bool
-	handles           fsHandles
+	handles           *fsys.Handles
 	fsOrder           fsOrder
 	longPolls         atomic.Int32 // process/read requests waiting off the handler pool
 	watches           watches
@@ -333,13 +334,13 @@ func (s *Server) buildMethods() map[string]method {
 			},
 		},
 	}
-	for _, name := range s.fs.methods() {
+	for _, name := range s.fs.Methods() {
 		m[name] = method{
 			family: familyFilesystem,
 			inline: name == protocol.MethodFsOpen || name == protocol.MethodFsClose,
 			decode: decodeRaw,
 			call: func(ctx context.Context, cs *connState, p any) (any, error) {
-				return cs.srv.fs.call(ctx, cs.handles, name, p.(json.RawMessage))
+				return cs.srv.fs.Call(ctx, cs.handles, name, p.(json.RawMessage))
 			},
 		}
 	}

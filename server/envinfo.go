@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,7 +49,7 @@ func (s *Server) envInfo() protocol.EnvironmentInfo {
 // whether a sandbox policy can be enforced here: when false, every request
 // that needs one fails with -32603 naming what is missing.
 func (s *Server) capabilities() map[string]bool {
-	fsStreaming := s.fs.has(protocol.MethodFsWriteBlock)
+	fsStreaming := slices.Contains(s.fs.Methods(), protocol.MethodFsWriteBlock)
 	return map[string]bool{
 		"networkProxyLaunch":                          false,
 		"networkProxyReviewDomains":                   false,

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/execgo/exec-server/fsys"
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
@@ -27,7 +28,7 @@ import (
 type Server struct {
 	cfg     Config
 	methods map[string]method
-	fs      fsService
+	fs      *fsys.FS // the filesystem family (fs/*)
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -53,7 +54,7 @@ func New(cfg Config) *Server {
 	s.incoming = budget.New("incoming message bytes", s.cfg.MaxIncomingBytes)
 	s.retained = budget.New("retained output bytes", s.cfg.MaxRetainedBytes)
 	s.stdin = budget.New("queued stdin bytes", s.cfg.MaxStdinBytes)
-	s.fs = newFS(s.cfg)
+	s.fs = fsys.New(fsys.Options{MaxFileBytes: s.cfg.MaxFileBytes, MaxHandles: s.cfg.MaxHandles})
 	var m *metrics
 	if s.cfg.Metrics != nil {
 		var err error
@@ -309,7 +310,7 @@ func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose
 		defer s.probes.Delete(conn)
 	}
 	cs := &connState{srv: s, conn: conn, endSessionOnClose: endSessionOnClose}
-	cs.handles = s.fs.newHandles()
+	cs.handles = s.fs.NewHandles()
 	s.cfg.Logger.Debug("connection opened", "peer", st.Describe())
 	if !endSessionOnClose {
 		// An upgraded connection that never initializes would hold a

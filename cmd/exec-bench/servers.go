@@ -196,45 +196,16 @@ func (s *server) dialRaw(ctx context.Context) (*rawConn, error) {
 	return rc, nil
 }
 
-// dialWebSocket opens a websocket stream to the server that sends a
-// large message in frames of at most 1 MiB: the reference refuses frames
-// over 16 MiB (a 16 MiB fs/writeFile is a 22 MB message), and
-// transport.WebSocket sends a message as one frame.
+// dialWebSocket opens a websocket stream to the server
+// (transport.WebSocket sends a large message in frames the reference
+// accepts).
 func (s *server) dialWebSocket(ctx context.Context) (jsonrpc.Stream, error) {
 	ws, _, err := websocket.Dial(ctx, s.url, nil)
 	if err != nil {
 		return nil, err
 	}
 	ws.SetReadLimit(1 << 30)
-	return &fragmented{transport.NewWebSocket(ws, s.url), ws}, nil
-}
-
-// fragmented is a websocket stream that writes in frames of at most
-// wsFrameMax.
-type fragmented struct {
-	*transport.WebSocket
-	c *websocket.Conn
-}
-
-const wsFrameMax = 1 << 20
-
-func (f *fragmented) Write(ctx context.Context, b []byte, more bool) error {
-	if len(b) <= wsFrameMax {
-		return f.WebSocket.Write(ctx, b, more)
-	}
-	w, err := f.c.Writer(ctx, websocket.MessageText)
-	if err != nil {
-		return err
-	}
-	for len(b) > 0 {
-		n := min(len(b), wsFrameMax)
-		if _, err := w.Write(b[:n]); err != nil {
-			_ = w.Close()
-			return err
-		}
-		b = b[n:]
-	}
-	return w.Close()
+	return transport.NewWebSocket(ws, s.url), nil
 }
 
 // close stops the server: its stdio connection ends (EOF), or SIGTERM;

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -251,7 +250,7 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 		Token:            token,
 		ResumeSession:    c.session,
 		ReconnectTimeout: c.reconnectTimeout,
-		Logger:           slog.New(&reconnectNotices{c: c}),
+		OnStateChange:    c.reconnectNotice,
 	}
 	if c.caFile != "" {
 		hc, err := httpClientTrusting(c.caFile)
@@ -269,37 +268,19 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 	return cl, 0
 }
 
-// The SDK's debug messages about its connection. They are its only public
-// signal of a reconnect (it has no callback), so the notices key on them;
-// TestSessionLost fails if they change.
-const (
-	sdkMsgReconnecting = "exec-server client: connection lost; reconnecting"
-	sdkMsgResumed      = "exec-server client: session resumed"
-)
-
-// reconnectNotices turns the SDK's reconnect logs into one visible line
-// each on stderr; everything else the SDK logs is dropped.
-type reconnectNotices struct{ c *command }
-
-func (h *reconnectNotices) Enabled(context.Context, slog.Level) bool { return true }
-func (h *reconnectNotices) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *reconnectNotices) WithGroup(string) slog.Handler            { return h }
-
-func (h *reconnectNotices) Handle(_ context.Context, r slog.Record) error {
-	switch r.Message {
-	case sdkMsgReconnecting:
+// reconnectNotice turns the SDK's connection states into one visible line
+// each on stderr. Lost needs none: whatever fails next says why.
+func (c *command) reconnectNotice(s client.State, err error) {
+	switch s {
+	case client.Reconnecting:
 		why := ""
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "err" {
-				why = " (" + a.Value.String() + ")"
-			}
-			return true
-		})
-		h.c.notef("connection lost%s; reconnecting… (for up to %v)", why, h.c.reconnectTimeout)
-	case sdkMsgResumed:
-		h.c.notef("reconnected; the session resumed")
+		if err != nil {
+			why = " (" + err.Error() + ")"
+		}
+		c.notef("connection lost%s; reconnecting… (for up to %v)", why, c.reconnectTimeout)
+	case client.Reconnected:
+		c.notef("reconnected; the session resumed")
 	}
-	return nil
 }
 
 // describe renders an error for one line of stderr: wire errors without

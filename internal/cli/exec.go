@@ -129,7 +129,7 @@ func (c *command) exec(ctx context.Context, args []string) int {
 			c.notef("warning: -t given but stdin is not a terminal")
 		}
 	}
-	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, Stdin: o.interactive, Timeout: o.timeout}
+	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, StdinPipe: o.interactive, Timeout: o.timeout}
 	if o.inherit != "none" {
 		cmd.InheritEnv = o.inherit
 	}
@@ -197,7 +197,11 @@ setup:
 	cl, p := st.cl, st.p
 	detached := false
 	defer func() {
-		if !detached {
+		if detached {
+			// The session and its command live on for the server's
+			// session TTL; only this connection ends.
+			_ = cl.Detach()
+		} else {
 			cl.Close()
 		}
 	}()
@@ -311,14 +315,13 @@ func (r *execRun) loop(ctx context.Context) int {
 		}()
 	}
 	matcher := &escapeMatcher{seq: r.o.detachKeys}
-	var tick <-chan time.Time
+	// On a local terminal, a command that exited while its terminal stays
+	// open (a background job) gets a notice after exitNoticeAfter.
+	var exited <-chan struct{}
 	if r.localTerm {
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		tick = t.C
+		exited = p.Exited()
 	}
-	var exitSeen time.Time
-	exitNoticed := false
+	var notice <-chan time.Time
 
 	var res result
 wait:
@@ -354,20 +357,18 @@ wait:
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = p.CloseStdin(cctx)
 			cancel()
-		case <-tick:
-			code, exited := p.ExitCode()
-			switch {
-			case !exited || exitNoticed:
-			case exitSeen.IsZero():
-				exitSeen = time.Now()
-			case time.Since(exitSeen) >= exitNoticeAfter:
-				exitNoticed = true
-				detach := ""
-				if r.o.detachSpec != "" {
-					detach = ", " + r.o.detachSpec + " detaches"
-				}
-				c.notef("the remote command exited with %d, but its terminal is still open (a background job?); waiting for it to close (Ctrl-C stops waiting%s)", code, detach)
+		case <-exited:
+			exited = nil
+			t := time.NewTimer(exitNoticeAfter)
+			defer t.Stop()
+			notice = t.C
+		case <-notice:
+			code, _ := p.ExitCode()
+			detach := ""
+			if r.o.detachSpec != "" {
+				detach = ", " + r.o.detachSpec + " detaches"
 			}
+			c.notef("the remote command exited with %d, but its terminal is still open (a background job?); waiting for it to close (Ctrl-C stops waiting%s)", code, detach)
 		case err := <-writeFailed:
 			// Like a local pipeline: the writer is gone, so is the
 			// command.
