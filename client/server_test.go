@@ -3,20 +3,18 @@ package client_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/internal/testbin"
 )
 
 // A server under test: this project's binary (built once per test run
-// from ../cmd/exec-server) and, when EXEC_SERVER_REFERENCE names it, the
+// by internal/testbin) and, when EXEC_SERVER_REFERENCE names it, the
 // reference binary.
 type server struct {
 	name string
@@ -25,40 +23,9 @@ type server struct {
 	env  func(t testing.TB) []string
 }
 
-var (
-	buildOnce sync.Once
-	ourBin    string
-	buildErr  error
-	buildDir  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// ours builds this project's server, or reports why it cannot.
-func ours() (string, error) {
-	buildOnce.Do(func() {
-		if _, err := os.Stat("../cmd/exec-server/main.go"); err != nil {
-			buildErr = fmt.Errorf("no ../cmd/exec-server/main.go yet")
-			return
-		}
-		buildDir, buildErr = os.MkdirTemp("", "exec-server-client-test-")
-		if buildErr != nil {
-			return
-		}
-		ourBin = filepath.Join(buildDir, "exec-server")
-		out, err := exec.Command("go", "build", "-o", ourBin, "../cmd/exec-server").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ../cmd/exec-server: %v\n%s", err, out)
-		}
-	})
-	return ourBin, buildErr
-}
+// ours returns this project's server, built once per test run by
+// internal/testbin, or reports why it cannot be built.
+func ours() (string, error) { return testbin.ExecServer() }
 
 // servers lists the servers a test runs against; it skips the test when
 // there is none.

@@ -6,29 +6,23 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/testbin"
 	"github.com/execgo/exec-server/protocol"
 )
 
-// buildServer builds ./cmd/exec-server into a temp dir (skipping under
-// -short or without a go tool) and returns the binary's path.
+// buildServer returns the path of this project's exec-server, built once
+// per test run by internal/testbin (skipping under -short).
 func buildServer(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the server")
 	}
-	goTool, err := exec.LookPath("go")
+	bin, err := testbin.ExecServer()
 	if err != nil {
-		t.Skip("no go tool:", err)
-	}
-	bin := filepath.Join(t.TempDir(), "exec-server")
-	build := exec.Command(goTool, "build", "-o", bin, "./cmd/exec-server")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -517,8 +517,8 @@ func idleOne(cfg *config, sd side) (idleMiB, perKiB, peakMiB, connRate float64, 
 	ctx := timeout(3 * time.Minute)
 	var extra []string
 	if !sd.ref {
-		// Our default --max-sessions (1024) refuses the 1025th live
-		// session; the reference has no such limit.
+		// Our --max-sessions (default 10240) would refuse the sessions
+		// of a larger --idle-conns run; the reference has no such limit.
 		extra = []string{"--max-sessions", fmt.Sprint(cfg.idleConns + 64)}
 	}
 	srv, err := sd.start(ctx, webSocket, extra...)

@@ -31,7 +31,7 @@ func main() {
 }
 
 const usage = `usage: exec-server [flags]
-       exec-server exec|cp|ls|cat|ps [flags] ...   (client subcommands; see exec-server SUBCOMMAND -h)
+       exec-server exec|cp|ls|cat|ps|watch [flags] ...   (client subcommands; see exec-server SUBCOMMAND -h)
 
 Serves the exec-server protocol on a websocket (default ws://127.0.0.1:0; the
 bound URL is printed as the first line of stdout) or on stdio. The websocket

@@ -10,7 +10,7 @@ import (
 	"github.com/execgo/exec-server/internal/cli"
 )
 
-// runSubcommand runs a client subcommand (exec, cp, ls, cat, ps). ok is false
+// runSubcommand runs a client subcommand (exec, cp, ls, cat, ps, watch). ok is false
 // when name is not one.
 func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ok bool) {
 	switch name {

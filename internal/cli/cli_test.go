@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/internal/testbin"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -52,9 +53,8 @@ func TestMain(m *testing.M) {
 		// (a release build, or while the server package is mid-change).
 		bin = os.Getenv("EXEC_SERVER_TEST_BIN")
 		if bin == "" {
-			bin = filepath.Join(dir, "exec-server")
-			if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/exec-server").CombinedOutput(); err != nil {
-				noServer = fmt.Errorf("go build: %v\n%s", err, out)
+			if bin, err = testbin.ExecServer(); err != nil {
+				noServer = err
 				return
 			}
 		}

@@ -1,5 +1,5 @@
 // Package cli implements the client subcommands of the exec-server binary:
-// exec, cp, ls, cat and ps. They talk to a running exec-server over a websocket
+// exec, cp, ls, cat, ps and watch. They talk to a running exec-server over a websocket
 // with the client package.
 //
 // # Flags

@@ -9,7 +9,7 @@ import (
 )
 
 // The expected texts are the reference's answers (codex 0.169.0) for the
-// same documents and paths; interop/codex_parity_test.go compares the two
+// same documents and paths; internal/test/interop/codex_parity_test.go compares the two
 // servers directly when the reference is at hand.
 func TestEncodeMatchesReference(t *testing.T) {
 	tests := []struct {

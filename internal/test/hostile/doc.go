@@ -6,6 +6,7 @@
 // measures that the server stays responsive, bounded in memory, and leaves
 // no process behind.
 //
-// The default run stays under about a minute; HOSTILE_FULL=1 runs the
-// heavier variants (more connections, more processes).
+// The default run takes 1-1.5 minutes under -race on 2 shared cores; the
+// tests that mostly wait run in parallel. HOSTILE_FULL=1 runs the heavier
+// variants (more connections, more processes, longer holds).
 package hostile

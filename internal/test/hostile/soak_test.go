@@ -192,6 +192,7 @@ func TestSoak(t *testing.T) {
 // 20 runs: the server's group kill raced the spawner's tree kill, the
 // shell died first and its orphan was reparented away before the scan.
 func TestTerminateKillsEveryDescendant(t *testing.T) {
+	t.Parallel() // its own server; mostly waiting for processes to end
 	runs := 50
 	if testing.Short() {
 		runs = 20

@@ -43,6 +43,7 @@ func strict() bool { return os.Getenv("HOSTILE_STRICT") != "" }
 // of the tree survives: SIGKILL of the server (which it cannot catch),
 // SIGTERM of the server, and expiry of a detached session (server running).
 func TestNoOrphans(t *testing.T) {
+	t.Parallel() // its own servers; mostly waiting for processes to end
 	endings := []struct {
 		name string
 		args []string
