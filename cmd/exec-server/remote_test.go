@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,7 +53,7 @@ func TestRemoteBinary(t *testing.T) {
 	defer rs.Close()
 	cmd := serverCommand("--remote", hs.URL+"/", "--environment-id", "bin-env", "--name", "n1")
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "CODEX_API_KEY=exec-k")
+	cmd.Env = append(cmd.Environ(), "CODEX_API_KEY=exec-k")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
