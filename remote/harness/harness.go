@@ -34,6 +34,7 @@ import (
 
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
+	"github.com/execgo/exec-server/remote/internal/coalesce"
 	"github.com/execgo/exec-server/remote/internal/wsread"
 	"github.com/execgo/exec-server/remote/noise"
 )
@@ -266,7 +267,7 @@ func (d *Dialer) Dial(ctx context.Context) (*channel.Channel, error) {
 func (d *Dialer) DialBundle(ctx context.Context, b *Bundle) (*channel.Channel, error) {
 	dctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(dctx, b.URL, &websocket.DialOptions{HTTPClient: d.opts.HTTPClient})
+	ws, _, err := websocket.Dial(dctx, b.URL, &websocket.DialOptions{HTTPClient: coalesce.Client(d.opts.HTTPClient)})
 	if err != nil {
 		return nil, fmt.Errorf("remote executor: rendezvous: %w", err)
 	}
@@ -441,7 +442,7 @@ func (d *Dialer) redial(ctx context.Context, b *Bundle) (*websocket.Conn, error)
 	delay := 100 * time.Millisecond
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, ConnectTimeout)
-		ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: d.opts.HTTPClient})
+		ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: coalesce.Client(d.opts.HTTPClient)})
 		dcancel()
 		if err == nil {
 			ws.SetReadLimit(ReadLimit)
