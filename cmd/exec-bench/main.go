@@ -236,18 +236,25 @@ func (r *row) check() {
 	if r.Target == "" || r.Ours == nil || r.Ours.N == 0 || r.Ours.Err != "" {
 		return
 	}
-	// Targets read "ratio OP X" (ours/reference) or "abs OP X" (ours alone).
+	// Targets read "ratio OP X" (ours/reference), "abs OP X" (ours alone)
+	// or "delta OP X" (ours minus reference).
 	var kind, op string
 	var x float64
 	if _, err := fmt.Sscanf(r.Target, "%s %s %g", &kind, &op, &x); err != nil {
 		return
 	}
 	v := r.Ours.Median
-	if kind == "ratio" {
+	switch kind {
+	case "ratio":
 		if r.Ratio == nil {
 			return
 		}
 		v = *r.Ratio
+	case "delta":
+		if r.Ref == nil || r.Ref.N == 0 {
+			return
+		}
+		v -= r.Ref.Median
 	}
 	met := (op == "<=" && v <= x) || (op == ">=" && v >= x)
 	r.Met = &met
@@ -292,6 +299,10 @@ var workloads = []workload{
 	{name: "stall", metric: "rss-growth", wsOnly: true, run: runStall},
 	{name: "sandbox-writeFile", metric: "latency", run: runSandboxWriteFile},
 	{name: "sandbox-spawn", metric: "latency", run: runSandboxSpawn},
+	// Remote mode through exec-relay against direct (relay.go).
+	{name: "relay-spawn", metric: "latency", wsOnly: true, run: runRelaySpawn},
+	{name: "relay-tty-echo", metric: "latency", wsOnly: true, run: runRelayTTY},
+	{name: "relay-stream", metric: "throughput", wsOnly: true, run: runRelayStream},
 }
 
 // runner takes samples from one side on one transport.

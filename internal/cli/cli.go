@@ -65,6 +65,7 @@ type command struct {
 	session          string // ps: the session to resume
 	usage            string // the synopsis after "exec-server NAME"
 	term             rawTerminal
+	remote           remoteConn // --remote (remote.go)
 }
 
 // flags returns a GNU-style flag set (as kubectl's) with the shared
@@ -91,6 +92,7 @@ func (c *command) connFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.caFile, "ca-file", "", "trust the PEM certificates in `PATH` for wss:// (in addition to the system's)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to connect")
 	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", 60*time.Second, "how long to try to resume the session after the connection drops")
+	c.remoteFlags(fs)
 }
 
 // printUsage prints -h: pflag's own listing would write "[=true|false]"
@@ -140,6 +142,7 @@ func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (co
 	if !fs.Changed("token") {
 		c.token = os.Getenv("EXEC_SERVER_TOKEN")
 	}
+	c.remoteDefaults(fs)
 	return 0, true
 }
 
@@ -228,6 +231,9 @@ func (c *command) notef(format string, args ...any) {
 // dial connects with the shared flags. A failure is reported and returned
 // as an exit code.
 func (c *command) dial(ctx context.Context) (*client.Client, int) {
+	if c.remote.registry != "" {
+		return c.dialRemote(ctx)
+	}
 	if c.url == "" {
 		return nil, c.usageErr("--url is required (or set EXEC_SERVER_URL)")
 	}

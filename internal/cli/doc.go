@@ -23,6 +23,15 @@
 //	--reconnect-timeout D     how long to try to resume the session after the
 //	                          connection drops (default 60s)
 //
+// Or, instead of --url, an executor in remote mode (`exec-server --remote`,
+// or codex's) through its environment registry, end-to-end encrypted:
+//
+//	--remote URL              the registry (exec-relay, or codex's service)
+//	--environment-id ID       default $CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID
+//
+// with the registry token from --token, --token-file or
+// $CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN ($EXEC_SERVER_TOKEN is not used).
+//
 // A dropped websocket connection is resumed transparently: the output
 // continues where it stopped, nothing lost or repeated. stderr says
 // "connection lost (WHY); reconnecting…" and then "reconnected". When the

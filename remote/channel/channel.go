@@ -432,6 +432,14 @@ func (c *Channel) receive(seq uint32, payload []byte) ([][]byte, error) {
 		if msgs, err = c.cut(msgs); err != nil {
 			return nil, err
 		}
+		// A message still arriving: its length is known, so make room
+		// for all of it now (cut has checked it against MaxMessage), one
+		// allocation instead of doubling up to it.
+		if len(c.buf) >= 4 {
+			if want := 4 + int(binary.BigEndian.Uint32(c.buf)); want > cap(c.buf) {
+				c.buf = slices.Grow(c.buf, want-len(c.buf))
+			}
+		}
 	}
 	return msgs, nil
 }

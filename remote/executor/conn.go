@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
+	"github.com/execgo/exec-server/remote/internal/wsread"
 	"github.com/execgo/exec-server/remote/noise"
 )
 
@@ -218,8 +219,9 @@ func (c *conn) resetAfterData(streamID string) {
 }
 
 func (c *conn) readLoop() string {
+	var rd wsread.Reader
 	for {
-		typ, b, err := c.ws.Read(c.ctx)
+		typ, b, err := rd.Read(c.ctx, c.ws)
 		if err != nil {
 			if websocket.CloseStatus(err) != -1 {
 				return "peer_close"

@@ -23,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/remote/channel"
+	"github.com/execgo/exec-server/remote/internal/coalesce"
 	"github.com/execgo/exec-server/remote/noise"
 )
 
@@ -276,7 +277,7 @@ func (e *executor) run(ctx context.Context) error {
 		}
 		dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
 		c, resp, err := websocket.Dial(dctx, reg.URL, &websocket.DialOptions{
-			HTTPClient:      e.cfg.HTTPClient,
+			HTTPClient:      coalesce.Client(e.cfg.HTTPClient),
 			HTTPHeader:      hdr,
 			CompressionMode: websocket.CompressionDisabled,
 		})

@@ -34,6 +34,8 @@ import (
 
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
+	"github.com/execgo/exec-server/remote/internal/coalesce"
+	"github.com/execgo/exec-server/remote/internal/wsread"
 	"github.com/execgo/exec-server/remote/noise"
 )
 
@@ -265,7 +267,7 @@ func (d *Dialer) Dial(ctx context.Context) (*channel.Channel, error) {
 func (d *Dialer) DialBundle(ctx context.Context, b *Bundle) (*channel.Channel, error) {
 	dctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(dctx, b.URL, &websocket.DialOptions{HTTPClient: d.opts.HTTPClient})
+	ws, _, err := websocket.Dial(dctx, b.URL, &websocket.DialOptions{HTTPClient: coalesce.Client(d.opts.HTTPClient)})
 	if err != nil {
 		return nil, fmt.Errorf("remote executor: rendezvous: %w", err)
 	}
@@ -377,6 +379,7 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 	go func() {
 		ws := l.get()
 		resumed := false
+		var rd reader
 		for {
 			var f *frame.Frame
 			var err error
@@ -384,7 +387,7 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 				// The executor answers a resume at once (records, an
 				// ack, or a Reset if it no longer has the stream).
 				rctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
-				f, err = recv(rctx, ws)
+				f, err = rd.recv(rctx, ws)
 				timedOut := rctx.Err() != nil && ctx.Err() == nil
 				cancel()
 				if err != nil && timedOut {
@@ -393,7 +396,7 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 				}
 				resumed = err == nil && f == nil
 			} else {
-				f, err = recv(ctx, ws)
+				f, err = rd.recv(ctx, ws)
 			}
 			if err != nil {
 				if ctx.Err() == nil && ch.Resumable() {
@@ -439,7 +442,7 @@ func (d *Dialer) redial(ctx context.Context, b *Bundle) (*websocket.Conn, error)
 	delay := 100 * time.Millisecond
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, ConnectTimeout)
-		ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: d.opts.HTTPClient})
+		ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: coalesce.Client(d.opts.HTTPClient)})
 		dcancel()
 		if err == nil {
 			ws.SetReadLimit(ReadLimit)
@@ -493,7 +496,18 @@ func send(ctx context.Context, ws *websocket.Conn, f *frame.Frame) error {
 // recv reads the next websocket message: nil (and no error) for a text
 // message or a frame that fails decoding or validation, which codex drops.
 func recv(ctx context.Context, ws *websocket.Conn) (*frame.Frame, error) {
-	typ, data, err := ws.Read(ctx)
+	return decode(ws.Read(ctx))
+}
+
+// reader is recv for a stream's read loop: its messages are read through
+// one scratch buffer.
+type reader struct{ wsread.Reader }
+
+func (r *reader) recv(ctx context.Context, ws *websocket.Conn) (*frame.Frame, error) {
+	return decode(r.Read(ctx, ws))
+}
+
+func decode(typ websocket.MessageType, data []byte, err error) (*frame.Frame, error) {
 	if err != nil {
 		return nil, err
 	}
