@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -76,7 +75,7 @@ func (c *command) dialRemote(ctx context.Context) (*client.Client, int) {
 		ClientName:       "exec-server-cli",
 		ResumeSession:    c.session,
 		ReconnectTimeout: c.reconnectTimeout,
-		Logger:           slog.New(&reconnectNotices{c: c}),
+		OnStateChange:    c.reconnectNotice,
 	}
 	if c.caFile != "" {
 		hc, err := httpClientTrusting(c.caFile)
