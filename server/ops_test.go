@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -513,6 +514,20 @@ func BenchmarkObserveOutput(b *testing.B) {
 	ss := &session{id: "s"}
 	for b.Loop() {
 		srv.obs.processEvent(ss, ev, false)
+	}
+}
+
+// BenchmarkObserveWriteFile is what the observer adds to a 16 MiB
+// fs/writeFile (the sandbox label and the written-bytes count, both read
+// from the raw params): it must stay far below the write's own cost.
+func BenchmarkObserveWriteFile(b *testing.B) {
+	srv := New(Config{Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	data := make([]byte, 16<<20)
+	raw := json.RawMessage(`{"path":"file:///tmp/x","dataBase64":"` + base64.StdEncoding.EncodeToString(data) + `"}`)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		srv.obs.request(protocol.MethodFsWriteFile, raw, nil, time.Millisecond, sandboxed(protocol.MethodFsWriteFile, raw))
+		srv.obs.fsBytes(protocol.MethodFsWriteFile, raw)
 	}
 }
 
