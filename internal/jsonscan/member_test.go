@@ -29,6 +29,20 @@ func TestMember(t *testing.T) {
 		if (got != nil) != tt.found || string(got) != tt.want {
 			t.Errorf("Member(%s, %q) = %q (found %v), want %q (found %v)", tt.raw, tt.name, got, got != nil, tt.want, tt.found)
 		}
+		// Alongside another name, before or after it: the same value.
+		for _, names := range [][]string{{tt.name, "a"}, {"a", tt.name}, {tt.name, tt.name}} {
+			vs := Members([]byte(tt.raw), names...)
+			i := 0
+			if names[0] != tt.name {
+				i = 1
+			}
+			if string(vs[i]) != string(got) || (vs[i] != nil) != (got != nil) {
+				t.Errorf("Members(%s, %q) = %q, Member gives %q", tt.raw, names, vs, got)
+			}
+		}
+	}
+	if vs := Members([]byte(`{"a":1,"b":2}`), "b", "a", "c"); string(vs[0]) != "2" || string(vs[1]) != "1" || vs[2] != nil {
+		t.Errorf("Members(b, a, c) = %q", vs)
 	}
 }
 
@@ -52,9 +66,19 @@ func FuzzMember(f *testing.F) {
 		if (got != nil) != ok || string(got) != string(want) {
 			t.Fatalf("Member(%s, %q) = %q, encoding/json finds %q (%v)", raw, name, got, want, ok)
 		}
+		keys := []string{name}
 		for k, v := range m {
+			keys = append(keys, k)
 			if g := Member(raw, k); string(g) != string(v) {
 				t.Fatalf("Member(%s, %q) = %q, encoding/json finds %q", raw, k, g, v)
+			}
+		}
+		// All at once, and a name found twice in the list.
+		vs := Members(raw, keys...)
+		for i, k := range keys {
+			want, ok := m[k]
+			if (vs[i] != nil) != ok || string(vs[i]) != string(want) {
+				t.Fatalf("Members(%s, %q)[%d] = %q, encoding/json finds %q (%v)", raw, keys, i, vs[i], want, ok)
 			}
 		}
 	})

@@ -237,7 +237,14 @@ func CutMember(raw []byte, name string) (rest, value []byte) {
 // skipped, not decoded: finding a member after, or in, tens of megabytes
 // of base64 costs a memchr, not a parse.
 func Member(raw []byte, name string) []byte {
-	var value []byte
+	return Members(raw, name)[0]
+}
+
+// Members is Member for several names in one walk (which ends once all
+// are found): values[i] is names[i]'s value, or nil.
+func Members(raw []byte, names ...string) (values [][]byte) {
+	values = make([][]byte, len(names))
+	left := len(names)
 	s := scanner{b: raw}
 	s.ws()
 	_ = s.members(func(_ int, key []byte) error {
@@ -245,11 +252,15 @@ func Member(raw []byte, name string) []byte {
 		if !s.skipValue(0) {
 			return errors.New("invalid value")
 		}
-		if keyIs(key, name) {
-			value = raw[vs:s.i]
-			return errStop
+		for i, name := range names {
+			if values[i] == nil && keyIs(key, name) {
+				values[i] = raw[vs:s.i]
+				if left--; left == 0 {
+					return errStop
+				}
+			}
 		}
 		return nil
 	})
-	return value
+	return values
 }
