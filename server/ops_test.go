@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -515,6 +516,48 @@ func BenchmarkObserveOutput(b *testing.B) {
 	ss := &session{id: "s"}
 	for b.Loop() {
 		srv.obs.processEvent(ss, ev, false)
+	}
+}
+
+// TestParamFacts: the sandbox label and the written-bytes count read from
+// raw fs params without decoding them: a top-level member only, escapes in
+// the base64 text decoded, other methods' payloads not counted.
+func TestParamFacts(t *testing.T) {
+	for _, tt := range []struct {
+		method, raw string
+		sandboxed   bool
+		written     float64
+	}{
+		{protocol.MethodFsWriteFile, `{"path":"p","dataBase64":"aGVsbG8="}`, false, 5},
+		{protocol.MethodFsWriteFile, `{"dataBase64":"YWJj\/\/\/\/","sandbox":{"mode":"x"},"path":"p"}`, true, 6},
+		{protocol.MethodFsWriteFile, `{"path":"p","dataBase64":"aGk=","sandbox":null}`, false, 2},
+		{protocol.MethodFsWriteFile, `{"path":"p","data\u0042ase64":"aGk=","x":{"sandbox":1}}`, false, 2},
+		{protocol.MethodFsWriteBlock, `{"handleId":"h","offset":0,"chunk":"aGVsbG8h"}`, false, 6},
+		{protocol.MethodFsWriteFile, `{"path":"p","dataBase64":7}`, false, 0},
+		{protocol.MethodFsReadFile, `{"path":"p","dataBase64":"aGk=","sandbox":{}}`, true, 0},
+	} {
+		reg := prometheus.NewRegistry()
+		srv := New(Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler)})
+		sandbox, payload := paramFacts(tt.method, json.RawMessage(tt.raw))
+		srv.obs.fsWritten(payload)
+		if got := gathered(t, reg, "exec_server_fs_written_bytes_total/"); sandbox != tt.sandboxed || got != tt.written {
+			t.Errorf("%s %s: sandboxed %v, %v bytes written; want %v, %v", tt.method, tt.raw, sandbox, got, tt.sandboxed, tt.written)
+		}
+	}
+}
+
+// BenchmarkObserveWriteFile is what the observer adds to a 16 MiB
+// fs/writeFile (the sandbox label and the written-bytes count, both read
+// from the raw params): it must stay far below the write's own cost.
+func BenchmarkObserveWriteFile(b *testing.B) {
+	srv := New(Config{Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	data := make([]byte, 16<<20)
+	raw := json.RawMessage(`{"path":"file:///tmp/x","dataBase64":"` + base64.StdEncoding.EncodeToString(data) + `"}`)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		sandbox, payload := paramFacts(protocol.MethodFsWriteFile, raw)
+		srv.obs.request(protocol.MethodFsWriteFile, raw, nil, time.Millisecond, sandbox)
+		srv.obs.fsWritten(payload)
 	}
 }
 

@@ -230,3 +230,37 @@ func CutMember(raw []byte, name string) (rest, value []byte) {
 	rest = append(append(append(rest, raw[:vs]...), "null"...), raw[s.i:]...)
 	return rest, raw[vs:s.i]
 }
+
+// Member returns the raw value of the first top-level member name of the
+// JSON object raw (aliasing raw; a key's escapes decoded, as for
+// CutMember), or nil when it is absent or raw is not an object. Values are
+// skipped, not decoded: finding a member after, or in, tens of megabytes
+// of base64 costs a memchr, not a parse.
+func Member(raw []byte, name string) []byte {
+	return Members(raw, name)[0]
+}
+
+// Members is Member for several names in one walk (which ends once all
+// are found): values[i] is names[i]'s value, or nil.
+func Members(raw []byte, names ...string) (values [][]byte) {
+	values = make([][]byte, len(names))
+	left := len(names)
+	s := scanner{b: raw}
+	s.ws()
+	_ = s.members(func(_ int, key []byte) error {
+		vs := s.i
+		if !s.skipValue(0) {
+			return errors.New("invalid value")
+		}
+		for i, name := range names {
+			if values[i] == nil && keyIs(key, name) {
+				values[i] = raw[vs:s.i]
+				if left--; left == 0 {
+					return errStop
+				}
+			}
+		}
+		return nil
+	})
+	return values
+}
