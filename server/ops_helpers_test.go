@@ -95,9 +95,10 @@ func startOpsServer(t *testing.T, cfg Config) *opsServer {
 
 // opsClient speaks JSON-RPC over one websocket.
 type opsClient struct {
-	t  *testing.T
-	c  *websocket.Conn
-	id int
+	t       *testing.T
+	c       *websocket.Conn
+	id      int
+	pending []opsMsg // notifications call read past, for next
 }
 
 func dialOps(t *testing.T, url string, h http.Header) *opsClient {
@@ -133,6 +134,11 @@ func (c *opsClient) write(v any) {
 
 // next reads the next message (30 s at most: a loaded CI machine).
 func (c *opsClient) next() opsMsg {
+	if len(c.pending) > 0 {
+		m := c.pending[0]
+		c.pending = c.pending[1:]
+		return m
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, b, err := c.c.Read(ctx)
@@ -146,15 +152,22 @@ func (c *opsClient) next() opsMsg {
 	return m
 }
 
-// call sends a request and returns its reply, skipping notifications.
+// call sends a request and returns its reply; notifications that arrive
+// first are kept for next (a process's output may overtake its start's
+// reply: dropping it made startPid wait for output already read).
 func (c *opsClient) call(method string, params any) opsMsg {
 	c.id++
 	id := c.id
 	c.write(map[string]any{"id": id, "method": method, "params": params})
+	var kept []opsMsg
+	defer func() { c.pending = append(kept, c.pending...) }()
 	for {
 		m := c.next()
 		if m.ID != nil && *m.ID == id {
 			return m
+		}
+		if m.ID == nil {
+			kept = append(kept, m)
 		}
 	}
 }
