@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -25,6 +26,7 @@ type fakeServer struct {
 	script   []string // notification params templates; "RESPONSE" marks the start response
 	retained []protocol.Chunk
 	state    protocol.ReadResult // exited, exitCode, closed, sandboxDenied, nextSeq
+	late     []string            // notifications sent on process/terminate, before its response
 
 	mu    sync.Mutex
 	reads []protocol.ReadParams
@@ -105,6 +107,11 @@ func (f *fakeServer) serve(conn net.Conn) {
 				res.NextSeq = res.Chunks[len(res.Chunks)-1].Seq + 1
 			}
 			reply(res)
+		case "process/terminate":
+			for _, s := range f.late {
+				send(s)
+			}
+			reply(protocol.TerminateResult{Running: true})
 		default:
 			send(fmt.Sprintf(`{"error":{"code":-32601,"message":"no %s"},"id":%s}`, m.Method, m.ID))
 		}
@@ -245,3 +252,108 @@ func TestEventOrderingAndRecovery(t *testing.T) {
 		})
 	}
 }
+
+// TestPumpedOutputReportsLoss: when the output copied to Cmd.Stdout (and
+// so Output's result) misses chunks the server no longer retains, Wait and
+// Output report ErrOutputLost; they never return a short output with a nil
+// error. The scripted pushes reach the client before the answer to its
+// first process/read (the fake server is sequential), so the sequence is
+// exact: seq 1's push is missing (a gap: recovery starts), seq 2 is held
+// back, seq 3 finds the 4-byte buffer full (the client starts lagging and
+// drops it), seq 4 is dropped while lagging; by the time the client reads,
+// the server's window has moved on to seq 4 alone, so the read result
+// jumps over seqs 1 and 3.
+func TestPumpedOutputReportsLoss(t *testing.T) {
+	script := []string{"RESPONSE", out(2, "stdout", "bbbb"), out(3, "stdout", "cccc"), out(4, "stdout", "dddd"), exited(5, 3, "false"), closed(6)}
+	all := []protocol.Chunk{chunk(1, "a"), chunk(2, "bbbb"), chunk(3, "cccc"), chunk(4, "dddd")}
+	state := protocol.ReadResult{NextSeq: 7, Exited: true, ExitCode: intp(3), Closed: true, SandboxDenied: false}
+	cases := []struct {
+		name     string
+		retained []protocol.Chunk
+		wantOut  string
+		wantErr  error
+	}{
+		{"everything retained: complete", all, "abbbbccccdddd", nil},
+		{"the window moved on: lost", all[3:], "bbbbdddd", client.ErrOutputLost},
+	}
+	for _, tc := range cases {
+		for _, via := range []string{"Output", "Cmd.Stdout"} {
+			t.Run(tc.name+"/"+via, func(t *testing.T) {
+				f := &fakeServer{script: script, retained: tc.retained, state: state}
+				cs, ss := net.Pipe()
+				go f.serve(ss)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				c, err := client.NewConn(ctx, cs, client.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				cmd := client.Cmd{Argv: []string{"x"}, ProcessID: "P", BufferSize: 4}
+				var got []byte
+				var code int
+				if via == "Output" {
+					got, code, err = c.Output(ctx, cmd)
+				} else {
+					var buf bytes.Buffer
+					cmd.Stdout = &buf
+					var p *client.Process
+					if p, err = c.Start(ctx, cmd); err != nil {
+						t.Fatal(err)
+					}
+					code, err = p.Wait(ctx)
+					got = buf.Bytes()
+				}
+				if string(got) != tc.wantOut || code != 3 || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+					t.Errorf("got %q, code %d, %v; want %q, 3, %v", got, code, err, tc.wantOut, tc.wantErr)
+				}
+			})
+		}
+	}
+}
+
+// TestOutputNotWrittenAfterReturn: when Output returns early (its ctx
+// ended while the process runs on) its copier is still running; output
+// that arrives afterwards must not be written into the returned slice.
+// Run with -race: before the fix the copier's write raced with the caller.
+func TestOutputNotWrittenAfterReturn(t *testing.T) {
+	f := &fakeServer{
+		script: []string{"RESPONSE", out(1, "stdout", "a"), out(2, "stderr", "x")},
+		// Cancelling Output's ctx terminates the process: the server then
+		// sends output the client will deliver to the copier.
+		late:     []string{out(3, "stdout", "late")},
+		retained: []protocol.Chunk{chunk(1, "a")},
+	}
+	cs, ss := net.Pipe()
+	go f.serve(ss)
+	c, err := client.NewConn(context.Background(), cs, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	// The process's stderr ends Output's ctx: Start has returned by then.
+	stderr := writerFunc(func(b []byte) (int, error) { cancel(); return len(b), nil })
+	got, code, err := c.Output(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P", Stderr: stderr})
+	if !errors.Is(err, context.Canceled) || code != -1 {
+		t.Fatalf("Output = %q, %d, %v; want context.Canceled and -1", got, code, err)
+	}
+	// The terminate's answer follows the late push on the connection, so
+	// once a second terminate returns the late chunk has been delivered
+	// to the copier; give it time to write where the old Output let it.
+	p0 := string(got)
+	if _, err := client.TerminateByID(c, context.Background(), "P"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) && len(got) < cap(got) && string(got[len(got):min(cap(got), len(got)+4)]) != "late" {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if string(got) != p0 || (p0 != "" && p0 != "a") {
+		t.Errorf("Output's result changed after it returned: %q then %q", p0, got)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
