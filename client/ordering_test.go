@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -357,3 +358,33 @@ func TestOutputNotWrittenAfterReturn(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestOutputDoesNotDropPushes: Output keeps every pushed chunk, however far
+// its copier is behind. Here seq 1's push is missing (a gap: its
+// recovery read is answered only after all the pushes, and the server's
+// window has moved on past it, so it is lost), and seq 3 arrives while 3
+// MiB are held back behind the gap: with the default 4 MiB bound the
+// client dropped it, to read it back from a window that no longer holds
+// it either, and lost 3 MiB more than the server did.
+func TestOutputDoesNotDropPushes(t *testing.T) {
+	b := strings.Repeat("b", 3<<20)
+	c3 := strings.Repeat("c", 3<<20)
+	f := &fakeServer{
+		script:   []string{"RESPONSE", out(2, "stdout", b), out(3, "stdout", c3), out(4, "stdout", "d"), exited(5, 0, "false"), closed(6)},
+		retained: []protocol.Chunk{chunk(4, "d")},
+		state:    protocol.ReadResult{NextSeq: 7, Exited: true, ExitCode: intp(0), Closed: true},
+	}
+	cs, ss := net.Pipe()
+	go f.serve(ss)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.NewConn(ctx, cs, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, code, err := c.Output(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P"})
+	if !errors.Is(err, client.ErrOutputLost) || code != 0 || string(got) != b+c3+"d" {
+		t.Errorf("Output = %d bytes, %d, %v; want %d bytes (all but the evicted seq 1), 0, ErrOutputLost", len(got), code, err, len(b+c3+"d"))
+	}
+}

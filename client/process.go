@@ -31,6 +31,10 @@ var ErrStdinClosed = errors.New("exec-server client: process stdin is closed")
 // by the client.
 const DefaultBufferSize = 4 << 20
 
+// unboundedBuffer is Output's buffer bound: none in practice, and small
+// enough that sums of sizes and process/read's maxBytes stay exact.
+const unboundedBuffer = 1 << 50
+
 // Signal names a signal process/signal delivers. The reference server knows
 // only Interrupt; this project's server knows them all (others answer the
 // rest with a -32602 *Error).
@@ -96,7 +100,8 @@ type Cmd struct {
 	// errors.ErrUnsupported on a server that does not advertise it.
 	Timeout time.Duration
 	// BufferSize bounds the unread output the client holds for this process
-	// (both streams together). Default DefaultBufferSize. See Process.
+	// (both streams together). Default DefaultBufferSize (Client.Output:
+	// unbounded, as it keeps the whole output anyway). See Process.
 	BufferSize int
 }
 
@@ -338,6 +343,14 @@ func (c *Client) Output(ctx context.Context, cmd Cmd) ([]byte, int, error) {
 	}
 	out := &outputBuffer{}
 	cmd.Stdout = out
+	if cmd.BufferSize <= 0 {
+		// Output holds the whole output in memory anyway; a bound on the
+		// unread part would only make the client drop pushed chunks
+		// whenever its copier is descheduled for 4 MiB of output, and a
+		// fast process has overwritten the server's 1 MiB window before
+		// they can be read back: the output would be lost, not bounded.
+		cmd.BufferSize = unboundedBuffer
+	}
 	if cmd.Stderr == nil && !cmd.TTY {
 		cmd.Stderr = io.Discard
 	}
