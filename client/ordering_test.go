@@ -28,6 +28,9 @@ type fakeServer struct {
 	retained []protocol.Chunk
 	state    protocol.ReadResult // exited, exitCode, closed, sandboxDenied, nextSeq
 	late     []string            // notifications sent on process/terminate, before its response
+	// afterRead[n] are notifications sent after the answer to the n-th
+	// process/read (from 1).
+	afterRead map[int][]string
 
 	mu    sync.Mutex
 	reads []protocol.ReadParams
@@ -86,6 +89,7 @@ func (f *fakeServer) serve(conn net.Conn) {
 			json.Unmarshal(m.Params, &p)
 			f.mu.Lock()
 			f.reads = append(f.reads, p)
+			nth := len(f.reads)
 			f.mu.Unlock()
 			res := f.state
 			res.Chunks = []protocol.Chunk{}
@@ -108,6 +112,9 @@ func (f *fakeServer) serve(conn net.Conn) {
 				res.NextSeq = res.Chunks[len(res.Chunks)-1].Seq + 1
 			}
 			reply(res)
+			for _, s := range f.afterRead[nth] {
+				send(s)
+			}
 		case "process/terminate":
 			for _, s := range f.late {
 				send(s)
@@ -386,5 +393,50 @@ func TestOutputDoesNotDropPushes(t *testing.T) {
 	got, code, err := c.Output(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P"})
 	if !errors.Is(err, client.ErrOutputLost) || code != 0 || string(got) != b+c3+"d" {
 		t.Errorf("Output = %d bytes, %d, %v; want %d bytes (all but the evicted seq 1), 0, ErrOutputLost", len(got), code, err, len(b+c3+"d"))
+	}
+}
+
+// TestGuessedExitHoleContradicted: when a read reports the exit before the
+// exit event's push arrived, the client takes the first hole for the exit
+// event; if the push then shows the exit has another seq, that hole was an
+// evicted chunk and the output ends with ErrOutputLost, not io.EOF.
+// Sequence: seq 2's push is missing (a gap); the read after 1 finds the
+// process exited and seq 2 evicted, and returns seq 3; the next read finds
+// nothing newer; only then do the pushes of the exit (seq 4) and the close
+// (seq 5) arrive.
+func TestGuessedExitHoleContradicted(t *testing.T) {
+	cases := []struct {
+		name    string
+		script  []string
+		later   []string
+		wantErr error
+	}{
+		{"the hole was output", []string{"RESPONSE", out(1, "stdout", "a"), out(3, "stdout", "c")}, []string{exited(4, 0, "false"), closed(5)}, client.ErrOutputLost},
+		{"the hole was the exit", []string{"RESPONSE", out(1, "stdout", "a"), out(3, "stdout", "c")}, []string{exited(2, 0, "false"), closed(4)}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeServer{
+				script:    tc.script,
+				retained:  []protocol.Chunk{chunk(3, "c")},
+				state:     protocol.ReadResult{NextSeq: 4, Exited: true, ExitCode: intp(0), SandboxDenied: false},
+				afterRead: map[int][]string{2: tc.later},
+			}
+			cs, ss := net.Pipe()
+			go f.serve(ss)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := client.NewConn(ctx, cs, client.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			got, code, err := c.Output(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P"})
+			if string(got) != "ac" || code != 0 || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				f.mu.Lock()
+				t.Errorf("Output = %q, %d, %v; want \"ac\", 0, %v (reads %d)", got, code, err, tc.wantErr, len(f.reads))
+				f.mu.Unlock()
+			}
+		})
 	}
 }

@@ -193,6 +193,7 @@ type Process struct {
 	exited      chan struct{} // closed when exitKnown is set
 	exitCode    int
 	exitSeq     uint64
+	exitGuessed bool // exitSeq is a hole taken for the exit event, not yet confirmed by its push
 	denied      *bool
 	timedOut    bool
 	closedKnown bool
@@ -574,6 +575,12 @@ func (p *Process) note(ev *event) {
 		if !p.exitKnown {
 			p.setExit(ev.ExitCode)
 		}
+		if p.exitGuessed && ev.Seq != p.exitSeq {
+			// The hole skip took for the exit event was output the
+			// server no longer held.
+			p.lost = true
+		}
+		p.exitGuessed = false
 		p.exitSeq = ev.Seq
 		if ev.SandboxDenied != nil {
 			p.denied = ev.SandboxDenied
@@ -643,8 +650,10 @@ func (p *Process) skip() {
 	case p.closedKnown && p.closedSeq == seq:
 		p.applied = true
 	case p.exitKnown && p.exitSeq == 0:
-		// The exit event's push was missed: this hole is taken to be it.
-		p.exitSeq = seq
+		// The exit is known from a read but its push has not been seen
+		// (missed, or still on its way): this hole is taken to be it
+		// until the push says otherwise.
+		p.exitSeq, p.exitGuessed = seq, true
 	default:
 		p.lost = true
 	}
