@@ -31,6 +31,10 @@ var ErrStdinClosed = errors.New("exec-server client: process stdin is closed")
 // by the client.
 const DefaultBufferSize = 4 << 20
 
+// unboundedBuffer is Output's buffer bound: none in practice, and small
+// enough that sums of sizes and process/read's maxBytes stay exact.
+const unboundedBuffer = 1 << 50
+
 // Signal names a signal process/signal delivers. The reference server knows
 // only Interrupt; this project's server knows them all (others answer the
 // rest with a -32602 *Error).
@@ -96,7 +100,8 @@ type Cmd struct {
 	// errors.ErrUnsupported on a server that does not advertise it.
 	Timeout time.Duration
 	// BufferSize bounds the unread output the client holds for this process
-	// (both streams together). Default DefaultBufferSize. See Process.
+	// (both streams together). Default DefaultBufferSize (Client.Output:
+	// unbounded, as it keeps the whole output anyway). See Process.
 	BufferSize int
 }
 
@@ -167,6 +172,8 @@ type Process struct {
 	limit       int
 	sandboxType string
 	pumps       sync.WaitGroup // Cmd.Stdout/Stderr copiers
+	pumpMu      sync.Mutex
+	pumpErr     error // the first copier's error: lost output, a failed writer or client
 
 	mu           sync.Mutex
 	cond         *sync.Cond // signalled on every change readers care about
@@ -186,6 +193,7 @@ type Process struct {
 	exited      chan struct{} // closed when exitKnown is set
 	exitCode    int
 	exitSeq     uint64
+	exitGuessed bool // exitSeq is a hole taken for the exit event, not yet confirmed by its push
 	denied      *bool
 	timedOut    bool
 	closedKnown bool
@@ -326,13 +334,24 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 // Output runs cmd to completion and returns its standard output and its
 // exit code, as exec.Cmd.Output does locally; standard error goes to
 // cmd.Stderr when set and is discarded otherwise. A non-zero exit is not an
-// error. cmd.Stdout must be nil.
+// error. cmd.Stdout must be nil. When part of the output was lost the
+// error wraps ErrOutputLost and the code is still the exit code; on any
+// other error the code is -1. The output returned with an error is what
+// had arrived by then, and it is never written to afterwards.
 func (c *Client) Output(ctx context.Context, cmd Cmd) ([]byte, int, error) {
 	if cmd.Stdout != nil {
 		return nil, -1, errors.New("exec-server client: Output: Stdout already set")
 	}
-	var out bytes.Buffer
-	cmd.Stdout = &out
+	out := &outputBuffer{}
+	cmd.Stdout = out
+	if cmd.BufferSize <= 0 {
+		// Output holds the whole output in memory anyway; a bound on the
+		// unread part would only make the client drop pushed chunks
+		// whenever its copier is descheduled for 4 MiB of output, and a
+		// fast process has overwritten the server's 1 MiB window before
+		// they can be read back: the output would be lost, not bounded.
+		cmd.BufferSize = unboundedBuffer
+	}
 	if cmd.Stderr == nil && !cmd.TTY {
 		cmd.Stderr = io.Discard
 	}
@@ -341,10 +360,38 @@ func (c *Client) Output(ctx context.Context, cmd Cmd) ([]byte, int, error) {
 		return nil, -1, err
 	}
 	code, err := p.Wait(ctx)
-	if err != nil {
-		return out.Bytes(), -1, err
+	// When Wait failed early the copier may still be running: sealing the
+	// buffer makes its later writes fail instead of racing with the caller.
+	return out.seal(), code, err
+}
+
+// errAbandoned stops the copier of an Output whose result was returned.
+var errAbandoned = errors.New("exec-server client: output abandoned")
+
+// outputBuffer is Output's Cmd.Stdout: a buffer that can be sealed while
+// its copier goroutine is still running.
+type outputBuffer struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	sealed bool
+}
+
+func (o *outputBuffer) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sealed {
+		return 0, errAbandoned
 	}
-	return out.Bytes(), code, nil
+	return o.buf.Write(b)
+}
+
+// seal ends writing and returns the bytes written so far; no write
+// touches them afterwards.
+func (o *outputBuffer) seal() []byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sealed = true
+	return o.buf.Bytes()
 }
 
 // startCall sends process/start, repeating it after a reconnect. A repeat
@@ -413,12 +460,25 @@ func (p *Process) pump(w io.Writer, r io.Reader) {
 	go func() {
 		defer p.pumps.Done()
 		if _, err := io.Copy(w, r); err != nil {
-			// The reader's error (ErrOutputLost, a lost connection) is
-			// reported by Wait; a failing writer stops the copy, and the
+			// The reader's error (ErrOutputLost, a lost connection) or the
+			// writer's is reported by Wait, so that bytes missing from w
+			// never pass for the whole output. After a failing writer the
 			// rest of the output is drained so the process is not stalled.
-			_, _ = io.Copy(io.Discard, r)
+			p.pumpFailed(err)
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				p.pumpFailed(err)
+			}
 		}
 	}()
+}
+
+// pumpFailed records a copier's error; the first one is Wait's.
+func (p *Process) pumpFailed(err error) {
+	p.pumpMu.Lock()
+	defer p.pumpMu.Unlock()
+	if p.pumpErr == nil {
+		p.pumpErr = err
+	}
 }
 
 // ID returns the process id used on the wire.
@@ -515,6 +575,12 @@ func (p *Process) note(ev *event) {
 		if !p.exitKnown {
 			p.setExit(ev.ExitCode)
 		}
+		if p.exitGuessed && ev.Seq != p.exitSeq {
+			// The hole skip took for the exit event was output the
+			// server no longer held.
+			p.lost = true
+		}
+		p.exitGuessed = false
 		p.exitSeq = ev.Seq
 		if ev.SandboxDenied != nil {
 			p.denied = ev.SandboxDenied
@@ -584,8 +650,10 @@ func (p *Process) skip() {
 	case p.closedKnown && p.closedSeq == seq:
 		p.applied = true
 	case p.exitKnown && p.exitSeq == 0:
-		// The exit event's push was missed: this hole is taken to be it.
-		p.exitSeq = seq
+		// The exit is known from a read but its push has not been seen
+		// (missed, or still on its way): this hole is taken to be it
+		// until the push says otherwise.
+		p.exitSeq, p.exitGuessed = seq, true
 	default:
 		p.lost = true
 	}
@@ -826,9 +894,12 @@ func (p *Process) finished() bool {
 // Wait waits until the process has exited and its output streams have
 // closed, and returns its exit code (128+N when killed by signal N). A
 // non-zero exit is not an error; the error reports that the status could
-// not be learned (ctx ended, the connection was lost for good). Output not
-// yet read stays readable after Wait returns; when Cmd.Stdout or Stderr is
-// set, Wait also waits until all output was copied there.
+// not be learned (ctx ended, the connection was lost for good), with code
+// -1. Output not yet read stays readable after Wait returns; when
+// Cmd.Stdout or Stderr is set, Wait also waits until all output was copied
+// there, and when it could not all be copied (part of it was lost: the
+// error wraps ErrOutputLost; the client failed; a writer failed) Wait
+// returns the exit code with that error.
 func (p *Process) Wait(ctx context.Context) (int, error) {
 	var probe <-chan time.Time
 	var timer *time.Timer
@@ -851,7 +922,15 @@ func (p *Process) Wait(ctx context.Context) (int, error) {
 				return -1, err
 			}
 			p.pumps.Wait()
-			return code, nil
+			p.pumpMu.Lock()
+			err = p.pumpErr
+			p.pumpMu.Unlock()
+			if err != nil && !errors.Is(err, ErrOutputLost) {
+				// A client failure or a failed writer: the code stands,
+				// but what was written is not the whole output.
+				err = fmt.Errorf("exec-server client: process %s: copying output: %w", p.id, err)
+			}
+			return code, err
 		case <-ctx.Done():
 			return -1, ctx.Err()
 		case <-probe:
