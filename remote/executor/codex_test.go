@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/test/codexref"
 	"github.com/execgo/exec-server/relay"
 )
 
@@ -103,10 +104,7 @@ func (m *mockModel) toolOutput(callID string) (string, bool) {
 }
 
 func TestCodexHarness(t *testing.T) {
-	codex := os.Getenv("EXEC_SERVER_REFERENCE")
-	if codex == "" {
-		t.Skip("EXEC_SERVER_REFERENCE is not set; run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
-	}
+	codex := codexref.Bin(t)
 	forEachImpl(t, func(t *testing.T, impl string) {
 		for _, c := range []struct {
 			name   string
@@ -123,17 +121,7 @@ func TestCodexHarness(t *testing.T) {
 func codexRun(t *testing.T, codex, impl string, faults relay.Faults) {
 	r := startRig(t, impl, faults, nil)
 	r.waitAttached()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skip(err)
-	}
-	base := filepath.Join(cache, "exec-server-executor-test")
-	os.MkdirAll(base, 0o755)
-	root, err := os.MkdirTemp(base, "codex-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root); os.Remove(base) })
+	root := codexref.Scratch(t, "exec-server-executor-test", "codex-")
 	work, home := filepath.Join(root, "work"), filepath.Join(root, "home")
 	os.MkdirAll(work, 0o755)
 	os.MkdirAll(home, 0o755)
@@ -169,7 +157,7 @@ func codexRun(t *testing.T, codex, impl string, faults relay.Faults) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
+	err := cmd.Run()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("codex exec: %v\nstdout:\n%s\nstderr:\n%s", err, lastN(stdout.String(), 4000), lastN(stderr.String(), 4000))

@@ -15,66 +15,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/test/codexref"
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 )
-
-// referenceBin is the codex binary (EXEC_SERVER_REFERENCE), or skips.
-func referenceBin(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("EXEC_SERVER_REFERENCE")
-	if bin == "" {
-		t.Skip("EXEC_SERVER_REFERENCE is not set; run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
-	}
-	return bin
-}
 
 // scratch is a fresh directory outside the temp dir (the reference wants
 // its CODEX_HOME there), removed at the end.
 func scratch(t *testing.T) string {
 	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skipf("no user cache dir: %v", err)
-	}
-	base := filepath.Join(cache, "exec-server-remote-test")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(base, "ref-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir); os.Remove(base) })
-	return dir
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return codexref.Scratch(t, "exec-server-remote-test", "ref-")
 }
 
 // startReferenceExecutor runs `codex exec-server --remote` against d and
 // waits for its rendezvous socket.
 func startReferenceExecutor(t *testing.T, d *double) {
 	t.Helper()
-	bin := referenceBin(t)
+	bin := codexref.Bin(t)
 	home := scratch(t)
 	cmd := exec.Command(bin, "exec-server", "--remote", d.srv.URL, "--environment-id", d.env)
 	cmd.Env = append(os.Environ(), "CODEX_HOME="+home, "CODEX_API_KEY=x", "RUST_LOG=warn")
-	var stderr lockedBuffer
+	var stderr codexref.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

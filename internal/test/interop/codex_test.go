@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/internal/test/codexref"
 )
 
 // TestCodexExec drives a server with the real codex CLI (`codex exec`, the
@@ -32,11 +34,7 @@ import (
 // Every scenario runs against the reference server (which validates the
 // harness) and ours.
 func TestCodexExec(t *testing.T) {
-	codex := os.Getenv("EXEC_SERVER_REFERENCE")
-	if codex == "" {
-		t.Skip("EXEC_SERVER_REFERENCE is not set: the codex CLI (the reference binary) is needed to drive the server; " +
-			"run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
-	}
+	codex := codexref.Bin(t)
 	base := scratchBase(t)
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -77,40 +75,14 @@ type codexRun struct {
 }
 
 // scratchBase is a directory outside the system temp dir for CODEX_HOMEs
-// and workspaces: the reference refuses to set up its sandbox helper when
-// its CODEX_HOME is under the temp dir, and workspace-write makes /tmp
-// writable, so a workspace under /tmp could not show a refused write
-// outside it.
+// and workspaces (see codexref).
 func scratchBase(t *testing.T) string {
 	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skipf("no user cache dir for a scratch dir outside the temp dir: %v", err)
-	}
-	dir := filepath.Join(cache, "exec-server-interop")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Removed when empty (another run may still be using it).
-	t.Cleanup(func() { _ = os.Remove(dir) })
-	for _, tmp := range []string{os.TempDir(), "/tmp"} {
-		if rel, err := filepath.Rel(tmp, dir); err == nil && !strings.HasPrefix(rel, "..") {
-			t.Skipf("the user cache dir %s is under the temp dir %s; the codex test needs a scratch dir outside it", dir, tmp)
-		}
-	}
-	return dir
+	return codexref.Base(t, "exec-server-interop")
 }
 
 // mkScratch makes a fresh directory under base, removed when t ends.
-func mkScratch(t *testing.T, base, pattern string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(base, pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
+var mkScratch = codexref.Dir
 
 func runCodexScenario(t *testing.T, codex, base string, tg *target, sc codexScenario) {
 	for attempt := 1; ; attempt++ {
