@@ -54,6 +54,25 @@ func startReferenceExecutor(t *testing.T, d *double) {
 	}
 }
 
+// openSession dials a stream with dl (closed when t ends) and opens a
+// JSON-RPC session on it (initialize, initialized); it returns the client
+// and the session id the executor gave.
+func openSession(t *testing.T, dl *Dialer, clientName string) (*rpc, string) {
+	t.Helper()
+	ch, err := dl.Dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	r := &rpc{t: t, ch: ch}
+	var init struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(r.call("initialize", map[string]any{"clientName": clientName}), &init)
+	r.notify("initialized", map[string]any{})
+	return r, init.SessionID
+}
+
 // rpc is a bare JSON-RPC client over a channel, enough to drive a session
 // without the SDK.
 type rpc struct {
@@ -169,20 +188,10 @@ func TestReferenceExecutor(t *testing.T) {
 	startReferenceExecutor(t, d)
 	work := scratch(t)
 
-	ch, err := dialer(t, d).Dial(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	r := &rpc{t: t, ch: ch}
-	var init struct {
-		SessionID string `json:"sessionId"`
-	}
-	json.Unmarshal(r.call("initialize", map[string]any{"clientName": "remote-harness-test"}), &init)
-	if init.SessionID == "" {
+	r, sessionID := openSession(t, dialer(t, d), "remote-harness-test")
+	if sessionID == "" {
 		t.Fatal("initialize: no sessionId")
 	}
-	r.notify("initialized", map[string]any{})
 
 	t.Run("echo", func(t *testing.T) {
 		r.t = t
@@ -353,14 +362,8 @@ func TestReferenceReorderWindow(t *testing.T) {
 			d.mu.Lock()
 			d.onHarnessFrame = permute(2, tt.n, tt.order)
 			d.mu.Unlock()
-			ch, err := dialer(t, d).Dial(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ch.Close()
-			r := &rpc{t: t, ch: ch}
-			r.call("initialize", map[string]any{"clientName": "window-test"})
-			r.notify("initialized", map[string]any{})
+			r, _ := openSession(t, dialer(t, d), "window-test")
+			ch := r.ch
 			// 70 records of plaintext.
 			data := bytes.Repeat([]byte{byte(i)}, 70*61440*3/4)
 			path := filepath.Join(work, fmt.Sprint("w", i))
@@ -406,18 +409,8 @@ func TestReferenceTwoStreams(t *testing.T) {
 	var rs []*rpc
 	sessions := map[string]bool{}
 	for i := range 2 {
-		ch, err := dl.Dial(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ch.Close()
-		r := &rpc{t: t, ch: ch}
-		var init struct {
-			SessionID string `json:"sessionId"`
-		}
-		json.Unmarshal(r.call("initialize", map[string]any{"clientName": fmt.Sprint("two-", i)}), &init)
-		sessions[init.SessionID] = true
-		r.notify("initialized", map[string]any{})
+		r, sessionID := openSession(t, dl, fmt.Sprint("two-", i))
+		sessions[sessionID] = true
 		rs = append(rs, r)
 	}
 	if len(sessions) != 2 {
