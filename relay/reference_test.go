@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 )
 
 // These tests run the reference executor (codex exec-server --remote)
@@ -17,7 +18,7 @@ import (
 
 type refProc struct {
 	cmd    *exec.Cmd
-	stderr *codexref.Buffer
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
@@ -32,7 +33,7 @@ func startReference(t *testing.T, base, env, apiKey string) *refProc {
 		"RUST_LOG=info",
 		"NO_PROXY=127.0.0.1",
 	}
-	p := &refProc{cmd: cmd, stderr: &codexref.Buffer{}, done: make(chan error, 1)}
+	p := &refProc{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

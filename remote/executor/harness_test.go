@@ -23,6 +23,7 @@ import (
 
 	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/channel"
@@ -178,7 +179,7 @@ func (r *rig) startReference(base string) {
 	home := codexref.Scratch(t, "exec-server-executor-test", "home-")
 	cmd := exec.Command(codexref.Bin(t), "exec-server", "--remote", base, "--environment-id", r.env)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "CODEX_HOME=" + home, "CODEX_API_KEY=" + execToken, "RUST_LOG=warn"}
-	var stderr codexref.Buffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 )
@@ -35,7 +36,7 @@ func startReferenceExecutor(t *testing.T, d *double) {
 	home := scratch(t)
 	cmd := exec.Command(bin, "exec-server", "--remote", d.srv.URL, "--environment-id", d.env)
 	cmd.Env = append(os.Environ(), "CODEX_HOME="+home, "CODEX_API_KEY=x", "RUST_LOG=warn")
-	var stderr codexref.Buffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
@@ -254,7 +255,7 @@ func TestReferenceHarness(t *testing.T) {
 		"CODEX_EXEC_SERVER_NOISE_REGISTRY_URL="+d.srv.URL,
 		"CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID="+d.env,
 		"CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN="+harnessToken)
-	var stderr codexref.Buffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr, cmd.Stdout = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -7,11 +7,9 @@
 package codexref
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -65,23 +63,4 @@ func Dir(t testing.TB, base, pattern string) string {
 func Scratch(t testing.TB, name, pattern string) string {
 	t.Helper()
 	return Dir(t, Base(t, name), pattern)
-}
-
-// Buffer is a bytes.Buffer safe for a process's output written by os/exec
-// while the test reads it.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,11 +1,9 @@
 package codexref
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -28,17 +26,5 @@ func TestScratch(t *testing.T) {
 	}
 	if _, err := os.Stat(base); !os.IsNotExist(err) {
 		t.Fatalf("empty base %s left behind: %v", base, err)
-	}
-}
-
-func TestBuffer(t *testing.T) {
-	var b Buffer
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() { fmt.Fprintf(&b, "%d", i); _ = b.String() })
-	}
-	wg.Wait()
-	if n := len(b.String()); n != 8 {
-		t.Fatalf("%d bytes, want 8", n)
 	}
 }
