@@ -7,10 +7,15 @@
 package codexref
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Bin is the reference binary (EXEC_SERVER_REFERENCE); t is skipped
@@ -63,4 +68,34 @@ func Dir(t testing.TB, base, pattern string) string {
 func Scratch(t testing.TB, name, pattern string) string {
 	t.Helper()
 	return Dir(t, Base(t, name), pattern)
+}
+
+// Exec is `codex exec` in work (-C and the directory) on the model gpt-5.5
+// of a mock Responses API at modelURL, with flags added, running the
+// scripted tool calls. It prints --json events; cancelling ctx kills codex
+// and everything it started. The caller sets Env, Stdout and Stderr.
+func Exec(ctx context.Context, bin, work, modelURL string, flags ...string) *exec.Cmd {
+	args := []string{"exec", "--skip-git-repo-check", "--ephemeral", "--json", "-C", work, "-m", "gpt-5.5",
+		"-c", "model_provider=mock",
+		// No plugin sync: it would reach for github.com.
+		"-c", "features.plugins=false",
+		"-c", fmt.Sprintf(`model_providers.mock={name="mock",base_url=%q,wire_api="responses",request_max_retries=0,stream_max_retries=0}`, modelURL),
+	}
+	args = append(args, flags...)
+	args = append(args, "run the scripted tool calls")
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = work
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// Tail is the last n bytes of s, marked when cut, for logging codex's
+// output.
+func Tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }

@@ -1,6 +1,7 @@
 package codexref
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,5 +27,33 @@ func TestScratch(t *testing.T) {
 	}
 	if _, err := os.Stat(base); !os.IsNotExist(err) {
 		t.Fatalf("empty base %s left behind: %v", base, err)
+	}
+}
+
+func TestExec(t *testing.T) {
+	cmd := Exec(context.Background(), "/bin/codex", "/w", "http://127.0.0.1:9/v1", "-s", "read-only")
+	args := strings.Join(cmd.Args, " ")
+	for _, want := range []string{"/bin/codex exec ", " -C /w ", " -s read-only ", `base_url="http://127.0.0.1:9/v1"`} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if last := cmd.Args[len(cmd.Args)-1]; last != "run the scripted tool calls" {
+		t.Errorf("prompt %q", last)
+	}
+	if cmd.Dir != "/w" || cmd.SysProcAttr == nil || !cmd.SysProcAttr.Setpgid || cmd.Cancel == nil {
+		t.Errorf("dir %q, process group %+v", cmd.Dir, cmd.SysProcAttr)
+	}
+}
+
+func TestTail(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{{"abcdef", 3, "…def"}, {"abc", 3, "abc"}, {"", 2, ""}} {
+		if got := Tail(c.in, c.n); got != c.want {
+			t.Errorf("Tail(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
 	}
 }

@@ -11,11 +11,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -136,31 +134,18 @@ func runCodexOnce(t *testing.T, codex, base string, tg *target, sc codexScenario
 	model := newMockModel(t, sc.script(work, token)...)
 	r := &codexRun{t: t, tg: tg, work: work, outside: filepath.Dir(work), token: token, model: model, traffic: proxy.log}
 
-	args := []string{"exec", "--skip-git-repo-check", "--ephemeral", "--json", "-C", work, "-m", "gpt-5.5",
-		"-c", "model_provider=mock",
-		// No plugin sync: it would reach for github.com.
-		"-c", "features.plugins=false",
-		"-c", fmt.Sprintf(`model_providers.mock={name="mock",base_url=%q,wire_api="responses",request_max_retries=0,stream_max_retries=0}`, model.URL),
-	}
-	args = append(args, sc.flags...)
-	args = append(args, "run the scripted tool calls")
-	cmd := exec.CommandContext(ctx, codex, args...)
+	cmd := codexref.Exec(ctx, codex, work, model.URL, sc.flags...)
 	cmd.Env = append(filteredEnv(), "CODEX_HOME="+filepath.Join(root, "home"), "CODEX_EXEC_SERVER_URL="+proxy.url, "RUST_LOG=warn")
-	cmd.Dir = work
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// codex and anything it started go when the run times out.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
 	t0 := time.Now()
 	err = cmd.Run()
 	r.stdout = stdout.String()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("codex exec %s (%.1f s, err %v)\nstdout:\n%s\nstderr tail:\n%s", strings.Join(sc.flags, " "),
-				time.Since(t0).Seconds(), err, tail(stdout.String(), 6000), tail(stderr.String(), 3000))
-			t.Logf("json-rpc traffic:\n%s", tail(proxy.log.String(), 12000))
+				time.Since(t0).Seconds(), err, codexref.Tail(stdout.String(), 6000), codexref.Tail(stderr.String(), 3000))
+			t.Logf("json-rpc traffic:\n%s", codexref.Tail(proxy.log.String(), 12000))
 			t.Logf("%s server stderr tail:\n%s", tg.name, srv.Stderr())
 		}
 	})
@@ -194,13 +179,6 @@ func randomToken(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // toolOutput returns the tool output codex sent the model for callID, or
