@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 )
 
 // These tests run the reference executor (codex exec-server --remote)
@@ -17,66 +18,22 @@ import (
 
 type refProc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// refHome is a CODEX_HOME outside the temp dir (the reference's sandbox
-// helper refuses one under it).
-func refHome(t *testing.T) string {
-	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skipf("no user cache dir: %v", err)
-	}
-	base := filepath.Join(cache, "exec-server-relay")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(base, "home-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		os.RemoveAll(dir)
-		os.Remove(base) // when empty
-	})
-	return dir
 }
 
 func startReference(t *testing.T, base, env, apiKey string) *refProc {
 	t.Helper()
-	bin := os.Getenv("EXEC_SERVER_REFERENCE")
-	if bin == "" {
-		t.Skip("EXEC_SERVER_REFERENCE is not set; run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
-	}
-	cmd := exec.Command(bin, "exec-server", "--remote", base, "--environment-id", env)
+	cmd := exec.Command(codexref.Bin(t), "exec-server", "--remote", base, "--environment-id", env)
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
-		"CODEX_HOME=" + refHome(t),
+		"CODEX_HOME=" + codexref.Scratch(t, "exec-server-relay", "home-"),
 		"CODEX_API_KEY=" + apiKey,
 		"RUST_LOG=info",
 		"NO_PROXY=127.0.0.1",
 	}
-	p := &refProc{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &refProc{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

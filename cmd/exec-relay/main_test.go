@@ -9,9 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 )
 
 func TestRefusesToStart(t *testing.T) {
@@ -47,30 +48,12 @@ func TestRefusesToStart(t *testing.T) {
 	}
 }
 
-// syncBuffer is written by run's logger while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestServesAndShutsDown(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "tok")
 	os.WriteFile(tok, []byte("t1\n"), 0o600)
 	pr, pw := io.Pipe()
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

@@ -9,14 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/test/codexref"
 	"github.com/execgo/exec-server/relay"
 )
 
@@ -103,10 +102,7 @@ func (m *mockModel) toolOutput(callID string) (string, bool) {
 }
 
 func TestCodexHarness(t *testing.T) {
-	codex := os.Getenv("EXEC_SERVER_REFERENCE")
-	if codex == "" {
-		t.Skip("EXEC_SERVER_REFERENCE is not set; run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
-	}
+	codex := codexref.Bin(t)
 	forEachImpl(t, func(t *testing.T, impl string) {
 		for _, c := range []struct {
 			name   string
@@ -123,17 +119,7 @@ func TestCodexHarness(t *testing.T) {
 func codexRun(t *testing.T, codex, impl string, faults relay.Faults) {
 	r := startRig(t, impl, faults, nil)
 	r.waitAttached()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skip(err)
-	}
-	base := filepath.Join(cache, "exec-server-executor-test")
-	os.MkdirAll(base, 0o755)
-	root, err := os.MkdirTemp(base, "codex-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root); os.Remove(base) })
+	root := codexref.Scratch(t, "exec-server-executor-test", "codex-")
 	work, home := filepath.Join(root, "work"), filepath.Join(root, "home")
 	os.MkdirAll(work, 0o755)
 	os.MkdirAll(home, 0o755)
@@ -152,27 +138,19 @@ func codexRun(t *testing.T, codex, impl string, faults relay.Faults) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, codex, "exec", "--skip-git-repo-check", "--ephemeral", "--json", "-C", work, "-m", "gpt-5.5",
-		"-s", "workspace-write",
-		"-c", "model_provider=mock", "-c", "features.plugins=false",
-		"-c", fmt.Sprintf(`model_providers.mock={name="mock",base_url=%q,wire_api="responses",request_max_retries=0,stream_max_retries=0}`, model.url),
-		"run the scripted tool calls")
+	cmd := codexref.Exec(ctx, codex, work, model.url, "-s", "workspace-write")
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "CODEX_HOME=" + home, "RUST_LOG=warn",
 		"CODEX_EXEC_SERVER_NOISE_REGISTRY_URL=" + r.base,
 		"CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID=" + r.env,
 		"CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN=" + harnessToken,
 	}
-	cmd.Dir = work
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
+	err := cmd.Run()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("codex exec: %v\nstdout:\n%s\nstderr:\n%s", err, lastN(stdout.String(), 4000), lastN(stderr.String(), 4000))
+			t.Logf("codex exec: %v\nstdout:\n%s\nstderr:\n%s", err, codexref.Tail(stdout.String(), 4000), codexref.Tail(stderr.String(), 4000))
 		}
 	})
 	if err != nil {
@@ -201,11 +179,4 @@ func codexRun(t *testing.T, codex, impl string, faults relay.Faults) {
 	if r.events.count(func(e relay.Event) bool { return e.Kind == "validate" && e.Status == 200 }) == 0 {
 		t.Fatal("no /validate through the relay")
 	}
-}
-
-func lastN(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }

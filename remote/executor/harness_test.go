@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +20,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/channel"
@@ -174,21 +176,10 @@ func startRig(t *testing.T, impl string, f relay.Faults, tweak func(*Config)) *r
 // a CODEX_HOME outside the temp dir (the reference wants it there).
 func (r *rig) startReference(base string) {
 	t := r.t
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skipf("no user cache dir: %v", err)
-	}
-	root := filepath.Join(cache, "exec-server-executor-test")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	home, err := os.MkdirTemp(root, "home-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Getenv("EXEC_SERVER_REFERENCE"), "exec-server", "--remote", base, "--environment-id", r.env)
+	home := codexref.Scratch(t, "exec-server-executor-test", "home-")
+	cmd := exec.Command(codexref.Bin(t), "exec-server", "--remote", base, "--environment-id", r.env)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "CODEX_HOME=" + home, "CODEX_API_KEY=" + execToken, "RUST_LOG=warn"}
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -203,29 +194,10 @@ func (r *rig) startReference(base string) {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-done
-		os.RemoveAll(home)
-		os.Remove(root)
 		if t.Failed() {
 			t.Logf("reference stderr:\n%s", stderr.String())
 		}
 	})
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func (r *rig) waitAttached() {

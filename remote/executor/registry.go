@@ -1,12 +1,10 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -14,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/execgo/exec-server/remote/internal/envreg"
 	"github.com/execgo/exec-server/remote/noise"
 )
 
@@ -85,41 +84,13 @@ func (e *RegistryError) retryable() bool {
 }
 
 func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Header, out any) error {
-	b, err := json.Marshal(body)
+	status, data, err := envreg.Post(ctx, r.client, r.base, r.env, verb, r.token, hdr, body, 1<<20)
 	if err != nil {
 		return err
 	}
-	u := r.base + "/cloud/environment/" + url.PathEscape(r.env) + "/" + verb
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "*/*")
-	req.Header.Set("Authorization", "Bearer "+r.token)
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		re := &RegistryError{Verb: verb, Status: resp.StatusCode}
-		var eb struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(data, &eb) == nil {
-			re.Code, re.Message = eb.Error.Code, eb.Error.Message
-		}
+	if status/100 != 2 {
+		re := &RegistryError{Verb: verb, Status: status}
+		re.Code, re.Message = envreg.ErrorBody(data)
 		return re
 	}
 	if err := json.Unmarshal(data, out); err != nil {

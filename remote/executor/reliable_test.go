@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/relay"
 )
 
@@ -88,7 +89,7 @@ func TestPlainExecutorLosesFrames(t *testing.T) {
 	r.relay.SetFaults(relay.Faults{Drop: 0.1, Seed: 5})
 	// (Not Output: on a Wait error it returns its buffer while the
 	// output pump may still write to it; reported to the client's owner.)
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	p, err := cl.Start(ctx, client.Cmd{Argv: []string{"/bin/sh", "-c", "head -c 1000000 /dev/zero"}, Stdout: &out})
 	if err != nil {
 		return // the stream already broke

@@ -15,13 +15,11 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -35,6 +33,7 @@ import (
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/internal/coalesce"
+	"github.com/execgo/exec-server/remote/internal/envreg"
 	"github.com/execgo/exec-server/remote/internal/wsread"
 	"github.com/execgo/exec-server/remote/noise"
 )
@@ -187,41 +186,19 @@ type Bundle struct {
 func (d *Dialer) Connect(ctx context.Context) (*Bundle, error) {
 	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	body, err := json.Marshal(map[string]any{"harness_public_key": d.id.Public()})
-	if err != nil {
-		return nil, err
-	}
-	u := d.base + "/cloud/environment/" + url.PathEscape(d.envID) + "/connect"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "*/*")
-	req.Header.Set("Authorization", "Bearer "+d.token)
+	var hdr http.Header
 	if d.opts.ChatGPTAccountID != "" {
-		req.Header.Set("ChatGPT-Account-ID", d.opts.ChatGPTAccountID)
+		hdr = http.Header{}
+		hdr.Set("ChatGPT-Account-ID", d.opts.ChatGPTAccountID)
 	}
-	resp, err := d.opts.HTTPClient.Do(req)
+	status, data, err := envreg.Post(ctx, d.opts.HTTPClient, d.base, d.envID, "connect", d.token, hdr,
+		map[string]any{"harness_public_key": d.id.Public()}, maxConnectReply)
 	if err != nil {
 		return nil, fmt.Errorf("environment registry: connect: %w", err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxConnectReply))
-	if err != nil {
-		return nil, fmt.Errorf("environment registry: connect: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		re := &RegistryError{Status: resp.StatusCode}
-		var eb struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(data, &eb) == nil {
-			re.Code, re.Message = eb.Error.Code, eb.Error.Message
-		}
+	if status != http.StatusOK {
+		re := &RegistryError{Status: status}
+		re.Code, re.Message = envreg.ErrorBody(data)
 		return nil, re
 	}
 	return ParseBundle(data, d.envID)

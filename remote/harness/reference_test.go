@@ -15,66 +15,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 )
-
-// referenceBin is the codex binary (EXEC_SERVER_REFERENCE), or skips.
-func referenceBin(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("EXEC_SERVER_REFERENCE")
-	if bin == "" {
-		t.Skip("EXEC_SERVER_REFERENCE is not set; run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
-	}
-	return bin
-}
 
 // scratch is a fresh directory outside the temp dir (the reference wants
 // its CODEX_HOME there), removed at the end.
 func scratch(t *testing.T) string {
 	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skipf("no user cache dir: %v", err)
-	}
-	base := filepath.Join(cache, "exec-server-remote-test")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(base, "ref-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir); os.Remove(base) })
-	return dir
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return codexref.Scratch(t, "exec-server-remote-test", "ref-")
 }
 
 // startReferenceExecutor runs `codex exec-server --remote` against d and
 // waits for its rendezvous socket.
 func startReferenceExecutor(t *testing.T, d *double) {
 	t.Helper()
-	bin := referenceBin(t)
+	bin := codexref.Bin(t)
 	home := scratch(t)
 	cmd := exec.Command(bin, "exec-server", "--remote", d.srv.URL, "--environment-id", d.env)
 	cmd.Env = append(os.Environ(), "CODEX_HOME="+home, "CODEX_API_KEY=x", "RUST_LOG=warn")
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -91,6 +53,25 @@ func startReferenceExecutor(t *testing.T, d *double) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the reference executor did not connect; stderr:\n%s", stderr.String())
 	}
+}
+
+// openSession dials a stream with dl (closed when t ends) and opens a
+// JSON-RPC session on it (initialize, initialized); it returns the client
+// and the session id the executor gave.
+func openSession(t *testing.T, dl *Dialer, clientName string) (*rpc, string) {
+	t.Helper()
+	ch, err := dl.Dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	r := &rpc{t: t, ch: ch}
+	var init struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(r.call("initialize", map[string]any{"clientName": clientName}), &init)
+	r.notify("initialized", map[string]any{})
+	return r, init.SessionID
 }
 
 // rpc is a bare JSON-RPC client over a channel, enough to drive a session
@@ -208,20 +189,10 @@ func TestReferenceExecutor(t *testing.T) {
 	startReferenceExecutor(t, d)
 	work := scratch(t)
 
-	ch, err := dialer(t, d).Dial(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	r := &rpc{t: t, ch: ch}
-	var init struct {
-		SessionID string `json:"sessionId"`
-	}
-	json.Unmarshal(r.call("initialize", map[string]any{"clientName": "remote-harness-test"}), &init)
-	if init.SessionID == "" {
+	r, sessionID := openSession(t, dialer(t, d), "remote-harness-test")
+	if sessionID == "" {
 		t.Fatal("initialize: no sessionId")
 	}
-	r.notify("initialized", map[string]any{})
 
 	t.Run("echo", func(t *testing.T) {
 		r.t = t
@@ -392,14 +363,8 @@ func TestReferenceReorderWindow(t *testing.T) {
 			d.mu.Lock()
 			d.onHarnessFrame = permute(2, tt.n, tt.order)
 			d.mu.Unlock()
-			ch, err := dialer(t, d).Dial(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ch.Close()
-			r := &rpc{t: t, ch: ch}
-			r.call("initialize", map[string]any{"clientName": "window-test"})
-			r.notify("initialized", map[string]any{})
+			r, _ := openSession(t, dialer(t, d), "window-test")
+			ch := r.ch
 			// 70 records of plaintext.
 			data := bytes.Repeat([]byte{byte(i)}, 70*61440*3/4)
 			path := filepath.Join(work, fmt.Sprint("w", i))
@@ -445,18 +410,8 @@ func TestReferenceTwoStreams(t *testing.T) {
 	var rs []*rpc
 	sessions := map[string]bool{}
 	for i := range 2 {
-		ch, err := dl.Dial(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ch.Close()
-		r := &rpc{t: t, ch: ch}
-		var init struct {
-			SessionID string `json:"sessionId"`
-		}
-		json.Unmarshal(r.call("initialize", map[string]any{"clientName": fmt.Sprint("two-", i)}), &init)
-		sessions[init.SessionID] = true
-		r.notify("initialized", map[string]any{})
+		r, sessionID := openSession(t, dl, fmt.Sprint("two-", i))
+		sessions[sessionID] = true
 		rs = append(rs, r)
 	}
 	if len(sessions) != 2 {

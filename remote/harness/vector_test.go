@@ -17,6 +17,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
@@ -192,7 +194,7 @@ type ResponderVector struct {
 // exchange for remote/noise. The mock model's URL is a closed port on
 // 127.0.0.1: codex is stopped before it needs one.
 func TestReferenceHarness(t *testing.T) {
-	bin := referenceBin(t)
+	bin := codexref.Bin(t)
 	d := newDouble(t, "env-harness")
 	xPriv, seed := fixedBytes("executor-x25519", 32), fixedBytes("executor-mlkem", 64)
 	key, err := noise.KeypairFromSeeds(xPriv, seed)
@@ -253,7 +255,7 @@ func TestReferenceHarness(t *testing.T) {
 		"CODEX_EXEC_SERVER_NOISE_REGISTRY_URL="+d.srv.URL,
 		"CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID="+d.env,
 		"CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN="+harnessToken)
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr, cmd.Stdout = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

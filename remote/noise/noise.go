@@ -23,7 +23,6 @@ import (
 	"crypto/hkdf"
 	"crypto/mlkem"
 	"crypto/mlkem/mlkemtest"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -229,6 +228,8 @@ type ephemeral struct {
 }
 
 func newEphemeral(entropy io.Reader) (*ephemeral, error) {
+	var k *Keypair
+	var err error
 	if entropy != nil {
 		var x [32]byte
 		var seed [64]byte
@@ -238,21 +239,14 @@ func newEphemeral(entropy io.Reader) (*ephemeral, error) {
 		if _, err := io.ReadFull(entropy, seed[:]); err != nil {
 			return nil, err
 		}
-		k, err := KeypairFromSeeds(x[:], seed[:])
-		if err != nil {
-			return nil, err
-		}
-		return &ephemeral{x: k.x, kem: k.kem, xPub: k.pub.X25519, kemPub: k.pub.MLKEM}, nil
+		k, err = KeypairFromSeeds(x[:], seed[:])
+	} else {
+		k, err = GenerateKeypair()
 	}
-	x, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	kem, err := mlkem.GenerateKey768()
-	if err != nil {
-		return nil, err
-	}
-	return &ephemeral{x: x, kem: kem, xPub: x.PublicKey().Bytes(), kemPub: kem.EncapsulationKey().Bytes()}, nil
+	return &ephemeral{x: k.x, kem: k.kem, xPub: k.pub.X25519, kemPub: k.pub.MLKEM}, nil
 }
 
 // Initiator is the harness side of one handshake. Use it once:

@@ -74,40 +74,24 @@ func TestFixedRandomVector(t *testing.T) {
 	}
 }
 
-// TestReferenceVector replays a handshake recorded against codex 0.169's
-// executor (remote/harness TestRecordReferenceVector): from the recorded
-// seeds and entropy the initiator rebuilds message 1 byte for byte, then
-// accepts the reference's message 2, seals the harness record to the
-// recorded ciphertext and opens the executor's record.
-func TestReferenceVector(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "reference-vector.json"))
+// vectorRecord is one transport record of a recorded vector.
+type vectorRecord struct {
+	Plaintext  string `json:"plaintext_hex"`
+	Ciphertext string `json:"ciphertext_hex"`
+}
+
+// loadVector decodes testdata/name into v and returns a hex decoder that
+// fails t on a bad field.
+func loadVector(t *testing.T, name string, v any) func(string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v struct {
-		EnvironmentID     string    `json:"environment_id"`
-		RegistrationID    string    `json:"executor_registration_id"`
-		StreamID          string    `json:"stream_id"`
-		ExecutorPublicKey PublicKey `json:"executor_public_key"`
-		HarnessX25519     string    `json:"harness_x25519_private_hex"`
-		HarnessMLKEMSeed  string    `json:"harness_mlkem768_seed_hex"`
-		Entropy           string    `json:"initiator_entropy_hex"`
-		Authorization     string    `json:"harness_key_authorization"`
-		Msg1              string    `json:"msg1_hex"`
-		Msg2              string    `json:"msg2_hex"`
-		HarnessRecords    []struct {
-			Plaintext  string `json:"plaintext_hex"`
-			Ciphertext string `json:"ciphertext_hex"`
-		} `json:"harness_to_executor_records"`
-		ExecutorRecords []struct {
-			Plaintext  string `json:"plaintext_hex"`
-			Ciphertext string `json:"ciphertext_hex"`
-		} `json:"executor_to_harness_records"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
+	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatal(err)
 	}
-	unhex := func(s string) []byte {
+	return func(s string) []byte {
 		t.Helper()
 		b, err := hex.DecodeString(s)
 		if err != nil {
@@ -115,6 +99,29 @@ func TestReferenceVector(t *testing.T) {
 		}
 		return b
 	}
+}
+
+// TestReferenceVector replays a handshake recorded against codex 0.169's
+// executor (remote/harness TestRecordReferenceVector): from the recorded
+// seeds and entropy the initiator rebuilds message 1 byte for byte, then
+// accepts the reference's message 2, seals the harness record to the
+// recorded ciphertext and opens the executor's record.
+func TestReferenceVector(t *testing.T) {
+	var v struct {
+		EnvironmentID     string         `json:"environment_id"`
+		RegistrationID    string         `json:"executor_registration_id"`
+		StreamID          string         `json:"stream_id"`
+		ExecutorPublicKey PublicKey      `json:"executor_public_key"`
+		HarnessX25519     string         `json:"harness_x25519_private_hex"`
+		HarnessMLKEMSeed  string         `json:"harness_mlkem768_seed_hex"`
+		Entropy           string         `json:"initiator_entropy_hex"`
+		Authorization     string         `json:"harness_key_authorization"`
+		Msg1              string         `json:"msg1_hex"`
+		Msg2              string         `json:"msg2_hex"`
+		HarnessRecords    []vectorRecord `json:"harness_to_executor_records"`
+		ExecutorRecords   []vectorRecord `json:"executor_to_harness_records"`
+	}
+	unhex := loadVector(t, "reference-vector.json", &v)
 	id, err := KeypairFromSeeds(unhex(v.HarnessX25519), unhex(v.HarnessMLKEMSeed))
 	if err != nil {
 		t.Fatal(err)
@@ -161,37 +168,20 @@ func TestReferenceVector(t *testing.T) {
 // authorization, message 2 is rebuilt byte for byte (the harness accepted
 // it: its next record, initialize, is opened here).
 func TestReferenceHarnessVector(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "reference-harness-vector.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var v struct {
-		EnvironmentID    string    `json:"environment_id"`
-		RegistrationID   string    `json:"executor_registration_id"`
-		StreamID         string    `json:"stream_id"`
-		ExecutorX25519   string    `json:"executor_x25519_private_hex"`
-		ExecutorMLKEM    string    `json:"executor_mlkem768_seed_hex"`
-		Entropy          string    `json:"responder_entropy_hex"`
-		HarnessPublicKey PublicKey `json:"harness_public_key"`
-		Authorization    string    `json:"harness_key_authorization"`
-		Msg1             string    `json:"msg1_hex"`
-		Msg2             string    `json:"msg2_hex"`
-		HarnessRecords   []struct {
-			Plaintext  string `json:"plaintext_hex"`
-			Ciphertext string `json:"ciphertext_hex"`
-		} `json:"harness_to_executor_records"`
+		EnvironmentID    string         `json:"environment_id"`
+		RegistrationID   string         `json:"executor_registration_id"`
+		StreamID         string         `json:"stream_id"`
+		ExecutorX25519   string         `json:"executor_x25519_private_hex"`
+		ExecutorMLKEM    string         `json:"executor_mlkem768_seed_hex"`
+		Entropy          string         `json:"responder_entropy_hex"`
+		HarnessPublicKey PublicKey      `json:"harness_public_key"`
+		Authorization    string         `json:"harness_key_authorization"`
+		Msg1             string         `json:"msg1_hex"`
+		Msg2             string         `json:"msg2_hex"`
+		HarnessRecords   []vectorRecord `json:"harness_to_executor_records"`
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	unhex := func(s string) []byte {
-		t.Helper()
-		b, err := hex.DecodeString(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	unhex := loadVector(t, "reference-harness-vector.json", &v)
 	key, err := KeypairFromSeeds(unhex(v.ExecutorX25519), unhex(v.ExecutorMLKEM))
 	if err != nil {
 		t.Fatal(err)

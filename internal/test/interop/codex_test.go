@@ -11,15 +11,15 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/internal/test/codexref"
 )
 
 // TestCodexExec drives a server with the real codex CLI (`codex exec`, the
@@ -32,11 +32,7 @@ import (
 // Every scenario runs against the reference server (which validates the
 // harness) and ours.
 func TestCodexExec(t *testing.T) {
-	codex := os.Getenv("EXEC_SERVER_REFERENCE")
-	if codex == "" {
-		t.Skip("EXEC_SERVER_REFERENCE is not set: the codex CLI (the reference binary) is needed to drive the server; " +
-			"run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
-	}
+	codex := codexref.Bin(t)
 	base := scratchBase(t)
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -77,40 +73,14 @@ type codexRun struct {
 }
 
 // scratchBase is a directory outside the system temp dir for CODEX_HOMEs
-// and workspaces: the reference refuses to set up its sandbox helper when
-// its CODEX_HOME is under the temp dir, and workspace-write makes /tmp
-// writable, so a workspace under /tmp could not show a refused write
-// outside it.
+// and workspaces (see codexref).
 func scratchBase(t *testing.T) string {
 	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skipf("no user cache dir for a scratch dir outside the temp dir: %v", err)
-	}
-	dir := filepath.Join(cache, "exec-server-interop")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Removed when empty (another run may still be using it).
-	t.Cleanup(func() { _ = os.Remove(dir) })
-	for _, tmp := range []string{os.TempDir(), "/tmp"} {
-		if rel, err := filepath.Rel(tmp, dir); err == nil && !strings.HasPrefix(rel, "..") {
-			t.Skipf("the user cache dir %s is under the temp dir %s; the codex test needs a scratch dir outside it", dir, tmp)
-		}
-	}
-	return dir
+	return codexref.Base(t, "exec-server-interop")
 }
 
 // mkScratch makes a fresh directory under base, removed when t ends.
-func mkScratch(t *testing.T, base, pattern string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(base, pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
+var mkScratch = codexref.Dir
 
 func runCodexScenario(t *testing.T, codex, base string, tg *target, sc codexScenario) {
 	for attempt := 1; ; attempt++ {
@@ -164,31 +134,18 @@ func runCodexOnce(t *testing.T, codex, base string, tg *target, sc codexScenario
 	model := newMockModel(t, sc.script(work, token)...)
 	r := &codexRun{t: t, tg: tg, work: work, outside: filepath.Dir(work), token: token, model: model, traffic: proxy.log}
 
-	args := []string{"exec", "--skip-git-repo-check", "--ephemeral", "--json", "-C", work, "-m", "gpt-5.5",
-		"-c", "model_provider=mock",
-		// No plugin sync: it would reach for github.com.
-		"-c", "features.plugins=false",
-		"-c", fmt.Sprintf(`model_providers.mock={name="mock",base_url=%q,wire_api="responses",request_max_retries=0,stream_max_retries=0}`, model.URL),
-	}
-	args = append(args, sc.flags...)
-	args = append(args, "run the scripted tool calls")
-	cmd := exec.CommandContext(ctx, codex, args...)
+	cmd := codexref.Exec(ctx, codex, work, model.URL, sc.flags...)
 	cmd.Env = append(filteredEnv(), "CODEX_HOME="+filepath.Join(root, "home"), "CODEX_EXEC_SERVER_URL="+proxy.url, "RUST_LOG=warn")
-	cmd.Dir = work
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// codex and anything it started go when the run times out.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
 	t0 := time.Now()
 	err = cmd.Run()
 	r.stdout = stdout.String()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("codex exec %s (%.1f s, err %v)\nstdout:\n%s\nstderr tail:\n%s", strings.Join(sc.flags, " "),
-				time.Since(t0).Seconds(), err, tail(stdout.String(), 6000), tail(stderr.String(), 3000))
-			t.Logf("json-rpc traffic:\n%s", tail(proxy.log.String(), 12000))
+				time.Since(t0).Seconds(), err, codexref.Tail(stdout.String(), 6000), codexref.Tail(stderr.String(), 3000))
+			t.Logf("json-rpc traffic:\n%s", codexref.Tail(proxy.log.String(), 12000))
 			t.Logf("%s server stderr tail:\n%s", tg.name, srv.Stderr())
 		}
 	})
@@ -222,13 +179,6 @@ func randomToken(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // toolOutput returns the tool output codex sent the model for callID, or
