@@ -267,7 +267,9 @@ func acquireProtected(p *Plan) func() {
 	for _, m := range p.Mounts {
 		// A plan resolved while another sandbox held the mount point saw
 		// it exist: it must hold it too, or make it again if it went.
-		if !m.Protected || !m.Missing && !isMountPoint(m.Path) && exists(m.Path) {
+		// Any mount on an exec-server's mount point holds it, protected
+		// or not: its last holder's removal would unmount it in this view.
+		if !isMountPoint(m.Path) && (!m.Protected || !m.Missing && exists(m.Path)) {
 			continue
 		}
 		e := protReg[m.Path]
@@ -294,7 +296,9 @@ func acquireProtected(p *Plan) func() {
 				delete(protReg, path)
 				if e.dir != nil {
 					e.dir.Close() // drops the shared lock
-					removeMountPoint(path)
+					if !removeMountPoint(path) {
+						go retryRemoval(path)
+					}
 				}
 			}
 		})
@@ -345,12 +349,31 @@ func lockMountPoint(path string) *os.File {
 	return nil
 }
 
+// retryRemoval tries removeMountPoint again for a while, with backoff,
+// while this server does not use path again (its release then removes
+// it). Without it a lock held for longer than removeMountPoint waits (a
+// child forked on a loaded machine that has not exec'ed yet) left the
+// mount point on the host for good.
+func retryRemoval(path string) {
+	for delay := 20 * time.Millisecond; delay <= 5*time.Second; delay *= 2 {
+		time.Sleep(delay)
+		protMu.Lock()
+		done := protReg[path] != nil || removeMountPoint(path)
+		protMu.Unlock()
+		if done {
+			return
+		}
+	}
+	// Another server's sandbox uses it: that server removes it.
+}
+
 // removeMountPoint removes path if nobody holds it, an exec-server made it
-// and it holds nothing but the marker.
-func removeMountPoint(path string) {
+// and it holds nothing but the marker. It is false when the lock was held
+// (another server's sandbox, or a child this one is forking, uses it).
+func removeMountPoint(path string) bool {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return true
 	}
 	dir := os.NewFile(uintptr(fd), path)
 	defer dir.Close()
@@ -365,17 +388,18 @@ func removeMountPoint(path string) {
 		}
 	}
 	if !locked {
-		return // another server's sandbox uses it
+		return false // another server's sandbox uses it
 	}
 	names, err := dir.Readdirnames(3)
 	if err != nil && err != io.EOF {
-		return
+		return true
 	}
 	if len(names) == 1 && names[0] == protMadeMarker {
 		if unix.Unlinkat(fd, protMadeMarker, 0) == nil {
 			_ = unix.Rmdir(path)
 		}
 	}
+	return true
 }
 
 // ---- Run ----

@@ -326,13 +326,24 @@ func (r *resolver) effective(p string) Access {
 }
 
 // protect adds the protected subpaths of every writable root. A protected
-// path only ever takes write away: one that the entries already make
-// read-only or deny, or a gitdir outside the writable roots, is left as it
-// is (making it readable there would widen the view).
+// path only ever takes write away: one that the entries deny, or a gitdir
+// outside the writable roots, is left as it is (making it readable there
+// would widen the view). One that an entry of its own makes read-only
+// below a writable parent (codex names .git so) is protected all the
+// same, with the same access: it may be the mount point a concurrent
+// sandbox made for it, which this sandbox must hold too (else the other's
+// last release removes it, which unmounts this view's bind of it and lets
+// the path be created through the writable parent) and mask, or make
+// again if it went before the sandbox started.
 func (r *resolver) protect() {
 	r.prot = map[string]Mount{}
 	addIfWritable := func(m Mount) {
-		if r.effective(m.Path) == AccessWrite {
+		a := r.effective(m.Path)
+		if a == AccessRead && m.Path != "/" && r.access[m.Path] == AccessRead && !r.info[m.Path].Missing &&
+			r.effective(path.Dir(m.Path)) == AccessWrite {
+			a = AccessWrite // its own read entry: the same access, protected
+		}
+		if a == AccessWrite {
 			m.Access, m.Protected = AccessRead, true
 			r.prot[m.Path] = m
 		}
