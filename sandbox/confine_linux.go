@@ -261,22 +261,36 @@ type protEntry struct {
 // protMadeMarker marks a directory an exec-server made.
 const protMadeMarker = ".exec-server-sandbox-made"
 
-func acquireProtected(p *Plan) func() {
+func acquireProtected(p *Plan) (func(), error) {
 	var paths []string
+	var failed error
 	protMu.Lock()
 	for _, m := range p.Mounts {
 		// A plan resolved while another sandbox held the mount point saw
 		// it exist: it must hold it too, or make it again if it went.
 		// Any mount on an exec-server's mount point holds it, protected
 		// or not: its last holder's removal would unmount it in this view.
-		if !isMountPoint(m.Path) && (!m.Protected || !m.Missing && exists(m.Path)) {
+		// An existing protected directory is held too, marker or not:
+		// another server may be between its mkdir and its marker, or
+		// between the marker's unlink and its rmdir (under its exclusive
+		// lock, which this shared one then waits out).
+		if !isMountPoint(m.Path) && (!m.Protected || !m.Missing && !missingOrDir(m.Path)) {
 			continue
 		}
 		e := protReg[m.Path]
 		if e == nil {
-			// A failure (a missing parent) leaves it to the helper, which
-			// fails closed if the path could be created inside.
-			e = &protEntry{dir: lockMountPoint(m.Path)}
+			// A failure for a missing path (a missing parent) leaves it
+			// to the helper, which fails closed if the path could be
+			// created inside. One that exists and cannot be held (another
+			// server is removing it, for longer than lockMountPoint
+			// waits) could go while the sandbox uses it: fail. One this
+			// server cannot read is none of an exec-server's (0755).
+			dir := lockMountPoint(m.Path)
+			if dir == nil && exists(m.Path) && unix.Access(m.Path, unix.R_OK) == nil {
+				failed = fmt.Errorf("protected path %s: its mount point could not be held", m.Path)
+				break
+			}
+			e = &protEntry{dir: dir}
 			protReg[m.Path] = e
 		}
 		e.n++
@@ -284,7 +298,7 @@ func acquireProtected(p *Plan) func() {
 	}
 	protMu.Unlock()
 	var once sync.Once
-	return func() {
+	release := func() {
 		once.Do(func() {
 			protMu.Lock()
 			defer protMu.Unlock()
@@ -303,6 +317,11 @@ func acquireProtected(p *Plan) func() {
 			}
 		})
 	}
+	if failed != nil {
+		release()
+		return nil, failed
+	}
+	return release, nil
 }
 
 func exists(path string) bool {
@@ -310,16 +329,30 @@ func exists(path string) bool {
 	return unix.Lstat(path, &st) == nil
 }
 
-// isMountPoint reports whether path is a mount point an exec-server made.
+// missingOrDir reports whether path is missing or a directory (not a
+// symlink).
+func missingOrDir(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return true
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// isMountPoint reports whether path is a mount point an exec-server made
+// (a directory, not a symlink to one, holding the marker).
 func isMountPoint(path string) bool {
 	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false
+	}
 	return unix.Lstat(filepath.Join(path, protMadeMarker), &st) == nil
 }
 
 // lockMountPoint makes path (a directory) if needed and holds a shared
 // flock on it; nil on failure.
 func lockMountPoint(path string) *os.File {
-	for try := 0; try < 10; try++ {
+	for try := 0; try < 50; try++ {
 		made := unix.Mkdir(path, 0o755) == nil
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == unix.ENOENT {
@@ -604,7 +637,13 @@ func startHelper(p *Plan, key string) (*helper, error) {
 		return nil, err
 	}
 	h := &helper{key: key, conn: conn, exited: make(chan *os.ProcessState, 1), inodes: inodesOf(p)}
-	release := acquireProtected(p)
+	release, err := acquireProtected(p)
+	if err != nil {
+		child.Close()
+		null.Close()
+		conn.Close()
+		return nil, err
+	}
 	uid, gid := idMaps()
 	h.proc, err = os.StartProcess("/proc/self/exe", []string{"exec-server-sandbox", helperArg, "run"}, &os.ProcAttr{
 		Env:   []string{},
@@ -822,6 +861,10 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	args = append(args, path, filepath.Clean(dir))
 	args = append(args, argv...)
 	uid, gid := idMaps()
+	release, err := acquireProtected(p)
+	if err != nil {
+		return nil, err
+	}
 	return &Spec{
 		Path:        "/proc/self/exe",
 		Argv:        args,
@@ -829,7 +872,7 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		Cloneflags:  cloneflags(true, p.Network),
 		UidMappings: uid,
 		GidMappings: gid,
-		Release:     acquireProtected(p),
+		Release:     release,
 	}, nil
 }
 

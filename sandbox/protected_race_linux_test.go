@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestProtectedMissingRace: fs helpers and commands of one workspace, with
@@ -282,4 +284,62 @@ func sandboxChildrenOf(mode string) []int {
 		}
 	}
 	return pids
+}
+
+// TestProtectedHeldByRemover: another server, removing its mount point of
+// .git, holds it exclusively between the marker's unlink and the rmdir. A
+// sandbox resolved then sees a plain directory; it must wait the remover
+// out and make its own mount point, or fail, never bind a directory that
+// is about to go (its rmdir would unmount the bind in the view).
+func TestProtectedHeldByRemover(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	git := filepath.Join(ws, ".git")
+	lockedDir := func() *os.File {
+		t.Helper()
+		if err := os.Mkdir(git, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(git)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	command := func() (*Spec, error) {
+		t.Helper()
+		p, err := codexPlan(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := findMount(p, git); !ok || !m.Protected || m.Missing {
+			t.Fatalf(".git: %+v, %v", m, ok)
+		}
+		return p.Command("/bin/true", []string{"true"}, nil, ws)
+	}
+	// The remover is slow: fail closed.
+	other := lockedDir()
+	if spec, err := command(); err == nil {
+		spec.Release()
+		t.Error("a protected directory held exclusively by another server was used")
+	}
+	// The remover finishes: the sandbox makes and holds its own.
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		_ = os.Remove(git)
+		other.Close()
+	}()
+	spec, err := command()
+	if err != nil {
+		t.Fatalf("after the remover finished: %v", err)
+	}
+	if !isMountPoint(git) {
+		t.Error("no mount point of its own")
+	}
+	spec.Release()
+	waitGone(t, git)
+	other.Close()
 }
