@@ -343,3 +343,46 @@ func TestProtectedHeldByRemover(t *testing.T) {
 	waitGone(t, git)
 	other.Close()
 }
+
+// TestProtectedRemovalRetried: the last release finds the mount point
+// locked for longer than removeMountPoint waits (a child forked at that
+// moment shares the lock until it execs; on a loaded machine that takes a
+// while): the removal is retried once the lock is free, not given up (the
+// mount point stayed on the host for good).
+func TestProtectedRemovalRetried(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	codex := filepath.Join(ws, ".codex")
+	p := workspaceWrite(ws)
+	p.Mounts = append(p.Mounts, Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
+		t.Fatalf("write under the mask = %s", got)
+	}
+	child, err := os.Open(codex) // the forked child's shared lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Close()
+	if err := unix.Flock(int(child.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	closeIdle()
+	for i := 0; ; i++ { // the helper's release ran and found it locked
+		protMu.Lock()
+		_, held := protReg[codex]
+		protMu.Unlock()
+		if !held {
+			break
+		}
+		if i == 500 {
+			t.Fatal("the mount point is still held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if !isMountPoint(codex) {
+		t.Fatal("removed although locked")
+	}
+	child.Close() // the child exec'ed
+	waitGone(t, codex)
+}
