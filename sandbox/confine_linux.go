@@ -259,7 +259,7 @@ type protEntry struct {
 }
 
 // protMadeMarker marks a directory an exec-server made.
-const protMadeMarker = ".exec-server-sandbox-made"
+const protMadeMarker = mountPointMarker
 
 func acquireProtected(p *Plan) (func(), error) {
 	var paths []string
@@ -274,7 +274,15 @@ func acquireProtected(p *Plan) (func(), error) {
 		// another server may be between its mkdir and its marker, or
 		// between the marker's unlink and its rmdir (under its exclusive
 		// lock, which this shared one then waits out).
-		if !isMountPoint(m.Path) && (!m.Protected || !m.Missing && !missingOrDir(m.Path)) {
+		// So is a protected name that an entry of its own names (codex's
+		// read entry for .git) below a writable parent: Resolve saw a
+		// real directory there, or another server's mount point between
+		// its rmdir and its marker.
+		hold := isMountPoint(m.Path) ||
+			m.Protected && (m.Missing || missingOrDir(m.Path)) ||
+			!m.Protected && !m.Missing && isProtectedName(m.Path) && missingOrDir(m.Path) &&
+				p.accessOf(filepath.Dir(m.Path)) == AccessWrite
+		if !hold {
 			continue
 		}
 		e := protReg[m.Path]
@@ -327,6 +335,18 @@ func acquireProtected(p *Plan) (func(), error) {
 func exists(path string) bool {
 	var st unix.Stat_t
 	return unix.Lstat(path, &st) == nil
+}
+
+// isProtectedName reports whether path's last component is one of
+// ProtectedNames.
+func isProtectedName(path string) bool {
+	base := filepath.Base(path)
+	for _, n := range ProtectedNames {
+		if base == n {
+			return true
+		}
+	}
+	return false
 }
 
 // missingOrDir reports whether path is missing or a directory (not a

@@ -315,7 +315,7 @@ func TestProtectedHeldByRemover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, ok := findMount(p, git); !ok || !m.Protected || m.Missing {
+		if m, ok := findMount(p, git); !ok || m.Missing || m.Access != AccessRead {
 			t.Fatalf(".git: %+v, %v", m, ok)
 		}
 		return p.Command("/bin/true", []string{"true"}, nil, ws)
@@ -385,4 +385,30 @@ func TestProtectedRemovalRetried(t *testing.T) {
 	}
 	child.Close() // the child exec'ed
 	waitGone(t, codex)
+}
+
+// TestResolveServerMountPoint: a protected name that is an exec-server's
+// mount point (a concurrent sandbox's) resolves as the missing protected
+// path it stands for, even with codex's read entry naming it; a real
+// directory stays codex's read-only bind.
+func TestResolveServerMountPoint(t *testing.T) {
+	ws, _ := fixture(t)
+	for _, n := range []string{".git", ".codex"} {
+		if err := os.Mkdir(filepath.Join(ws, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", mountPointMarker), nil, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	p, err := codexPlan(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := findMount(p, filepath.Join(ws, ".git")); !ok || !m.Protected || !m.Missing || m.Access != AccessRead {
+		t.Errorf("a mount point .git: %+v, %v\n%s", m, ok, dump(p))
+	}
+	if m, ok := findMount(p, filepath.Join(ws, ".codex")); !ok || m.Protected || m.Missing || m.Access != AccessRead {
+		t.Errorf("a real .codex: %+v, %v\n%s", m, ok, dump(p))
+	}
 }

@@ -180,13 +180,11 @@ func TestResolveCodexWorkspaceWrite(t *testing.T) {
 			tmp + "/.aws":         AccessRead,
 			"/tmp/x":              AccessWrite,
 		})
-		// .git exists: codex's own read entry for it makes it read-only,
-		// and it is protected all the same (it may be a concurrent
-		// sandbox's mount point, which this one must hold); the missing
-		// ones are protected mounts.
+		// .git exists: codex's own read entry for it is the mount; the
+		// missing ones are protected mounts.
 		for _, name := range ProtectedNames {
 			m, ok := findMount(p, work+"/"+name)
-			if !ok || !m.Protected || m.Access != AccessRead || !m.Dir || m.Missing != (name != ".git") {
+			if !ok || m.Protected != (name != ".git") || m.Access != AccessRead || !m.Dir || m.Missing != (name != ".git") {
 				t.Errorf("protected %s: %+v, %v\n%s", name, m, ok, dump(p))
 			}
 		}
