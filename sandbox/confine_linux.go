@@ -259,22 +259,46 @@ type protEntry struct {
 }
 
 // protMadeMarker marks a directory an exec-server made.
-const protMadeMarker = ".exec-server-sandbox-made"
+const protMadeMarker = mountPointMarker
 
-func acquireProtected(p *Plan) func() {
+func acquireProtected(p *Plan) (func(), error) {
 	var paths []string
+	var failed error
 	protMu.Lock()
 	for _, m := range p.Mounts {
 		// A plan resolved while another sandbox held the mount point saw
 		// it exist: it must hold it too, or make it again if it went.
-		if !m.Protected || !m.Missing && !isMountPoint(m.Path) && exists(m.Path) {
+		// Any mount on an exec-server's mount point holds it, protected
+		// or not: its last holder's removal would unmount it in this view.
+		// An existing protected directory is held too, marker or not:
+		// another server may be between its mkdir and its marker, or
+		// between the marker's unlink and its rmdir (under its exclusive
+		// lock, which this shared one then waits out).
+		// So is a protected name that an entry of its own names (codex's
+		// read entry for .git) below a writable parent: Resolve saw a
+		// real directory there, or another server's mount point between
+		// its rmdir and its marker.
+		hold := isMountPoint(m.Path) ||
+			m.Protected && (m.Missing || missingOrDir(m.Path)) ||
+			!m.Protected && !m.Missing && isProtectedName(m.Path) && missingOrDir(m.Path) &&
+				p.accessOf(filepath.Dir(m.Path)) == AccessWrite
+		if !hold {
 			continue
 		}
 		e := protReg[m.Path]
 		if e == nil {
-			// A failure (a missing parent) leaves it to the helper, which
-			// fails closed if the path could be created inside.
-			e = &protEntry{dir: lockMountPoint(m.Path)}
+			// A failure for a missing path (a missing parent) leaves it
+			// to the helper, which fails closed if the path could be
+			// created inside. One that exists and cannot be held (another
+			// server is removing it, for longer than lockMountPoint
+			// waits) could go while the sandbox uses it: fail. One this
+			// server cannot read is none of an exec-server's (0755).
+			dir := lockMountPoint(m.Path)
+			if dir == nil && exists(m.Path) && unix.Access(m.Path, unix.R_OK) == nil {
+				failed = fmt.Errorf("protected path %s: its mount point could not be held", m.Path)
+				break
+			}
+			e = &protEntry{dir: dir}
 			protReg[m.Path] = e
 		}
 		e.n++
@@ -282,7 +306,7 @@ func acquireProtected(p *Plan) func() {
 	}
 	protMu.Unlock()
 	var once sync.Once
-	return func() {
+	release := func() {
 		once.Do(func() {
 			protMu.Lock()
 			defer protMu.Unlock()
@@ -294,11 +318,18 @@ func acquireProtected(p *Plan) func() {
 				delete(protReg, path)
 				if e.dir != nil {
 					e.dir.Close() // drops the shared lock
-					removeMountPoint(path)
+					if !removeMountPoint(path) {
+						go retryRemoval(path)
+					}
 				}
 			}
 		})
 	}
+	if failed != nil {
+		release()
+		return nil, failed
+	}
+	return release, nil
 }
 
 func exists(path string) bool {
@@ -306,9 +337,35 @@ func exists(path string) bool {
 	return unix.Lstat(path, &st) == nil
 }
 
-// isMountPoint reports whether path is a mount point an exec-server made.
+// isProtectedName reports whether path's last component is one of
+// ProtectedNames.
+func isProtectedName(path string) bool {
+	base := filepath.Base(path)
+	for _, n := range ProtectedNames {
+		if base == n {
+			return true
+		}
+	}
+	return false
+}
+
+// missingOrDir reports whether path is missing or a directory (not a
+// symlink).
+func missingOrDir(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return true
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// isMountPoint reports whether path is a mount point an exec-server made
+// (a directory, not a symlink to one, holding the marker).
 func isMountPoint(path string) bool {
 	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false
+	}
 	return unix.Lstat(filepath.Join(path, protMadeMarker), &st) == nil
 }
 
@@ -354,12 +411,31 @@ func lockMountPoint(path string) *os.File {
 	return nil
 }
 
+// retryRemoval tries removeMountPoint again for a while, with backoff,
+// while this server does not use path again (its release then removes
+// it). Without it a lock held for longer than removeMountPoint waits (a
+// child forked on a loaded machine that has not exec'ed yet) left the
+// mount point on the host for good.
+func retryRemoval(path string) {
+	for delay := 20 * time.Millisecond; delay <= 5*time.Second; delay *= 2 {
+		time.Sleep(delay)
+		protMu.Lock()
+		done := protReg[path] != nil || removeMountPoint(path)
+		protMu.Unlock()
+		if done {
+			return
+		}
+	}
+	// Another server's sandbox uses it: that server removes it.
+}
+
 // removeMountPoint removes path if nobody holds it, an exec-server made it
-// and it holds nothing but the marker.
-func removeMountPoint(path string) {
+// and it holds nothing but the marker. It is false when the lock was held
+// (another server's sandbox, or a child this one is forking, uses it).
+func removeMountPoint(path string) bool {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return true
 	}
 	dir := os.NewFile(uintptr(fd), path)
 	defer dir.Close()
@@ -374,17 +450,18 @@ func removeMountPoint(path string) {
 		}
 	}
 	if !locked {
-		return // another server's sandbox uses it
+		return false // another server's sandbox uses it
 	}
 	names, err := dir.Readdirnames(3)
 	if err != nil && err != io.EOF {
-		return
+		return true
 	}
 	if len(names) == 1 && names[0] == protMadeMarker {
 		if unix.Unlinkat(fd, protMadeMarker, 0) == nil {
 			_ = unix.Rmdir(path)
 		}
 	}
+	return true
 }
 
 // ---- Run ----
@@ -589,7 +666,13 @@ func startHelper(p *Plan, key string) (*helper, error) {
 		return nil, err
 	}
 	h := &helper{key: key, conn: conn, exited: make(chan *os.ProcessState, 1), inodes: inodesOf(p)}
-	release := acquireProtected(p)
+	release, err := acquireProtected(p)
+	if err != nil {
+		child.Close()
+		null.Close()
+		conn.Close()
+		return nil, err
+	}
 	uid, gid := idMaps()
 	h.proc, err = os.StartProcess("/proc/self/exe", []string{"exec-server-sandbox", helperArg, "run"}, &os.ProcAttr{
 		Env:   []string{},
@@ -807,6 +890,10 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	args = append(args, path, filepath.Clean(dir))
 	args = append(args, argv...)
 	uid, gid := idMaps()
+	release, err := acquireProtected(p)
+	if err != nil {
+		return nil, err
+	}
 	return &Spec{
 		Path:        "/proc/self/exe",
 		Argv:        args,
@@ -814,7 +901,7 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		Cloneflags:  cloneflags(true, p.Network),
 		UidMappings: uid,
 		GidMappings: gid,
-		Release:     acquireProtected(p),
+		Release:     release,
 	}, nil
 }
 

@@ -36,6 +36,22 @@ var globScanBudget = MaxGlobScanEntries
 // ProtectedNames are the subpaths kept read-only under every writable root.
 var ProtectedNames = [...]string{".git", ".agents", ".codex", ".aws"}
 
+// mountPointMarker is in every mount point an exec-server made on the host
+// for a missing protected path (hidden in every view by the mask).
+const mountPointMarker = ".exec-server-sandbox-made"
+
+// isServerMountPoint reports whether p is a directory (not a symlink)
+// holding the marker: a missing protected path that a concurrent sandbox
+// made its mount point.
+func isServerMountPoint(p string) bool {
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	_, err = os.Lstat(path.Join(p, mountPointMarker))
+	return err == nil
+}
+
 // minimalPaths are what the "minimal" special path stands for.
 var minimalPaths = [...]string{"/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc"}
 
@@ -344,7 +360,18 @@ func (r *resolver) protect() {
 		for _, name := range ProtectedNames {
 			p := path.Join(w, name)
 			fi, err := os.Lstat(p)
-			if err != nil {
+			if err != nil || isServerMountPoint(p) {
+				// A concurrent sandbox's mount point is the missing path
+				// it stands for: protected (this sandbox holds and masks
+				// it, or makes it again if it goes first), never an
+				// ordinary bind of a directory about to be removed (its
+				// rmdir would unmount the bind here and let the path be
+				// created through the writable root). An entry naming it
+				// (codex's read entry for .git) is passed over as missing.
+				if info, ok := r.info[p]; ok && err == nil {
+					info.Missing = true
+					r.info[p] = info
+				}
 				addIfWritable(Mount{Path: p, Missing: true, Dir: true})
 				continue
 			}

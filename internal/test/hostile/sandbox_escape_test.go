@@ -60,6 +60,7 @@ var escapeCases = []escapeCase{
 	{"13_proc_magic", nil, case13Proc},
 	{"14_protected_existing", setup14Existing, case14Existing},
 	{"14_protected_missing", nil, case14Missing},
+	{"14_protected_missing_concurrent", nil, case14Concurrent},
 	{"14_protected_gitdir", setup14Gitdir, case14Gitdir},
 	{"14_protected_symlink", setup14Symlink, case14Symlink},
 	{"15_remove_root", setup14Existing, case15RemoveRoot},
@@ -490,6 +491,19 @@ func case14Missing(t *testing.T, c *sbxClient) {
 	// While a command runs, mount points may exist on the host; after it,
 	// they must be gone (checked by the host check, which polls briefly).
 	wantProcOK(t, "control: ls -a", c.run([]string{"ls", "-a"}, nil))
+}
+
+// 14: a command started while a warm fs helper holds the mount point of
+// the missing .git sees .git exist (codex's own read entry names it); the
+// helper goes after its idle time (500 ms) while the command still runs:
+// .git must stay masked for the command (it holds the mount point too).
+// Before the fix its read-only bind went with the helper's removal of the
+// directory and mkdir reached the host.
+func case14Concurrent(t *testing.T, c *sbxClient) {
+	fx := c.fx
+	wantDenied(t, "fs/writeFile .git/config (.git missing)", c.writeFile(fx.w(".git", "config"), "x"), -32603, erofs)
+	cmd := "sleep 1.5; mkdir -p .git/hooks"
+	wantProcDenied(t, cmd+" (after the fs helper went)", c.run([]string{"sh", "-c", cmd}, nil), false)
 }
 
 // setup14Gitdir makes .git a gitdir pointer file to WORK/gitstore.
