@@ -325,7 +325,10 @@ func TestStreamEndsWithSocket(t *testing.T) {
 		c.CloseNow()
 	}
 	d.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The harness tries to resume first and gives up when the resumption
+	// is not answered within 10 s: the test must wait longer than that
+	// (with exactly 10 s it lost the race 3 runs in 40).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := ch.Read(ctx); err == nil || ctx.Err() != nil {
 		t.Fatalf("Read = %v", err)
