@@ -49,8 +49,11 @@ func TestNewClientRedials(t *testing.T) {
 		mu.Lock()
 		n := len(streams)
 		mu.Unlock()
-		if n != 2 || client.Generation(c) != 2 {
-			t.Errorf("%d dials, generation %d; want 2 and 2", n, client.Generation(c))
+		// A redial may fail and be retried (3 dials were seen once in CI
+		// against the reference): one new connection generation is what
+		// counts.
+		if n < 2 || client.Generation(c) != 2 {
+			t.Errorf("%d dials, generation %d; want at least 2 and 2", n, client.Generation(c))
 		}
 		if c.SessionID() != sid {
 			t.Errorf("session %s after the reconnect, want %s", c.SessionID(), sid)

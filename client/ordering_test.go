@@ -357,7 +357,10 @@ func TestOutputNotWrittenAfterReturn(t *testing.T) {
 	for time.Now().Before(deadline) && len(got) < cap(got) && string(got[len(got):min(cap(got), len(got)+4)]) != "late" {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if string(got) != p0 || (p0 != "" && p0 != "a") {
+	// The late push may beat the cancellation to the copier (then it is
+	// in the result from the start); what must not happen is a change
+	// after Output returned.
+	if string(got) != p0 || (p0 != "" && p0 != "a" && p0 != "alate") {
 		t.Errorf("Output's result changed after it returned: %q then %q", p0, got)
 	}
 }
