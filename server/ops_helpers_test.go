@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,7 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/transport"
 )
 
 // The ops tests (API, logs, metrics) use this small websocket client of
@@ -93,83 +95,105 @@ func startOpsServer(t *testing.T, cfg Config) *opsServer {
 	return o
 }
 
-// opsClient speaks JSON-RPC over one websocket.
+// opsClient speaks JSON-RPC over one websocket through the project's one
+// engine (jsonrpc.Conn over transport.DialWebSocket). Notifications queue
+// (unbounded: the read loop never waits on the test) until next takes them.
 type opsClient struct {
-	t       *testing.T
-	c       *websocket.Conn
-	id      int
-	pending []opsMsg // notifications call read past, for next
+	t    *testing.T
+	conn *jsonrpc.Conn
+	ws   *transport.WebSocket
+
+	mu    sync.Mutex
+	notes []opsMsg
+	more  chan struct{} // signalled when notes grows or the connection ends
+	ended bool
 }
 
 func dialOps(t *testing.T, url string, h http.Header) *opsClient {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	ws, err := transport.DialWebSocket(ctx, url, transport.DialOptions{Header: h, MaxMessageBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadLimit(64 << 20)
-	t.Cleanup(func() { _ = c.CloseNow() })
-	return &opsClient{t: t, c: c}
+	c := &opsClient{t: t, ws: ws, conn: jsonrpc.NewConn(ws, jsonrpc.Options{}), more: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.conn.Run(context.Background(), func(m *jsonrpc.Message) jsonrpc.Action {
+			c.mu.Lock()
+			c.notes = append(c.notes, opsMsg{Method: m.Method, Params: append(json.RawMessage(nil), m.Params...)})
+			c.mu.Unlock()
+			c.signal()
+			return jsonrpc.Inline
+		})
+		c.mu.Lock()
+		c.ended = true
+		c.mu.Unlock()
+		c.signal()
+	}()
+	t.Cleanup(func() { _ = c.conn.Close(); <-done })
+	return c
+}
+
+func (c *opsClient) signal() {
+	select {
+	case c.more <- struct{}{}:
+	default:
+	}
+}
+
+type opsErr struct {
+	Code    int
+	Message string
 }
 
 type opsMsg struct {
-	ID     *int            `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
-	Result json.RawMessage `json:"result"`
-	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+	Method string
+	Params json.RawMessage
+	Result json.RawMessage
+	Error  *opsErr
 }
 
-func (c *opsClient) write(v any) {
-	b, _ := json.Marshal(v)
-	if err := c.c.Write(context.Background(), websocket.MessageText, b); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// next reads the next message (30 s at most: a loaded CI machine).
+// next returns the next notification (30 s at most: a loaded CI machine).
 func (c *opsClient) next() opsMsg {
-	if len(c.pending) > 0 {
-		m := c.pending[0]
-		c.pending = c.pending[1:]
-		return m
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, b, err := c.c.Read(ctx)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	var m opsMsg
-	if err := json.Unmarshal(b, &m); err != nil {
-		c.t.Fatalf("bad JSON %q: %v", b, err)
-	}
-	return m
-}
-
-// call sends a request and returns its reply; notifications that arrive
-// first are kept for next (a process's output may overtake its start's
-// reply: dropping it made startPid wait for output already read).
-func (c *opsClient) call(method string, params any) opsMsg {
-	c.id++
-	id := c.id
-	c.write(map[string]any{"id": id, "method": method, "params": params})
-	var kept []opsMsg
-	defer func() { c.pending = append(kept, c.pending...) }()
+	deadline := time.After(30 * time.Second)
 	for {
-		m := c.next()
-		if m.ID != nil && *m.ID == id {
+		c.mu.Lock()
+		if len(c.notes) > 0 {
+			m := c.notes[0]
+			c.notes = c.notes[1:]
+			c.mu.Unlock()
 			return m
 		}
-		if m.ID == nil {
-			kept = append(kept, m)
+		ended := c.ended
+		c.mu.Unlock()
+		if ended {
+			c.t.Fatal("connection ended while waiting for a notification")
+		}
+		select {
+		case <-c.more:
+		case <-deadline:
+			c.t.Fatal("no notification within 30 s")
 		}
 	}
+}
+
+// call sends a request and returns its reply (result or error).
+func (c *opsClient) call(method string, params any) opsMsg {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var res json.RawMessage
+	err := c.conn.Call(ctx, method, params, &res)
+	var je *jsonrpc.Error
+	switch {
+	case errors.As(err, &je):
+		return opsMsg{Error: &opsErr{Code: je.Code, Message: je.Message}}
+	case err != nil:
+		c.t.Fatalf("%s: %v", method, err)
+	}
+	return opsMsg{Result: res}
 }
 
 func (c *opsClient) init() string {
@@ -177,7 +201,9 @@ func (c *opsClient) init() string {
 	if m.Error != nil {
 		c.t.Fatalf("initialize: %s", m.Error.Message)
 	}
-	c.write(map[string]any{"method": "initialized"})
+	if err := c.conn.Notify(context.Background(), "initialized", nil); err != nil {
+		c.t.Fatal(err)
+	}
 	var r struct {
 		SessionID string `json:"sessionId"`
 	}

@@ -109,7 +109,7 @@ func TestServeEndsSessionsOnCancel(t *testing.T) {
 	c := dialOps(t, s.url, nil)
 	c.init()
 	pid := c.startPid("p", t.TempDir())
-	_ = c.c.CloseNow() // detached: would live for an hour
+	_ = c.ws.Close() // detached: would live for an hour
 	s.stop()
 	select {
 	case err := <-s.done:
@@ -336,7 +336,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("no failed start counted by error code:\n%s", grepLines(body, "process_starts"))
 	}
 
-	_ = c.c.CloseNow()
+	_ = c.ws.Close()
 	opsWaitFor(t, "the session to detach", func() bool {
 		_, body := scrape(t, s.http+"/metrics", good)
 		return metricValue(body, `exec_server_sessions{state="detached"}`) == "1" && metricValue(body, "exec_server_connections") == "0"
