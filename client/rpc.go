@@ -15,10 +15,12 @@ import (
 // unknown; Client.call retries idempotent requests on the next connection.
 var errConnLost = errors.New("exec-server client: connection lost")
 
-// maxMessageBytes bounds one incoming message. The server's default limit is
-// 64 MiB; a whole-file read of a large file is base64 (4/3) plus framing, so
-// the client accepts a little more than the server will ever send by default.
-const maxMessageBytes = 80 << 20
+// maxMessageBytes bounds one incoming message. The server reads whole files
+// of up to 512 MiB by default (--max-file-bytes), sent as base64 (4/3) plus
+// framing: the client accepts that much (ReadFile returns it all in memory
+// anyway). At 80 MiB a 64 MiB file could not be read: over stdio the call
+// waited forever, over a websocket the client redialled and retried it.
+const maxMessageBytes = 512<<20/3*4 + 1<<20
 
 // clientLimits bound what one server message may contain. The message size
 // bounds the value count already; the server's own encoder nests little.
@@ -39,7 +41,7 @@ type rpcConn struct {
 // notify is called on the read loop, in arrival order, and must not block.
 func newRPCConn(s jsonrpc.Stream, notify func(string, json.RawMessage)) *rpcConn {
 	rc := &rpcConn{
-		Conn:   jsonrpc.NewConn(s, jsonrpc.Options{Limits: clientLimits}),
+		Conn:   jsonrpc.NewConn(s, jsonrpc.Options{Limits: clientLimits, EndOnDecodeError: true}),
 		s:      s,
 		notify: notify,
 		done:   make(chan struct{}),

@@ -367,3 +367,51 @@ func TestGoDetachedFromWork(t *testing.T) {
 		t.Error("GoDetached accepted work after the end")
 	}
 }
+
+// With EndOnDecodeError (a client's connection), a message the peer sent
+// that cannot be used (here: over the stream's size limit, or malformed)
+// ends the connection and fails the calls waiting, naming why; without it
+// the call it answered would wait forever. Without the option the
+// connection answers it and reads on (a server's behaviour).
+func TestEndOnDecodeError(t *testing.T) {
+	cases := []struct {
+		name string
+		item readItem
+	}{
+		{"too large", readItem{err: &DecodeError{Detail: "message of 90000000 bytes exceeds the limit of 83886080 bytes"}}},
+		{"malformed", readItem{data: []byte(`{"id":1,"result":`)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newFakeStream()
+			c := NewConn(s, Options{EndOnDecodeError: true})
+			wait := runConn(c, context.Background(), ignore)
+			errc := make(chan error, 1)
+			go func() { errc <- c.Call(context.Background(), "fs/readFile", nil, nil) }()
+			s.next(t)
+			s.in <- tc.item
+			select {
+			case err := <-errc:
+				if !errors.Is(err, ErrClosed) {
+					t.Errorf("pending Call = %v, want ErrClosed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the pending call did not fail within 5s")
+			}
+			var de *DecodeError
+			if err := wait(); !errors.As(err, &de) {
+				t.Errorf("Run = %v, want the *DecodeError", err)
+			}
+		})
+	}
+	// Control: a server's connection answers and reads on.
+	s := newFakeStream()
+	c := NewConn(s, Options{})
+	wait := runConn(c, context.Background(), ignore)
+	s.in <- cases[0].item
+	if f := s.next(t); !strings.Contains(f, `"id":-1`) {
+		t.Errorf("answer %s, want an error with id -1", f)
+	}
+	close(s.in)
+	_ = wait()
+}

@@ -64,6 +64,11 @@ type Options struct {
 	// close stdin and still read the replies; wrong for a websocket,
 	// whose end is both directions at once.
 	DrainOnEOF time.Duration
+	// EndOnDecodeError ends the connection when an incoming message
+	// cannot be used (too large, malformed), instead of answering it with
+	// an error and reading on. A client wants it: its peer's message is a
+	// response some call waits for, which would otherwise wait forever.
+	EndOnDecodeError bool
 	// MapError turns a handler's error into its wire form (Reply). The
 	// default is ToError: an *Error in the chain, else an internal error.
 	MapError func(error) *Error
@@ -216,7 +221,7 @@ func (c *Conn) Run(ctx context.Context, h Handler) error {
 		data, err = c.stream.Read(c.ctx)
 		if err != nil {
 			var de *DecodeError
-			if errors.As(err, &de) {
+			if errors.As(err, &de) && !c.opts.EndOnDecodeError {
 				c.replyDecodeError(de)
 				continue
 			}
@@ -231,6 +236,10 @@ func (c *Conn) Run(ctx context.Context, h Handler) error {
 			}
 			if rel != nil {
 				rel.Release(data)
+			}
+			if c.opts.EndOnDecodeError {
+				err = de
+				break
 			}
 			c.replyDecodeError(de)
 			continue
