@@ -2,10 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -211,55 +209,7 @@ func runRelaySpawn(cfg *config, sides []side, _ transportKind) []*row {
 // runRelayTTY: a 1-byte echo through a raw pty on each path.
 func runRelayTTY(cfg *config, sides []side, _ transportKind) []*row {
 	st := relayInterleave(cfg, sides, cfg.ttyN, 5, func(ctx context.Context, r *relayRig) (*runner, error) {
-		cmd := command(cfg, "sh", "-c", "stty raw -echo; echo ready; exec cat")
-		cmd.TTY = true
-		p, err := r.c.Start(ctx, cmd)
-		if err != nil {
-			return nil, err
-		}
-		out := make(chan []byte, 64)
-		go func() {
-			for {
-				b := make([]byte, 4096)
-				n, err := p.Output().Read(b)
-				if n > 0 {
-					out <- b[:n]
-				}
-				if err != nil {
-					close(out)
-					return
-				}
-			}
-		}()
-		var seen []byte
-		for !bytes.Contains(seen, []byte("ready\n")) {
-			select {
-			case b := <-out:
-				seen = append(seen, b...)
-			case <-time.After(10 * time.Second):
-				return nil, fmt.Errorf("tty: no ready from the shell (got %q)", seen)
-			}
-		}
-		var next int
-		rn := &runner{}
-		rn.take = func(n int) ([]float64, error) {
-			ctx := timeout(time.Minute)
-			return rn.timed(n, &next, func(int) error {
-				if err := p.Write(ctx, []byte("x")); err != nil {
-					return err
-				}
-				select {
-				case b := <-out:
-					if !bytes.Equal(b, []byte("x")) {
-						return fmt.Errorf("tty echo: got %q, want \"x\"", b)
-					}
-				case <-ctx.Done():
-					return errors.New("tty echo: no output")
-				}
-				return nil
-			})
-		}
-		return rn, nil
+		return startTTYEcho(ctx, cfg, r.c)
 	})
 	return []*row{relayRow("relay-tty-echo", "latency", "ms", false, st)}
 }

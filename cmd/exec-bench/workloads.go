@@ -233,59 +233,69 @@ func runTTY(cfg *config, sides []side, tr transportKind) []*row {
 		if err != nil {
 			return nil, err
 		}
-		cmd := command(cfg, "sh", "-c", "stty raw -echo; echo ready; exec cat")
-		cmd.TTY = true
-		p, err := c.Start(ctx, cmd)
+		r, err := startTTYEcho(ctx, cfg, c)
 		if err != nil {
 			srv.close()
 			return nil, err
 		}
-		out := make(chan []byte, 64)
-		go func() {
-			for {
-				b := make([]byte, 4096)
-				n, err := p.Output().Read(b)
-				if n > 0 {
-					out <- b[:n]
-				}
-				if err != nil {
-					close(out)
-					return
-				}
-			}
-		}()
-		var seen []byte
-		for !bytes.Contains(seen, []byte("ready\n")) {
-			select {
-			case b := <-out:
-				seen = append(seen, b...)
-			case <-time.After(10 * time.Second):
-				srv.close()
-				return nil, fmt.Errorf("tty: no ready from the shell (got %q)", seen)
-			}
-		}
-		var next int
-		r := &runner{close: srv.close}
-		r.take = func(n int) ([]float64, error) {
-			ctx := timeout(time.Minute)
-			return r.timed(n, &next, func(int) error {
-				if err := p.Write(ctx, []byte("x")); err != nil {
-					return err
-				}
-				select {
-				case b := <-out:
-					if !bytes.Equal(b, []byte("x")) {
-						return fmt.Errorf("tty echo: got %q, want \"x\"", b)
-					}
-				case <-ctx.Done():
-					return errors.New("tty echo: no output")
-				}
-				return nil
-			})
-		}
+		r.close = srv.close
 		return r, nil
 	})
 	return []*row{mkrow("tty-echo", "latency", "ms", false, tr, st)}
+}
+
+// startTTYEcho starts a raw-mode cat on a PTY through c and returns a
+// runner whose samples are 1-byte echo round trips.
+func startTTYEcho(ctx context.Context, cfg *config, c *client.Client) (*runner, error) {
+	cmd := command(cfg, "sh", "-c", "stty raw -echo; echo ready; exec cat")
+	cmd.TTY = true
+	p, err := c.Start(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan []byte, 64)
+	go func() {
+		for {
+			b := make([]byte, 4096)
+			n, err := p.Output().Read(b)
+			if n > 0 {
+				out <- b[:n]
+			}
+			if err != nil {
+				close(out)
+				return
+			}
+		}
+	}()
+	var seen []byte
+	for !bytes.Contains(seen, []byte("ready\n")) {
+		select {
+		case b := <-out:
+			seen = append(seen, b...)
+		case <-time.After(10 * time.Second):
+			return nil, fmt.Errorf("tty: no ready from the shell (got %q)", seen)
+		}
+	}
+	var next int
+	r := &runner{}
+	r.take = func(n int) ([]float64, error) {
+		ctx := timeout(time.Minute)
+		return r.timed(n, &next, func(int) error {
+			if err := p.Write(ctx, []byte("x")); err != nil {
+				return err
+			}
+			select {
+			case b := <-out:
+				if !bytes.Equal(b, []byte("x")) {
+					return fmt.Errorf("tty echo: got %q, want \"x\"", b)
+				}
+			case <-ctx.Done():
+				return errors.New("tty echo: no output")
+			}
+			return nil
+		})
+	}
+	return r, nil
 }
 
 // fsFile makes a file of n random bytes in the scratch dir once.
