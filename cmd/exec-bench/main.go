@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/fileuri"
 )
 
 // config is what every workload reads.
@@ -411,7 +412,7 @@ func command(cfg *config, argv ...string) client.Cmd {
 // the protocol-level client).
 func startParams(cfg *config, id string, tty bool, argv ...string) map[string]any {
 	return map[string]any{
-		"processId": id, "argv": argv, "cwd": fileURI(cfg.dir),
+		"processId": id, "argv": argv, "cwd": fileuri.FromPath(cfg.dir),
 		"env": pathEnv, "tty": tty,
 	}
 }

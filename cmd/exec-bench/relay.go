@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/internal/tailbuf"
 )
 
 // The relay workloads (issue 11 item 7) measure remote mode's cost: our
@@ -114,7 +115,7 @@ func openPath(ctx context.Context, cfg *config, ours side, path string) (*relayR
 		return nil, err
 	}
 	r := &relayRig{}
-	relayErr := &tailBuffer{max: 8192}
+	relayErr := &tailbuf.Buffer{Max: 8192}
 	rc := exec.Command(bin, "--listen", "127.0.0.1:0", "--executor-token-file", ef, "--harness-token-file", hf, "--log-level", "error")
 	rc.Stderr = relayErr
 	stdout, err := rc.StdoutPipe()
@@ -137,7 +138,7 @@ func openPath(ctx context.Context, cfg *config, ours side, path string) (*relayR
 	const env = "bench"
 	sc := exec.Command(ours.bin, "--remote", base, "--environment-id", env)
 	sc.Env = append(os.Environ(), "CODEX_API_KEY="+execTok)
-	srvErr := &tailBuffer{max: 8192}
+	srvErr := &tailbuf.Buffer{Max: 8192}
 	sc.Stderr = srvErr
 	if err := sc.Start(); err != nil {
 		r.close()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/execgo/exec-server/fileuri"
 )
 
 // The sandboxed workloads send what codex sends in `-s workspace-write`
@@ -77,18 +79,18 @@ func workspaceWritePermissions() map[string]any {
 
 // processSandbox is the sandbox object codex puts on process/start.
 func (s *sandboxWork) processSandbox() map[string]any {
-	uri := fileURI(s.work)
+	uri := fileuri.FromPath(s.work)
 	return map[string]any{"permissions": workspaceWritePermissions(), "cwd": uri, "workspaceRoots": []string{uri},
 		"windowsSandboxLevel": "disabled", "windowsSandboxProxySettingsMode": "reconcile", "useLegacyLandlock": false}
 }
 
 // fsSandbox is the sandbox object codex puts on a mutating fs call.
 func (s *sandboxWork) fsSandbox() map[string]any {
-	uri := fileURI(s.work)
+	uri := fileuri.FromPath(s.work)
 	home, _ := os.UserHomeDir()
 	return map[string]any{"permissions": workspaceWritePermissions(), "cwd": uri,
 		"policyContext":  map[string]any{"cwd": uri, "workspaceRoots": []string{uri}},
-		"workspaceRoots": []string{uri}, "userHomeDir": fileURI(home),
+		"workspaceRoots": []string{uri}, "userHomeDir": fileuri.FromPath(home),
 		"windowsSandboxLevel": "disabled", "useLegacyLandlock": false}
 }
 
@@ -131,7 +133,7 @@ func runSandboxWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 		data := make([]byte, 4<<10)
 		_, _ = rand.Read(data)
 		path := filepath.Join(sw.work, "bench-"+sd.name+".bin")
-		params, err := json.Marshal(map[string]any{"path": fileURI(path),
+		params, err := json.Marshal(map[string]any{"path": fileuri.FromPath(path),
 			"dataBase64": base64.StdEncoding.EncodeToString(data), "sandbox": sw.fsSandbox()})
 		if err != nil {
 			c.Close()
@@ -171,7 +173,7 @@ func runSandboxSpawn(cfg *config, sides []side, tr transportKind) []*row {
 		}
 		sandbox := sw.processSandbox()
 		start := func(ctx context.Context, id string) (string, error) {
-			p := map[string]any{"processId": id, "argv": []string{"/bin/true"}, "cwd": fileURI(sw.work),
+			p := map[string]any{"processId": id, "argv": []string{"/bin/true"}, "cwd": fileuri.FromPath(sw.work),
 				"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}
 			var res struct {
 				SandboxType string `json:"sandboxType"`

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/internal/tailbuf"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/transport"
 )
@@ -50,7 +50,7 @@ type server struct {
 	dialled bool
 	tr      transportKind
 	waited  chan struct{} // closed when the process has been waited for
-	stderr  *tailBuffer
+	stderr  *tailbuf.Buffer
 	sdk     *client.Client // stdio: the SDK's connection, which waits for the process
 	once    sync.Once
 }
@@ -90,7 +90,7 @@ func (sd side) start(ctx context.Context, tr transportKind, extra ...string) (*s
 	if err != nil {
 		return nil, err
 	}
-	s := &server{name: sd.name, cmd: cmd, home: home, tr: tr, waited: make(chan struct{}), stderr: &tailBuffer{max: 8192}}
+	s := &server{name: sd.name, cmd: cmd, home: home, tr: tr, waited: make(chan struct{}), stderr: &tailbuf.Buffer{Max: 8192}}
 	cmd.Stderr = s.stderr
 	if tr == stdio {
 		return s, nil
@@ -234,29 +234,3 @@ func (s *server) stop() {
 		_ = os.RemoveAll(s.home)
 	}
 }
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
-}
-
-// fileURI turns an absolute path into a file: URI.
-func fileURI(path string) string { return (&url.URL{Scheme: "file", Path: path}).String() }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/execgo/exec-server/internal/tailbuf"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/transport"
 )
@@ -53,7 +54,7 @@ type Server struct {
 	home    string
 	stdio   *Client
 	waitErr chan error
-	stderr  *tailBuffer
+	stderr  *tailbuf.Buffer
 
 	closeOnce sync.Once
 }
@@ -90,7 +91,7 @@ func StartServer(ctx context.Context, spec Spec, tr Transport) (*Server, error) 
 	args = append(args, spec.Args...)
 	args = append(args, "--listen", listen)
 	args = append(args, spec.Extra...)
-	s := &Server{Name: name, waitErr: make(chan error, 1), stderr: &tailBuffer{max: 8192}}
+	s := &Server{Name: name, waitErr: make(chan error, 1), stderr: &tailbuf.Buffer{Max: 8192}}
 	// The server must outlive the start-up context; it is stopped by Close.
 	cmd := exec.Command(bin, args...)
 	cmd.Env = os.Environ()
@@ -206,29 +207,6 @@ func (s *Server) cleanup() {
 	if s.home != "" {
 		_ = os.RemoveAll(s.home)
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
 
 // maxMessage bounds one message from a server: far above what any
