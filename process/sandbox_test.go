@@ -122,11 +122,24 @@ func modes(t *testing.T, f func(t *testing.T, opts Options)) {
 // left on the host (Spec.Release).
 var protectedNames = []string{".git", ".agents", ".codex", ".aws"}
 
+// checkNoTraces fails when a protected name is left in ws. A mount point
+// whose removal met a lock held for a moment (a child of a parallel test
+// between fork and exec shares it) is removed by a retry with back-off:
+// wait for that, up to 15 s, before calling it left.
 func checkNoTraces(t *testing.T, ws string) {
 	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
 	for _, name := range protectedNames {
-		if _, err := os.Lstat(filepath.Join(ws, name)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left on the host after the sandbox: %v", name, err)
+		for {
+			_, err := os.Lstat(filepath.Join(ws, name))
+			if errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s left on the host after the sandbox: %v", name, err)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
