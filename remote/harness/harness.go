@@ -377,19 +377,15 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 			}
 			if err != nil {
 				if ctx.Err() == nil && ch.Resumable() {
-					if nws, rerr := d.redial(ctx, b); rerr == nil {
-						l.set(nws)
+					nws, rerr := d.resume(ctx, b, l, ch, sender)
+					if rerr == nil {
+						d.log.Debug("remote stream resumed on a new socket", "stream", sid)
 						ws.CloseNow()
-						if rerr = ch.Rebind(ctx, sender); rerr == nil {
-							d.log.Debug("remote stream resumed on a new socket", "stream", sid)
-							ws = nws
-							resumed = true
-							continue
-						}
-						err = rerr
-					} else {
-						err = rerr
+						ws = nws
+						resumed = true
+						continue
 					}
+					err = rerr
 				}
 				ch.Fail(fmt.Errorf("remote executor: relay connection: %w", err))
 				return
@@ -409,12 +405,35 @@ func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS
 	return ch
 }
 
-// redial dials a new socket for a resumed stream: the same rendezvous URL
-// first, then a fresh one from /connect, retrying with a backoff for at
-// most ResumeTimeout.
-func (d *Dialer) redial(ctx context.Context, b *Bundle) (*websocket.Conn, error) {
+// resume moves the stream to a new socket: it redials and sends the
+// resume frame, and does both again when the new socket is lost before
+// the resume went out (a relay that drops sockets may drop the new one
+// too), all within ResumeTimeout.
+func (d *Dialer) resume(ctx context.Context, b *Bundle, l *link, ch *channel.Channel, sender channel.Sender) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.ResumeTimeout)
 	defer cancel()
+	for {
+		nws, err := d.redial(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		l.set(nws).CloseNow()
+		err = ch.Rebind(ctx, sender)
+		if err == nil {
+			return nws, nil
+		}
+		nws.CloseNow()
+		if ctx.Err() != nil || ch.Err() != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
+		d.log.Debug("remote stream: new socket lost before the resume went out; redialing", "stream", ch.StreamID(), "err", err)
+	}
+}
+
+// redial dials a new socket for a resumed stream: the same rendezvous URL
+// first, then a fresh one from /connect, retrying with a backoff until
+// ctx ends (resume bounds it by ResumeTimeout).
+func (d *Dialer) redial(ctx context.Context, b *Bundle) (*websocket.Conn, error) {
 	url := b.URL
 	delay := 100 * time.Millisecond
 	for {

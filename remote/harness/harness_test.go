@@ -522,9 +522,18 @@ func TestResumeAfterSocketCut(t *testing.T) {
 			for i := range 100 {
 				msgs = append(msgs, fmt.Appendf(nil, `{"i":%d,"pad":"%s"}`, i, strings.Repeat("p", i*300)))
 			}
+			// The first cut waits for the first echo: until a frame of the
+			// executor's arrives, the harness cannot know that it runs the
+			// extension, and a socket lost then ends the stream.
+			echoed := make(chan struct{})
 			go func() {
 				for i, m := range msgs {
 					if i%25 == 10 {
+						select {
+						case <-echoed:
+						case <-ctx.Done():
+							return
+						}
 						d.cutHarnessSockets()
 					}
 					if ch.Write(ctx, m, false) != nil {
@@ -543,6 +552,9 @@ func TestResumeAfterSocketCut(t *testing.T) {
 				}
 				if !bytes.Equal(got, m) {
 					t.Fatalf("message %d differs: %.30s", i, got)
+				}
+				if i == 0 {
+					close(echoed)
 				}
 			}
 			if plain {
