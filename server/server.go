@@ -214,11 +214,8 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 		StallTimeout:    s.cfg.MessageStallTimeout,
 		Authenticate:    authenticate,
 		Logger:          s.cfg.Logger,
-		Serve: func(rctx context.Context, ws *transport.WebSocket) {
-			cctx, cancel := context.WithCancel(rctx)
-			defer cancel()
-			stop := context.AfterFunc(ctx, cancel)
-			defer stop()
+		Context:         ctx,
+		Serve: func(cctx context.Context, ws *transport.WebSocket) {
 			s.serveCounted(cctx, ws, false)
 		},
 	})

@@ -266,9 +266,15 @@ type HandlerOptions struct {
 	// with the error's text.
 	Authenticate func(*http.Request) error
 	// Serve runs one connection until it ends. It is called on the
-	// request's goroutine; ctx ends when the server shuts down.
-	Serve  func(ctx context.Context, s *WebSocket)
-	Logger *slog.Logger
+	// request's goroutine; ctx derives from Context.
+	Serve func(ctx context.Context, s *WebSocket)
+	// Context, when set, ends every connection when it ends (a server's
+	// shutdown). Serve's ctx is not the request's: net/http cancels that
+	// one when its background read sees the peer's EOF, which can happen
+	// while the upgrade completes, and a peer that closed must read as
+	// io.EOF, not as a cancelled context.
+	Context context.Context
+	Logger  *slog.Logger
 }
 
 // NewHandler returns the HTTP handler of the websocket listener: upgrades on
@@ -346,8 +352,11 @@ func NewHandler(opts HandlerOptions) http.Handler {
 			return
 		}
 		c.SetReadLimit(opts.MaxMessageBytes)
-		ctx, cancel := context.WithCancel(r.Context())
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 		defer cancel()
+		if opts.Context != nil {
+			defer context.AfterFunc(opts.Context, cancel)()
+		}
 		stopPing := startPinger(ctx, c, opts.PingInterval)
 		defer stopPing()
 		ws := NewWebSocket(c, r.RemoteAddr)
