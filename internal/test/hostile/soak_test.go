@@ -160,8 +160,8 @@ func TestSoak(t *testing.T) {
 	}
 	select {
 	case <-s.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("soak: the server did not exit within 30 s of SIGTERM with %d sessions", n)
+	case <-time.After(90 * time.Second): // a hang guard; the bound is below
+		t.Fatalf("soak: the server did not exit within 90 s of SIGTERM with %d sessions", n)
 	}
 	shutdown := time.Since(begin)
 	<-sampled
@@ -176,8 +176,9 @@ func TestSoak(t *testing.T) {
 	// the fix takes 1.0-1.5 s there (the figure is logged above). The bound
 	// only catches that regression: under `go test ./...` every other
 	// package competes for the same 2 cores, and 1000 spawners each need a
-	// little CPU to end (16.6 s seen in a CI-like run).
-	if shutdown > 40*time.Second {
+	// little CPU to end (16.6 s seen in a CI-like run, over 30 s in a
+	// -count=2 run of every package beside two other builds).
+	if shutdown > 45*time.Second {
 		t.Errorf("soak: SIGTERM to exit took %v with %d sessions", shutdown, n)
 	}
 	if left := waitNoMarked(mark, 10*time.Second); len(left) > 0 {
