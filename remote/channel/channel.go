@@ -163,6 +163,7 @@ func (c *Channel) sendFrame(ctx context.Context, f *frame.Frame, fail bool) erro
 		next, bits := c.seq.ackState()
 		c.rmu.Unlock()
 		stamp(f, next, bits)
+		c.rel.stamped()
 	}
 	err := c.sender.Send(ctx, f)
 	c.smu.Unlock()
@@ -200,6 +201,15 @@ func (c *Channel) Rebind(ctx context.Context, s Sender) error {
 	}
 	c.rel.resend(0)
 	return nil
+}
+
+// Retransmitted counts the records sent again (after a timeout or on
+// resume); 0 without the reliability extension.
+func (c *Channel) Retransmitted() uint64 {
+	if c.rel == nil {
+		return 0
+	}
+	return c.rel.resent.Load()
 }
 
 // StreamID is the relay stream id.
@@ -353,7 +363,7 @@ func (c *Channel) Deliver(ctx context.Context, f *frame.Frame) error {
 		c.rel.inbound(f)
 		switch f.Kind {
 		case frame.KindData:
-			c.rel.dataArrived()
+			c.rel.dataArrived(len(f.Payload))
 		case frame.KindResume:
 			// The peer is on a new socket (or reports where it stands):
 			// send again what it has not got, and tell it ours.
