@@ -30,7 +30,10 @@ import (
 //     maxInflight records and maxInflightBytes (inside the receiver's
 //     0.169 window of 64 records and 1 MiB, so a resent first record never
 //     overflows the receiver's gap), and resends the ones neither
-//     acknowledged nor buffered after rto, doubling up to maxRTO. A full
+//     acknowledged nor buffered after rto, doubling up to maxRTO. The rto
+//     is measured as in RFC 6298 (SRTT + max(4·RTTVAR, rtoSlack), from
+//     records acknowledged without having been resent), initialRTO
+//     before the first sample. A full
 //     window blocks the writer while the peer is reliable, and for at most
 //     discoverTimeout while its kind is unknown; otherwise the oldest kept
 //     record is given up (a peer that turns out reliable late still gets
@@ -59,15 +62,21 @@ const (
 	initialRTO       = 250 * time.Millisecond
 	maxRTO           = 4 * time.Second
 	ackDelay         = 5 * time.Millisecond
+	// rtoSlack is the least the rto exceeds the smoothed round trip by:
+	// a lone record's ack may wait ackDelay at the receiver, and a
+	// loaded machine's scheduling adds a few ms more. minRTO bounds it
+	// below whatever the samples say.
+	rtoSlack = 2 * ackDelay
+	minRTO   = 15 * time.Millisecond
 	// The receiver acks at once, not after ackDelay, once this much has
 	// arrived since its last ack: a quarter of the sender's window, so
 	// that a bulk sender never drains its window waiting for the timer
 	// (900 KiB per 5 ms capped a stream at about 180 MB/s).
 	ackEveryRecords = maxInflight / 4
 	ackEveryBytes   = maxInflightBytes / 4
-	discoverTimeout  = time.Second
-	maxAdvertise     = 4
-	plainGiveUp      = 2 * maxInflight
+	discoverTimeout = time.Second
+	maxAdvertise    = 4
+	plainGiveUp     = 2 * maxInflight
 )
 
 type peerKind uint8
@@ -82,6 +91,7 @@ type sentRecord struct {
 	f      *frame.Frame
 	sentAt time.Time
 	sacked bool
+	resent bool // its ack is no round-trip sample (Karn)
 }
 
 type reliable struct {
@@ -92,7 +102,9 @@ type reliable struct {
 	unacked  []sentRecord // in seq order
 	bytes    int
 	space    chan struct{} // a token when the window may have room
-	rto      time.Duration
+	rto      time.Duration // current, with backoff
+	srtt     time.Duration // 0: no sample yet
+	rttvar   time.Duration
 	rtx      *time.Timer
 	ackTimer *time.Timer
 	ackDue   bool
@@ -248,7 +260,19 @@ func (r *reliable) inbound(f *frame.Frame) {
 	}
 	next := f.Ack - 1
 	progressed := false
+	// The round-trip sample is the newest record acknowledged for the
+	// first time (cumulatively or selectively) and never resent: a
+	// record buffered behind a hole was sampled when first SACKed, not
+	// when the hole filled seconds later.
+	var sample time.Duration
+	now := time.Now()
+	take := func(rec *sentRecord) {
+		if !rec.resent && !rec.sacked {
+			sample = now.Sub(rec.sentAt)
+		}
+	}
 	for len(r.unacked) > 0 && r.unacked[0].f.Seq < next {
+		take(&r.unacked[0])
 		r.bytes -= len(r.unacked[0].f.Payload)
 		r.unacked = r.unacked[1:]
 		progressed = true
@@ -256,11 +280,21 @@ func (r *reliable) inbound(f *frame.Frame) {
 	for i := range r.unacked {
 		s := r.unacked[i].f.Seq
 		if s > next && s-next-1 < 32 && f.AckBits&(1<<(s-next-1)) != 0 {
+			take(&r.unacked[i])
 			r.unacked[i].sacked = true
 		}
 	}
+	if sample > 0 {
+		r.measured(sample)
+	}
 	if progressed {
-		r.rto = initialRTO
+		// A backed-off rto stays until a record acknowledged without
+		// having been resent gives a new sample (Karn): resetting it on
+		// any progress resent whole windows again and again when the
+		// round trip grew past the last sample.
+		if sample > 0 {
+			r.rto = r.baseRTO()
+		}
 		if len(r.unacked) == 0 {
 			r.rtx.Stop()
 		} else {
@@ -271,6 +305,28 @@ func (r *reliable) inbound(f *frame.Frame) {
 		default:
 		}
 	}
+}
+
+// measured takes a round-trip sample (RFC 6298 §2, α = 1/8, β = 1/4).
+func (r *reliable) measured(rtt time.Duration) {
+	if r.srtt == 0 {
+		r.srtt, r.rttvar = rtt, rtt/2
+		return
+	}
+	d := r.srtt - rtt
+	if d < 0 {
+		d = -d
+	}
+	r.rttvar = (3*r.rttvar + d) / 4
+	r.srtt = (7*r.srtt + rtt) / 8
+}
+
+// baseRTO is the rto without backoff: measured once there is a sample.
+func (r *reliable) baseRTO() time.Duration {
+	if r.srtt == 0 {
+		return initialRTO
+	}
+	return min(max(r.srtt+max(4*r.rttvar, rtoSlack), minRTO), maxRTO)
 }
 
 // keeps reports whether records are kept (not given up on a plain peer).
@@ -294,8 +350,9 @@ func (r *reliable) resend(from uint32) {
 		again = append(again, r.unacked[i].f)
 		r.unacked[i].sentAt = now
 		r.unacked[i].sacked = false
+		r.unacked[i].resent = true
 	}
-	r.rto = initialRTO
+	r.rto = r.baseRTO()
 	if len(r.unacked) > 0 {
 		r.rtx.Reset(r.rto)
 	}
@@ -379,6 +436,7 @@ func (r *reliable) retransmit() {
 		if !r.unacked[i].sacked && now.Sub(r.unacked[i].sentAt) >= r.rto/2 {
 			resend = append(resend, r.unacked[i].f)
 			r.unacked[i].sentAt = now
+			r.unacked[i].resent = true
 		}
 	}
 	r.rto = min(2*r.rto, maxRTO)

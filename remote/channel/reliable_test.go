@@ -177,7 +177,7 @@ func exchange(t *testing.T, a, b *Channel, n int) {
 func TestReliableOverLossyLink(t *testing.T) {
 	a, b, ab, ba := linkedPair(t, true, true, 0.1, 0.05, 0.1)
 	exchange(t, a, b, 300)
-	t.Logf("a→b %s; b→a %s", ab.stats(), ba.stats())
+	t.Logf("a→b %s; b→a %s; resent %d %d", ab.stats(), ba.stats(), a.Retransmitted(), b.Retransmitted())
 	ab.mu.Lock()
 	ba.mu.Lock()
 	none := ab.dropped == 0 || ba.dropped == 0
