@@ -297,23 +297,58 @@ func (c *Channel) flush(ctx context.Context) error {
 	if err := c.seq.outbound(f); err != nil {
 		return c.writeFailed(err)
 	}
-	ct, err := c.send.Encrypt(make([]byte, 0, len(c.out)+noise.Overhead), c.out)
+	ct, err := c.send.Encrypt(getRecord(len(c.out)+noise.Overhead), c.out)
 	if err != nil {
 		return c.writeFailed(err)
 	}
 	c.out = c.out[:0]
 	f.Payload = ct
+	var kept *sentRecord
 	if c.rel != nil {
 		// Kept before it is sent: an ack may come back at once.
-		c.rel.sent(f)
+		kept = c.rel.sent(f)
 	}
-	if err := c.sendFrame(ctx, f, false); err != nil && !c.Resumable() {
+	err = c.sendFrame(ctx, f, false)
+	if kept != nil {
+		c.rel.sendDone(kept)
+	} else {
+		putRecord(ct)
+	}
+	if err != nil && !c.Resumable() {
 		return c.writeFailed(err)
 	}
 	if c.rel != nil && f.Seq < maxAdvertise {
 		c.rel.advertise()
 	}
 	return nil
+}
+
+// Sealed records of more than half the maximum are built in pooled
+// buffers of the maximum size and recycled once sent (or, when kept for
+// retransmission, once acknowledged and no send of them is under way):
+// two 60 KiB allocations per record, this one and the Sender's frame,
+// were most of the sender's garbage on bulk output. Smaller records are
+// allocated to size, so that a window of small records does not pin 60
+// KiB each.
+const pooledRecord = MaxRecordPlaintext / 2
+
+var recordPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, MaxRecordPlaintext+noise.Overhead)
+	return &b
+}}
+
+func getRecord(size int) []byte {
+	if size < pooledRecord {
+		return make([]byte, 0, size)
+	}
+	return (*recordPool.Get().(*[]byte))[:0]
+}
+
+func putRecord(b []byte) {
+	if cap(b) == MaxRecordPlaintext+noise.Overhead {
+		b = b[:0]
+		recordPool.Put(&b)
+	}
 }
 
 func (c *Channel) writeFailed(err error) error {

@@ -88,10 +88,12 @@ const (
 )
 
 type sentRecord struct {
-	f      *frame.Frame
-	sentAt time.Time
-	sacked bool
-	resent bool // its ack is no round-trip sample (Karn)
+	f       *frame.Frame
+	sentAt  time.Time
+	sacked  bool
+	resent  bool // its ack is no round-trip sample (Karn)
+	sending int  // sends of it under way: its payload is in use
+	dropped bool // no longer kept: recycle the payload when sending is 0
 }
 
 type reliable struct {
@@ -99,7 +101,7 @@ type reliable struct {
 
 	mu       sync.Mutex
 	peer     peerKind
-	unacked  []sentRecord // in seq order
+	unacked  []*sentRecord // in seq order
 	bytes    int
 	space    chan struct{} // a token when the window may have room
 	rto      time.Duration // current, with backoff
@@ -129,7 +131,39 @@ func (r *reliable) stop() {
 	r.rtx.Stop()
 	r.ackTimer.Stop()
 	r.mu.Lock()
+	for _, rec := range r.unacked {
+		r.drop(rec)
+	}
 	r.unacked = nil
+	r.mu.Unlock()
+}
+
+// drop stops keeping rec (r.mu held): its payload goes back to the pool
+// now, or when the last send of it under way returns.
+func (r *reliable) drop(rec *sentRecord) {
+	r.bytes -= len(rec.f.Payload)
+	rec.dropped = true
+	if rec.sending == 0 {
+		putRecord(rec.f.Payload)
+		rec.f.Payload = nil
+	}
+}
+
+// dropFirst drops the oldest kept record (r.mu held).
+func (r *reliable) dropFirst() {
+	r.drop(r.unacked[0])
+	r.unacked[0] = nil
+	r.unacked = r.unacked[1:]
+}
+
+// sendDone ends a send of rec begun under r.mu.
+func (r *reliable) sendDone(rec *sentRecord) {
+	r.mu.Lock()
+	rec.sending--
+	if rec.dropped && rec.sending == 0 {
+		putRecord(rec.f.Payload)
+		rec.f.Payload = nil
+	}
 	r.mu.Unlock()
 }
 
@@ -171,8 +205,7 @@ func (r *reliable) waitRoom(ctx context.Context, size int) error {
 		full := r.keep && r.full(size)
 		unknown := r.peer == peerUnknown
 		if full && r.peer == peerPlain {
-			r.bytes -= len(r.unacked[0].f.Payload)
-			r.unacked = r.unacked[1:]
+			r.dropFirst()
 			full = false
 		}
 		r.mu.Unlock()
@@ -200,25 +233,31 @@ func (r *reliable) waitRoom(ctx context.Context, size int) error {
 	}
 }
 
-// sent records a data frame about to be sent.
-func (r *reliable) sent(f *frame.Frame) {
+// sent records a data frame about to be sent. It returns the record
+// kept, whose send the caller ends with sendDone, or nil if none is kept.
+func (r *reliable) sent(f *frame.Frame) *sentRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.peer == peerPlain {
 		r.plainN++
 		if r.plainN > plainGiveUp {
 			r.keep = false
+			for len(r.unacked) > 0 {
+				r.dropFirst()
+			}
 			r.unacked, r.bytes = nil, 0
 		}
 	}
 	if !r.keep {
-		return
+		return nil
 	}
-	r.unacked = append(r.unacked, sentRecord{f: f, sentAt: time.Now()})
+	rec := &sentRecord{f: f, sentAt: time.Now(), sending: 1}
+	r.unacked = append(r.unacked, rec)
 	r.bytes += len(f.Payload)
 	if r.peer == peerReliable && len(r.unacked) == 1 {
 		r.rtx.Reset(r.rto)
 	}
+	return rec
 }
 
 // setKind records what the peer is; r.mu is held.
@@ -272,16 +311,15 @@ func (r *reliable) inbound(f *frame.Frame) {
 		}
 	}
 	for len(r.unacked) > 0 && r.unacked[0].f.Seq < next {
-		take(&r.unacked[0])
-		r.bytes -= len(r.unacked[0].f.Payload)
-		r.unacked = r.unacked[1:]
+		take(r.unacked[0])
+		r.dropFirst()
 		progressed = true
 	}
-	for i := range r.unacked {
-		s := r.unacked[i].f.Seq
+	for _, rec := range r.unacked {
+		s := rec.f.Seq
 		if s > next && s-next-1 < 32 && f.AckBits&(1<<(s-next-1)) != 0 {
-			take(&r.unacked[i])
-			r.unacked[i].sacked = true
+			take(rec)
+			rec.sacked = true
 		}
 	}
 	if sample > 0 {
@@ -341,16 +379,16 @@ func (r *reliable) keeps() bool {
 func (r *reliable) resend(from uint32) {
 	r.mu.Lock()
 	for len(r.unacked) > 0 && r.unacked[0].f.Seq < from {
-		r.bytes -= len(r.unacked[0].f.Payload)
-		r.unacked = r.unacked[1:]
+		r.dropFirst()
 	}
-	var again []*frame.Frame
+	var again []*sentRecord
 	now := time.Now()
-	for i := range r.unacked {
-		again = append(again, r.unacked[i].f)
-		r.unacked[i].sentAt = now
-		r.unacked[i].sacked = false
-		r.unacked[i].resent = true
+	for _, rec := range r.unacked {
+		again = append(again, rec)
+		rec.sentAt = now
+		rec.sacked = false
+		rec.resent = true
+		rec.sending++
 	}
 	r.rto = r.baseRTO()
 	if len(r.unacked) > 0 {
@@ -362,11 +400,7 @@ func (r *reliable) resend(from uint32) {
 	}
 	r.mu.Unlock()
 	r.resent.Add(uint64(len(again)))
-	for _, f := range again {
-		if err := r.c.sendFrame(r.c.ctx, f, true); err != nil {
-			return
-		}
-	}
+	r.sendAll(again)
 }
 
 // forceAck schedules an ack frame even if one is not due.
@@ -430,13 +464,14 @@ func (r *reliable) retransmit() {
 		r.mu.Unlock()
 		return
 	}
-	var resend []*frame.Frame
+	var resend []*sentRecord
 	now := time.Now()
-	for i := range r.unacked {
-		if !r.unacked[i].sacked && now.Sub(r.unacked[i].sentAt) >= r.rto/2 {
-			resend = append(resend, r.unacked[i].f)
-			r.unacked[i].sentAt = now
-			r.unacked[i].resent = true
+	for _, rec := range r.unacked {
+		if !rec.sacked && now.Sub(rec.sentAt) >= r.rto/2 {
+			resend = append(resend, rec)
+			rec.sentAt = now
+			rec.resent = true
+			rec.sending++
 		}
 	}
 	r.rto = min(2*r.rto, maxRTO)
@@ -445,9 +480,17 @@ func (r *reliable) retransmit() {
 	}
 	r.mu.Unlock()
 	r.resent.Add(uint64(len(resend)))
-	for _, f := range resend {
-		if err := r.c.sendFrame(r.c.ctx, f, true); err != nil {
-			return
+	r.sendAll(resend)
+}
+
+// sendAll sends recs again, in order, ending each one's send; after a
+// failed send the rest are not sent.
+func (r *reliable) sendAll(recs []*sentRecord) {
+	var err error
+	for _, rec := range recs {
+		if err == nil {
+			err = r.c.sendFrame(r.c.ctx, rec.f, true)
 		}
+		r.sendDone(rec)
 	}
 }
