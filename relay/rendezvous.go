@@ -18,8 +18,9 @@ const RejectionHeader = "x-codex-rendezvous-rejection-reason"
 const writeTimeout = 30 * time.Second
 
 // leg is one accepted rendezvous websocket. Frames go out through a bounded
-// queue drained by one writer goroutine, so a reader never blocks on
-// another socket's network write.
+// queue drained by one writer goroutine, so a reader blocks on another
+// socket's network write only when that socket was idle: then the reader
+// writes the frame itself (see Send).
 type leg struct {
 	s        *Server
 	role     string
@@ -27,6 +28,8 @@ type leg struct {
 	conn     *websocket.Conn
 	out      chan outFrame
 	queued   atomic.Int64  // bytes in out
+	wmu      sync.Mutex    // held while writing the socket
+	unsent   atomic.Int64  // frames in out or being written by the writer
 	space    chan struct{} // a token when the writer took a frame
 	closing  chan struct{}
 	done     chan struct{}
@@ -60,7 +63,48 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
 // waits: harness sockets are independent and TCP slows the harness); a
 // harness leg that stays full for SlowHarness is cut, so that one stalled
 // harness cannot stall the executor's other streams.
-func (l *leg) Send(b []byte) bool { return l.send(outFrame{b: b}) }
+//
+// When nothing is queued or being written, the caller writes the frame
+// itself: a hand-off to the writer goroutine per frame cost a wake-up on
+// every message's path. The kernel's socket buffer is then the queue; a
+// write to a harness that does not drain it within SlowHarness cuts it, as
+// a full queue does.
+func (l *leg) Send(b []byte) bool {
+	if l.unsent.Load() == 0 && l.wmu.TryLock() {
+		if l.unsent.Load() == 0 {
+			ok := l.writeNow(b)
+			l.wmu.Unlock()
+			return ok
+		}
+		l.wmu.Unlock()
+	}
+	return l.send(outFrame{b: b})
+}
+
+// writeNow writes b on the caller's goroutine; l.wmu is held.
+func (l *leg) writeNow(b []byte) bool {
+	select {
+	case <-l.closing:
+		return false
+	case <-l.done:
+		return false
+	default:
+	}
+	timeout := writeTimeout
+	if l.role == roleHarness {
+		timeout = min(timeout, l.s.opts.SlowHarness)
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, timeout)
+	defer cancel()
+	if err := l.conn.Write(ctx, websocket.MessageBinary, b); err != nil {
+		if l.role == roleHarness && ctx.Err() != nil && l.ctx.Err() == nil {
+			l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
+		}
+		l.cut()
+		return false
+	}
+	return true
+}
 
 func (l *leg) send(f outFrame) bool {
 	select {
@@ -70,6 +114,15 @@ func (l *leg) send(f outFrame) bool {
 		return false
 	default:
 	}
+	l.unsent.Add(1)
+	if !l.enqueue(f) {
+		l.unsent.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (l *leg) enqueue(f outFrame) bool {
 	n := int64(len(f.b))
 	reserved := l.reserve(n)
 	if reserved {
@@ -172,6 +225,9 @@ func (l *leg) writer() {
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, writeTimeout)
 		defer cancel()
+		l.wmu.Lock()
+		defer l.wmu.Unlock()
+		defer l.unsent.Add(-1)
 		return l.conn.Write(ctx, typ, f.b) == nil
 	}
 	for {

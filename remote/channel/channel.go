@@ -163,6 +163,7 @@ func (c *Channel) sendFrame(ctx context.Context, f *frame.Frame, fail bool) erro
 		next, bits := c.seq.ackState()
 		c.rmu.Unlock()
 		stamp(f, next, bits)
+		c.rel.stamped()
 	}
 	err := c.sender.Send(ctx, f)
 	c.smu.Unlock()
@@ -200,6 +201,15 @@ func (c *Channel) Rebind(ctx context.Context, s Sender) error {
 	}
 	c.rel.resend(0)
 	return nil
+}
+
+// Retransmitted counts the records sent again (after a timeout or on
+// resume); 0 without the reliability extension.
+func (c *Channel) Retransmitted() uint64 {
+	if c.rel == nil {
+		return 0
+	}
+	return c.rel.resent.Load()
 }
 
 // StreamID is the relay stream id.
@@ -287,23 +297,58 @@ func (c *Channel) flush(ctx context.Context) error {
 	if err := c.seq.outbound(f); err != nil {
 		return c.writeFailed(err)
 	}
-	ct, err := c.send.Encrypt(make([]byte, 0, len(c.out)+noise.Overhead), c.out)
+	ct, err := c.send.Encrypt(getRecord(len(c.out)+noise.Overhead), c.out)
 	if err != nil {
 		return c.writeFailed(err)
 	}
 	c.out = c.out[:0]
 	f.Payload = ct
+	var kept *sentRecord
 	if c.rel != nil {
 		// Kept before it is sent: an ack may come back at once.
-		c.rel.sent(f)
+		kept = c.rel.sent(f)
 	}
-	if err := c.sendFrame(ctx, f, false); err != nil && !c.Resumable() {
+	err = c.sendFrame(ctx, f, false)
+	if kept != nil {
+		c.rel.sendDone(kept)
+	} else {
+		putRecord(ct)
+	}
+	if err != nil && !c.Resumable() {
 		return c.writeFailed(err)
 	}
 	if c.rel != nil && f.Seq < maxAdvertise {
 		c.rel.advertise()
 	}
 	return nil
+}
+
+// Sealed records of more than half the maximum are built in pooled
+// buffers of the maximum size and recycled once sent (or, when kept for
+// retransmission, once acknowledged and no send of them is under way):
+// two 60 KiB allocations per record, this one and the Sender's frame,
+// were most of the sender's garbage on bulk output. Smaller records are
+// allocated to size, so that a window of small records does not pin 60
+// KiB each.
+const pooledRecord = MaxRecordPlaintext / 2
+
+var recordPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, MaxRecordPlaintext+noise.Overhead)
+	return &b
+}}
+
+func getRecord(size int) []byte {
+	if size < pooledRecord {
+		return make([]byte, 0, size)
+	}
+	return (*recordPool.Get().(*[]byte))[:0]
+}
+
+func putRecord(b []byte) {
+	if cap(b) == MaxRecordPlaintext+noise.Overhead {
+		b = b[:0]
+		recordPool.Put(&b)
+	}
 }
 
 func (c *Channel) writeFailed(err error) error {
@@ -353,7 +398,7 @@ func (c *Channel) Deliver(ctx context.Context, f *frame.Frame) error {
 		c.rel.inbound(f)
 		switch f.Kind {
 		case frame.KindData:
-			c.rel.dataArrived()
+			c.rel.dataArrived(len(f.Payload))
 		case frame.KindResume:
 			// The peer is on a new socket (or reports where it stands):
 			// send again what it has not got, and tell it ours.

@@ -177,7 +177,7 @@ func exchange(t *testing.T, a, b *Channel, n int) {
 func TestReliableOverLossyLink(t *testing.T) {
 	a, b, ab, ba := linkedPair(t, true, true, 0.1, 0.05, 0.1)
 	exchange(t, a, b, 300)
-	t.Logf("a→b %s; b→a %s", ab.stats(), ba.stats())
+	t.Logf("a→b %s; b→a %s; resent %d %d", ab.stats(), ba.stats(), a.Retransmitted(), b.Retransmitted())
 	ab.mu.Lock()
 	ba.mu.Lock()
 	none := ab.dropped == 0 || ba.dropped == 0
@@ -249,4 +249,138 @@ func FuzzReliableInbound(f *testing.F) {
 			t.Fatalf("%d kept, %d bytes", len(c.rel.unacked), c.rel.bytes)
 		}
 	})
+}
+
+// A kept record acknowledged while a send of it is under way keeps its
+// payload until that send ends; only then does the buffer go back to
+// the pool (it would otherwise be resealed under the send's feet).
+func TestRecordRecycledAfterSend(t *testing.T) {
+	c := New("s", SenderFunc(func(context.Context, *frame.Frame) error { return nil }),
+		noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{Reliable: true})
+	defer c.Close()
+	r := c.rel
+	r.mu.Lock()
+	r.setKind(peerReliable)
+	r.mu.Unlock()
+	for _, tt := range []struct {
+		name  string
+		ackAt int // acknowledged after this many of the two sends ended
+	}{{"ack during both sends", 0}, {"ack during the resend", 1}, {"ack after both", 2}} {
+		t.Run(tt.name, func(t *testing.T) {
+			r.mu.Lock()
+			seq := uint32(len(r.unacked))
+			if len(r.unacked) > 0 {
+				seq = r.unacked[len(r.unacked)-1].f.Seq + 1
+			}
+			r.mu.Unlock()
+			f := &frame.Frame{Kind: frame.KindData, Seq: seq, Payload: getRecord(MaxRecordPlaintext + noise.Overhead)[:10]}
+			rec := r.sent(f) // the first send is under way
+			if rec == nil {
+				t.Fatal("record not kept")
+			}
+			r.mu.Lock()
+			rec.sending++ // a retransmission of it too
+			r.mu.Unlock()
+			ack := func() { r.inbound(&frame.Frame{Kind: frame.KindAck, Ack: seq + 2}) }
+			for i := range 2 {
+				if i == tt.ackAt {
+					ack()
+				}
+				if f.Payload == nil {
+					t.Fatalf("payload recycled with %d of 2 sends still under way", 2-i)
+				}
+				r.sendDone(rec)
+			}
+			if tt.ackAt == 2 {
+				if f.Payload == nil {
+					t.Fatal("payload recycled before the record was acknowledged")
+				}
+				ack()
+			}
+			if f.Payload != nil {
+				t.Fatal("payload not recycled once acknowledged and no send was under way")
+			}
+		})
+	}
+}
+
+// The retransmission timeout follows the measured round trip (RFC 6298),
+// takes no sample from a resent record (Karn) nor from a record that
+// waited SACKed behind a hole, and keeps a backed-off value until a new
+// sample.
+func TestMeasuredRTO(t *testing.T) {
+	c := New("s", SenderFunc(func(context.Context, *frame.Frame) error { return nil }),
+		noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{Reliable: true})
+	defer c.Close()
+	r := c.rel
+	r.mu.Lock()
+	r.setKind(peerReliable)
+	r.mu.Unlock()
+	seq := uint32(0)
+	// send keeps a record sent ago; resent marks it as sent again.
+	send := func(ago time.Duration, resent bool) *sentRecord {
+		rec := r.sent(&frame.Frame{Kind: frame.KindData, Seq: seq, Payload: make([]byte, 10)})
+		r.sendDone(rec)
+		r.mu.Lock()
+		rec.sentAt = time.Now().Add(-ago)
+		rec.resent = resent
+		r.mu.Unlock()
+		seq++
+		return rec
+	}
+	ackAll := func() { r.inbound(&frame.Frame{Kind: frame.KindAck, Ack: seq + 1}) }
+	state := func() (rto, srtt time.Duration) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.rto, r.srtt
+	}
+	if rto, _ := state(); rto != initialRTO {
+		t.Fatalf("rto %v before any sample, want %v", rto, initialRTO)
+	}
+	send(time.Millisecond, false)
+	ackAll()
+	if rto, srtt := state(); srtt < time.Millisecond || rto != minRTO {
+		t.Fatalf("after a 1 ms sample: srtt %v rto %v, want srtt >= 1ms and rto %v", srtt, rto, minRTO)
+	}
+	for range 20 {
+		send(400*time.Millisecond, false)
+		ackAll()
+	}
+	rto, srtt := state()
+	if srtt < 300*time.Millisecond || rto < srtt+rtoSlack {
+		t.Fatalf("after 400 ms samples: srtt %v rto %v", srtt, rto)
+	}
+	// A resent record's ack says nothing about the round trip.
+	send(3*time.Second, true)
+	ackAll()
+	if _, s := state(); s != srtt {
+		t.Fatalf("srtt moved from %v to %v on a resent record", srtt, s)
+	}
+	// A record SACKed at once and acknowledged when its hole fills much
+	// later: sampled when SACKed (as short), not when acknowledged.
+	hole := send(0, true)
+	late := send(500*time.Microsecond, false)
+	r.inbound(&frame.Frame{Kind: frame.KindAck, Ack: hole.f.Seq + 1, AckBits: 1})
+	_, s1 := state()
+	r.mu.Lock()
+	late.sentAt = time.Now().Add(-10 * time.Second)
+	r.mu.Unlock()
+	ackAll()
+	if _, s2 := state(); s2 != s1 || s1 >= srtt {
+		t.Fatalf("srtt %v, then %v after the SACK, %v once the hole filled: want a shorter value from the SACK, unchanged after", srtt, s1, s2)
+	}
+	// Backoff stays until a fresh sample.
+	r.mu.Lock()
+	r.rto = maxRTO
+	r.mu.Unlock()
+	send(0, true)
+	ackAll()
+	if rto, _ := state(); rto != maxRTO {
+		t.Fatalf("backed-off rto reset to %v without a new sample", rto)
+	}
+	send(time.Millisecond, false)
+	ackAll()
+	if rto, _ := state(); rto >= maxRTO {
+		t.Fatalf("rto %v still backed off after a new sample", rto)
+	}
 }

@@ -339,8 +339,12 @@ func (l *link) set(ws *websocket.Conn) *websocket.Conn {
 func (d *Dialer) start(ws *websocket.Conn, b *Bundle, sid string, sendCS, recvCS *noise.CipherState) *channel.Channel {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &link{ws: ws}
+	// The channel calls its Sender one call at a time: one encoding
+	// buffer serves every frame (an allocation per 60 KiB record before).
+	var buf []byte
 	sender := channel.SenderFunc(func(ctx context.Context, f *frame.Frame) error {
-		return send(ctx, l.get(), f)
+		buf = f.Append(buf[:0])
+		return l.get().Write(ctx, websocket.MessageBinary, buf)
 	})
 	ch := channel.New(sid, sender, sendCS, recvCS, channel.Options{
 		Name:         "exec-server remote stream " + sid,
