@@ -339,6 +339,23 @@ func (c *Conn) Send(ctx context.Context, frame []byte) error {
 	return c.sendFrame(ctx, frame)
 }
 
+// SendBatch sends frames as Send does, in order, telling the stream that
+// more follows after each but the last: a stream that packs messages (a
+// relay channel seals them into one record; stdio flushes once) then
+// sends them together. It takes ownership of every frame; after an error
+// the frames not yet sent are released.
+func (c *Conn) SendBatch(ctx context.Context, frames ...[]byte) error {
+	for i, f := range frames {
+		if err := c.send(ctx, f, i < len(frames)-1); err != nil {
+			for _, rest := range frames[i+1:] {
+				PutBuffer(rest)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
 // Bounds on the frames a sender writes for others after its own (see
 // sendFrame): small enough that a reply written from the read loop is not
 // held up by a stream of output.
@@ -353,6 +370,13 @@ const (
 const DefaultQueueBytes = 8 << 20
 
 func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
+	return c.send(ctx, frame, false)
+}
+
+// send is sendFrame with the stream's more hint for a frame it writes
+// itself; only SendBatch sets it, and only when its next frame follows at
+// once (a queued frame is written in a batch that ends with a flush).
+func (c *Conn) send(ctx context.Context, frame []byte, more bool) error {
 	select {
 	case <-c.dead:
 		return ErrClosed
@@ -388,7 +412,7 @@ func (c *Conn) sendFrame(ctx context.Context, frame []byte) error {
 	c.writing = true
 	c.wmu.Unlock()
 
-	ok := c.write(frame, false)
+	ok := c.write(frame, more)
 	// Frames queued while we wrote: write them too when they are few
 	// and small (waking the writer goroutine for them would cost more
 	// than writing them), else pass the token to the writer.

@@ -53,6 +53,14 @@ type Sink interface {
 	Deliver(Event)
 }
 
+// BatchSink is a Sink that can take several events of one process at once,
+// in seq order: a process that exits after its output has ended delivers
+// exited and closed together, which a connection may write as one.
+type BatchSink interface {
+	Sink
+	DeliverBatch([]Event)
+}
+
 // SinkFunc adapts a function to Sink.
 type SinkFunc func(Event)
 

@@ -285,17 +285,18 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		go func() {
 			defer p.m.wg.Done()
 			p.pump(r, streams[i])
+			// Done as a producer before readersDone: a reaper that sees
+			// readersDone is then the last producer.
+			p.producerDone()
 			if readersLeft.Add(-1) == 0 {
 				close(readersDone)
 			}
-			p.producerDone()
 		}()
 	}
 	p.m.wg.Add(1)
 	go func() {
 		defer p.m.wg.Done()
-		p.reap(pidfd, readersDone)
-		p.producerDone()
+		p.exitDone(p.reap(pidfd, readersDone))
 	}()
 	if p.stdin != nil {
 		p.m.wg.Add(1)
@@ -346,7 +347,7 @@ func (p *Proc) pump(f *os.File, stream string) {
 // readers a brief moment to drain what the child wrote before it exited,
 // so output usually precedes the exit event; late output is still
 // possible when a descendant keeps the stream open.
-func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
+func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) rawEvent {
 	var status syscall.WaitStatus
 	var err error
 	if p.exitCh != nil {
@@ -362,8 +363,7 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
 	// can go.
 	p.release()
 	if err != nil {
-		p.emit(rawEvent{kind: EventExited, exitCode: -1})
-		return
+		return rawEvent{kind: EventExited, exitCode: -1}
 	}
 	code := status.ExitStatus()
 	if status.Signaled() {
@@ -378,7 +378,28 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
 	case <-t.C:
 	}
 	t.Stop()
-	p.emit(rawEvent{kind: EventExited, exitCode: code})
+	return rawEvent{kind: EventExited, exitCode: code}
+}
+
+// exitDone emits the reaper's exited event and ends it as a producer.
+// When every reader is done already, closed follows at once: both are
+// delivered together to a BatchSink (one write instead of two; through a
+// relay, one record instead of two).
+func (p *Proc) exitDone(exited rawEvent) {
+	bs, batch := p.m.sink.(BatchSink)
+	if !batch || p.producers.Load() != 1 {
+		p.emit(exited)
+		p.producerDone()
+		return
+	}
+	// Only readers decrement producers, and they are done: the reaper is
+	// the last producer.
+	p.producers.Store(0)
+	p.finish()
+	p.emitMu.Lock()
+	defer p.emitMu.Unlock()
+	ev := p.record(exited)
+	bs.DeliverBatch([]Event{ev, p.recordClosed()})
 }
 
 // emit numbers an event, records it, and delivers it, in seq order (see
@@ -386,6 +407,11 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) {
 func (p *Proc) emit(ev rawEvent) {
 	p.emitMu.Lock()
 	defer p.emitMu.Unlock()
+	p.m.sink.Deliver(p.record(ev))
+}
+
+// record numbers an event and records it. Called with emitMu.
+func (p *Proc) record(ev rawEvent) Event {
 	p.mu.Lock()
 	seq := p.nextSeq
 	p.nextSeq++
@@ -402,7 +428,7 @@ func (p *Proc) emit(ev rawEvent) {
 	denied, timedOut := p.denied, p.ext.timedOut
 	p.broadcastLocked()
 	p.mu.Unlock()
-	p.m.sink.Deliver(Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode, SandboxDenied: denied && ev.kind == EventExited, TimedOut: timedOut && ev.kind == EventExited})
+	return Event{Kind: ev.kind, ProcessID: p.id, Seq: seq, Stream: ev.stream, Data: ev.data, ExitCode: ev.exitCode, SandboxDenied: denied && ev.kind == EventExited, TimedOut: timedOut && ev.kind == EventExited}
 }
 
 // producerDone is called by each producer when it has emitted its last
@@ -411,6 +437,14 @@ func (p *Proc) producerDone() {
 	if p.producers.Add(-1) > 0 {
 		return
 	}
+	p.finish()
+	p.emitMu.Lock()
+	defer p.emitMu.Unlock()
+	p.m.sink.Deliver(p.recordClosed())
+}
+
+// finish releases what the process held once every producer is done.
+func (p *Proc) finish() {
 	if p.stdin != nil {
 		p.stdin.close()
 	}
@@ -421,15 +455,18 @@ func (p *Proc) producerDone() {
 	// No longer live before closed is delivered: a client that sees closed
 	// may start another process at once, within --max-processes.
 	p.m.closedProc(p)
-	p.emitMu.Lock()
+}
+
+// recordClosed numbers and records closed, the last event. Called with
+// emitMu.
+func (p *Proc) recordClosed() Event {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	seq := p.nextSeq
 	p.nextSeq++
 	p.closed = true
 	p.broadcastLocked()
-	p.mu.Unlock()
-	p.m.sink.Deliver(Event{Kind: EventClosed, ProcessID: p.id, Seq: seq})
-	p.emitMu.Unlock()
+	return Event{Kind: EventClosed, ProcessID: p.id, Seq: seq}
 }
 
 // pollable turns a PTY master into a non-blocking descriptor served by the

@@ -198,3 +198,23 @@ func (ss *session) Deliver(ev process.Event) {
 	defer ss.srv.obs.pushSent(time.Now())
 	_ = conn.Send(context.Background(), encodeEvent(jsonrpc.GetBuffer(), ev))
 }
+
+// DeliverBatch pushes a process's events (exited and closed) to the
+// attached connection in one batch.
+func (ss *session) DeliverBatch(evs []process.Event) {
+	ss.mu.Lock()
+	conn := ss.conn
+	ss.mu.Unlock()
+	frames := make([][]byte, 0, len(evs))
+	for _, ev := range evs {
+		ss.srv.obs.processEvent(ss, ev, conn == nil)
+		if conn != nil {
+			frames = append(frames, encodeEvent(jsonrpc.GetBuffer(), ev))
+		}
+	}
+	if conn == nil {
+		return
+	}
+	defer ss.srv.obs.pushSent(time.Now())
+	_ = conn.SendBatch(context.Background(), frames...)
+}
