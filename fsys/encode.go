@@ -52,7 +52,11 @@ var errChanged = errors.New("file changed size while being read")
 type encodedReply struct {
 	buf        []byte
 	start, end int
+	data       int // bytes of file data the reply carries
 }
+
+// DataLen reports the bytes of file data the reply carries (for metrics).
+func (r *encodedReply) DataLen() int { return r.data }
 
 // AppendJSON implements jsonrpc.Appender. When the frame so far fits in the
 // reserved room, the frame becomes the reply's own buffer (no copy of the
@@ -141,5 +145,5 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 	if n, _ := file.Read(probe[:]); n > 0 {
 		return nil, errChanged
 	}
-	return &encodedReply{buf: buf, start: frameReserve, end: end}, nil
+	return &encodedReply{buf: buf, start: frameReserve, end: end, data: int(size)}, nil
 }

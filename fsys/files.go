@@ -139,6 +139,9 @@ func (r *readFileResult) AppendJSON(dst []byte) []byte {
 // MarshalJSON makes the result usable with encoding/json too.
 func (r *readFileResult) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil), nil }
 
+// DataLen reports the bytes of file data the result carries (for metrics).
+func (r *readFileResult) DataLen() int { return len(r.data) }
+
 // writeFileParams is fs/writeFile's params with dataBase64 kept raw: it is
 // decoded here, straight from the request bytes into a buffer of the
 // decoded size.

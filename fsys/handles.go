@@ -237,7 +237,7 @@ func blockReply(chunk []byte, eof bool) *encodedReply {
 	copy(buf[frameReserve:], head)
 	b64codec.Encode(buf[frameReserve+len(head):frameReserve+len(head)+encLen], chunk)
 	copy(buf[end-len(tail):], tail)
-	return &encodedReply{buf: buf, start: frameReserve, end: end}
+	return &encodedReply{buf: buf, start: frameReserve, end: end, data: len(chunk)}
 }
 
 func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {

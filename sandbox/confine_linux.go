@@ -523,7 +523,9 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	if err != nil {
 		return nil, nil, err
 	}
+	start := time.Now()
 	h := takeWarm(string(key), p)
+	defer observeHelper(ctx, start, h != nil)
 	if h == nil {
 		if h, err = startHelper(p, string(key)); err != nil {
 			return nil, nil, err

@@ -29,7 +29,9 @@ type metrics struct {
 	stalls           prometheus.Counter
 	stallSeconds     prometheus.Counter
 	fsWrittenBytes   prometheus.Counter
-	refusals         *prometheus.CounterVec // code
+	fsReadBytes      prometheus.Counter
+	sandboxHelper    *prometheus.HistogramVec // warm
+	refusals         *prometheus.CounterVec   // code
 
 	// Children of the vectors by label values, so that the per-request
 	// and per-chunk paths skip hashing label strings (requestKey →
@@ -73,11 +75,17 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 			Help: "Time process events waited for room in a send queue."}),
 		fsWrittenBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "fs_written_bytes_total",
 			Help: "Bytes written by successful fs/writeFile and fs/writeBlock requests."}),
+		fsReadBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "fs_read_bytes_total",
+			Help: "Bytes of file data returned by successful fs/readFile and fs/readBlock requests."}),
+		sandboxHelper: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "sandbox_helper_seconds",
+			Help:    "Sandboxed fs operations run in a sandbox helper, by whether a warm helper served them (false: a helper was started, its namespaces and view built); the time includes the start.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .5, 1, 5}}, []string{"warm"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_refusals_total",
 			Help: "HTTP requests refused by code: 401 (authentication), 403 (an Origin header)."}, []string{"code"}),
 	}
 	all := []prometheus.Collector{m.connections, m.connectionsTotal, m.requests, m.starts, m.exits,
-		m.outputBytes, m.droppedPushes, m.stalls, m.stallSeconds, m.fsWrittenBytes, m.refusals, &serverCollector{s}}
+		m.outputBytes, m.droppedPushes, m.stalls, m.stallSeconds, m.fsWrittenBytes, m.fsReadBytes, m.sandboxHelper,
+		m.refusals, &serverCollector{s}}
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {
 			// Typically a registry given to two servers: leave it as
@@ -147,6 +155,17 @@ func (m *metrics) fsWritten(n int) {
 	if m != nil {
 		m.fsWrittenBytes.Add(float64(n))
 	}
+}
+
+func (m *metrics) fsRead(n int) {
+	if m != nil {
+		m.fsReadBytes.Add(float64(n))
+	}
+}
+
+// helperCall observes one sandbox helper call (sandbox.HelperObserver).
+func (m *metrics) helperCall(d time.Duration, warm bool) {
+	m.sandboxHelper.WithLabelValues(strconv.FormatBool(warm)).Observe(d.Seconds())
 }
 
 func (m *metrics) connOpened() {

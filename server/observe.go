@@ -13,6 +13,7 @@ import (
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/process"
 	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
 )
 
 // observer sees what the server does (requests, process events,
@@ -90,8 +91,12 @@ func (s *Server) observeMethods(table map[string]method) {
 			}
 			return p, err
 		}
+		fs := m.family == familyFilesystem && s.obs.m != nil
 		m.call = func(ctx context.Context, cs *connState, p any) (any, error) {
 			t0 := time.Now()
+			if fs {
+				ctx = sandbox.WithHelperObserver(ctx, s.obs.m.helperCall)
+			}
 			res, err := call(ctx, cs, p)
 			d := time.Since(t0)
 			sandbox, payload := paramFacts(name, p)
@@ -101,6 +106,9 @@ func (s *Server) observeMethods(table map[string]method) {
 			}
 			if err == nil && payload != nil {
 				s.obs.fsWritten(payload)
+			}
+			if r, ok := res.(interface{ DataLen() int }); ok && err == nil {
+				s.obs.m.fsRead(r.DataLen())
 			}
 			return res, err
 		}

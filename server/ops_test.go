@@ -309,6 +309,19 @@ func TestMetricsEndpoint(t *testing.T) {
 	if m := c.call("fs/writeFile", map[string]any{"path": "file://" + dir + "/f", "dataBase64": "aGVsbG8="}); m.Error != nil {
 		t.Fatalf("fs/writeFile: %s", m.Error.Message)
 	}
+	if m := c.call("fs/readFile", map[string]any{"path": "file://" + dir + "/f"}); m.Error != nil {
+		t.Fatalf("fs/readFile: %s", m.Error.Message)
+	}
+	// A write under a policy that only lets dir be written runs in a
+	// sandbox helper (when the kernel has one: the sample is checked then).
+	policy := json.RawMessage(`{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[` +
+		`{"path":{"type":"special","value":{"kind":"root"}},"access":"read"},` +
+		`{"path":{"type":"path","path":"file://` + dir + `"},"access":"write"}]}},"windowsSandboxLevel":"disabled"}`)
+	sandboxed := c.call("fs/writeFile", map[string]any{"path": "file://" + dir + "/g", "dataBase64": "aGk=", "sandbox": policy}).Error == nil
+	written := "5"
+	if sandboxed {
+		written = "7"
+	}
 
 	code, body := scrape(t, s.http+"/metrics", good)
 	if code != http.StatusOK {
@@ -321,7 +334,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`exec_server_sessions{state="detached"}`:                                                        "0",
 		`exec_server_processes{state="running"}`:                                                        "1",
 		`exec_server_process_starts_total{result="ok"}`:                                                 "1",
-		`exec_server_fs_written_bytes_total`:                                                            "5",
+		`exec_server_fs_written_bytes_total`:                                                            written,
+		`exec_server_fs_read_bytes_total`:                                                               "5",
 		`exec_server_http_refusals_total{code="401"}`:                                                   "1",
 		`exec_server_http_refusals_total{code="403"}`:                                                   "1",
 		`exec_server_budget_limit_bytes{budget="retained"}`:                                             "1.073741824e+09",
@@ -331,6 +345,13 @@ func TestMetricsEndpoint(t *testing.T) {
 		if got := metricValue(body, sample); got != want {
 			t.Errorf("%s = %q, want %q", sample, got, want)
 		}
+	}
+	if sandboxed {
+		if got := metricValue(body, `exec_server_sandbox_helper_seconds_count{warm="false"}`); got != "1" {
+			t.Errorf("sandbox helper calls (a helper started) = %q, want 1 after one sandboxed fs/writeFile", got)
+		}
+	} else {
+		t.Log("no sandbox on this machine: the helper latency is not checked")
 	}
 	if !regexp.MustCompile(`(?m)^exec_server_process_starts_total\{result="-3\d+"\} 1$`).MatchString(body) {
 		t.Errorf("no failed start counted by error code:\n%s", grepLines(body, "process_starts"))
