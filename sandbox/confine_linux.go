@@ -927,6 +927,8 @@ func MaybeMain() {
 		helperRun()
 	case "init":
 		helperInit(os.Args[3:])
+	case notifyStubMode:
+		stubMain(os.Args[3:])
 	}
 	fmt.Fprintln(os.Stderr, "exec-server sandbox: unknown helper mode")
 	os.Exit(125)
@@ -1102,6 +1104,12 @@ func helperInit(args []string) {
 	if err := unix.Chdir(dir); err != nil {
 		initFail(fmt.Errorf("chdir %s: %w", dir, err))
 	}
+	supervise := superviseCreation(&p)
+	if supervise {
+		// The stub (this binary) must be executable in the view; this
+		// grants the command nothing: only its own path could reach it.
+		rules = append(rules, landlockRule{"/proc/self/exe", llExecute})
+	}
 	if err := lockdown(rules, p.Network); err != nil {
 		initFail(err)
 	}
@@ -1110,6 +1118,9 @@ func helperInit(args []string) {
 		initFail(stepErr("close descriptors", err))
 	}
 	<-notified
+	if supervise {
+		superviseInit(&p, path, argv)
+	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: unwrapEnv(os.Environ()), Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
@@ -1118,6 +1129,12 @@ func helperInit(args []string) {
 		}
 		os.Exit(126)
 	}
+	os.Exit(waitCommand(pid))
+}
+
+// waitCommand reaps the namespace's processes until pid exits and returns
+// the init's exit status for it (128+N for a signal N).
+func waitCommand(pid int) int {
 	for {
 		var ws unix.WaitStatus
 		wpid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -1125,16 +1142,16 @@ func helperInit(args []string) {
 			continue
 		}
 		if err != nil {
-			os.Exit(125)
+			return 125
 		}
 		if wpid != pid {
 			continue // an orphan of the namespace, reaped
 		}
 		switch {
 		case ws.Exited():
-			os.Exit(ws.ExitStatus())
+			return ws.ExitStatus()
 		case ws.Signaled():
-			os.Exit(128 + int(ws.Signal()))
+			return 128 + int(ws.Signal())
 		}
 	}
 }
