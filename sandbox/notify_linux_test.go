@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -137,6 +138,9 @@ func TestCommandDenyGlobCreate(t *testing.T) {
 		{"noclobber refuses an existing file", "set -C; echo x > in.txt; test $? -ne 0", ""},
 		{"O_EXCL on an existing name", "set -C; echo x > ok.txt || echo refused > excl", "excl=refused\n"},
 		{"directory target", "echo x > sub 2>/dev/null; test $? -ne 0", ""},
+		// The init (the supervisor) exits with the command, taking what
+		// it left running along: a hang fails the test.
+		{"a background process outlives the command", "sleep 1000 & echo bg > bg.txt", "bg.txt=bg\n"},
 	}
 	for _, tc := range allowed {
 		t.Run("allowed "+tc.name, func(t *testing.T) {
@@ -179,5 +183,146 @@ func TestCommandDenyGlobUmask(t *testing.T) {
 		if st.Mode() != want {
 			t.Errorf("%s: mode %v, want %v", name, st.Mode(), want)
 		}
+	}
+}
+
+// pyCalls exercises what sh cannot: O_TMPFILE, linkat with AT_EMPTY_PATH
+// and through /proc/self/fd with AT_SYMLINK_FOLLOW, openat2 with and without O_CREAT. Each line
+// prints "name=ok" or "name=ERRNO".
+const pyCalls = `
+import ctypes, os, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def res(name, f):
+    try:
+        f()
+        print(name + "=ok")
+    except OSError as e:
+        print(name + "=" + errno.errorcode[e.errno])
+def c(r):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+def tmp():
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
+    os.write(fd, b"t")
+    return fd
+def via_proc(dst):
+    fd = tmp()
+    c(libc.linkat(-100, b"/proc/self/fd/%d" % fd, -100, dst.encode(), 0x400))
+def empty_path(dst):
+    fd = tmp()
+    c(libc.linkat(fd, b"", -100, dst.encode(), 0x1000))
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+def openat2(name, flags, resolve=0):
+    how = How(flags, 0o644 if flags & os.O_CREAT else 0, resolve)
+    libc.syscall.restype = ctypes.c_long
+    fd = c(libc.syscall(437, -100, name.encode(), ctypes.byref(how), ctypes.c_size_t(24)))
+    os.close(fd)
+res("tmpfile", lambda: os.close(tmp()))
+res("tmpfile-link-ok", lambda: via_proc("t1.txt"))
+res("tmpfile-link-env", lambda: via_proc("t1.env"))
+res("emptypath-ok", lambda: empty_path("t2.txt"))
+res("emptypath-env", lambda: empty_path("t2.env"))
+res("openat2-ok", lambda: openat2("o2.txt", os.O_CREAT | os.O_WRONLY))
+res("openat2-env", lambda: openat2("o2.env", os.O_CREAT | os.O_WRONLY))
+res("openat2-beneath-env", lambda: openat2("o3.env", os.O_CREAT | os.O_WRONLY, 0x08))
+res("openat2-beneath-ok", lambda: openat2("o3.txt", os.O_CREAT | os.O_WRONLY, 0x08))
+res("openat2-read", lambda: openat2("in.txt", os.O_RDONLY))
+res("exchange-env", lambda: c(libc.renameat2(-100, b"ok.txt", -100, b"x.env", 2)))
+res("noreplace-ok", lambda: c(libc.renameat2(-100, b"o2.txt", -100, b"o4.txt", 1)))
+`
+
+func TestCommandDenyGlobCalls(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+	ws := denyFixture(t)
+	p := denyPlan(t, ws)
+	code, out := runSh(t, p, ws, "exec /usr/bin/python3 -c '"+pyCalls+"'")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	want := map[string]string{
+		"tmpfile": "ok", "tmpfile-link-ok": "ok", "tmpfile-link-env": "EACCES",
+		"emptypath-ok": "ok", "emptypath-env": "EACCES",
+		"openat2-ok": "ok", "openat2-env": "EACCES", "openat2-beneath-env": "EACCES", "openat2-beneath-ok": "ok",
+		"openat2-read": "ok", "exchange-env": "EACCES", "noreplace-ok": "ok",
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		got[k] = v
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
+		}
+	}
+	for _, name := range []string{"t1.env", "t2.env", "o2.env", "o3.env", "x.env"} {
+		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
+			t.Errorf("%s exists on the host", name)
+		}
+	}
+	for _, name := range []string{"t1.txt", "t2.txt", "o3.txt", "o4.txt"} {
+		if _, err := os.Lstat(filepath.Join(ws, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// pyRace opens (O_CREAT) a path whose buffer another thread keeps
+// flipping between an allowed and a denied name: a supervisor that let the
+// kernel read the path again after its check (CONTINUE) would let the
+// denied name through. It prints how many opens succeeded and failed.
+const pyRace = `
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(64)
+good, bad = b"race_ok.txt\0", b"race_no.env\0"
+ctypes.memmove(buf, good, len(good))
+stop = []
+def flip():
+    while not stop:
+        ctypes.memmove(buf, bad, len(bad))
+        ctypes.memmove(buf, good, len(good))
+t = threading.Thread(target=flip)
+t.start()
+ok = fail = 0
+for i in range(3000):
+    fd = libc.open(buf, os.O_WRONLY | os.O_CREAT, 0o644)
+    if fd >= 0:
+        os.close(fd)
+        ok += 1
+    else:
+        fail += 1
+stop.append(1)
+t.join()
+print("ok=%d fail=%d" % (ok, fail))
+`
+
+func TestCommandDenyGlobRace(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to race")
+	}
+	ws := denyFixture(t)
+	p := denyPlan(t, ws)
+	code, out := runSh(t, p, ws, "exec /usr/bin/python3 -c '"+pyRace+"'")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var ok, fail int
+	if _, err := fmt.Sscanf(strings.TrimSpace(out), "ok=%d fail=%d", &ok, &fail); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	t.Logf("opens: %d allowed, %d refused", ok, fail)
+	if _, err := os.Lstat(filepath.Join(ws, "race_no.env")); err == nil {
+		t.Fatal("race_no.env exists on the host: the path changed between the check and the use")
+	}
+	if ok == 0 || fail == 0 {
+		t.Skipf("the flipping thread never raced the opens (%d allowed, %d refused)", ok, fail)
 	}
 }
