@@ -546,22 +546,8 @@ func openTarget(tid int) (*target, unix.Errno) {
 	if err != nil {
 		return nil, unix.EACCES
 	}
-	t.umask, t.tgid = -1, -1
-	for _, l := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(l, ":")
-		v = strings.TrimSpace(v)
-		switch k {
-		case "Umask":
-			if n, err := strconv.ParseInt(v, 8, 32); err == nil {
-				t.umask = int(n)
-			}
-		case "Tgid":
-			if n, err := strconv.Atoi(v); err == nil {
-				t.tgid = n
-			}
-		}
-	}
-	if t.umask < 0 || t.tgid < 0 {
+	var ok bool
+	if t.umask, t.tgid, ok = parseStatus(b); !ok {
 		return nil, unix.EACCES
 	}
 	if t.mem, err = unix.Open("/proc/"+strconv.Itoa(tid)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
@@ -572,6 +558,27 @@ func openTarget(tid int) (*target, unix.Errno) {
 		return nil, unix.EACCES
 	}
 	return t, 0
+}
+
+// parseStatus reads the umask and the thread group id from a
+// /proc/PID/status text.
+func parseStatus(b []byte) (umask, tgid int, ok bool) {
+	umask, tgid = -1, -1
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "Umask":
+			if n, err := strconv.ParseUint(v, 8, 32); err == nil && n <= 0o777 {
+				umask = int(n)
+			}
+		case "Tgid":
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				tgid = n
+			}
+		}
+	}
+	return umask, tgid, umask >= 0 && tgid > 0
 }
 
 // readPath reads a NUL-terminated path of at most PATH_MAX bytes from the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -84,6 +85,20 @@ func TestCommandDenyGlobCreate(t *testing.T) {
 	if !superviseCreation(p) {
 		t.Fatalf("no supervision for %s", dump(p))
 	}
+	// The supervisor lives in the init: the server side keeps nothing.
+	fds, goroutines := openFDs(t), runtime.NumGoroutine()
+	defer func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > goroutines {
+			t.Errorf("goroutines: %d before, %d after", goroutines, n)
+		}
+		if n := openFDs(t); n > fds {
+			t.Errorf("open descriptors: %d before, %d after", fds, n)
+		}
+	}()
 	refused := []struct {
 		name, script string
 		gone         []string // must not exist on the host afterwards
@@ -153,6 +168,14 @@ func TestCommandDenyGlobCreate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
 
 func assertFile(t *testing.T, path, want string) {
