@@ -1106,9 +1106,12 @@ func helperInit(args []string) {
 	}
 	supervise := superviseCreation(&p)
 	if supervise {
-		// The stub (this binary) must be executable in the view; this
-		// grants the command nothing: only its own path could reach it.
-		rules = append(rules, landlockRule{"/proc/self/exe", llExecute})
+		// The stub (this binary) must be executable (exec opens it for
+		// reading too) even where the view does not show it. This grants
+		// the command nothing: no path of the view reaches the file but
+		// the ones that already grant it, and /proc/PID/exe of the init
+		// and of the stub is closed to it (neither is dumpable).
+		rules = append(rules, landlockRule{"/proc/self/exe", llExecute | llReadFile})
 	}
 	if err := lockdown(rules, p.Network); err != nil {
 		initFail(err)

@@ -417,3 +417,22 @@ func BenchmarkCommandTrueDenyGlobs(b *testing.B) {
 		}
 	}
 }
+
+// TestCommandDenyGlobEmptyRoot: with no root entry the server's binary is
+// outside the view; the stub still starts (through /proc/self/exe).
+func TestCommandDenyGlobEmptyRoot(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	p := resolve(t, ctx([]string{pathEntry(ws, "write"), glob(ws+"/**/*.env", "deny")}, ""), Env{})
+	if p.Root != AccessNone || !superviseCreation(p) {
+		t.Fatalf("want an empty root with supervision: %s", dump(p))
+	}
+	code, out := runSh(t, p, ws, "echo ok > ok2.txt && echo x > e.env")
+	if code == 0 || !strings.Contains(out, "Permission denied") {
+		t.Errorf("exit %d, output %q; want Permission denied", code, out)
+	}
+	assertFile(t, filepath.Join(ws, "ok2.txt"), "ok\n")
+	if _, err := os.Lstat(filepath.Join(ws, "e.env")); err == nil {
+		t.Error("e.env exists on the host")
+	}
+}
