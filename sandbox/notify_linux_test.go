@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 // denyPlan resolves a workspace-write policy over ws with the deny globs
@@ -439,5 +441,42 @@ func TestCommandDenyGlobEmptyRoot(t *testing.T) {
 	assertFile(t, filepath.Join(ws, "ok2.txt"), "ok\n")
 	if _, err := os.Lstat(filepath.Join(ws, "e.env")); err == nil {
 		t.Error("e.env exists on the host")
+	}
+}
+
+// TestCommandDenyGlobPTY: under the supervisor a PTY command keeps its
+// terminal and job control (the stub in between changes nothing), and an
+// O_CREAT open of /dev/tty (done by the supervisor) reaches it.
+func TestCommandDenyGlobPTY(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skip("no pty: ", err)
+	}
+	defer ptmx.Close()
+	job := `bash -c 'sleep 0.2; read -r _ _ _ _ pg _ tty tp _ </proc/self/stat; echo "fg=$((pg == tp)) ctty=$((tty != 0))"'`
+	script := "set -m; " + job + " & fg %1 >/dev/null; echo via-tty > /dev/tty; tty; echo x > t.env"
+	spec, err := denyPlan(t, ws).Command("/bin/bash", []string{"bash", "-c", script}, []string{"PATH=/usr/bin:/bin"}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&buf, ptmx); close(done) }()
+	code := startSpec(t, spec, []*os.File{tty, tty, tty}, &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0})
+	tty.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	out := strings.ReplaceAll(buf.String(), "\r", "")
+	for _, want := range []string{"fg=1 ctty=1\n", "via-tty\n", tty.Name() + "\n", "Permission denied"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output %q lacks %q (exit %d)", out, want, code)
+		}
+	}
+	if code == 0 {
+		t.Errorf("exit 0 after a refused creation: %q", out)
 	}
 }
