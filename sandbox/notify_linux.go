@@ -464,15 +464,14 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 	unix.Umask(t.umask) // the target's, for what the kernel makes here
 	switch c.op {
 	case "open":
-		if c.how != 0 && c.flags&unix.O_CREAT == 0 {
-			// openat2 without O_CREAT creates nothing: done as asked.
-			fd, err := unix.Openat2(base1, p1, &unix.OpenHow{Flags: uint64(c.flags) | unix.O_CLOEXEC, Mode: how.Mode, Resolve: how.Resolve})
-			if err != nil {
-				return noFD, toErrno(err), nil
-			}
-			return fdResult{fd, c.flags&unix.O_CLOEXEC != 0}, 0, nil
+		fd, errno, pend := s.open(t, c, base1, p1, how)
+		if fd.fd >= 0 && inSupervisor(fd.fd) {
+			// Reopened through a descriptor of the command that names a
+			// file of the supervisor (an O_PATH one on /proc/1/mem).
+			unix.Close(fd.fd)
+			return noFD, unix.EACCES, nil
 		}
-		return s.openCreate(t, base1, p1, c.flags, c.mode, how.Resolve)
+		return fd, errno, pend
 	case "mkdir", "mknod", "symlink":
 		dir, name, slash, errno := t.walkParent(base1Or2(c, base1, base2), pathOf(c, p1, p2))
 		if errno != 0 {
@@ -504,6 +503,19 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 		return noFD, s.rename(t, base1, p1, base2, p2, c.flags), nil
 	}
 	return noFD, unix.ENOSYS, nil
+}
+
+// open is the open family: openat2 without O_CREAT, or a creating open.
+func (s *supervisor) open(t *target, c call, base int, p string, how unix.OpenHow) (fdResult, unix.Errno, *pendingOpen) {
+	if c.flags&unix.O_CREAT != 0 && c.flags&(unix.O_TMPFILE&^unix.O_DIRECTORY) != 0 {
+		return noFD, unix.EINVAL, nil
+	}
+	if c.how != 0 && c.flags&unix.O_CREAT == 0 {
+		// openat2 without O_CREAT creates nothing: done as asked,
+		// from a directory resolved here (for /proc/self).
+		return s.openPlain(t, base, p, how)
+	}
+	return s.openCreate(t, base, p, c.flags, c.mode, how.Resolve)
 }
 
 func base1Or2(c call, b1, b2 int) int {
@@ -687,6 +699,10 @@ func (t *target) walkParent(base int, p string) (int, string, bool, unix.Errno) 
 		dir, _ = unix.Dup(t.root)
 		unix.CloseOnExec(dir)
 	}
+	if inSupervisor(dir) {
+		unix.Close(dir)
+		return -1, "", false, unix.EACCES
+	}
 	if len(comps) == 0 {
 		return dir, ".", slash, 0
 	}
@@ -738,6 +754,10 @@ func (t *target) step(dir int, c string, hops *int) (int, *linkRest, unix.Errno)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
+		if inSupervisor(fd) {
+			unix.Close(fd)
+			return -1, nil, unix.EACCES
+		}
 		return fd, nil, 0
 	case unix.S_IFLNK:
 		unix.Close(fd)
@@ -758,6 +778,10 @@ func (t *target) step(dir int, c string, hops *int) (int, *linkRest, unix.Errno)
 			if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 				unix.Close(fd)
 				return -1, nil, unix.ENOTDIR
+			}
+			if inSupervisor(fd) {
+				unix.Close(fd)
+				return -1, nil, unix.EACCES
 			}
 			return fd, nil, 0
 		}
@@ -805,6 +829,44 @@ func splitComps(p string) []string {
 		out = []string{"."}
 	}
 	return out
+}
+
+// inSupervisor reports whether fd is in a procfs directory of the init's
+// own process (/proc/1, its tasks): the supervisor may open its own memory,
+// descriptors (the listener) and the like where the command may not, so it
+// never goes there for the command. Fail closed: true when unsure.
+func inSupervisor(fd int) bool {
+	var fs unix.Statfs_t
+	if unix.Fstatfs(fd, &fs) != nil {
+		return true
+	}
+	if fs.Type != unix.PROC_SUPER_MAGIC {
+		return false
+	}
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlink("/proc/self/fd/"+strconv.Itoa(fd), buf)
+	if err != nil {
+		return true
+	}
+	p := string(buf[:n])
+	if p == "/proc" {
+		return false
+	}
+	rest, ok := strings.CutPrefix(p, "/proc/")
+	if !ok {
+		return true
+	}
+	first, _, _ := strings.Cut(rest, "/")
+	pid, err := strconv.Atoi(first)
+	if err != nil {
+		return false // /proc/sys and the like: the same for both
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return true
+	}
+	_, tgid, ok := parseStatus(b)
+	return !ok || tgid == os.Getpid()
 }
 
 // realDir is dir's path in the view (= on the host: the view mounts every
@@ -857,9 +919,9 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 		if d == "" {
 			d = "."
 		}
-		fd, err := unix.Openat2(base, d, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolve})
-		if err != nil {
-			return noFD, toErrno(err), nil
+		fd, errno := openParent2(base, d, resolve)
+		if errno != 0 {
+			return noFD, errno, nil
 		}
 		dir, name = fd, n
 	} else if dir, name, slash, errno = t.walkParent(base, p); errno != 0 {
@@ -954,6 +1016,60 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 		}
 	}
 	return noFD, unix.EAGAIN, nil
+}
+
+// openParent2 opens directory d from base under openat2's resolve rules
+// (the kernel's walk: its /proc/self is the supervisor's, hence the check).
+func openParent2(base int, d string, resolve uint64) (int, unix.Errno) {
+	fd, err := unix.Openat2(base, d, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolve})
+	if err != nil {
+		return -1, toErrno(err)
+	}
+	if inSupervisor(fd) {
+		unix.Close(fd)
+		return -1, unix.EACCES
+	}
+	return fd, 0
+}
+
+// openPlain is openat2 without O_CREAT: the directory is resolved here
+// (with resolve rules, by the kernel and checked), the last component
+// opened as asked.
+func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) (fdResult, unix.Errno, *pendingOpen) {
+	var dir int
+	var name string
+	var errno unix.Errno
+	if how.Resolve != 0 {
+		d, n := filepath.Split(p)
+		if n == "" {
+			n = "."
+		}
+		if d == "" {
+			d = "."
+		}
+		if dir, errno = openParent2(base, d, how.Resolve); errno != 0 {
+			return noFD, errno, nil
+		}
+		name = n
+	} else if dir, name, _, errno = t.walkParent(base, p); errno != 0 {
+		return noFD, errno, nil
+	}
+	defer unix.Close(dir)
+	if strings.HasSuffix(p, "/") {
+		name += "/"
+	}
+	if name == "self" || name == "thread-self" {
+		var st unix.Stat_t
+		var fs unix.Statfs_t
+		if unix.Fstatfs(dir, &fs) == nil && fs.Type == unix.PROC_SUPER_MAGIC && unix.Fstat(dir, &st) == nil && st.Ino == 1 {
+			return noFD, unix.EACCES, nil // the supervisor's: not emulated
+		}
+	}
+	fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: how.Flags | unix.O_CLOEXEC, Mode: how.Mode, Resolve: how.Resolve})
+	if err != nil {
+		return noFD, toErrno(err), nil
+	}
+	return fdResult{fd, how.Flags&unix.O_CLOEXEC != 0}, 0, nil
 }
 
 // openFIFO opens an existing FIFO without waiting (again: no reader yet

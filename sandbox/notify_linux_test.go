@@ -257,6 +257,24 @@ res("openat2-beneath-ok", lambda: openat2("o3.txt", os.O_CREAT | os.O_WRONLY, 0x
 res("openat2-read", lambda: openat2("in.txt", os.O_RDONLY))
 res("exchange-env", lambda: c(libc.renameat2(-100, b"ok.txt", -100, b"x.env", 2)))
 res("noreplace-ok", lambda: c(libc.renameat2(-100, b"o2.txt", -100, b"o4.txt", 1)))
+# The supervisor (the init, PID 1) may open its own /proc entries: it
+# must never do so for the command (its memory, its listener).
+def o(p, flags):
+    os.close(os.open(p, flags))
+res("init-mem", lambda: o("/proc/1/mem", os.O_RDWR | os.O_CREAT))
+res("init-fds", lambda: [o("/proc/1/fd/%d" % n, os.O_RDWR | os.O_CREAT) for n in range(3, 12)])
+res("init-task-mem", lambda: o("/proc/1/task/1/mem", os.O_RDWR | os.O_CREAT))
+def from_cwd():
+    os.chdir("/proc/1")
+    try:
+        o("mem", os.O_RDWR | os.O_CREAT)
+    finally:
+        os.chdir(os.environ["WS"])
+res("init-cwd", from_cwd)
+res("init-openat2", lambda: openat2("/proc/1/mem", os.O_RDWR))
+res("init-openat2-beneath", lambda: c(libc.syscall(437, os.open("/proc/1", os.O_PATH), b"mem", ctypes.byref(How(os.O_RDWR, 0, 0x08)), ctypes.c_size_t(24))))
+res("init-mem-reopened", lambda: o("/proc/self/fd/%d" % os.open("/proc/1/mem", os.O_PATH), os.O_RDWR | os.O_CREAT))
+res("self-status", lambda: o("/proc/self/status", os.O_RDONLY | os.O_CREAT))
 res("mknod-chr", lambda: os.mknod("chr.txt", 0o600 | 0o020000, os.makedev(1, 3)))
 res("mkdir-outside-ok", lambda: os.mkdir("/usr/x.txt"))
 `
@@ -268,7 +286,7 @@ func TestCommandDenyGlobCalls(t *testing.T) {
 	}
 	ws := denyFixture(t)
 	p := denyPlan(t, ws)
-	code, out := runSh(t, p, ws, "exec /usr/bin/python3 -c '"+pyCalls+"'")
+	code, out := runSh(t, p, ws, "WS=$PWD exec /usr/bin/python3 -c '"+pyCalls+"'")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
 	}
@@ -280,6 +298,8 @@ func TestCommandDenyGlobCalls(t *testing.T) {
 		// The lockdown filter's EPERM beats the notification; outside the
 		// writable roots the view's EROFS stands (done by the supervisor).
 		"mknod-chr": "EPERM", "mkdir-outside-ok": "EROFS",
+		"init-mem": "EACCES", "init-fds": "EACCES", "init-task-mem": "EACCES", "init-cwd": "EACCES",
+		"init-openat2": "EACCES", "init-openat2-beneath": "EACCES", "init-mem-reopened": "EACCES", "self-status": "ok",
 	}
 	got := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
