@@ -929,6 +929,8 @@ func MaybeMain() {
 		helperRun()
 	case "init":
 		helperInit(os.Args[3:])
+	case notifyStubMode:
+		stubMain(os.Args[3:])
 	}
 	fmt.Fprintln(os.Stderr, "exec-server sandbox: unknown helper mode")
 	os.Exit(125)
@@ -1104,6 +1106,15 @@ func helperInit(args []string) {
 	if err := unix.Chdir(dir); err != nil {
 		initFail(fmt.Errorf("chdir %s: %w", dir, err))
 	}
+	supervise := superviseCreation(&p)
+	if supervise {
+		// The stub (this binary) must be executable (exec opens it for
+		// reading too) even where the view does not show it. This grants
+		// the command nothing: no path of the view reaches the file but
+		// the ones that already grant it, and /proc/PID/exe of the init
+		// and of the stub is closed to it (neither is dumpable).
+		rules = append(rules, landlockRule{"/proc/self/exe", llExecute | llReadFile})
+	}
 	if err := lockdown(rules, p.Network); err != nil {
 		initFail(err)
 	}
@@ -1112,6 +1123,9 @@ func helperInit(args []string) {
 		initFail(stepErr("close descriptors", err))
 	}
 	<-notified
+	if supervise {
+		superviseInit(&p, path, argv)
+	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: unwrapEnv(os.Environ()), Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
@@ -1120,6 +1134,12 @@ func helperInit(args []string) {
 		}
 		os.Exit(126)
 	}
+	os.Exit(waitCommand(pid))
+}
+
+// waitCommand reaps the namespace's processes until pid exits and returns
+// the init's exit status for it (128+N for a signal N).
+func waitCommand(pid int) int {
 	for {
 		var ws unix.WaitStatus
 		wpid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -1127,16 +1147,16 @@ func helperInit(args []string) {
 			continue
 		}
 		if err != nil {
-			os.Exit(125)
+			return 125
 		}
 		if wpid != pid {
 			continue // an orphan of the namespace, reaped
 		}
 		switch {
 		case ws.Exited():
-			os.Exit(ws.ExitStatus())
+			return ws.ExitStatus()
 		case ws.Signaled():
-			os.Exit(128 + int(ws.Signal()))
+			return 128 + int(ws.Signal())
 		}
 	}
 }

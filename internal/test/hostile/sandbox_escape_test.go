@@ -607,7 +607,7 @@ func case15RemoveRoot(t *testing.T, c *sbxClient) {
 func setup16Deny(t *testing.T, fx *fixture) {
 	for p, data := range map[string]string{
 		"denied.txt": "denied content", "denydir/x.txt": "denied dir content",
-		"app.env": "SECRET=1", "sub/nested.env": "NESTED=1",
+		"app.env": "SECRET=1", "sub/nested.env": "NESTED=1", "mvdir/f.txt": "moved", "mv.txt": "mv",
 	} {
 		if err := os.MkdirAll(filepath.Dir(fx.w(p)), 0o755); err != nil {
 			t.Fatal(err)
@@ -618,14 +618,34 @@ func setup16Deny(t *testing.T, fx *fixture) {
 	}
 	fx.protected = append(fx.protected, fx.w("denied.txt"), fx.w("denydir"), fx.w("app.env"), fx.w("sub", "nested.env"),
 		fx.w("new.env"), fx.w("sub", "new2.env"), fx.w("new3.env"))
+	// What the commands of case 16 try to create: each must stay missing.
+	for _, p := range case16CommandNew {
+		fx.protected = append(fx.protected, fx.w(p))
+	}
 	fx.fsEntries = append(workspaceWriteEntries(),
 		pathEntry(fx.w("denied.txt"), "deny"),
 		pathEntry(fx.w("denydir"), "none"),
-		entry(map[string]any{"type": "glob_pattern", "pattern": "**/*.env"}, "deny"))
+		pathEntry(fx.w("missing.key"), "deny"),
+		entry(map[string]any{"type": "glob_pattern", "pattern": "**/*.env"}, "deny"),
+		entry(map[string]any{"type": "glob_pattern", "pattern": "secrets/**"}, "deny"))
+}
+
+// case16CommandNew are the paths case 16's commands must not create.
+var case16CommandNew = []string{"c1.env", "sub/c2.env", "c3.env", "d.env", "f.env", "l.env", "h.env", "m.env",
+	"target.env", "secrets", "missing.key", "ok.txt.env"}
+
+// case16Commands must each fail with Permission denied (sandboxDenied):
+// a command cannot create a NEW path matching a deny glob, nor a missing
+// deny path (the init supervises its path-creating syscalls).
+var case16Commands = []string{
+	"echo x > c1.env", "touch sub/c2.env", "cp in.txt c3.env", "mkdir d.env", "mkfifo f.env",
+	"ln -s in.txt l.env", "ln in.txt h.env", "mv mv.txt m.env", "ln -s target.env lnk && echo x > lnk",
+	"mv mvdir secrets", "echo x > missing.key", "echo x >> ok.txt.env",
 }
 
 // 16: deny entries hide content and refuse writes; a NEW file matching the
-// deny glob is refused by fs/writeFile too (a fix over the reference).
+// deny glob (or a missing deny path) is refused by fs/writeFile too, and
+// to commands (a fix over the reference).
 func case16Deny(t *testing.T, c *sbxClient) {
 	fx := c.fx
 	wantOK(t, "control: fs/writeFile WORK/ok.txt", c.writeFile(fx.w("ok.txt"), "ok"))
@@ -658,6 +678,19 @@ func case16Deny(t *testing.T, c *sbxClient) {
 	}
 	if err := c.fs("fs/getMetadata", map[string]any{"path": fileURI(fx.w("denied.txt"))}, &md); err == nil && md.Size != 0 {
 		t.Errorf("HOLE: fs/getMetadata denied.txt shows the real size %d (the mask must stand in)", md.Size)
+	}
+	for _, cmd := range case16Commands {
+		r := c.run([]string{"sh", "-c", cmd}, nil)
+		wantProcDenied(t, cmd+" (a new path the deny entries match)", r, true)
+		if r.ExitCode != 0 && !strings.Contains(r.Output, "Permission denied") {
+			t.Errorf("mismatch: %s: want Permission denied: %v", cmd, r)
+		}
+	}
+	// Controls: creating, moving and linking other names still works.
+	if r := c.run([]string{"sh", "-c", "echo ok > cmd-ok.txt && mkdir cmd-dir && mv cmd-ok.txt cmd-dir/ && ln -s cmd-dir cmd-link && ln in.txt cmd-hard"}, nil); r.ExitCode != 0 {
+		t.Errorf("FAIL: control: creating names no deny entry matches: %v", r)
+	} else if data, _ := os.ReadFile(fx.w("cmd-dir", "cmd-ok.txt")); string(data) != "ok\n" {
+		t.Errorf("FAIL: control: WORK/cmd-dir/cmd-ok.txt holds %q", data)
 	}
 	for _, cmd := range []string{"cat denied.txt", "cat denydir/x.txt", "cat app.env", "cat sub/nested.env", "echo x > denied.txt", "rm denied.txt", "echo x > denydir/n"} {
 		r := c.run([]string{"sh", "-c", cmd}, nil)
