@@ -395,6 +395,7 @@ func lockMountPoint(path string) *os.File {
 			if m, err := unix.Openat(fd, protMadeMarker, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400); err == nil {
 				unix.Close(m)
 			}
+			recordMountPoint(path) // for CleanStale, should this server die
 		}
 		// Never blocking: anyone who can open the directory can lock it.
 		if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
@@ -457,8 +458,8 @@ func removeMountPoint(path string) bool {
 		return true
 	}
 	if len(names) == 1 && names[0] == protMadeMarker {
-		if unix.Unlinkat(fd, protMadeMarker, 0) == nil {
-			_ = unix.Rmdir(path)
+		if unix.Unlinkat(fd, protMadeMarker, 0) == nil && unix.Rmdir(path) == nil {
+			forgetMountPoint(path)
 		}
 	}
 	return true

@@ -27,3 +27,6 @@ func (p *Plan) command(string, []string, []string, string) (*Spec, error) {
 
 // MaybeMain returns at once: no helper runs here.
 func MaybeMain() {}
+
+// CleanStale does nothing: no mount points are made here.
+func CleanStale() []string { return nil }
