@@ -81,14 +81,22 @@ func (l *leg) Send(b []byte) bool {
 	return l.send(outFrame{b: b})
 }
 
-// writeNow writes b on the caller's goroutine; l.wmu is held.
-func (l *leg) writeNow(b []byte) bool {
+// ending reports whether the leg is closing or done: nothing more is sent.
+func (l *leg) ending() bool {
 	select {
 	case <-l.closing:
-		return false
+		return true
 	case <-l.done:
-		return false
+		return true
 	default:
+		return false
+	}
+}
+
+// writeNow writes b on the caller's goroutine; l.wmu is held.
+func (l *leg) writeNow(b []byte) bool {
+	if l.ending() {
+		return false
 	}
 	timeout := writeTimeout
 	if l.role == roleHarness {
@@ -107,12 +115,8 @@ func (l *leg) writeNow(b []byte) bool {
 }
 
 func (l *leg) send(f outFrame) bool {
-	select {
-	case <-l.closing:
+	if l.ending() {
 		return false
-	case <-l.done:
-		return false
-	default:
 	}
 	l.unsent.Add(1)
 	if !l.enqueue(f) {

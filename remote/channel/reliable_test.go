@@ -251,17 +251,24 @@ func FuzzReliableInbound(f *testing.F) {
 	})
 }
 
-// A kept record acknowledged while a send of it is under way keeps its
-// payload until that send ends; only then does the buffer go back to
-// the pool (it would otherwise be resealed under the send's feet).
-func TestRecordRecycledAfterSend(t *testing.T) {
+// reliablePeer returns the reliability state of a channel whose sends
+// succeed and whose peer is known to be reliable.
+func reliablePeer(t *testing.T) *reliable {
 	c := New("s", SenderFunc(func(context.Context, *frame.Frame) error { return nil }),
 		noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{Reliable: true})
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	r := c.rel
 	r.mu.Lock()
 	r.setKind(peerReliable)
 	r.mu.Unlock()
+	return r
+}
+
+// A kept record acknowledged while a send of it is under way keeps its
+// payload until that send ends; only then does the buffer go back to
+// the pool (it would otherwise be resealed under the send's feet).
+func TestRecordRecycledAfterSend(t *testing.T) {
+	r := reliablePeer(t)
 	for _, tt := range []struct {
 		name  string
 		ackAt int // acknowledged after this many of the two sends ended
@@ -309,13 +316,7 @@ func TestRecordRecycledAfterSend(t *testing.T) {
 // waited SACKed behind a hole, and keeps a backed-off value until a new
 // sample.
 func TestMeasuredRTO(t *testing.T) {
-	c := New("s", SenderFunc(func(context.Context, *frame.Frame) error { return nil }),
-		noise.NewCipherState([32]byte{1}), noise.NewCipherState([32]byte{2}), Options{Reliable: true})
-	defer c.Close()
-	r := c.rel
-	r.mu.Lock()
-	r.setKind(peerReliable)
-	r.mu.Unlock()
+	r := reliablePeer(t)
 	seq := uint32(0)
 	// send keeps a record sent ago; resent marks it as sent again.
 	send := func(ago time.Duration, resent bool) *sentRecord {
