@@ -46,17 +46,18 @@ func stepErr(step string, err error) error {
 }
 
 type viewBuilder struct {
-	p     *Plan
-	opts  viewOpts
-	view  int // the view's root mount, attached on top of /
-	masks int // a read-only tmpfs holding the mask sources
-	rules []landlockRule
+	p       *Plan
+	opts    viewOpts
+	view    int // the view's root mount, attached on top of /
+	masks   int // a read-only tmpfs holding the mask sources
+	rules   []landlockRule
+	mounted map[string]bool // paths of the view that are mount points
 }
 
 // buildView builds p's view and pivots into it; it returns the Landlock
 // rules that mirror it (paths of the view).
 func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
-	b := &viewBuilder{p: p, opts: opts, view: -1, masks: -1}
+	b := &viewBuilder{p: p, opts: opts, view: -1, masks: -1, mounted: map[string]bool{"/": true}}
 	defer func() {
 		for _, fd := range []int{b.view, b.masks} {
 			if fd >= 0 {
@@ -74,6 +75,12 @@ func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
 		return nil, stepErr("masks", err)
 	}
 	for _, m := range p.Mounts {
+		if m.Missing && !m.Protected {
+			continue // not mounted (see mount)
+		}
+		if err := b.pinParents(m.Path); err != nil {
+			return nil, stepErr("pin the parents of "+m.Path, err)
+		}
 		if err := b.mount(m); err != nil {
 			return nil, stepErr("mount "+m.Path, err)
 		}
@@ -290,7 +297,49 @@ func (b *viewBuilder) attach(src int, path string, follow, create, dir bool) err
 		return fmt.Errorf("mount point: %w", err)
 	}
 	defer unix.Close(t)
-	return unix.MoveMount(src, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+	if err := unix.MoveMount(src, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return err
+	}
+	b.mounted[path] = true
+	return nil
+}
+
+// pinParents binds every writable directory between path and the mount
+// that encloses it onto itself, shallowest first, before path's own mount
+// is made. A directory that holds a mount cannot be renamed only if it is
+// a mount point itself: otherwise `mv W/a W/c` moves the read-only W/a/b
+// or the mask on W/d/secret along, off the path the policy names, and the
+// command makes a new W/a/b/x or W/d/secret on the host. Mounts come
+// shallowest first, so a directory pinned here holds no mount yet (a
+// deeper one pinned its parents already).
+func (b *viewBuilder) pinParents(path string) error {
+	var dirs []string
+	for dir := filepath.Dir(path); !b.mounted[dir] && b.p.accessOf(dir) == AccessWrite; dir = filepath.Dir(dir) {
+		dirs = append(dirs, dir)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		t, err := b.target(dirs[i], false)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return nil // nothing below to move along
+		}
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(t, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			unix.Close(t)
+			return err // a symlink or a file: no mount below it can be moved along
+		}
+		fd, err := unix.OpenTree(t, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+		unix.Close(t)
+		if err != nil {
+			return fmt.Errorf("clone %s: %w", dirs[i], err)
+		}
+		if err := b.attach(fd, dirs[i], false, false, true); err != nil {
+			return fmt.Errorf("%s: %w", dirs[i], err)
+		}
+	}
+	return nil
 }
 
 // bind mounts the host's src at m.Path with m.Access (read or write).
