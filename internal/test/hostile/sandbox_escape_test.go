@@ -78,6 +78,7 @@ var escapeCases = []escapeCase{
 	{"27_bounded", setup27Tree, case27Bounded},
 	{"27_two_servers", nil, case27TwoServers},
 	{"28_legacy_windows_levels", nil, case28Levels},
+	{"30_move_mount_parent", setup30MoveParent, case30MoveParent},
 }
 
 // TestSandboxEscape runs every case under both rows of the privilege
@@ -1308,5 +1309,38 @@ func case28Levels(t *testing.T, c *sbxClient) {
 			}
 		}
 		t.Logf("%s: fs/writeFile inside: %v; process: %v", v.label, inside, r)
+	}
+}
+
+// setup30MoveParent: a read-only carve-out (WORK/a/b) and a deny entry
+// (WORK/d/secret.txt) one level below the writable root.
+func setup30MoveParent(t *testing.T, fx *fixture) {
+	for p, data := range map[string]string{"a/b/ro.txt": "read-only", "d/secret.txt": "denied"} {
+		if err := os.MkdirAll(filepath.Dir(fx.w(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(fx.w(p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fx.protected = append(fx.protected, fx.w("a"), fx.w("a", "b"), fx.w("d"), fx.w("c"), fx.w("e"))
+	fx.fsEntries = append(workspaceWriteEntries(), pathEntry(fx.w("a", "b"), "read"), pathEntry(fx.w("d", "secret.txt"), "deny"))
+}
+
+// 30 (beyond §6): renaming the parent of a carve-out or a deny mask would
+// move the mount along (the kernel moves mounts with their directory), off
+// the path the policy names; the command could then make that path anew.
+// Both renames must fail and the host stay as it was.
+func case30MoveParent(t *testing.T, c *sbxClient) {
+	for _, cmd := range []string{
+		"mv a c && mkdir -p a/b && echo x > a/b/new",
+		"mv d e && mkdir d && echo x > d/secret.txt",
+	} {
+		r := c.run([]string{"sh", "-c", cmd}, nil)
+		wantProcDenied(t, cmd, r, false)
+	}
+	r := c.run([]string{"sh", "-c", "mkdir -p free/sub && mv free free2"}, nil)
+	if r.StartErr != nil || r.ExitCode != 0 {
+		t.Errorf("FAIL: control: renaming a directory that holds no mount: %v", r)
 	}
 }
