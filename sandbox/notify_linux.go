@@ -1034,7 +1034,10 @@ func openParent2(base int, d string, resolve uint64) (int, unix.Errno) {
 
 // openPlain is openat2 without O_CREAT: the directory is resolved here
 // (with resolve rules, by the kernel and checked), the last component
-// opened as asked.
+// opened as asked. A final symlink is followed here too, never by the
+// kernel's walk for the supervisor, whose /proc/self is the init's (its
+// descriptors, the target's memory); with resolve rules it is refused
+// (not emulated), as for a creating open.
 func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) (fdResult, unix.Errno, *pendingOpen) {
 	var dir int
 	var name string
@@ -1054,22 +1057,69 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 	} else if dir, name, _, errno = t.walkParent(base, p); errno != 0 {
 		return noFD, errno, nil
 	}
-	defer unix.Close(dir)
-	if strings.HasSuffix(p, "/") {
-		name += "/"
+	defer func() { unix.Close(dir) }()
+	cloexec := how.Flags&unix.O_CLOEXEC != 0
+	flags := how.Flags | unix.O_CLOEXEC
+	// A trailing slash follows a final symlink whatever O_NOFOLLOW says,
+	// and wants a directory: opened without it, O_DIRECTORY says the same.
+	slash := strings.HasSuffix(p, "/")
+	if slash {
+		flags |= unix.O_DIRECTORY
 	}
-	if name == "self" || name == "thread-self" {
+	follow := how.Flags&unix.O_NOFOLLOW == 0 || slash
+	hops := 0
+	for try := 0; try < 100; try++ {
 		var st unix.Stat_t
-		var fs unix.Statfs_t
-		if unix.Fstatfs(dir, &fs) == nil && fs.Type == unix.PROC_SUPER_MAGIC && unix.Fstat(dir, &st) == nil && st.Ino == 1 {
-			return noFD, unix.EACCES, nil // the supervisor's: not emulated
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK && follow {
+			if how.Resolve&unix.RESOLVE_NO_SYMLINKS != 0 {
+				return noFD, unix.ELOOP, nil
+			}
+			if how.Resolve != 0 {
+				return noFD, unix.EACCES, nil // not emulated: refused
+			}
+			if hops++; hops > maxSymlinkHops {
+				return noFD, unix.ELOOP, nil
+			}
+			rest, magic, errno := t.readLink(dir, name)
+			if errno != 0 {
+				return noFD, errno, nil
+			}
+			if magic {
+				// A procfs link in a directory of the target (never the
+				// init's: walkParent refuses those) names its object.
+				fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags, Mode: how.Mode})
+				if err != nil {
+					return noFD, toErrno(err), nil
+				}
+				return fdResult{fd, cloexec}, 0, nil
+			}
+			target := strings.Join(rest.comps, "/")
+			if rest.abs {
+				target = "/" + target
+			}
+			nd, nn, nslash, errno := t.walkParent(dir, target)
+			if errno != 0 {
+				return noFD, errno, nil
+			}
+			unix.Close(dir)
+			dir, name = nd, nn
+			if nslash {
+				flags |= unix.O_DIRECTORY
+			}
+			continue
 		}
+		// Not a symlink (or not to be followed): O_NOFOLLOW keeps the
+		// kernel from following one put there meanwhile.
+		fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags | unix.O_NOFOLLOW, Mode: how.Mode, Resolve: how.Resolve})
+		if err == unix.ELOOP && follow {
+			continue // replaced by a symlink meanwhile: look again
+		}
+		if err != nil {
+			return noFD, toErrno(err), nil
+		}
+		return fdResult{fd, cloexec}, 0, nil
 	}
-	fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: how.Flags | unix.O_CLOEXEC, Mode: how.Mode, Resolve: how.Resolve})
-	if err != nil {
-		return noFD, toErrno(err), nil
-	}
-	return fdResult{fd, how.Flags&unix.O_CLOEXEC != 0}, 0, nil
+	return noFD, unix.EAGAIN, nil
 }
 
 // openFIFO opens an existing FIFO without waiting (again: no reader yet

@@ -500,3 +500,58 @@ func TestCommandDenyGlobPTY(t *testing.T) {
 		t.Errorf("exit 0 after a refused creation: %q", out)
 	}
 }
+
+// pyFinalLink opens, with openat2 and no O_CREAT, symlinks whose target is
+// the caller's /proc/self/fd/N or /proc/self/status: the supervisor does
+// the open, so a final symlink it left to its own kernel walk would
+// resolve /proc/self as the init's and hand the command the init's
+// descriptors (the Go runtime's, the target's /proc/PID/mem, the view's
+// root). Each line names what went wrong, "done" ends.
+const pyFinalLink = `
+import ctypes, os, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+def openat2(name, flags):
+    r = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, 0, 0)), ctypes.c_size_t(24))
+    if r < 0:
+        raise OSError(ctypes.get_errno(), name)
+    return r
+mine = os.open("in.txt", os.O_RDONLY)
+for n in range(0, 40):
+    os.symlink("/proc/self/fd/%d" % n, "fl%d" % n)
+    for name in ("fl%d" % n, "fl%d/" % n):
+        try:
+            st = os.fstat(n)
+        except OSError:
+            st = None
+        try:
+            fd = openat2(name, os.O_RDONLY)
+        except OSError as e:
+            if st is not None and not name.endswith("/") and e.errno != errno.ENXIO:
+                print("%s: %s, want the fd of the command %d" % (name, errno.errorcode[e.errno], n))
+            continue
+        got = os.fstat(fd)
+        if st is None or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+            print("%s: opened %s, not the fd of the command %d" % (name, os.readlink("/proc/self/fd/%d" % fd), n))
+        os.close(fd)
+os.symlink("/proc/self/status", "flstatus")
+fd = openat2("flstatus", os.O_RDONLY)
+pid = [l for l in os.read(fd, 4096).decode().split("\n") if l.startswith("Pid:")][0].split()[1]
+if int(pid) != os.getpid():
+    print("status of pid %s, not %d" % (pid, os.getpid()))
+print("done")
+`
+
+func TestCommandDenyGlobFinalSymlink(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+	ws := denyFixture(t)
+	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pyFinalLink+"'")
+	if code != 0 || strings.TrimSpace(out) != "done" {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
