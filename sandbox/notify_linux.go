@@ -1277,7 +1277,8 @@ func (s *supervisor) checkMove(fromDir int, from string, toDir int, to string) u
 }
 
 // walkClean reports whether no entry under the directory fd (closed here),
-// named newPath after the move, matches a deny glob, within the bounds.
+// named newPath after the move, matches a deny glob or is a mount point,
+// within the bounds.
 func (s *supervisor) walkClean(fd int, newPath string, depth int, count *int) bool {
 	defer unix.Close(fd)
 	if depth > renameWalkDepth {
@@ -1299,7 +1300,7 @@ func (s *supervisor) walkClean(fd int, newPath string, depth int, count *int) bo
 				return false
 			}
 			child := newPath + "/" + name
-			if s.p.DeniedByGlob(child) {
+			if s.p.DeniedByGlob(child) || mountRoot(fd, name) {
 				return false
 			}
 			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -1311,6 +1312,18 @@ func (s *supervisor) walkClean(fd int, newPath string, depth int, count *int) bo
 			}
 		}
 	}
+}
+
+// mountRoot reports whether dir/name is a mount point (true when unsure):
+// the kernel moves a mount along with a directory renamed above it, which
+// would take a mask or a read-only carve-out off the path the policy names
+// and let that path be made anew.
+func mountRoot(dir int, name string) bool {
+	var stx unix.Statx_t
+	if unix.Statx(dir, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, &stx) != nil {
+		return true
+	}
+	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
 // superviseInit runs the command under the supervisor: it never returns

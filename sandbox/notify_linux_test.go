@@ -555,3 +555,57 @@ func TestCommandDenyGlobFinalSymlink(t *testing.T) {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
+
+// TestCommandDenyGlobMoveMount: the kernel moves a mount along with a
+// directory renamed above it, so a command that renamed the parent of a
+// masked deny path (or of a read-only carve-out) could then make a new
+// file at the denied path, or write where the policy says read-only. Under
+// the supervisor such a rename is refused and the host keeps its files.
+func TestCommandDenyGlobMoveMount(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	for name, body := range map[string]string{"sub/secret.txt": "SECRET", "a/ro/f.txt": "RO", "b/c/secret2.txt": "S2"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(ws, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := resolve(t, ctx([]string{
+		special("root", "read"),
+		pathEntry(ws, "write"),
+		glob(ws+"/**/*.env", "deny"),
+		pathEntry(filepath.Join(ws, "sub/secret.txt"), "deny"),
+		pathEntry(filepath.Join(ws, "b/c/secret2.txt"), "deny"),
+		pathEntry(filepath.Join(ws, "a/ro"), "read"),
+	}, ""), Env{})
+	if !superviseCreation(p) {
+		t.Fatalf("no supervision for %s", dump(p))
+	}
+	for _, tc := range []struct{ name, script string }{
+		{"parent of a masked file", "mv sub sub2 && mkdir sub && echo NEW > sub/secret.txt"},
+		{"grandparent of a masked file", "mv b b2 && mkdir -p b/c && echo NEW > b/c/secret2.txt"},
+		{"exchanged away", "mkdir x && python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); sys.exit(l.renameat2(-100,b\"x\",-100,b\"b\",2) != 0)' && mkdir -p b/c && echo NEW > b/c/secret2.txt"},
+		{"parent of a read-only carve-out", "mv a a2 && mkdir -p a/ro && echo NEW > a/ro/f.txt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runSh(t, p, ws, tc.script)
+			if code == 0 {
+				t.Errorf("%q: exit 0 (%q), want the rename refused", tc.script, out)
+			}
+		})
+	}
+	assertFile(t, filepath.Join(ws, "sub/secret.txt"), "SECRET")
+	assertFile(t, filepath.Join(ws, "b/c/secret2.txt"), "S2")
+	assertFile(t, filepath.Join(ws, "a/ro/f.txt"), "RO")
+	for _, gone := range []string{"sub2", "b2", "a2"} {
+		if _, err := os.Lstat(filepath.Join(ws, gone)); err == nil {
+			t.Errorf("%s exists on the host", gone)
+		}
+	}
+	// Moving a directory with no mount below it still works.
+	if code, out := runSh(t, p, ws, "mkdir -p m/n && touch m/n/f && mv m m2"); code != 0 {
+		t.Errorf("plain directory move: exit %d: %s", code, out)
+	}
+}
