@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -86,8 +88,11 @@ func notifyProgram() []unix.SockFilter {
 		bpfStmt(retK, retAllow), // the other filter kills foreign arches
 		bpfStmt(ldW, offNr),
 	}
+	// bind: an AF_UNIX socket bound to a path makes that path (its
+	// address is in memory; with a restricted network the other filter's
+	// EPERM comes first).
 	always := []uintptr{unix.SYS_OPENAT2, unix.SYS_MKDIRAT, unix.SYS_MKNODAT, unix.SYS_LINKAT,
-		unix.SYS_SYMLINKAT, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2}
+		unix.SYS_SYMLINKAT, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2, unix.SYS_BIND}
 	for _, n := range []string{"creat", "mkdir", "mknod", "link", "symlink", "rename"} {
 		if nr, ok := legacyCreate[n]; ok {
 			always = append(always, nr)
@@ -224,6 +229,10 @@ type supervisor struct {
 	listener int
 	p        *Plan
 	pending  []pendingOpen
+	// cwd is the init's directory (O_PATH), to come back to after a bind
+	// made relative to another one (this thread's own: CLONE_FS
+	// unshared); -1: binds to a path are refused.
+	cwd int
 }
 
 // pendingOpen is an O_CREAT open of an existing FIFO for writing that has
@@ -357,6 +366,9 @@ type call struct {
 	dev           uint64
 	how           uint64 // openat2's struct open_how
 	howSize       uint64
+	sock          int    // bind's socket, in the target
+	addr          uint64 // bind's address and its length
+	addrLen       int
 }
 
 func decodeCall(req *seccompNotif) (call, bool) {
@@ -378,6 +390,8 @@ func decodeCall(req *seccompNotif) (call, bool) {
 		return call{op: "symlink", path: a[0], dirfd2: fdOf(a[1]), path2: a[2]}, true
 	case unix.SYS_RENAMEAT:
 		return call{op: "rename", dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3]}, true
+	case unix.SYS_BIND:
+		return call{op: "bind", sock: fdOf(a[0]), addr: a[1], addrLen: int(int32(uint32(a[2])))}, true
 	case unix.SYS_RENAMEAT2:
 		return call{op: "rename", dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
 	}
@@ -418,6 +432,9 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 		return noFD, errno, nil
 	}
 	defer t.close()
+	if c.op == "bind" {
+		return noFD, s.bind(t, c, req.ID), nil
+	}
 	// Read everything from the target's memory first, then check that the
 	// notification still stands (the tid was not reused: /proc/TID is the
 	// notifying task), then act on the copies only.
@@ -1326,6 +1343,114 @@ func mountRoot(dir int, name string) bool {
 	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
+// pidfdThread is PIDFD_THREAD (Linux 6.9): a pidfd of the thread itself,
+// whose descriptor table may be its own.
+const pidfdThread = unix.O_EXCL
+
+// bind is bind(2) done for the target on its socket (pidfd_getfd: the
+// same open file): an AF_UNIX path is resolved as the target would, its
+// new name checked, and bound relative to its directory; any other
+// address is bound as it was read (never CONTINUE: the target could turn
+// it into a path after the check).
+func (s *supervisor) bind(t *target, c call, id uint64) unix.Errno {
+	if c.addrLen < 0 || c.addrLen > 4096 {
+		return unix.EINVAL
+	}
+	addr := make([]byte, c.addrLen)
+	if len(addr) > 0 {
+		if m, err := unix.Pread(t.mem, addr, int64(c.addr)); err != nil || m != len(addr) {
+			return unix.EFAULT
+		}
+	}
+	sock, errno := t.socket(c.sock)
+	if errno != 0 {
+		return errno
+	}
+	defer unix.Close(sock)
+	dir, name := -1, ""
+	if len(addr) > 2 && binary.NativeEndian.Uint16(addr) == unix.AF_UNIX && addr[2] != 0 {
+		p := addr[2:]
+		if i := bytes.IndexByte(p, 0); i >= 0 {
+			p = p[:i]
+		}
+		if len(p) >= len(unix.RawSockaddrUnix{}.Path) {
+			return unix.EINVAL
+		}
+		if s.cwd < 0 {
+			return unix.EACCES
+		}
+		base, errno := t.base(unix.AT_FDCWD, string(p), false)
+		if errno != 0 {
+			return errno
+		}
+		d, n, slash, errno := t.walkParent(base, string(p))
+		unix.Close(base)
+		if errno != 0 {
+			return errno
+		}
+		defer unix.Close(d)
+		if errno := s.checkNew(d, n); errno != 0 {
+			return errno
+		}
+		if slash {
+			return existsErr(d, n, unix.ENOENT)
+		}
+		dir, name = d, n
+	}
+	if !s.idValid(id) {
+		return unix.ENOENT
+	}
+	if dir < 0 {
+		return rawBind(sock, addr)
+	}
+	unix.Umask(t.umask) // the socket file's mode
+	if err := unix.Fchdir(dir); err != nil {
+		return toErrno(err)
+	}
+	errno = rawBind(sock, append(append(addr[:2:2], name...), 0))
+	if err := unix.Fchdir(s.cwd); err != nil {
+		// Relative paths of later calls would be wrong: none is made.
+		unix.Close(s.cwd)
+		s.cwd = -1
+	}
+	return errno
+}
+
+func rawBind(fd int, sa []byte) unix.Errno {
+	var p unsafe.Pointer
+	if len(sa) > 0 {
+		p = unsafe.Pointer(&sa[0])
+	}
+	_, _, e := unix.Syscall(unix.SYS_BIND, uintptr(fd), uintptr(p), uintptr(len(sa)))
+	runtime.KeepAlive(sa)
+	return e
+}
+
+// socket returns the target's socket fd (a copy of its descriptor).
+func (t *target) socket(fd int) (int, unix.Errno) {
+	pfd, err := unix.PidfdOpen(t.tid, pidfdThread)
+	if err == unix.EINVAL && t.tid == t.tgid {
+		pfd, err = unix.PidfdOpen(t.tid, 0)
+	}
+	if err != nil {
+		return -1, unix.EACCES
+	}
+	defer unix.Close(pfd)
+	sfd, err := unix.PidfdGetfd(pfd, fd, 0)
+	if err == unix.EBADF {
+		return -1, unix.EBADF
+	}
+	if err != nil {
+		return -1, unix.EACCES
+	}
+	var st unix.Stat_t
+	if unix.Fstat(sfd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		unix.Close(sfd)
+		return -1, unix.ENOTSOCK
+	}
+	return sfd, 0
+}
+
 // superviseInit runs the command under the supervisor: it never returns
 // (the init exits with the command's status).
 func superviseInit(p *Plan, path string, argv []string) {
@@ -1339,7 +1464,14 @@ func superviseInit(p *Plan, path string, argv []string) {
 	if lfd < 0 {
 		select {} // the stub failed and says why; its status is the init's
 	}
-	s := &supervisor{listener: lfd, p: p}
+	s := &supervisor{listener: lfd, p: p, cwd: -1}
+	// A bind to a path is made relative to its directory: this thread's
+	// working directory must be its own to change.
+	if unix.Unshare(unix.CLONE_FS) == nil {
+		if fd, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			s.cwd = fd
+		}
+	}
 	s.serve()
 	// Every command process is gone (or the listener broke: the pending
 	// and future calls then fail with ENOSYS). The wait goroutine exits.

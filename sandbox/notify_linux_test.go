@@ -609,3 +609,95 @@ func TestCommandDenyGlobMoveMount(t *testing.T) {
 		t.Errorf("plain directory move: exit %d: %s", code, out)
 	}
 }
+
+// pyBind binds sockets where a network is allowed: an AF_UNIX socket
+// bound to a path makes that path, so the supervisor does bind too.
+const pyBind = `
+import ctypes, os, errno, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def res(name, f):
+    try:
+        f()
+        print(name + "=ok")
+    except OSError as e:
+        print(name + "=" + errno.errorcode[e.errno])
+def bind(addr, fam=socket.AF_UNIX):
+    s = socket.socket(fam)
+    s.bind(addr)
+    return s
+def served():
+    s = bind("ok.sock")
+    s.listen(1)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect("ok.sock")
+    a, _ = s.accept()
+    c.sendall(b"hi")
+    if a.recv(2) != b"hi":
+        raise OSError(errno.EIO, "recv")
+def inet():
+    s = bind(("127.0.0.1", 0), socket.AF_INET)
+    if s.getsockname()[1] == 0:
+        raise OSError(errno.EIO, "no port")
+def raw(fd, addr, n):
+    if libc.bind(fd, addr, n) < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+res("env", lambda: bind("b.env"))
+res("secrets", lambda: (os.mkdir("secrets"), bind("secrets/s")))
+res("dotdot-env", lambda: (os.chdir("sub"), bind("../rel.env")))
+os.chdir(os.environ["WS"])
+res("abs-env", lambda: bind(os.environ["WS"] + "/abs.env"))
+res("ok", served)
+res("abs-ok", lambda: (os.chdir("sub"), bind(os.environ["WS"] + "/abs.sock")))
+os.chdir(os.environ["WS"])
+res("rel-ok", lambda: (os.chdir("sub"), bind("rel.sock")))
+os.chdir(os.environ["WS"])
+res("umask", lambda: (os.umask(0o077), bind("mask.sock"), os.umask(0o022)))
+res("existing", lambda: bind("in.txt"))
+res("abstract", lambda: bind("\0exec-server-test-%d" % os.getpid()))
+res("inet", inet)
+res("notsock", lambda: raw(0, b"\x01\x00x.sock\x00", 9))
+res("fault", lambda: raw(socket.socket(socket.AF_UNIX).detach(), ctypes.c_void_p(8), 9))
+`
+
+func TestCommandDenyGlobBind(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+	ws := denyFixture(t)
+	raw := strings.Replace(ctx([]string{special("root", "read"), pathEntry(ws, "write"),
+		glob(ws+"/**/*.env", "deny"), glob(ws+"/secrets/**", "deny")}, ""),
+		`"network":"restricted"`, `"network":"enabled"`, 1)
+	p := resolve(t, raw, Env{})
+	code, out := runSh(t, p, ws, "WS=$PWD exec /usr/bin/python3 -c '"+pyBind+"'")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	want := map[string]string{
+		"env": "EACCES", "secrets": "EACCES", "dotdot-env": "EACCES", "abs-env": "EACCES",
+		"ok": "ok", "abs-ok": "ok", "rel-ok": "ok", "umask": "ok", "existing": "EADDRINUSE",
+		"abstract": "ok", "inet": "ok", "notsock": "ENOTSOCK", "fault": "EFAULT",
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		got[k] = v
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
+		}
+	}
+	for _, name := range []string{"b.env", "secrets/s", "rel.env", "abs.env"} {
+		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
+			t.Errorf("%s exists on the host", name)
+		}
+	}
+	for name, mode := range map[string]os.FileMode{"ok.sock": 0o755, "abs.sock": 0o755, "sub/rel.sock": 0o755, "mask.sock": 0o700} {
+		st, err := os.Lstat(filepath.Join(ws, name))
+		if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != mode {
+			t.Errorf("%s: %v %v, want a socket of mode %v", name, st, err, mode)
+		}
+	}
+}
