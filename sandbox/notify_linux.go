@@ -127,8 +127,17 @@ func stubMain(args []string) {
 	path, argv := args[0], args[1:]
 	prog := notifyProgram()
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	// WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has a
+	// notification, only a fatal signal interrupts the call. Otherwise a
+	// signal (Go's preemption, a timer) restarts a call the supervisor
+	// already did: an O_EXCL creation then fails with EEXIST on its own
+	// file, a mkdir on its own directory. Older kernels go without.
 	lfd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, uintptr(unsafe.Pointer(&fprog)))
+	if e == unix.EINVAL {
+		lfd, _, e = unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+			unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+	}
 	runtime.KeepAlive(prog)
 	if e != 0 {
 		initFail(stepErr("seccomp listener", e))

@@ -701,3 +701,36 @@ func TestCommandDenyGlobBind(t *testing.T) {
 		}
 	}
 }
+
+// pyInterrupted creates fresh names with O_EXCL while an interval timer
+// keeps interrupting the process: a notification interrupted after the
+// supervisor made the file restarts the call, which then finds the file
+// its first attempt made (EEXIST for a name that never existed before).
+// It prints how many creations failed.
+const pyInterrupted = `
+import os, signal, errno
+signal.signal(signal.SIGALRM, lambda s, f: None)
+signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
+bad = 0
+for i in range(3000):
+    try:
+        os.close(os.open("n%d" % i, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except OSError as e:
+        bad += 1
+        if bad < 4:
+            print("n%d: %s" % (i, errno.errorcode[e.errno]))
+signal.setitimer(signal.ITIMER_REAL, 0)
+print("failed=%d" % bad)
+`
+
+func TestCommandDenyGlobInterrupted(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+	ws := denyFixture(t)
+	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pyInterrupted+"'")
+	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "failed=0") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
