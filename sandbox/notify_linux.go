@@ -257,10 +257,18 @@ type pendingOpen struct {
 // serve handles notifications until the listener fails (every command
 // process gone). It runs on the init's locked thread.
 func (s *supervisor) serve() {
+	// The pending opens are retried every 5 ms, also while notifications
+	// keep coming (a poll that never times out would starve them).
+	var retried time.Time
 	for {
 		timeout := -1
 		if len(s.pending) > 0 {
 			timeout = 5
+			if time.Since(retried) >= 5*time.Millisecond {
+				s.retryPending()
+				retried = time.Now()
+				continue
+			}
 		}
 		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, timeout)
@@ -271,8 +279,7 @@ func (s *supervisor) serve() {
 			return
 		}
 		if n == 0 {
-			s.retryPending()
-			continue
+			continue // the retry is due
 		}
 		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && fds[0].Revents&unix.POLLIN == 0 {
 			return

@@ -734,3 +734,18 @@ func TestCommandDenyGlobInterrupted(t *testing.T) {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
+
+// TestCommandDenyGlobFIFOStarved: an O_CREAT open of a FIFO for writing
+// waits in the supervisor's pending list for a reader; another process
+// creating files without pause must not keep it waiting once the reader
+// is there.
+func TestCommandDenyGlobFIFOStarved(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	script := `mkfifo p || exit 1; for f in b1 b2; do (while :; do : > $f; done) & P="$P $!"; done; (echo fifo > p &); sleep 0.3; cat p > got; kill $P`
+	code, out := runSh(t, denyPlan(t, ws), ws, script)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	assertFile(t, filepath.Join(ws, "got"), "fifo\n")
+}
