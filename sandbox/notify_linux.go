@@ -527,6 +527,9 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 			if slash {
 				return noFD, existsErr(dir, name, unix.ENOENT), nil
 			}
+			if errno := s.checkSymlink(t, dir, name, p1); errno != 0 {
+				return noFD, errno, nil
+			}
 			err = unix.Symlinkat(p1, dir, name)
 		}
 		return noFD, toErrno(err), nil
@@ -1197,6 +1200,12 @@ func (s *supervisor) link(t *target, base1 int, p1 string, base2 int, p2 string,
 		return errno
 	}
 	defer unix.Close(od)
+	if flags&unix.AT_SYMLINK_FOLLOW == 0 {
+		// A hard link to a symlink is a symlink at the new name.
+		if errno := s.checkMovedSymlink(t, od, on, nd, nn); errno != 0 {
+			return errno
+		}
+	}
 	if flags&unix.AT_SYMLINK_FOLLOW != 0 {
 		// Resolve a final symlink here too (procfs's self is the target's).
 		var st unix.Stat_t
@@ -1275,8 +1284,14 @@ func (s *supervisor) rename(t *target, base1 int, p1 string, base2 int, p2 strin
 	if errno := s.checkMove(od, on, nd, nn); errno != 0 {
 		return errno
 	}
+	if errno := s.checkMovedSymlink(t, od, on, nd, nn); errno != 0 {
+		return errno
+	}
 	if flags&unix.RENAME_EXCHANGE != 0 {
 		if errno := s.checkMove(nd, nn, od, on); errno != 0 {
+			return errno
+		}
+		if errno := s.checkMovedSymlink(t, nd, nn, od, on); errno != 0 {
 			return errno
 		}
 	}
@@ -1345,6 +1360,100 @@ func (s *supervisor) walkClean(fd int, newPath string, depth int, count *int) bo
 			}
 		}
 	}
+}
+
+// checkMovedSymlink is checkSymlink for fromDir/from when it is a symlink
+// that a rename or a link puts at toDir/to.
+func (s *supervisor) checkMovedSymlink(t *target, fromDir int, from string, toDir int, to string) unix.Errno {
+	var st unix.Stat_t
+	if unix.Fstatat(fromDir, from, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		return 0 // not a symlink (or gone: the call fails by itself)
+	}
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(fromDir, from, buf)
+	if err != nil {
+		return unix.EACCES
+	}
+	return s.checkSymlink(t, toDir, to, string(buf[:n]))
+}
+
+// checkSymlink refuses a symlink dir/name -> text that would give a path a
+// deny glob matches to a place the glob does not cover. Deny globs are
+// checked on canonical paths; a symlink at W/cfg to a directory in another
+// writable root T would let the command make T/x/.env, which W/**/*.env
+// does not match, and leave it at W/cfg/.env, which it does. So a symlink
+// inside a glob's fixed prefix must lead (now) inside that prefix too, or
+// to a file that cannot be replaced (on a read-only mount); a directory
+// outside (even read-only: a writable root may be below it), a missing
+// target outside, or anything unresolvable is refused.
+func (s *supervisor) checkSymlink(t *target, dir int, name, text string) unix.Errno {
+	d, ok := realDir(dir)
+	if !ok {
+		return unix.EACCES
+	}
+	at := filepath.Join(d, name)
+	var scopes []string
+	for _, g := range s.p.DenyGlobs {
+		if f := fixedPrefix(g); within(at, f) {
+			scopes = append(scopes, f)
+		}
+	}
+	if len(scopes) == 0 {
+		return 0
+	}
+	// procfs links change with the process (fd/N, cwd, root): refused.
+	if within(filepath.Join(d, text), "/proc") || (filepath.IsAbs(text) && within(filepath.Clean(text), "/proc")) {
+		return unix.EACCES
+	}
+	td, tn, _, errno := t.walkParent(dir, text)
+	if errno != 0 {
+		return unix.EACCES
+	}
+	defer unix.Close(td)
+	var st unix.Stat_t
+	var where string
+	if err := unix.Fstatat(td, tn, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
+		// Dangling: whatever is made there later is checked where it is.
+		td2, ok := realDir(td)
+		if !ok {
+			return unix.EACCES
+		}
+		var fs unix.Statfs_t
+		if unix.Fstatfs(td, &fs) == nil && fs.Flags&unix.ST_RDONLY != 0 {
+			return 0 // it can never be made
+		}
+		where = filepath.Join(td2, tn)
+	} else {
+		fd, errno := t.openFollow(td, tn)
+		if errno != 0 {
+			return unix.EACCES
+		}
+		defer unix.Close(fd)
+		if where, ok = realDir(fd); !ok || unix.Fstat(fd, &st) != nil {
+			return unix.EACCES
+		}
+		var fs unix.Statfs_t
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR && unix.Fstatfs(fd, &fs) == nil && fs.Flags&unix.ST_RDONLY != 0 {
+			return 0 // a file that stays what it is
+		}
+	}
+	for _, f := range scopes {
+		if !within(where, f) {
+			return unix.EACCES
+		}
+	}
+	return 0
+}
+
+// fixedPrefix is the directory of a glob's components before its first
+// one with a wildcard (an escape counts as one: shorter is safer).
+func fixedPrefix(g string) string {
+	comps := splitPath(g)
+	n := 0
+	for n < len(comps) && !hasMeta(comps[n]) {
+		n++
+	}
+	return "/" + strings.Join(comps[:n], "/")
 }
 
 // mountRoot reports whether dir/name is a mount point (true when unsure):

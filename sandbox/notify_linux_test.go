@@ -501,7 +501,8 @@ func TestCommandDenyGlobPTY(t *testing.T) {
 	}
 }
 
-// pyFinalLink opens, with openat2 and no O_CREAT, symlinks whose target is
+// pyFinalLink opens, with openat2 and no O_CREAT, symlinks (made by the
+// test) whose target is
 // the caller's /proc/self/fd/N or /proc/self/status: the supervisor does
 // the open, so a final symlink it left to its own kernel walk would
 // resolve /proc/self as the init's and hand the command the init's
@@ -520,7 +521,6 @@ def openat2(name, flags):
     return r
 mine = os.open("in.txt", os.O_RDONLY)
 for n in range(0, 40):
-    os.symlink("/proc/self/fd/%d" % n, "fl%d" % n)
     for name in ("fl%d" % n, "fl%d/" % n):
         try:
             st = os.fstat(n)
@@ -536,7 +536,6 @@ for n in range(0, 40):
         if st is None or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
             print("%s: opened %s, not the fd of the command %d" % (name, os.readlink("/proc/self/fd/%d" % fd), n))
         os.close(fd)
-os.symlink("/proc/self/status", "flstatus")
 fd = openat2("flstatus", os.O_RDONLY)
 pid = [l for l in os.read(fd, 4096).decode().split("\n") if l.startswith("Pid:")][0].split()[1]
 if int(pid) != os.getpid():
@@ -550,6 +549,16 @@ func TestCommandDenyGlobFinalSymlink(t *testing.T) {
 		t.Skip("no /usr/bin/python3 to make the calls")
 	}
 	ws := denyFixture(t)
+	// Made on the host: the supervisor refuses a command's symlinks into
+	// /proc under a deny glob's prefix (TestCommandDenyGlobSymlinkOut).
+	for n := 0; n < 40; n++ {
+		if err := os.Symlink(fmt.Sprintf("/proc/self/fd/%d", n), filepath.Join(ws, fmt.Sprintf("fl%d", n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/proc/self/status", filepath.Join(ws, "flstatus")); err != nil {
+		t.Fatal(err)
+	}
 	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pyFinalLink+"'")
 	if code != 0 || strings.TrimSpace(out) != "done" {
 		t.Errorf("exit %d:\n%s", code, out)
@@ -748,4 +757,52 @@ func TestCommandDenyGlobFIFOStarved(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	assertFile(t, filepath.Join(ws, "got"), "fifo\n")
+}
+
+// TestCommandDenyGlobSymlinkOut: deny globs are checked on canonical
+// paths, so a symlink inside a glob's prefix to another writable root let
+// the command make OTHER/x/.env (no glob matches) and leave it at
+// W/cfg/.env (which **/*.env matches). Such symlinks are refused; ones
+// inside the prefix, or to files on a read-only mount, still work.
+func TestCommandDenyGlobSymlinkOut(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "f.txt"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := resolve(t, ctx([]string{special("root", "read"), pathEntry(ws, "write"), pathEntry(other, "write"),
+		glob(ws+"/**/*.env", "deny"), glob(ws+"/secrets/**", "deny")}, ""), Env{})
+	refused := []struct{ name, script, gone string }{
+		{"directory in another writable root", "mkdir " + other + "/x && ln -s " + other + "/x cfg && echo S=1 > cfg/.env", "cfg"},
+		{"missing in another writable root", "ln -s " + other + "/y cfg2 && mkdir " + other + "/y && echo S=1 > cfg2/.env", "cfg2"},
+		{"file in another writable root", "ln -s " + other + "/f.txt lf", "lf"},
+		{"read-only directory", "ln -s / rootlink", "rootlink"},
+		{"relative, out of the prefix", "test -d ../../" + filepath.Base(other) + " && ln -s ../../" + filepath.Base(other) + " rel", "rel"},
+		{"procfs", "ln -s /proc/self/cwd pc", "pc"},
+		{"the prefix of secrets/**", "mkdir real && ln -s real secrets", "secrets"},
+		{"renamed into the prefix", "mkdir -p real2 && ln -s " + other + " " + "real2/l && mv real2/l moved", "moved"},
+		{"hard link of a symlink", "ln -s " + other + " " + other + "/l2 2>/dev/null; ln -P " + other + "/l2 hl", "hl"},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runSh(t, p, ws, tc.script)
+			if code == 0 || !strings.Contains(out, "Permission denied") {
+				t.Errorf("%q: exit %d, output %q; want Permission denied", tc.script, code, out)
+			}
+			if _, err := os.Lstat(filepath.Join(ws, tc.gone)); err == nil {
+				t.Errorf("%q: %s exists on the host", tc.script, tc.gone)
+			}
+		})
+	}
+	for _, script := range []string{
+		"ln -s sub sl && echo x > sl/f.txt",
+		"ln -s not-yet.txt dl && echo m > dl",
+		"ln -s /usr/bin/env venvpy && ./venvpy true",
+		"mkdir -p a/b && ln -s ../in.txt a/b/up",
+	} {
+		if code, out := runSh(t, p, ws, script); code != 0 {
+			t.Errorf("%q: exit %d: %s", script, code, out)
+		}
+	}
 }
