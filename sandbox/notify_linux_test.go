@@ -502,9 +502,9 @@ func TestCommandDenyGlobPTY(t *testing.T) {
 }
 
 // pyFinalLink opens, with openat2 and no O_CREAT, symlinks (made by the
-// test) whose target is
-// the caller's /proc/self/fd/N or /proc/self/status: the supervisor does
-// the open, so a final symlink it left to its own kernel walk would
+// test) to the caller's /proc/self/fd/N or /proc/self/status: the
+// supervisor does the open, so a final symlink it left to its own kernel
+// walk would
 // resolve /proc/self as the init's and hand the command the init's
 // descriptors (the Go runtime's, the target's /proc/PID/mem, the view's
 // root). Each line names what went wrong, "done" ends.
