@@ -461,7 +461,10 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 			return noFD, errno, nil
 		}
 		c.flags, c.mode = int(how.Flags), uint32(how.Mode)
-		if how.Flags>>32 != 0 {
+		// openat2 refuses what openat ignores: a mode with bits beyond
+		// 07777, or one without O_CREAT or O_TMPFILE.
+		if how.Flags>>32 != 0 || how.Mode&^0o7777 != 0 ||
+			(how.Mode != 0 && how.Flags&(unix.O_CREAT|(unix.O_TMPFILE&^unix.O_DIRECTORY)) == 0) {
 			return noFD, unix.EINVAL, nil
 		}
 	}

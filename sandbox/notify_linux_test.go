@@ -255,6 +255,11 @@ res("openat2-env", lambda: openat2("o2.env", os.O_CREAT | os.O_WRONLY))
 res("openat2-beneath-env", lambda: openat2("o3.env", os.O_CREAT | os.O_WRONLY, 0x08))
 res("openat2-beneath-ok", lambda: openat2("o3.txt", os.O_CREAT | os.O_WRONLY, 0x08))
 res("openat2-read", lambda: openat2("in.txt", os.O_RDONLY))
+def bad_how(name, flags, mode):
+    r = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, mode, 0)), ctypes.c_size_t(24))
+    os.close(c(r))
+res("openat2-mode-type", lambda: bad_how("bm.txt", os.O_CREAT | os.O_WRONLY, 0o100644))
+res("openat2-mode-nocreat", lambda: bad_how("in.txt", os.O_RDONLY, 0o644))
 res("exchange-env", lambda: c(libc.renameat2(-100, b"ok.txt", -100, b"x.env", 2)))
 res("noreplace-ok", lambda: c(libc.renameat2(-100, b"o2.txt", -100, b"o4.txt", 1)))
 # The supervisor (the init, PID 1) may open its own /proc entries: it
@@ -295,6 +300,8 @@ func TestCommandDenyGlobCalls(t *testing.T) {
 		"emptypath-ok": "ok", "emptypath-env": "EACCES",
 		"openat2-ok": "ok", "openat2-env": "EACCES", "openat2-beneath-env": "EACCES", "openat2-beneath-ok": "ok",
 		"openat2-read": "ok", "exchange-env": "EACCES", "noreplace-ok": "ok",
+		// As the kernel: a mode with a file type, or without O_CREAT.
+		"openat2-mode-type": "EINVAL", "openat2-mode-nocreat": "EINVAL",
 		// The lockdown filter's EPERM beats the notification; outside the
 		// writable roots the view's EROFS stands (done by the supervisor).
 		"mknod-chr": "EPERM", "mkdir-outside-ok": "EROFS",
@@ -311,7 +318,7 @@ func TestCommandDenyGlobCalls(t *testing.T) {
 			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
 		}
 	}
-	for _, name := range []string{"t1.env", "t2.env", "o2.env", "o3.env", "x.env"} {
+	for _, name := range []string{"t1.env", "t2.env", "o2.env", "o3.env", "x.env", "bm.txt"} {
 		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
 			t.Errorf("%s exists on the host", name)
 		}
