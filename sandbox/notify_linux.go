@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -86,8 +88,11 @@ func notifyProgram() []unix.SockFilter {
 		bpfStmt(retK, retAllow), // the other filter kills foreign arches
 		bpfStmt(ldW, offNr),
 	}
+	// bind: an AF_UNIX socket bound to a path makes that path (its
+	// address is in memory; with a restricted network the other filter's
+	// EPERM comes first).
 	always := []uintptr{unix.SYS_OPENAT2, unix.SYS_MKDIRAT, unix.SYS_MKNODAT, unix.SYS_LINKAT,
-		unix.SYS_SYMLINKAT, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2}
+		unix.SYS_SYMLINKAT, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2, unix.SYS_BIND}
 	for _, n := range []string{"creat", "mkdir", "mknod", "link", "symlink", "rename"} {
 		if nr, ok := legacyCreate[n]; ok {
 			always = append(always, nr)
@@ -122,8 +127,17 @@ func stubMain(args []string) {
 	path, argv := args[0], args[1:]
 	prog := notifyProgram()
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	// WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has a
+	// notification, only a fatal signal interrupts the call. Otherwise a
+	// signal (Go's preemption, a timer) restarts a call the supervisor
+	// already did: an O_EXCL creation then fails with EEXIST on its own
+	// file, a mkdir on its own directory. Older kernels go without.
 	lfd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, uintptr(unsafe.Pointer(&fprog)))
+	if e == unix.EINVAL {
+		lfd, _, e = unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+			unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+	}
 	runtime.KeepAlive(prog)
 	if e != 0 {
 		initFail(stepErr("seccomp listener", e))
@@ -224,6 +238,10 @@ type supervisor struct {
 	listener int
 	p        *Plan
 	pending  []pendingOpen
+	// cwd is the init's directory (O_PATH), to come back to after a bind
+	// made relative to another one (this thread's own: CLONE_FS
+	// unshared); -1: binds to a path are refused.
+	cwd int
 }
 
 // pendingOpen is an O_CREAT open of an existing FIFO for writing that has
@@ -239,10 +257,18 @@ type pendingOpen struct {
 // serve handles notifications until the listener fails (every command
 // process gone). It runs on the init's locked thread.
 func (s *supervisor) serve() {
+	// The pending opens are retried every 5 ms, also while notifications
+	// keep coming (a poll that never times out would starve them).
+	var retried time.Time
 	for {
 		timeout := -1
 		if len(s.pending) > 0 {
 			timeout = 5
+			if time.Since(retried) >= 5*time.Millisecond {
+				s.retryPending()
+				retried = time.Now()
+				continue
+			}
 		}
 		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, timeout)
@@ -253,8 +279,7 @@ func (s *supervisor) serve() {
 			return
 		}
 		if n == 0 {
-			s.retryPending()
-			continue
+			continue // the retry is due
 		}
 		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && fds[0].Revents&unix.POLLIN == 0 {
 			return
@@ -357,6 +382,9 @@ type call struct {
 	dev           uint64
 	how           uint64 // openat2's struct open_how
 	howSize       uint64
+	sock          int    // bind's socket, in the target
+	addr          uint64 // bind's address and its length
+	addrLen       int
 }
 
 func decodeCall(req *seccompNotif) (call, bool) {
@@ -378,6 +406,8 @@ func decodeCall(req *seccompNotif) (call, bool) {
 		return call{op: "symlink", path: a[0], dirfd2: fdOf(a[1]), path2: a[2]}, true
 	case unix.SYS_RENAMEAT:
 		return call{op: "rename", dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3]}, true
+	case unix.SYS_BIND:
+		return call{op: "bind", sock: fdOf(a[0]), addr: a[1], addrLen: int(int32(uint32(a[2])))}, true
 	case unix.SYS_RENAMEAT2:
 		return call{op: "rename", dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
 	}
@@ -418,6 +448,9 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 		return noFD, errno, nil
 	}
 	defer t.close()
+	if c.op == "bind" {
+		return noFD, s.bind(t, c, req.ID), nil
+	}
 	// Read everything from the target's memory first, then check that the
 	// notification still stands (the tid was not reused: /proc/TID is the
 	// notifying task), then act on the copies only.
@@ -428,7 +461,10 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 			return noFD, errno, nil
 		}
 		c.flags, c.mode = int(how.Flags), uint32(how.Mode)
-		if how.Flags>>32 != 0 {
+		// openat2 refuses what openat ignores: a mode with bits beyond
+		// 07777, or one without O_CREAT or O_TMPFILE.
+		if how.Flags>>32 != 0 || how.Mode&^0o7777 != 0 ||
+			(how.Mode != 0 && how.Flags&(unix.O_CREAT|(unix.O_TMPFILE&^unix.O_DIRECTORY)) == 0) {
 			return noFD, unix.EINVAL, nil
 		}
 	}
@@ -493,6 +529,9 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 		case "symlink":
 			if slash {
 				return noFD, existsErr(dir, name, unix.ENOENT), nil
+			}
+			if errno := s.checkSymlink(t, dir, name, p1); errno != 0 {
+				return noFD, errno, nil
 			}
 			err = unix.Symlinkat(p1, dir, name)
 		}
@@ -1034,7 +1073,10 @@ func openParent2(base int, d string, resolve uint64) (int, unix.Errno) {
 
 // openPlain is openat2 without O_CREAT: the directory is resolved here
 // (with resolve rules, by the kernel and checked), the last component
-// opened as asked.
+// opened as asked. A final symlink is followed here too, never by the
+// kernel's walk for the supervisor, whose /proc/self is the init's (its
+// descriptors, the target's memory); with resolve rules it is refused
+// (not emulated), as for a creating open.
 func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) (fdResult, unix.Errno, *pendingOpen) {
 	var dir int
 	var name string
@@ -1054,22 +1096,69 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 	} else if dir, name, _, errno = t.walkParent(base, p); errno != 0 {
 		return noFD, errno, nil
 	}
-	defer unix.Close(dir)
-	if strings.HasSuffix(p, "/") {
-		name += "/"
+	defer func() { unix.Close(dir) }()
+	cloexec := how.Flags&unix.O_CLOEXEC != 0
+	flags := how.Flags | unix.O_CLOEXEC
+	// A trailing slash follows a final symlink whatever O_NOFOLLOW says,
+	// and wants a directory: opened without it, O_DIRECTORY says the same.
+	slash := strings.HasSuffix(p, "/")
+	if slash {
+		flags |= unix.O_DIRECTORY
 	}
-	if name == "self" || name == "thread-self" {
+	follow := how.Flags&unix.O_NOFOLLOW == 0 || slash
+	hops := 0
+	for try := 0; try < 100; try++ {
 		var st unix.Stat_t
-		var fs unix.Statfs_t
-		if unix.Fstatfs(dir, &fs) == nil && fs.Type == unix.PROC_SUPER_MAGIC && unix.Fstat(dir, &st) == nil && st.Ino == 1 {
-			return noFD, unix.EACCES, nil // the supervisor's: not emulated
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK && follow {
+			if how.Resolve&unix.RESOLVE_NO_SYMLINKS != 0 {
+				return noFD, unix.ELOOP, nil
+			}
+			if how.Resolve != 0 {
+				return noFD, unix.EACCES, nil // not emulated: refused
+			}
+			if hops++; hops > maxSymlinkHops {
+				return noFD, unix.ELOOP, nil
+			}
+			rest, magic, errno := t.readLink(dir, name)
+			if errno != 0 {
+				return noFD, errno, nil
+			}
+			if magic {
+				// A procfs link in a directory of the target (never the
+				// init's: walkParent refuses those) names its object.
+				fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags, Mode: how.Mode})
+				if err != nil {
+					return noFD, toErrno(err), nil
+				}
+				return fdResult{fd, cloexec}, 0, nil
+			}
+			target := strings.Join(rest.comps, "/")
+			if rest.abs {
+				target = "/" + target
+			}
+			nd, nn, nslash, errno := t.walkParent(dir, target)
+			if errno != 0 {
+				return noFD, errno, nil
+			}
+			unix.Close(dir)
+			dir, name = nd, nn
+			if nslash {
+				flags |= unix.O_DIRECTORY
+			}
+			continue
 		}
+		// Not a symlink (or not to be followed): O_NOFOLLOW keeps the
+		// kernel from following one put there meanwhile.
+		fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags | unix.O_NOFOLLOW, Mode: how.Mode, Resolve: how.Resolve})
+		if err == unix.ELOOP && follow {
+			continue // replaced by a symlink meanwhile: look again
+		}
+		if err != nil {
+			return noFD, toErrno(err), nil
+		}
+		return fdResult{fd, cloexec}, 0, nil
 	}
-	fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: how.Flags | unix.O_CLOEXEC, Mode: how.Mode, Resolve: how.Resolve})
-	if err != nil {
-		return noFD, toErrno(err), nil
-	}
-	return fdResult{fd, how.Flags&unix.O_CLOEXEC != 0}, 0, nil
+	return noFD, unix.EAGAIN, nil
 }
 
 // openFIFO opens an existing FIFO without waiting (again: no reader yet
@@ -1114,6 +1203,12 @@ func (s *supervisor) link(t *target, base1 int, p1 string, base2 int, p2 string,
 		return errno
 	}
 	defer unix.Close(od)
+	if flags&unix.AT_SYMLINK_FOLLOW == 0 {
+		// A hard link to a symlink is a symlink at the new name.
+		if errno := s.checkMovedSymlink(t, od, on, nd, nn); errno != 0 {
+			return errno
+		}
+	}
 	if flags&unix.AT_SYMLINK_FOLLOW != 0 {
 		// Resolve a final symlink here too (procfs's self is the target's).
 		var st unix.Stat_t
@@ -1192,8 +1287,14 @@ func (s *supervisor) rename(t *target, base1 int, p1 string, base2 int, p2 strin
 	if errno := s.checkMove(od, on, nd, nn); errno != 0 {
 		return errno
 	}
+	if errno := s.checkMovedSymlink(t, od, on, nd, nn); errno != 0 {
+		return errno
+	}
 	if flags&unix.RENAME_EXCHANGE != 0 {
 		if errno := s.checkMove(nd, nn, od, on); errno != 0 {
+			return errno
+		}
+		if errno := s.checkMovedSymlink(t, nd, nn, od, on); errno != 0 {
 			return errno
 		}
 	}
@@ -1227,7 +1328,8 @@ func (s *supervisor) checkMove(fromDir int, from string, toDir int, to string) u
 }
 
 // walkClean reports whether no entry under the directory fd (closed here),
-// named newPath after the move, matches a deny glob, within the bounds.
+// named newPath after the move, matches a deny glob or is a mount point,
+// within the bounds.
 func (s *supervisor) walkClean(fd int, newPath string, depth int, count *int) bool {
 	defer unix.Close(fd)
 	if depth > renameWalkDepth {
@@ -1249,7 +1351,7 @@ func (s *supervisor) walkClean(fd int, newPath string, depth int, count *int) bo
 				return false
 			}
 			child := newPath + "/" + name
-			if s.p.DeniedByGlob(child) {
+			if s.p.DeniedByGlob(child) || mountRoot(fd, name) {
 				return false
 			}
 			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -1261,6 +1363,220 @@ func (s *supervisor) walkClean(fd int, newPath string, depth int, count *int) bo
 			}
 		}
 	}
+}
+
+// checkMovedSymlink is checkSymlink for fromDir/from when it is a symlink
+// that a rename or a link puts at toDir/to.
+func (s *supervisor) checkMovedSymlink(t *target, fromDir int, from string, toDir int, to string) unix.Errno {
+	var st unix.Stat_t
+	if unix.Fstatat(fromDir, from, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		return 0 // not a symlink (or gone: the call fails by itself)
+	}
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(fromDir, from, buf)
+	if err != nil {
+		return unix.EACCES
+	}
+	return s.checkSymlink(t, toDir, to, string(buf[:n]))
+}
+
+// checkSymlink refuses a symlink dir/name -> text that would give a path a
+// deny glob matches to a place the glob does not cover. Deny globs are
+// checked on canonical paths; a symlink at W/cfg to a directory in another
+// writable root T would let the command make T/x/.env, which W/**/*.env
+// does not match, and leave it at W/cfg/.env, which it does. So a symlink
+// inside a glob's fixed prefix must lead (now) inside that prefix too, or
+// to a file that cannot be replaced (on a read-only mount); a directory
+// outside (even read-only: a writable root may be below it), a missing
+// target outside, or anything unresolvable is refused.
+func (s *supervisor) checkSymlink(t *target, dir int, name, text string) unix.Errno {
+	d, ok := realDir(dir)
+	if !ok {
+		return unix.EACCES
+	}
+	at := filepath.Join(d, name)
+	var scopes []string
+	for _, g := range s.p.DenyGlobs {
+		if f := fixedPrefix(g); within(at, f) {
+			scopes = append(scopes, f)
+		}
+	}
+	if len(scopes) == 0 {
+		return 0
+	}
+	// procfs links change with the process (fd/N, cwd, root): refused.
+	if within(filepath.Join(d, text), "/proc") || (filepath.IsAbs(text) && within(filepath.Clean(text), "/proc")) {
+		return unix.EACCES
+	}
+	td, tn, _, errno := t.walkParent(dir, text)
+	if errno != 0 {
+		return unix.EACCES
+	}
+	defer unix.Close(td)
+	var st unix.Stat_t
+	var where string
+	if err := unix.Fstatat(td, tn, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
+		// Dangling: whatever is made there later is checked where it is.
+		td2, ok := realDir(td)
+		if !ok {
+			return unix.EACCES
+		}
+		var fs unix.Statfs_t
+		if unix.Fstatfs(td, &fs) == nil && fs.Flags&unix.ST_RDONLY != 0 {
+			return 0 // it can never be made
+		}
+		where = filepath.Join(td2, tn)
+	} else {
+		fd, errno := t.openFollow(td, tn)
+		if errno != 0 {
+			return unix.EACCES
+		}
+		defer unix.Close(fd)
+		if where, ok = realDir(fd); !ok || unix.Fstat(fd, &st) != nil {
+			return unix.EACCES
+		}
+		var fs unix.Statfs_t
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR && unix.Fstatfs(fd, &fs) == nil && fs.Flags&unix.ST_RDONLY != 0 {
+			return 0 // a file that stays what it is
+		}
+	}
+	for _, f := range scopes {
+		if !within(where, f) {
+			return unix.EACCES
+		}
+	}
+	return 0
+}
+
+// fixedPrefix is the directory of a glob's components before its first
+// one with a wildcard (an escape counts as one: shorter is safer).
+func fixedPrefix(g string) string {
+	comps := splitPath(g)
+	n := 0
+	for n < len(comps) && !hasMeta(comps[n]) {
+		n++
+	}
+	return "/" + strings.Join(comps[:n], "/")
+}
+
+// mountRoot reports whether dir/name is a mount point (true when unsure):
+// the kernel moves a mount along with a directory renamed above it, which
+// would take a mask or a read-only carve-out off the path the policy names
+// and let that path be made anew.
+func mountRoot(dir int, name string) bool {
+	var stx unix.Statx_t
+	if unix.Statx(dir, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, &stx) != nil {
+		return true
+	}
+	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+}
+
+// pidfdThread is PIDFD_THREAD (Linux 6.9): a pidfd of the thread itself,
+// whose descriptor table may be its own.
+const pidfdThread = unix.O_EXCL
+
+// bind is bind(2) done for the target on its socket (pidfd_getfd: the
+// same open file): an AF_UNIX path is resolved as the target would, its
+// new name checked, and bound relative to its directory; any other
+// address is bound as it was read (never CONTINUE: the target could turn
+// it into a path after the check).
+func (s *supervisor) bind(t *target, c call, id uint64) unix.Errno {
+	if c.addrLen < 0 || c.addrLen > 4096 {
+		return unix.EINVAL
+	}
+	addr := make([]byte, c.addrLen)
+	if len(addr) > 0 {
+		if m, err := unix.Pread(t.mem, addr, int64(c.addr)); err != nil || m != len(addr) {
+			return unix.EFAULT
+		}
+	}
+	sock, errno := t.socket(c.sock)
+	if errno != 0 {
+		return errno
+	}
+	defer unix.Close(sock)
+	dir, name := -1, ""
+	if len(addr) > 2 && binary.NativeEndian.Uint16(addr) == unix.AF_UNIX && addr[2] != 0 {
+		p := addr[2:]
+		if i := bytes.IndexByte(p, 0); i >= 0 {
+			p = p[:i]
+		}
+		if len(p) >= len(unix.RawSockaddrUnix{}.Path) {
+			return unix.EINVAL
+		}
+		if s.cwd < 0 {
+			return unix.EACCES
+		}
+		base, errno := t.base(unix.AT_FDCWD, string(p), false)
+		if errno != 0 {
+			return errno
+		}
+		d, n, slash, errno := t.walkParent(base, string(p))
+		unix.Close(base)
+		if errno != 0 {
+			return errno
+		}
+		defer unix.Close(d)
+		if errno := s.checkNew(d, n); errno != 0 {
+			return errno
+		}
+		if slash {
+			return existsErr(d, n, unix.ENOENT)
+		}
+		dir, name = d, n
+	}
+	if !s.idValid(id) {
+		return unix.ENOENT
+	}
+	if dir < 0 {
+		return rawBind(sock, addr)
+	}
+	unix.Umask(t.umask) // the socket file's mode
+	if err := unix.Fchdir(dir); err != nil {
+		return toErrno(err)
+	}
+	errno = rawBind(sock, append(append(addr[:2:2], name...), 0))
+	if err := unix.Fchdir(s.cwd); err != nil {
+		// Relative paths of later calls would be wrong: none is made.
+		unix.Close(s.cwd)
+		s.cwd = -1
+	}
+	return errno
+}
+
+func rawBind(fd int, sa []byte) unix.Errno {
+	var p unsafe.Pointer
+	if len(sa) > 0 {
+		p = unsafe.Pointer(&sa[0])
+	}
+	_, _, e := unix.Syscall(unix.SYS_BIND, uintptr(fd), uintptr(p), uintptr(len(sa)))
+	runtime.KeepAlive(sa)
+	return e
+}
+
+// socket returns the target's socket fd (a copy of its descriptor).
+func (t *target) socket(fd int) (int, unix.Errno) {
+	pfd, err := unix.PidfdOpen(t.tid, pidfdThread)
+	if err == unix.EINVAL && t.tid == t.tgid {
+		pfd, err = unix.PidfdOpen(t.tid, 0)
+	}
+	if err != nil {
+		return -1, unix.EACCES
+	}
+	defer unix.Close(pfd)
+	sfd, err := unix.PidfdGetfd(pfd, fd, 0)
+	if err == unix.EBADF {
+		return -1, unix.EBADF
+	}
+	if err != nil {
+		return -1, unix.EACCES
+	}
+	var st unix.Stat_t
+	if unix.Fstat(sfd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		unix.Close(sfd)
+		return -1, unix.ENOTSOCK
+	}
+	return sfd, 0
 }
 
 // superviseInit runs the command under the supervisor: it never returns
@@ -1276,7 +1592,14 @@ func superviseInit(p *Plan, path string, argv []string) {
 	if lfd < 0 {
 		select {} // the stub failed and says why; its status is the init's
 	}
-	s := &supervisor{listener: lfd, p: p}
+	s := &supervisor{listener: lfd, p: p, cwd: -1}
+	// A bind to a path is made relative to its directory: this thread's
+	// working directory must be its own to change.
+	if unix.Unshare(unix.CLONE_FS) == nil {
+		if fd, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			s.cwd = fd
+		}
+	}
 	s.serve()
 	// Every command process is gone (or the listener broke: the pending
 	// and future calls then fail with ENOSYS). The wait goroutine exits.

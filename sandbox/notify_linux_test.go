@@ -255,6 +255,11 @@ res("openat2-env", lambda: openat2("o2.env", os.O_CREAT | os.O_WRONLY))
 res("openat2-beneath-env", lambda: openat2("o3.env", os.O_CREAT | os.O_WRONLY, 0x08))
 res("openat2-beneath-ok", lambda: openat2("o3.txt", os.O_CREAT | os.O_WRONLY, 0x08))
 res("openat2-read", lambda: openat2("in.txt", os.O_RDONLY))
+def bad_how(name, flags, mode):
+    r = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, mode, 0)), ctypes.c_size_t(24))
+    os.close(c(r))
+res("openat2-mode-type", lambda: bad_how("bm.txt", os.O_CREAT | os.O_WRONLY, 0o100644))
+res("openat2-mode-nocreat", lambda: bad_how("in.txt", os.O_RDONLY, 0o644))
 res("exchange-env", lambda: c(libc.renameat2(-100, b"ok.txt", -100, b"x.env", 2)))
 res("noreplace-ok", lambda: c(libc.renameat2(-100, b"o2.txt", -100, b"o4.txt", 1)))
 # The supervisor (the init, PID 1) may open its own /proc entries: it
@@ -295,6 +300,8 @@ func TestCommandDenyGlobCalls(t *testing.T) {
 		"emptypath-ok": "ok", "emptypath-env": "EACCES",
 		"openat2-ok": "ok", "openat2-env": "EACCES", "openat2-beneath-env": "EACCES", "openat2-beneath-ok": "ok",
 		"openat2-read": "ok", "exchange-env": "EACCES", "noreplace-ok": "ok",
+		// As the kernel: a mode with a file type, or without O_CREAT.
+		"openat2-mode-type": "EINVAL", "openat2-mode-nocreat": "EINVAL",
 		// The lockdown filter's EPERM beats the notification; outside the
 		// writable roots the view's EROFS stands (done by the supervisor).
 		"mknod-chr": "EPERM", "mkdir-outside-ok": "EROFS",
@@ -311,7 +318,7 @@ func TestCommandDenyGlobCalls(t *testing.T) {
 			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
 		}
 	}
-	for _, name := range []string{"t1.env", "t2.env", "o2.env", "o3.env", "x.env"} {
+	for _, name := range []string{"t1.env", "t2.env", "o2.env", "o3.env", "x.env", "bm.txt"} {
 		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
 			t.Errorf("%s exists on the host", name)
 		}
@@ -498,5 +505,311 @@ func TestCommandDenyGlobPTY(t *testing.T) {
 	}
 	if code == 0 {
 		t.Errorf("exit 0 after a refused creation: %q", out)
+	}
+}
+
+// pyFinalLink opens, with openat2 and no O_CREAT, symlinks (made by the
+// test) to the caller's /proc/self/fd/N or /proc/self/status: the
+// supervisor does the open, so a final symlink it left to its own kernel
+// walk would
+// resolve /proc/self as the init's and hand the command the init's
+// descriptors (the Go runtime's, the target's /proc/PID/mem, the view's
+// root). Each line names what went wrong, "done" ends.
+const pyFinalLink = `
+import ctypes, os, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+def openat2(name, flags):
+    r = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, 0, 0)), ctypes.c_size_t(24))
+    if r < 0:
+        raise OSError(ctypes.get_errno(), name)
+    return r
+mine = os.open("in.txt", os.O_RDONLY)
+for n in range(0, 40):
+    for name in ("fl%d" % n, "fl%d/" % n):
+        try:
+            st = os.fstat(n)
+        except OSError:
+            st = None
+        try:
+            fd = openat2(name, os.O_RDONLY)
+        except OSError as e:
+            if st is not None and not name.endswith("/") and e.errno != errno.ENXIO:
+                print("%s: %s, want the fd of the command %d" % (name, errno.errorcode[e.errno], n))
+            continue
+        got = os.fstat(fd)
+        if st is None or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+            print("%s: opened %s, not the fd of the command %d" % (name, os.readlink("/proc/self/fd/%d" % fd), n))
+        os.close(fd)
+fd = openat2("flstatus", os.O_RDONLY)
+pid = [l for l in os.read(fd, 4096).decode().split("\n") if l.startswith("Pid:")][0].split()[1]
+if int(pid) != os.getpid():
+    print("status of pid %s, not %d" % (pid, os.getpid()))
+print("done")
+`
+
+func TestCommandDenyGlobFinalSymlink(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+	ws := denyFixture(t)
+	// Made on the host: the supervisor refuses a command's symlinks into
+	// /proc under a deny glob's prefix (TestCommandDenyGlobSymlinkOut).
+	for n := 0; n < 40; n++ {
+		if err := os.Symlink(fmt.Sprintf("/proc/self/fd/%d", n), filepath.Join(ws, fmt.Sprintf("fl%d", n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/proc/self/status", filepath.Join(ws, "flstatus")); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pyFinalLink+"'")
+	if code != 0 || strings.TrimSpace(out) != "done" {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
+
+// TestCommandDenyGlobMoveMount: the kernel moves a mount along with a
+// directory renamed above it, so a command that renamed the parent of a
+// masked deny path (or of a read-only carve-out) could then make a new
+// file at the denied path, or write where the policy says read-only. Under
+// the supervisor such a rename is refused and the host keeps its files.
+func TestCommandDenyGlobMoveMount(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	for name, body := range map[string]string{"sub/secret.txt": "SECRET", "a/ro/f.txt": "RO", "b/c/secret2.txt": "S2"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(ws, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := resolve(t, ctx([]string{
+		special("root", "read"),
+		pathEntry(ws, "write"),
+		glob(ws+"/**/*.env", "deny"),
+		pathEntry(filepath.Join(ws, "sub/secret.txt"), "deny"),
+		pathEntry(filepath.Join(ws, "b/c/secret2.txt"), "deny"),
+		pathEntry(filepath.Join(ws, "a/ro"), "read"),
+	}, ""), Env{})
+	if !superviseCreation(p) {
+		t.Fatalf("no supervision for %s", dump(p))
+	}
+	for _, tc := range []struct{ name, script string }{
+		{"parent of a masked file", "mv sub sub2 && mkdir sub && echo NEW > sub/secret.txt"},
+		{"grandparent of a masked file", "mv b b2 && mkdir -p b/c && echo NEW > b/c/secret2.txt"},
+		{"exchanged away", "mkdir x && python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); sys.exit(l.renameat2(-100,b\"x\",-100,b\"b\",2) != 0)' && mkdir -p b/c && echo NEW > b/c/secret2.txt"},
+		{"parent of a read-only carve-out", "mv a a2 && mkdir -p a/ro && echo NEW > a/ro/f.txt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runSh(t, p, ws, tc.script)
+			if code == 0 {
+				t.Errorf("%q: exit 0 (%q), want the rename refused", tc.script, out)
+			}
+		})
+	}
+	assertFile(t, filepath.Join(ws, "sub/secret.txt"), "SECRET")
+	assertFile(t, filepath.Join(ws, "b/c/secret2.txt"), "S2")
+	assertFile(t, filepath.Join(ws, "a/ro/f.txt"), "RO")
+	for _, gone := range []string{"sub2", "b2", "a2"} {
+		if _, err := os.Lstat(filepath.Join(ws, gone)); err == nil {
+			t.Errorf("%s exists on the host", gone)
+		}
+	}
+	// Moving a directory with no mount below it still works.
+	if code, out := runSh(t, p, ws, "mkdir -p m/n && touch m/n/f && mv m m2"); code != 0 {
+		t.Errorf("plain directory move: exit %d: %s", code, out)
+	}
+}
+
+// pyBind binds sockets where a network is allowed: an AF_UNIX socket
+// bound to a path makes that path, so the supervisor does bind too.
+const pyBind = `
+import ctypes, os, errno, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def res(name, f):
+    try:
+        f()
+        print(name + "=ok")
+    except OSError as e:
+        print(name + "=" + errno.errorcode[e.errno])
+def bind(addr, fam=socket.AF_UNIX):
+    s = socket.socket(fam)
+    s.bind(addr)
+    return s
+def served():
+    s = bind("ok.sock")
+    s.listen(1)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect("ok.sock")
+    a, _ = s.accept()
+    c.sendall(b"hi")
+    if a.recv(2) != b"hi":
+        raise OSError(errno.EIO, "recv")
+def inet():
+    s = bind(("127.0.0.1", 0), socket.AF_INET)
+    if s.getsockname()[1] == 0:
+        raise OSError(errno.EIO, "no port")
+def raw(fd, addr, n):
+    if libc.bind(fd, addr, n) < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+res("env", lambda: bind("b.env"))
+res("secrets", lambda: (os.mkdir("secrets"), bind("secrets/s")))
+res("dotdot-env", lambda: (os.chdir("sub"), bind("../rel.env")))
+os.chdir(os.environ["WS"])
+res("abs-env", lambda: bind(os.environ["WS"] + "/abs.env"))
+res("ok", served)
+res("abs-ok", lambda: (os.chdir("sub"), bind(os.environ["WS"] + "/abs.sock")))
+os.chdir(os.environ["WS"])
+res("rel-ok", lambda: (os.chdir("sub"), bind("rel.sock")))
+os.chdir(os.environ["WS"])
+res("umask", lambda: (os.umask(0o077), bind("mask.sock"), os.umask(0o022)))
+res("existing", lambda: bind("in.txt"))
+res("abstract", lambda: bind("\0exec-server-test-%d" % os.getpid()))
+res("inet", inet)
+res("notsock", lambda: raw(0, b"\x01\x00x.sock\x00", 9))
+res("fault", lambda: raw(socket.socket(socket.AF_UNIX).detach(), ctypes.c_void_p(8), 9))
+`
+
+func TestCommandDenyGlobBind(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+	ws := denyFixture(t)
+	raw := strings.Replace(ctx([]string{special("root", "read"), pathEntry(ws, "write"),
+		glob(ws+"/**/*.env", "deny"), glob(ws+"/secrets/**", "deny")}, ""),
+		`"network":"restricted"`, `"network":"enabled"`, 1)
+	p := resolve(t, raw, Env{})
+	code, out := runSh(t, p, ws, "WS=$PWD exec /usr/bin/python3 -c '"+pyBind+"'")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	want := map[string]string{
+		"env": "EACCES", "secrets": "EACCES", "dotdot-env": "EACCES", "abs-env": "EACCES",
+		"ok": "ok", "abs-ok": "ok", "rel-ok": "ok", "umask": "ok", "existing": "EADDRINUSE",
+		"abstract": "ok", "inet": "ok", "notsock": "ENOTSOCK", "fault": "EFAULT",
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		got[k] = v
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
+		}
+	}
+	for _, name := range []string{"b.env", "secrets/s", "rel.env", "abs.env"} {
+		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
+			t.Errorf("%s exists on the host", name)
+		}
+	}
+	for name, mode := range map[string]os.FileMode{"ok.sock": 0o755, "abs.sock": 0o755, "sub/rel.sock": 0o755, "mask.sock": 0o700} {
+		st, err := os.Lstat(filepath.Join(ws, name))
+		if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != mode {
+			t.Errorf("%s: %v %v, want a socket of mode %v", name, st, err, mode)
+		}
+	}
+}
+
+// pyInterrupted creates fresh names with O_EXCL while an interval timer
+// keeps interrupting the process: a notification interrupted after the
+// supervisor made the file restarts the call, which then finds the file
+// its first attempt made (EEXIST for a name that never existed before).
+// It prints how many creations failed.
+const pyInterrupted = `
+import os, signal, errno
+signal.signal(signal.SIGALRM, lambda s, f: None)
+signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
+bad = 0
+for i in range(3000):
+    try:
+        os.close(os.open("n%d" % i, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except OSError as e:
+        bad += 1
+        if bad < 4:
+            print("n%d: %s" % (i, errno.errorcode[e.errno]))
+signal.setitimer(signal.ITIMER_REAL, 0)
+print("failed=%d" % bad)
+`
+
+func TestCommandDenyGlobInterrupted(t *testing.T) {
+	needSandbox(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+	ws := denyFixture(t)
+	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pyInterrupted+"'")
+	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "failed=0") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
+
+// TestCommandDenyGlobFIFOStarved: an O_CREAT open of a FIFO for writing
+// waits in the supervisor's pending list for a reader; another process
+// creating files without pause must not keep it waiting once the reader
+// is there.
+func TestCommandDenyGlobFIFOStarved(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	script := `mkfifo p || exit 1; for f in b1 b2; do (while :; do : > $f; done) & P="$P $!"; done; (echo fifo > p &); sleep 0.3; cat p > got; kill $P`
+	code, out := runSh(t, denyPlan(t, ws), ws, script)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	assertFile(t, filepath.Join(ws, "got"), "fifo\n")
+}
+
+// TestCommandDenyGlobSymlinkOut: deny globs are checked on canonical
+// paths, so a symlink inside a glob's prefix to another writable root let
+// the command make OTHER/x/.env (no glob matches) and leave it at
+// W/cfg/.env (which **/*.env matches). Such symlinks are refused; ones
+// inside the prefix, or to files on a read-only mount, still work.
+func TestCommandDenyGlobSymlinkOut(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "f.txt"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := resolve(t, ctx([]string{special("root", "read"), pathEntry(ws, "write"), pathEntry(other, "write"),
+		glob(ws+"/**/*.env", "deny"), glob(ws+"/secrets/**", "deny")}, ""), Env{})
+	refused := []struct{ name, script, gone string }{
+		{"directory in another writable root", "mkdir " + other + "/x && ln -s " + other + "/x cfg && echo S=1 > cfg/.env", "cfg"},
+		{"missing in another writable root", "ln -s " + other + "/y cfg2 && mkdir " + other + "/y && echo S=1 > cfg2/.env", "cfg2"},
+		{"file in another writable root", "ln -s " + other + "/f.txt lf", "lf"},
+		{"read-only directory", "ln -s / rootlink", "rootlink"},
+		{"relative, out of the prefix", "test -d ../../" + filepath.Base(other) + " && ln -s ../../" + filepath.Base(other) + " rel", "rel"},
+		{"procfs", "ln -s /proc/self/cwd pc", "pc"},
+		{"the prefix of secrets/**", "mkdir real && ln -s real secrets", "secrets"},
+		{"renamed into the prefix", "mkdir -p real2 && ln -s " + other + " " + "real2/l && mv real2/l moved", "moved"},
+		{"hard link of a symlink", "ln -s " + other + " " + other + "/l2 2>/dev/null; ln -P " + other + "/l2 hl", "hl"},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runSh(t, p, ws, tc.script)
+			if code == 0 || !strings.Contains(out, "Permission denied") {
+				t.Errorf("%q: exit %d, output %q; want Permission denied", tc.script, code, out)
+			}
+			if _, err := os.Lstat(filepath.Join(ws, tc.gone)); err == nil {
+				t.Errorf("%q: %s exists on the host", tc.script, tc.gone)
+			}
+		})
+	}
+	for _, script := range []string{
+		"ln -s sub sl && echo x > sl/f.txt",
+		"ln -s not-yet.txt dl && echo m > dl",
+		"ln -s /usr/bin/env venvpy && ./venvpy true",
+		"mkdir -p a/b && ln -s ../in.txt a/b/up",
+	} {
+		if code, out := runSh(t, p, ws, script); code != 0 {
+			t.Errorf("%q: exit %d: %s", script, code, out)
+		}
 	}
 }
