@@ -440,18 +440,7 @@ func TestProbeSimulate(t *testing.T) {
 func startSpec(t *testing.T, spec *Spec, files []*os.File, sys *syscall.SysProcAttr) int {
 	t.Helper()
 	defer spec.Release()
-	if sys == nil {
-		sys = &syscall.SysProcAttr{Setpgid: true}
-	}
-	sys.Cloneflags = spec.Cloneflags
-	for _, m := range spec.UidMappings {
-		sys.UidMappings = append(sys.UidMappings, syscall.SysProcIDMap{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
-	}
-	for _, m := range spec.GidMappings {
-		sys.GidMappings = append(sys.GidMappings, syscall.SysProcIDMap{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
-	}
-	sys.Pdeathsig = syscall.SIGKILL
-	proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: files, Sys: sys})
+	proc, err := startSpecProcess(spec, files, sys)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -460,6 +449,33 @@ func startSpec(t *testing.T, spec *Spec, files []*os.File, sys *syscall.SysProcA
 		t.Fatal(err)
 	}
 	return st.ExitCode()
+}
+
+// startSpecProcess starts spec with files; sys (nil: a new process group)
+// gets the spec's namespaces and id maps, and SIGKILL when the test dies.
+// The caller waits for it and releases spec.
+func startSpecProcess(spec *Spec, files []*os.File, sys *syscall.SysProcAttr) (*os.Process, error) {
+	if sys == nil {
+		sys = &syscall.SysProcAttr{Setpgid: true}
+	}
+	sys.Cloneflags = spec.Cloneflags
+	sys.UidMappings, sys.GidMappings = sysMaps(spec.UidMappings), sysMaps(spec.GidMappings)
+	sys.Pdeathsig = syscall.SIGKILL
+	return os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: files, Sys: sys})
+}
+
+// runSpecOK runs spec with files to its end and releases it; it fails tb
+// unless the command exits 0 (benchmarks).
+func runSpecOK(tb testing.TB, spec *Spec, files []*os.File) {
+	tb.Helper()
+	defer spec.Release()
+	proc, err := startSpecProcess(spec, files, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if st, err := proc.Wait(); err != nil || st.ExitCode() != 0 {
+		tb.Fatal(st, err)
+	}
 }
 
 // runProbes runs the test binary as a probe command under p in dir and
@@ -727,16 +743,7 @@ func BenchmarkCommandTrue(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{null, null, null},
-					Sys: &syscall.SysProcAttr{Cloneflags: spec.Cloneflags, Setpgid: true}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				st, err := proc.Wait()
-				spec.Release()
-				if err != nil || st.ExitCode() != 0 {
-					b.Fatal(st, err)
-				}
+				runSpecOK(b, spec, []*os.File{null, null, null})
 			}
 		})
 	}

@@ -779,6 +779,15 @@ type linkRest struct {
 	comps []string
 }
 
+// path is the rest of the walk as a path (absolute when the link was).
+func (l *linkRest) path() string {
+	p := strings.Join(l.comps, "/")
+	if l.abs {
+		p = "/" + p
+	}
+	return p
+}
+
 // step walks one intermediate component c from dir: a new directory, or a
 // symlink's target to walk instead.
 func (t *target) step(dir int, c string, hops *int) (int, *linkRest, unix.Errno) {
@@ -1015,11 +1024,7 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 				}
 				return fdResult{fd, cloexec}, 0, nil
 			}
-			target := strings.Join(rest.comps, "/")
-			if rest.abs {
-				target = "/" + target
-			}
-			nd, nn, nslash, errno := t.walkParent(dir, target)
+			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
 			if errno != 0 {
 				return noFD, errno, nil
 			}
@@ -1132,11 +1137,7 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 				}
 				return fdResult{fd, cloexec}, 0, nil
 			}
-			target := strings.Join(rest.comps, "/")
-			if rest.abs {
-				target = "/" + target
-			}
-			nd, nn, nslash, errno := t.walkParent(dir, target)
+			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
 			if errno != 0 {
 				return noFD, errno, nil
 			}
@@ -1258,11 +1259,7 @@ func (t *target) openFollow(dir int, name string) (int, unix.Errno) {
 			unix.Close(d)
 			return fd, toErrno(err)
 		}
-		target := strings.Join(rest.comps, "/")
-		if rest.abs {
-			target = "/" + target
-		}
-		nd, nn, _, errno := t.walkParent(d, target)
+		nd, nn, _, errno := t.walkParent(d, rest.path())
 		unix.Close(d)
 		if errno != 0 {
 			return -1, errno

@@ -45,9 +45,7 @@ func runSh(t *testing.T, p *Plan, dir, script string) (int, string) {
 	done := make(chan []byte)
 	go func() { b, _ := io.ReadAll(r); r.Close(); done <- b }()
 	defer spec.Release()
-	proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{null, w, w},
-		Sys: &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags, Pdeathsig: syscall.SIGKILL,
-			UidMappings: sysMaps(spec.UidMappings), GidMappings: sysMaps(spec.GidMappings)}})
+	proc, err := startSpecProcess(spec, []*os.File{null, w, w}, nil)
 	w.Close()
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -407,17 +405,7 @@ func BenchmarkCommandCreate1000(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{null, null, null},
-					Sys: &syscall.SysProcAttr{Cloneflags: spec.Cloneflags, Setpgid: true,
-						UidMappings: sysMaps(spec.UidMappings), GidMappings: sysMaps(spec.GidMappings)}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				st, err := proc.Wait()
-				spec.Release()
-				if err != nil || st.ExitCode() != 0 {
-					b.Fatal(st, err)
-				}
+				runSpecOK(b, spec, []*os.File{null, null, null})
 			}
 		})
 	}
@@ -438,17 +426,7 @@ func BenchmarkCommandTrueDenyGlobs(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{null, null, null},
-			Sys: &syscall.SysProcAttr{Cloneflags: spec.Cloneflags, Setpgid: true,
-				UidMappings: sysMaps(spec.UidMappings), GidMappings: sysMaps(spec.GidMappings)}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		st, err := proc.Wait()
-		spec.Release()
-		if err != nil || st.ExitCode() != 0 {
-			b.Fatal(st, err)
-		}
+		runSpecOK(b, spec, []*os.File{null, null, null})
 	}
 }
 

@@ -75,9 +75,7 @@ func TestProtectedMountPointOfConcurrentSandbox(t *testing.T) {
 		r, w, _ := os.Pipe()
 		null, _ := os.Open(os.DevNull)
 		defer null.Close()
-		sys := &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags, Pdeathsig: syscall.SIGKILL,
-			UidMappings: sysMaps(spec.UidMappings), GidMappings: sysMaps(spec.GidMappings)}
-		proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{null, w, w}, Sys: sys})
+		proc, err := startSpecProcess(spec, []*os.File{null, w, w}, nil)
 		w.Close()
 		if err != nil {
 			r.Close()
@@ -196,9 +194,7 @@ func TestProtectedMissingRace(t *testing.T) {
 				}
 				var out bytes.Buffer
 				r, w, _ := os.Pipe()
-				sys := &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags, Pdeathsig: syscall.SIGKILL,
-					UidMappings: sysMaps(spec.UidMappings), GidMappings: sysMaps(spec.GidMappings)}
-				proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{null, w, w}, Sys: sys})
+				proc, err := startSpecProcess(spec, []*os.File{null, w, w}, nil)
 				w.Close()
 				if err != nil {
 					r.Close()

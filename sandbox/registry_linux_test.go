@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -164,14 +163,7 @@ func TestCleanStaleKeepsMounted(t *testing.T) {
 	}
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
-	sys := &syscall.SysProcAttr{Setpgid: true, Cloneflags: spec.Cloneflags, Pdeathsig: syscall.SIGKILL}
-	for _, m := range spec.UidMappings {
-		sys.UidMappings = append(sys.UidMappings, syscall.SysProcIDMap{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
-	}
-	for _, m := range spec.GidMappings {
-		sys.GidMappings = append(sys.GidMappings, syscall.SysProcIDMap{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
-	}
-	proc, err := os.StartProcess(spec.Path, spec.Argv, &os.ProcAttr{Env: spec.Env, Files: []*os.File{inR, outW, outW}, Sys: sys})
+	proc, err := startSpecProcess(spec, []*os.File{inR, outW, outW}, nil)
 	inR.Close()
 	outW.Close()
 	if err != nil {
