@@ -656,6 +656,27 @@ func TestCommandExitStatus(t *testing.T) {
 func TestCommandPTY(t *testing.T) {
 	needSandbox(t)
 	ws, _ := fixture(t)
+	script := "set -m; " + ptyJob + " & fg %1 >/dev/null; tty; stty size; ls /dev/pts"
+	code, out, ttyName := runOnPTY(t, workspaceWrite(ws), ws, script)
+	if code != 0 || !strings.Contains(out, "fg=1 ctty=1\n") || !strings.Contains(out, ttyName+"\n") || !strings.Contains(out, "33 77") {
+		t.Errorf("exit %d, output %q (tty %s)", code, out, ttyName)
+	}
+	if want := filepath.Base(ttyName) + "\n"; !strings.HasSuffix(out, "\n"+want) {
+		t.Errorf("/dev/pts shows more than the session's terminal: %q", out)
+	}
+}
+
+// ptyJob is a job for `set -m; ptyJob & fg %1`: set -m puts the job in a
+// process group of its own, and fg hands it the terminal (TIOCSPGRP) and
+// waits for it. The job checks from /proc/self/stat that it has a
+// controlling terminal whose foreground process group is its own.
+const ptyJob = `bash -c 'sleep 0.2; read -r _ _ _ _ pg _ tty tp _ </proc/self/stat; echo "fg=$((pg == tp)) ctty=$((tty != 0))"'`
+
+// runOnPTY runs a bash script under p in dir on a new 33x77 PTY as its
+// controlling terminal; it returns the exit code, the output (without CR)
+// and the terminal's name.
+func runOnPTY(t *testing.T, p *Plan, dir, script string) (int, string, string) {
+	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		t.Skip("no pty: ", err)
@@ -664,13 +685,7 @@ func TestCommandPTY(t *testing.T) {
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 77}); err != nil {
 		t.Fatal(err)
 	}
-	// Job control: set -m puts the job in a process group of its own, and
-	// fg hands it the terminal (TIOCSPGRP) and waits for it.
-	// The job checks from /proc/self/stat that it has a controlling
-	// terminal whose foreground process group is its own.
-	job := `bash -c 'sleep 0.2; read -r _ _ _ _ pg _ tty tp _ </proc/self/stat; echo "fg=$((pg == tp)) ctty=$((tty != 0))"'`
-	script := "set -m; " + job + " & fg %1 >/dev/null; tty; stty size; ls /dev/pts"
-	spec, err := workspaceWrite(ws).Command("/bin/bash", []string{"bash", "-c", script}, []string{"PATH=/usr/bin:/bin"}, ws)
+	spec, err := p.Command("/bin/bash", []string{"bash", "-c", script}, []string{"PATH=/usr/bin:/bin"}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,13 +698,7 @@ func TestCommandPTY(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 	}
-	out := strings.ReplaceAll(buf.String(), "\r", "")
-	if code != 0 || !strings.Contains(out, "fg=1 ctty=1\n") || !strings.Contains(out, tty.Name()+"\n") || !strings.Contains(out, "33 77") {
-		t.Errorf("exit %d, output %q (tty %s)", code, out, tty.Name())
-	}
-	if want := filepath.Base(tty.Name()) + "\n"; !strings.HasSuffix(out, "\n"+want) {
-		t.Errorf("/dev/pts shows more than the session's terminal: %q", out)
-	}
+	return code, strings.ReplaceAll(buf.String(), "\r", ""), tty.Name()
 }
 
 // TestNonRoot re-runs these tests as an unprivileged user (nobody), for

@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/creack/pty"
 )
 
 // denyPlan resolves a workspace-write policy over ws with the deny globs
@@ -284,9 +282,7 @@ res("mkdir-outside-ok", lambda: os.mkdir("/usr/x.txt"))
 
 func TestCommandDenyGlobCalls(t *testing.T) {
 	needSandbox(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 to make the calls")
-	}
+	needPython(t)
 	ws := denyFixture(t)
 	p := denyPlan(t, ws)
 	code, out := runSh(t, p, ws, "WS=$PWD exec /usr/bin/python3 -c '"+pyCalls+"'")
@@ -360,9 +356,7 @@ print("ok=%d fail=%d" % (ok, fail))
 
 func TestCommandDenyGlobRace(t *testing.T) {
 	needSandbox(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 to race")
-	}
+	needPython(t)
 	ws := denyFixture(t)
 	p := denyPlan(t, ws)
 	code, out := runSh(t, p, ws, "exec /usr/bin/python3 -c '"+pyRace+"'")
@@ -455,28 +449,9 @@ func TestCommandDenyGlobEmptyRoot(t *testing.T) {
 func TestCommandDenyGlobPTY(t *testing.T) {
 	needSandbox(t)
 	ws := denyFixture(t)
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Skip("no pty: ", err)
-	}
-	defer ptmx.Close()
-	job := `bash -c 'sleep 0.2; read -r _ _ _ _ pg _ tty tp _ </proc/self/stat; echo "fg=$((pg == tp)) ctty=$((tty != 0))"'`
-	script := "set -m; " + job + " & fg %1 >/dev/null; echo via-tty > /dev/tty; tty; echo x > t.env"
-	spec, err := denyPlan(t, ws).Command("/bin/bash", []string{"bash", "-c", script}, []string{"PATH=/usr/bin:/bin"}, ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	done := make(chan struct{})
-	go func() { io.Copy(&buf, ptmx); close(done) }()
-	code := startSpec(t, spec, []*os.File{tty, tty, tty}, &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0})
-	tty.Close()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-	}
-	out := strings.ReplaceAll(buf.String(), "\r", "")
-	for _, want := range []string{"fg=1 ctty=1\n", "via-tty\n", tty.Name() + "\n", "Permission denied"} {
+	script := "set -m; " + ptyJob + " & fg %1 >/dev/null; echo via-tty > /dev/tty; tty; echo x > t.env"
+	code, out, ttyName := runOnPTY(t, denyPlan(t, ws), ws, script)
+	for _, want := range []string{"fg=1 ctty=1\n", "via-tty\n", ttyName + "\n", "Permission denied"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output %q lacks %q (exit %d)", out, want, code)
 		}
@@ -530,9 +505,7 @@ print("done")
 
 func TestCommandDenyGlobFinalSymlink(t *testing.T) {
 	needSandbox(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 to make the calls")
-	}
+	needPython(t)
 	ws := denyFixture(t)
 	// Made on the host: the supervisor refuses a command's symlinks into
 	// /proc under a deny glob's prefix (TestCommandDenyGlobSymlinkOut).
@@ -656,9 +629,7 @@ res("fault", lambda: raw(socket.socket(socket.AF_UNIX).detach(), ctypes.c_void_p
 
 func TestCommandDenyGlobBind(t *testing.T) {
 	needSandbox(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 to make the calls")
-	}
+	needPython(t)
 	ws := denyFixture(t)
 	raw := strings.Replace(ctx([]string{special("root", "read"), pathEntry(ws, "write"),
 		glob(ws+"/**/*.env", "deny"), glob(ws+"/secrets/**", "deny")}, ""),
@@ -719,9 +690,7 @@ print("failed=%d" % bad)
 
 func TestCommandDenyGlobInterrupted(t *testing.T) {
 	needSandbox(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 to make the calls")
-	}
+	needPython(t)
 	ws := denyFixture(t)
 	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pyInterrupted+"'")
 	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "failed=0") {
@@ -789,5 +758,13 @@ func TestCommandDenyGlobSymlinkOut(t *testing.T) {
 		if code, out := runSh(t, p, ws, script); code != 0 {
 			t.Errorf("%q: exit %d: %s", script, code, out)
 		}
+	}
+}
+
+// needPython skips a test whose syscall probes are python3 (ctypes).
+func needPython(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to make the calls")
 	}
 }
