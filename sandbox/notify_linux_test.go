@@ -302,16 +302,7 @@ func TestCommandDenyGlobCalls(t *testing.T) {
 		"init-mem": "EACCES", "init-fds": "EACCES", "init-task-mem": "EACCES", "init-cwd": "EACCES",
 		"init-openat2": "EACCES", "init-openat2-beneath": "EACCES", "init-mem-reopened": "EACCES", "self-status": "ok",
 	}
-	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		k, v, _ := strings.Cut(l, "=")
-		got[k] = v
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
-		}
-	}
+	checkResults(t, out, want)
 	for _, name := range []string{"t1.env", "t2.env", "o2.env", "o3.env", "x.env", "bm.txt"} {
 		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
 			t.Errorf("%s exists on the host", name)
@@ -644,16 +635,7 @@ func TestCommandDenyGlobBind(t *testing.T) {
 		"ok": "ok", "abs-ok": "ok", "rel-ok": "ok", "umask": "ok", "existing": "EADDRINUSE",
 		"abstract": "ok", "inet": "ok", "notsock": "ENOTSOCK", "fault": "EFAULT",
 	}
-	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		k, v, _ := strings.Cut(l, "=")
-		got[k] = v
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
-		}
-	}
+	checkResults(t, out, want)
 	for _, name := range []string{"b.env", "secrets/s", "rel.env", "abs.env"} {
 		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
 			t.Errorf("%s exists on the host", name)
@@ -766,5 +748,20 @@ func needPython(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("no /usr/bin/python3 to make the calls")
+	}
+}
+
+// checkResults compares a probe script's "name=result" lines with want.
+func checkResults(t *testing.T, out string, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		got[k] = v
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
+		}
 	}
 }
