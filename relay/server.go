@@ -333,20 +333,50 @@ func (s *Server) mintURL(r *http.Request, role, env, reg string, ttl time.Durati
 	return s.wsBase(r) + "/rendezvous/" + role + "/" + env + "?" + signedQuery(s.secret, c)
 }
 
+// call is one registry request: the event it records (when the handler
+// returns) and its response writer.
+type call struct {
+	w  http.ResponseWriter
+	ev Event
+}
+
+// fail answers the request with an error and records it.
+func (c *call) fail(status int, code, msg string) {
+	c.ev.Status, c.ev.Code = status, code
+	writeError(c.w, status, code, msg)
+}
+
+// begin starts a registry request: ev gets its environment and headers.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, ev Event) *call {
+	ev.Env, ev.Header = r.PathValue("env"), r.Header.Clone()
+	return &call{w: w, ev: ev}
+}
+
+// admit checks the request's bearer token against tokens (who names their
+// holders in the refusal); a refused request is answered.
+func (s *Server) admit(c *call, r *http.Request, tokens *Tokens, who string) bool {
+	if s.authorized(r, tokens, c.ev.Env) {
+		return true
+	}
+	c.fail(http.StatusUnauthorized, "unauthorized", "missing or unknown "+who+" token")
+	return false
+}
+
+// injected answers the request with a failure the tests injected for this
+// endpoint (which picks it), if any.
+func (s *Server) injected(c *call, which func(*Faults) *Failure) bool {
+	f, ok := s.faults.take(which)
+	if ok {
+		c.fail(f.Status, f.Code, "injected failure")
+	}
+	return ok
+}
+
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
-	env := r.PathValue("env")
-	ev := Event{Kind: "register", Env: env, Header: r.Header.Clone()}
-	defer func() { s.event(ev) }()
-	fail := func(status int, code, msg string) {
-		ev.Status, ev.Code = status, code
-		writeError(w, status, code, msg)
-	}
-	if !s.authorized(r, s.opts.ExecutorTokens, env) {
-		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown executor token")
-		return
-	}
-	if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Register }); ok {
-		fail(f.Status, f.Code, "injected failure")
+	c := s.begin(w, r, Event{Kind: "register"})
+	defer func() { s.event(c.ev) }()
+	env, fail := c.ev.Env, c.fail
+	if !s.admit(c, r, s.opts.ExecutorTokens, "executor") || s.injected(c, func(f *Faults) *Failure { return &f.Register }) {
 		return
 	}
 	if !validEnv(env) {
@@ -388,25 +418,16 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	if f.WrongSecurityProfile {
 		resp["security_profile"] = "noise_hybrid_ik_v0"
 	}
-	ev.Reg, ev.Status = reg.ID, http.StatusOK
+	c.ev.Reg, c.ev.Status = reg.ID, http.StatusOK
 	s.log.Info("executor registered", "env", env, "registration", reg.ID)
 	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	env := r.PathValue("env")
-	ev := Event{Kind: "connect", Env: env, Header: r.Header.Clone()}
-	defer func() { s.event(ev) }()
-	fail := func(status int, code, msg string) {
-		ev.Status, ev.Code = status, code
-		writeError(w, status, code, msg)
-	}
-	if !s.authorized(r, s.opts.HarnessTokens, env) {
-		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown harness token")
-		return
-	}
-	if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Connect }); ok {
-		fail(f.Status, f.Code, "injected failure")
+	c := s.begin(w, r, Event{Kind: "connect"})
+	defer func() { s.event(c.ev) }()
+	env, fail := c.ev.Env, c.fail
+	if !s.admit(c, r, s.opts.HarnessTokens, "harness") || s.injected(c, func(f *Faults) *Failure { return &f.Connect }) {
 		return
 	}
 	var req struct {
@@ -436,7 +457,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusTooManyRequests, "too_many_pending_authorizations", err.Error())
 		return
 	}
-	ev.Reg, ev.Status = reg.ID, http.StatusOK
+	c.ev.Reg, c.ev.Status = reg.ID, http.StatusOK
 	writeJSON(w, http.StatusOK, map[string]any{
 		"environment_id":            env,
 		"url":                       s.mintURL(r, roleHarness, env, reg.ID, s.opts.HarnessURLTTL),
@@ -448,15 +469,10 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
-	env := r.PathValue("env")
-	ev := Event{Kind: "validate", Env: env, Stream: r.Header.Get("X-Codex-Noise-Stream-Id"), Header: r.Header.Clone()}
-	defer func() { s.event(ev) }()
-	fail := func(status int, code, msg string) {
-		ev.Status, ev.Code = status, code
-		writeError(w, status, code, msg)
-	}
-	if !s.authorized(r, s.opts.ExecutorTokens, env) {
-		fail(http.StatusUnauthorized, "unauthorized", "missing or unknown executor token")
+	c := s.begin(w, r, Event{Kind: "validate", Stream: r.Header.Get("X-Codex-Noise-Stream-Id")})
+	defer func() { s.event(c.ev) }()
+	env, fail := c.ev.Env, c.fail
+	if !s.admit(c, r, s.opts.ExecutorTokens, "executor") {
 		return
 	}
 	if d := s.faults.get().SlowValidate; d > 0 {
@@ -466,8 +482,7 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if f, ok := s.faults.take(func(f *Faults) *Failure { return &f.Validate }); ok {
-		fail(f.Status, f.Code, "injected failure")
+	if s.injected(c, func(f *Faults) *Failure { return &f.Validate }) {
 		return
 	}
 	var req struct {
@@ -479,14 +494,14 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "invalid_request", "executor_registration_id, harness_public_key and harness_key_authorization are required")
 		return
 	}
-	ev.Reg = req.RegID
+	c.ev.Reg = req.RegID
 	valid := s.checkAuthorization(r.Context(), env, req.RegID, *req.Key, req.Authz)
 	if s.faults.get().Invalid {
 		valid = false
 	}
-	ev.Status = http.StatusOK
+	c.ev.Status = http.StatusOK
 	if !valid {
-		ev.Code = "invalid"
+		c.ev.Code = "invalid"
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"valid": valid})
 }
