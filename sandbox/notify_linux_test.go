@@ -207,10 +207,9 @@ func TestCommandDenyGlobUmask(t *testing.T) {
 	}
 }
 
-// pyCalls exercises what sh cannot: O_TMPFILE, linkat with AT_EMPTY_PATH
-// and through /proc/self/fd with AT_SYMLINK_FOLLOW, openat2 with and without O_CREAT. Each line
-// prints "name=ok" or "name=ERRNO".
-const pyCalls = `
+// pyResults starts the probe scripts: res runs a call and prints
+// "name=ok" or "name=ERRNO" (see checkResults).
+const pyResults = `
 import ctypes, os, errno
 libc = ctypes.CDLL(None, use_errno=True)
 def res(name, f):
@@ -219,6 +218,12 @@ def res(name, f):
         print(name + "=ok")
     except OSError as e:
         print(name + "=" + errno.errorcode[e.errno])
+`
+
+// pyCalls exercises what sh cannot: O_TMPFILE, linkat with AT_EMPTY_PATH
+// and through /proc/self/fd with AT_SYMLINK_FOLLOW, openat2 with and without O_CREAT. Each line
+// prints "name=ok" or "name=ERRNO".
+const pyCalls = pyResults + `
 def c(r):
     if r < 0:
         e = ctypes.get_errno()
@@ -570,15 +575,8 @@ func TestCommandDenyGlobMoveMount(t *testing.T) {
 
 // pyBind binds sockets where a network is allowed: an AF_UNIX socket
 // bound to a path makes that path, so the supervisor does bind too.
-const pyBind = `
-import ctypes, os, errno, socket
-libc = ctypes.CDLL(None, use_errno=True)
-def res(name, f):
-    try:
-        f()
-        print(name + "=ok")
-    except OSError as e:
-        print(name + "=" + errno.errorcode[e.errno])
+const pyBind = pyResults + `
+import socket
 def bind(addr, fam=socket.AF_UNIX):
     s = socket.socket(fam)
     s.bind(addr)
