@@ -126,6 +126,22 @@ func (f *fakeServer) serve(conn net.Conn) {
 	}
 }
 
+// connect serves f on one end of a pipe and returns a client on the other,
+// closed at the end of the test.
+func (f *fakeServer) connect(t *testing.T, opts client.Options) *client.Client {
+	t.Helper()
+	cs, ss := net.Pipe()
+	go f.serve(ss)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.NewConn(ctx, cs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func chunk(seq uint64, data string) protocol.Chunk {
 	return protocol.Chunk{Seq: seq, Stream: "stdout", Chunk: []byte(data)}
 }
@@ -215,15 +231,9 @@ func TestEventOrderingAndRecovery(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeServer{script: tc.script, retained: tc.retained, state: tc.state}
-			cs, ss := net.Pipe()
-			go f.serve(ss)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			c, err := client.NewConn(ctx, cs, client.Options{IdleProbe: 50 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := f.connect(t, client.Options{IdleProbe: 50 * time.Millisecond})
 			p, err := c.Start(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P", BufferSize: tc.buffer})
 			if err != nil {
 				t.Fatal(err)
@@ -288,18 +298,13 @@ func TestPumpedOutputReportsLoss(t *testing.T) {
 		for _, via := range []string{"Output", "Cmd.Stdout"} {
 			t.Run(tc.name+"/"+via, func(t *testing.T) {
 				f := &fakeServer{script: script, retained: tc.retained, state: state}
-				cs, ss := net.Pipe()
-				go f.serve(ss)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				c, err := client.NewConn(ctx, cs, client.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
+				c := f.connect(t, client.Options{})
 				cmd := client.Cmd{Argv: []string{"x"}, ProcessID: "P", BufferSize: 4}
 				var got []byte
 				var code int
+				var err error
 				if via == "Output" {
 					got, code, err = c.Output(ctx, cmd)
 				} else {
@@ -332,13 +337,7 @@ func TestOutputNotWrittenAfterReturn(t *testing.T) {
 		late:     []string{out(3, "stdout", "late")},
 		retained: []protocol.Chunk{chunk(1, "a")},
 	}
-	cs, ss := net.Pipe()
-	go f.serve(ss)
-	c, err := client.NewConn(context.Background(), cs, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.connect(t, client.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	// The process's stderr ends Output's ctx: Start has returned by then.
 	stderr := writerFunc(func(b []byte) (int, error) { cancel(); return len(b), nil })
@@ -384,15 +383,9 @@ func TestOutputDoesNotDropPushes(t *testing.T) {
 		retained: []protocol.Chunk{chunk(4, "d")},
 		state:    protocol.ReadResult{NextSeq: 7, Exited: true, ExitCode: intp(0), Closed: true},
 	}
-	cs, ss := net.Pipe()
-	go f.serve(ss)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := client.NewConn(ctx, cs, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.connect(t, client.Options{})
 	got, code, err := c.Output(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P"})
 	if !errors.Is(err, client.ErrOutputLost) || code != 0 || string(got) != b+c3+"d" {
 		t.Errorf("Output = %d bytes, %d, %v; want %d bytes (all but the evicted seq 1), 0, ErrOutputLost", len(got), code, err, len(b+c3+"d"))
@@ -425,15 +418,9 @@ func TestGuessedExitHoleContradicted(t *testing.T) {
 				state:     protocol.ReadResult{NextSeq: 4, Exited: true, ExitCode: intp(0), SandboxDenied: false},
 				afterRead: map[int][]string{2: tc.later},
 			}
-			cs, ss := net.Pipe()
-			go f.serve(ss)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			c, err := client.NewConn(ctx, cs, client.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := f.connect(t, client.Options{})
 			got, code, err := c.Output(ctx, client.Cmd{Argv: []string{"x"}, ProcessID: "P"})
 			if string(got) != "ac" || code != 0 || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				f.mu.Lock()
