@@ -1,16 +1,14 @@
 package childinit
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/procmark"
 )
 
 // The test binary is also the init (StartSpawner re-executes
@@ -53,35 +51,11 @@ func fakeServer(cmds []string) {
 	os.Exit(1)
 }
 
-func marker() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return "childinit-" + hex.EncodeToString(b)
-}
+func marker() string { return procmark.New("childinit-") }
 
 // marked lists live, non-zombie processes whose environment holds
 // CHILDINIT_MARK=mark.
-func marked(mark string) []int {
-	needle := []byte("CHILDINIT_MARK=" + mark + "\x00")
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(append(env, 0), needle) {
-			continue
-		}
-		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue
-		}
-		out = append(out, pid)
-	}
-	return out
-}
+func marked(mark string) []int { return procmark.PIDs("CHILDINIT_MARK", mark) }
 
 func waitCount(mark string, cond func(int) bool, within time.Duration) []int {
 	deadline := time.Now().Add(within)

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/execgo/exec-server/internal/procmark"
 	"github.com/execgo/exec-server/internal/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/transport"
@@ -370,47 +369,11 @@ func (p *probe) check(t *testing.T, name string, limit time.Duration) {
 // marker returns a random value to tag the environment of every process a
 // test starts, so /proc can tell which processes are ours, descendants
 // included.
-func marker() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return "hostile-" + hex.EncodeToString(b)
-}
+func marker() string { return procmark.New("hostile-") }
 
 // markedPIDs lists live (non-zombie) processes whose environment holds
 // HOSTILE_MARK=mark.
-func markedPIDs(mark string) []int {
-	needle := []byte("HOSTILE_MARK=" + mark + "\x00")
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(append(env, 0), needle) {
-			continue
-		}
-		if state(pid) == 'Z' {
-			continue // dead, waiting for a reaper: not a survivor
-		}
-		out = append(out, pid)
-	}
-	return out
-}
-
-// state returns the process state letter from /proc/PID/stat, or 0.
-func state(pid int) byte {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+2 >= len(data) {
-		return 0
-	}
-	return data[i+2]
-}
+func markedPIDs(mark string) []int { return procmark.PIDs("HOSTILE_MARK", mark) }
 
 // waitNoMarked polls until no marked process is alive or the deadline
 // passes; it returns the survivors.
@@ -446,7 +409,7 @@ func describe(pids []int) string {
 	var b strings.Builder
 	for _, pid := range pids {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		fmt.Fprintf(&b, "\n  pid %d state %c: %s", pid, state(pid), strings.ReplaceAll(string(cmdline), "\x00", " "))
+		fmt.Fprintf(&b, "\n  pid %d state %c: %s", pid, procmark.State(pid), strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
 	return b.String()
 }

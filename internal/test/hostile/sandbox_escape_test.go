@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/procmark"
 	"golang.org/x/sys/unix"
 )
 
@@ -1177,7 +1178,7 @@ func case26Signals(t *testing.T, c *sbxClient) {
 		wantProcDenied(t, strings.Join(argv[1:], " "), c.run(argv, nil), false)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if st := state(victim.Process.Pid); st == 0 || st == 'Z' {
+	if st := procmark.State(victim.Process.Pid); st == 0 || st == 'Z' {
 		t.Errorf("HOLE: a host process of the same user was killed from the sandbox")
 	}
 	if r := c.run([]string{"unshare", "-U", "true"}, nil); r.StartErr == nil {
