@@ -16,6 +16,7 @@ import (
 
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
@@ -33,7 +34,10 @@ func TestMain(m *testing.M) {
 		runHelper()
 		return
 	}
-	os.Exit(m.Run())
+	removeState := testbin.SandboxState()
+	code := m.Run()
+	removeState()
+	os.Exit(code)
 }
 
 type helperCall struct {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/execgo/exec-server/childinit"
+	"github.com/execgo/exec-server/internal/testbin"
 	"github.com/execgo/exec-server/sandbox"
 )
 
@@ -17,5 +18,8 @@ func TestMain(m *testing.M) {
 		// spawner's and sandbox helper's exit would wait for it.
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
-	os.Exit(m.Run())
+	removeState := testbin.SandboxState()
+	code := m.Run()
+	removeState()
+	os.Exit(code)
 }

@@ -75,3 +75,8 @@ func (p *Plan) Run(ctx context.Context, name string, req []byte) (reply []byte, 
 func (p *Plan) Command(path string, argv, env []string, dir string) (*Spec, error) {
 	return p.command(path, argv, env, dir)
 }
+
+// StateDirEnv overrides the directory of the registry of mount points that
+// CleanStale reads (tests; several servers of one user share the default,
+// which is what makes the clean-up work).
+const StateDirEnv = "EXEC_SERVER_SANDBOX_STATE_DIR"

@@ -19,6 +19,7 @@ import (
 
 	"github.com/creack/pty"
 	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/testbin"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,7 +42,10 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	removeState := testbin.SandboxState()
+	code := m.Run()
+	removeState()
+	os.Exit(code)
 }
 
 func errnoOf(err error) string {

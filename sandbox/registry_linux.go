@@ -24,10 +24,6 @@ import (
 // mount point (a sandbox still running would lose its mask: rmdir lazily
 // unmounts it in other namespaces).
 
-// StateDirEnv overrides the registry's directory (tests; several servers
-// of one user share the default, which is what makes the clean-up work).
-const StateDirEnv = "EXEC_SERVER_SANDBOX_STATE_DIR"
-
 // registryDir is where the records go: $EXEC_SERVER_SANDBOX_STATE_DIR, or
 // the user's cache directory; "" when there is none.
 func registryDir() string {

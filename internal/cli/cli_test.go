@@ -43,6 +43,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	removeState := testbin.SandboxState()
 	dir, err := os.MkdirTemp("", "exec-server-cli-test-")
 	if err != nil {
 		panic(err)
@@ -100,6 +101,7 @@ func TestMain(m *testing.M) {
 		p.Wait()
 	}
 	os.RemoveAll(dir)
+	removeState()
 	os.Exit(code)
 }
 

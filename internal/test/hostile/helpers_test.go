@@ -34,7 +34,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building exec-server:", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	removeState := testbin.SandboxState()
+	code := m.Run()
+	removeState()
+	os.Exit(code)
 }
 
 // hostileArgs returns the server flags of a test: the words of the

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	defer testbin.SandboxState()()
 	bin, err := testbin.ExecServer()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "interop: building our exec-server: %v\n", err)
