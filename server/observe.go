@@ -91,11 +91,14 @@ func (s *Server) observeMethods(table map[string]method) {
 			}
 			return p, err
 		}
-		fs := m.family == familyFilesystem && s.obs.m != nil
+		var helper sandbox.HelperObserver // made once, not per request
+		if m.family == familyFilesystem && s.obs.m != nil {
+			helper = s.obs.m.helperCall
+		}
 		m.call = func(ctx context.Context, cs *connState, p any) (any, error) {
 			t0 := time.Now()
-			if fs {
-				ctx = sandbox.WithHelperObserver(ctx, s.obs.m.helperCall)
+			if helper != nil {
+				ctx = sandbox.WithHelperObserver(ctx, helper)
 			}
 			res, err := call(ctx, cs, p)
 			d := time.Since(t0)
