@@ -93,6 +93,10 @@ type Plan struct {
 	// FullWrite: every path is writable (a root write entry and nothing
 	// narrower; unrestricted, disabled, external). Mutating fs operations
 	// then run in the server itself.
+	//
+	// Neither flag counts the masks of the server's own secrets
+	// (SetServerSecrets), which every plan has: code that runs in the
+	// server refuses those files itself (Secret).
 	FullWrite bool `json:"fullWrite"`
 	// Cwd is the context's cwd (a host path), "" when absent.
 	Cwd string `json:"cwd,omitempty"`
@@ -104,10 +108,13 @@ type Env struct {
 	// special path resolves to when the context has no
 	// temporaryDirectories.
 	TempDir string
+	// Secrets are the server's own secret paths (SetServerSecrets),
+	// masked in every plan (secrets.go).
+	Secrets []string
 }
 
-// ServerEnv is the Env of this process: its TMPDIR.
-func ServerEnv() Env { return Env{TempDir: os.Getenv("TMPDIR")} }
+// ServerEnv is the Env of this process: its TMPDIR and its secrets.
+func ServerEnv() Env { return Env{TempDir: os.Getenv("TMPDIR"), Secrets: ServerSecrets()} }
 
 // SandboxTypeLinux is the sandboxType answered when a process/start ran
 // under a policy (any policy, as the reference: even disabled).
