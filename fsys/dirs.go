@@ -142,7 +142,7 @@ func (f *FS) readDirectory(ctx context.Context, _ *Handles, raw json.RawMessage)
 	if plan != nil {
 		return f.callConfined(ctx, plan, protocol.MethodFsReadDirectory, raw)
 	}
-	dir, err := os.Open(path)
+	dir, err := openDir(path)
 	if err != nil {
 		return nil, err
 	}
