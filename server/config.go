@@ -85,6 +85,11 @@ type Config struct {
 	// /readyz). A non-nil error refuses it with 401 and the error's text
 	// as a plain-text body.
 	Authenticate func(r *http.Request) error
+	// AllowSandboxPeers turns off the refusal (403) of HTTP requests
+	// (websocket upgrades, /metrics, /readyz) whose TCP peer is a process
+	// inside one of this server's sandboxes (peer.go). Only for an
+	// embedder that confines its sandboxes' network some other way.
+	AllowSandboxPeers bool
 	// TLSConfig, when set, serves wss:// and https /readyz.
 	TLSConfig *tls.Config
 	// Metrics, when set, receives the server's metrics (connections,

@@ -46,6 +46,8 @@ type Server struct {
 
 	obs         *observer    // logs and metrics of what happens
 	metricsHTTP http.Handler // /metrics; nil without Config.Metrics
+
+	peers *peerGuard // refuses peers inside this server's sandboxes; nil when off
 }
 
 // New returns a server for cfg.
@@ -67,6 +69,9 @@ func New(cfg Config) *Server {
 	}
 	s.obs = newObserver(s.cfg.Logger, m)
 	s.methods = s.buildMethods()
+	if !s.cfg.AllowSandboxPeers {
+		s.peers = newPeerGuard(s.cfg.Logger)
+	}
 	return s
 }
 
@@ -220,6 +225,9 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 		},
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.refuseSandboxPeer(w, r) {
+			return
+		}
 		if _, ok := r.Header["Origin"]; ok {
 			// The transport refuses it (403) on every path; logged here.
 			s.refused(r, http.StatusForbidden, errors.New("request has an Origin header (a browser page)"))

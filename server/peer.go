@@ -1,0 +1,88 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+
+	"github.com/execgo/exec-server/internal/peerproc"
+)
+
+// A sandboxed command with "network":"enabled" shares the host's network,
+// so it can reach this server's listener. Authentication does not stop it
+// when there is none (a loopback listener) or when it can find a token;
+// so every HTTP request from a local peer (loopback, or the address it
+// connected to) is checked: its TCP socket is mapped to the processes that
+// hold it, and a process inside one of this server's sandboxes (package
+// peerproc) is refused with 403, whatever the authentication mode, before
+// anything else is looked at. Remote peers cost nothing; a local one costs
+// a sock_diag lookup and a walk of /proc (measured in peerproc's
+// BenchmarkCheck), once per websocket connection.
+
+// peerGuard is the check of one server.
+type peerGuard struct {
+	ck *peerproc.Checker
+	// broken: the check cannot run here (no /proc on Linux): local peers
+	// are refused, as a sandbox could be one.
+	broken error
+}
+
+func newPeerGuard(log *slog.Logger) *peerGuard {
+	ck, err := peerproc.New()
+	if err != nil {
+		if runtime.GOOS != "linux" {
+			return nil // no sandbox, nothing to refuse
+		}
+		log.Warn("cannot tell sandboxed peers apart: local websocket and metrics clients will be refused", "err", err)
+		return &peerGuard{broken: err}
+	}
+	return &peerGuard{ck: ck}
+}
+
+// check decides a request's connection.
+func (g *peerGuard) check(r *http.Request) peerproc.Verdict {
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return peerproc.Verdict{} // not from a net/http server's listener
+	}
+	tcp, ok := la.(*net.TCPAddr)
+	if !ok {
+		return peerproc.Verdict{} // a unix socket or an in-memory pipe
+	}
+	local := tcp.AddrPort()
+	remote, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return peerproc.Verdict{Refuse: true, Reason: "unparsable peer address " + r.RemoteAddr}
+	}
+	if g.broken != nil {
+		if !peerproc.IsLocal(local, remote) {
+			return peerproc.Verdict{}
+		}
+		return peerproc.Verdict{Refuse: true, Reason: "local peers cannot be checked: " + g.broken.Error()}
+	}
+	return g.ck.Check(local, remote)
+}
+
+// refuseSandboxPeer answers 403 and logs when r comes from inside one of
+// this server's sandboxes; false when r may go on.
+func (s *Server) refuseSandboxPeer(w http.ResponseWriter, r *http.Request) bool {
+	if s.peers == nil {
+		return false
+	}
+	v := s.peers.check(r)
+	if !v.Refuse {
+		return false
+	}
+	err := fmt.Errorf("connection from inside a sandbox of this server: %s", v.Reason)
+	if v.Pid != 0 {
+		err = fmt.Errorf("%w (pid %d)", err, v.Pid)
+	}
+	s.refused(r, http.StatusForbidden, err)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = w.Write([]byte("connections from inside a sandbox of this server are refused\n"))
+	return true
+}
