@@ -126,6 +126,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
 		return 2
 	}
+	protectSecrets(sec, logger)
 	// No Setrlimit here: Go raises its own soft RLIMIT_NOFILE at start and
 	// restores the original for children only as long as the program never
 	// calls Setrlimit for it (children would get the hard limit).

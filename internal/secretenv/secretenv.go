@@ -76,15 +76,16 @@ func Scrub() ([]string, error) {
 	return names, scrubBlock(names)
 }
 
-// LookupEnv is os.LookupEnv that also sees the scrubbed variables.
+// LookupEnv is os.LookupEnv that also sees the scrubbed variables (a
+// variable set again since wins).
 func LookupEnv(name string) (string, bool) {
-	mu.RLock()
-	v, ok := saved[name]
-	mu.RUnlock()
-	if ok {
+	if v, ok := os.LookupEnv(name); ok {
 		return v, true
 	}
-	return os.LookupEnv(name)
+	mu.RLock()
+	defer mu.RUnlock()
+	v, ok := saved[name]
+	return v, ok
 }
 
 // Environ is os.Environ with the scrubbed variables (unless set again
