@@ -1,12 +1,12 @@
 package server
 
 import (
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"runtime"
+	"time"
 
 	"github.com/execgo/exec-server/internal/peerproc"
 )
@@ -76,11 +76,19 @@ func (s *Server) refuseSandboxPeer(w http.ResponseWriter, r *http.Request) bool 
 	if !v.Refuse {
 		return false
 	}
-	err := fmt.Errorf("connection from inside a sandbox of this server: %s", v.Reason)
-	if v.Pid != 0 {
-		err = fmt.Errorf("%w (pid %d)", err, v.Pid)
+	// At warn, not info as other refusals: a sandboxed command that tries
+	// to reach its server is an attack, or a policy that needs fixing.
+	s.obs.refusal(http.StatusForbidden)
+	if n, ok := s.obs.refusalLogs.allow(time.Now()); ok {
+		attrs := []any{"peer", r.RemoteAddr, "path", r.URL.Path, "status", http.StatusForbidden, "reason", v.Reason}
+		if v.Pid != 0 {
+			attrs = append(attrs, "pid", v.Pid)
+		}
+		if n > 0 {
+			attrs = append(attrs, "suppressed", n)
+		}
+		s.cfg.Logger.Warn("request from inside a sandbox of this server refused", attrs...)
 	}
-	s.refused(r, http.StatusForbidden, err)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusForbidden)
 	_, _ = w.Write([]byte("connections from inside a sandbox of this server are refused\n"))

@@ -114,6 +114,9 @@ func TestSandboxCannotDriveItsServer(t *testing.T) {
 						t.Errorf("HOLE: GET %s from inside a sandbox: %v, want 403", path, r)
 					}
 				}
+				if !strings.Contains(s.stderr.String(), "request from inside a sandbox of this server refused") {
+					t.Errorf("no refusal logged:\n%s", s.stderr.String())
+				}
 				// The server still serves its own client after all this.
 				if _, err := c.readFile(fx.w("in.txt")); err != nil {
 					t.Fatalf("the server stopped serving its client: %v", err)
