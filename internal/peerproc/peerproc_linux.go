@@ -50,14 +50,13 @@ func New() (*Checker, error) {
 	return &Checker{self: os.Getpid(), uid: uint32(os.Geteuid()), selfMnt: mnt, selfNet: net, procDir: "/proc"}, nil
 }
 
-// Check decides a connection accepted on local from remote. A peer that is
-// not local (IsLocal) is served without any lookup.
+// Check decides a connection accepted on local from remote.
 func (c *Checker) Check(local, remote netip.AddrPort) Verdict {
-	if !IsLocal(local, remote) {
-		return Verdict{Reason: "not a local peer"}
-	}
 	ino, uid, err := socketInode(remote, local)
 	if err != nil {
+		if errors.Is(err, syscall.ENOENT) && !IsLocal(local, remote) {
+			return Verdict{Reason: "a remote peer"} // its socket is not in this network namespace
+		}
 		return Verdict{Refuse: true, Reason: "local peer's socket not found: " + err.Error()}
 	}
 	if ino == 0 {
