@@ -151,3 +151,28 @@ func isSymlink(p string) bool {
 	st, err := os.Lstat(p)
 	return err == nil && st.Mode()&os.ModeSymlink != 0
 }
+
+// The check's cost per open: a regular file (the hot case) and a procfs
+// file that is not the server's.
+func BenchmarkCheckServable(b *testing.B) {
+	dir := b.TempDir()
+	writeTestFile(b, dir+"/f", []byte("x"))
+	for _, p := range []string{dir + "/f", "/proc/version"} {
+		file, err := os.Open(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := file.Stat()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(p[strings.LastIndexByte(p, '/')+1:], func(b *testing.B) {
+			for b.Loop() {
+				if err := checkServable(file, st, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		file.Close()
+	}
+}
