@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 	"golang.org/x/sys/unix"
@@ -175,4 +176,10 @@ func BenchmarkCheckServable(b *testing.B) {
 		})
 		file.Close()
 	}
+}
+
+// The same as uid 65534: a server that is not root refuses its own /proc
+// entries and secrets just as well.
+func TestServerOwnRefusedAsNobody(t *testing.T) {
+	asnobody.Run(t, "", "^TestServer(OwnProc|Secrets)Refused$", nil)
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/asnobody"
 )
 
 const childEnv = "PEERPROC_TEST_CHILD"
@@ -265,4 +267,10 @@ func BenchmarkCheck(b *testing.B) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	time.Sleep(100 * time.Millisecond) // until unshare has entered the namespace
 	b.Run("one sandbox running", run)
+}
+
+// The same for a server that is not root (its sandboxes in user
+// namespaces it owns).
+func TestCheckAsNobody(t *testing.T) {
+	asnobody.Run(t, "", "^TestCheck$", nil, "cannot start a process in a new mount namespace")
 }
