@@ -25,6 +25,9 @@ import (
 // peerGuard is the check of one server.
 type peerGuard struct {
 	ck *peerproc.Checker
+	// walks bounds the checks that walk /proc at once: a flood of local
+	// connections queues here instead of loading every core.
+	walks chan struct{}
 	// broken: the check cannot run here (no /proc on Linux): local peers
 	// are refused, as a sandbox could be one.
 	broken error
@@ -39,7 +42,7 @@ func newPeerGuard(log *slog.Logger) *peerGuard {
 		log.Warn("cannot tell sandboxed peers apart: local websocket and metrics clients will be refused", "err", err)
 		return &peerGuard{broken: err}
 	}
-	return &peerGuard{ck: ck}
+	return &peerGuard{ck: ck, walks: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 }
 
 // check decides a request's connection.
@@ -63,6 +66,12 @@ func (g *peerGuard) check(r *http.Request) peerproc.Verdict {
 		}
 		return peerproc.Verdict{Refuse: true, Reason: "local peers cannot be checked: " + g.broken.Error()}
 	}
+	select {
+	case g.walks <- struct{}{}:
+	case <-r.Context().Done():
+		return peerproc.Verdict{Refuse: true, Reason: "the client went away during the check"}
+	}
+	defer func() { <-g.walks }()
 	return g.ck.Check(local, remote)
 }
 
