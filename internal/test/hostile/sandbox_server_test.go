@@ -7,6 +7,9 @@ package hostile
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"os"
@@ -42,9 +45,8 @@ func dialToken(ctx context.Context, t *testing.T, url, token string) *client {
 // anything: the token file is masked in the view, and the server refuses
 // websocket and /metrics requests from inside its sandboxes (403).
 func TestSandboxCannotDriveItsServer(t *testing.T) {
-	const token = "tok-0123456789abcdef0123456789abcdef"
 	for _, m := range sbxModes {
-		for _, auth := range []string{"none", "capability-token"} {
+		for _, auth := range []string{"none", "capability-token", "signed-bearer-token"} {
 			t.Run(m.name+"/"+auth, func(t *testing.T) {
 				enterMode(t, m)
 				fx := newFixture(t, m)
@@ -53,20 +55,27 @@ func TestSandboxCannotDriveItsServer(t *testing.T) {
 				if err := os.Mkdir(keys, 0o700); err != nil {
 					t.Fatal(err)
 				}
+				// token is the file's content (a capability token, or the
+				// JWT secret), bearer what a client presents.
+				token := "tok-0123456789abcdef0123456789abcdef"
 				if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 					t.Fatal(err)
 				}
 				fx.own(t)
 				var env []string
-				clientToken := ""
-				if auth != "none" {
+				bearer := ""
+				switch auth {
+				case "capability-token":
 					env = []string{"EXEC_SERVER_WS_AUTH=" + auth, "EXEC_SERVER_WS_TOKEN_FILE=" + tokenFile}
-					clientToken = token
+					bearer = token
+				case "signed-bearer-token":
+					env = []string{"EXEC_SERVER_WS_AUTH=" + auth, "EXEC_SERVER_WS_SHARED_SECRET_FILE=" + tokenFile}
+					bearer = signHS256(token, time.Now().Add(time.Hour))
 				}
 				s := startSandboxServer(t, m, env...)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				cl := dialToken(ctx, t, s.url, clientToken)
+				cl := dialToken(ctx, t, s.url, bearer)
 				cl.handshake(ctx, t)
 				c := &sbxClient{client: cl, fx: fx, srv: s}
 				sbx := procContext(fx.WORK, workspaceWriteEntries())
@@ -75,14 +84,14 @@ func TestSandboxCannotDriveItsServer(t *testing.T) {
 				pwned := fx.o("pwned")
 				attempts := map[string]string{
 					"no token":    "",
-					"token":       "--token " + token,
+					"token":       "--token " + bearer,
 					"token file":  "--token-file " + tokenFile,
 					"environment": "", // EXEC_SERVER_TOKEN below
 				}
 				for name, flags := range attempts {
 					envPrefix := ""
 					if name == "environment" {
-						envPrefix = "EXEC_SERVER_TOKEN=" + token + " "
+						envPrefix = "EXEC_SERVER_TOKEN=" + bearer + " "
 					}
 					script := fmt.Sprintf(`cat %s; echo "read=$?"; %s%s exec --url %s %s -- sh -c 'echo pwned > %s'; echo "exec=$?"`,
 						tokenFile, envPrefix, sbxServer, s.url, flags, pwned)
@@ -105,7 +114,7 @@ func TestSandboxCannotDriveItsServer(t *testing.T) {
 				}
 				// /metrics and /readyz too, when curl is there.
 				for _, path := range []string{"/metrics", "/readyz"} {
-					script := fmt.Sprintf(`command -v curl >/dev/null || { echo skip; exit 0; }; curl -s -o /dev/null -w 'code=%%{http_code}' -H 'Authorization: Bearer %s' http://%s%s`, token, s.addr, path)
+					script := fmt.Sprintf(`command -v curl >/dev/null || { echo skip; exit 0; }; curl -s -o /dev/null -w 'code=%%{http_code}' -H 'Authorization: Bearer %s' http://%s%s`, bearer, s.addr, path)
 					r := c.run([]string{"sh", "-c", script}, sbx)
 					if strings.Contains(r.Output, "skip") {
 						continue
@@ -124,6 +133,16 @@ func TestSandboxCannotDriveItsServer(t *testing.T) {
 			})
 		}
 	}
+}
+
+// signHS256 makes a JWT the signed-bearer-token mode accepts.
+func signHS256(secret string, exp time.Time) string {
+	enc := base64.RawURLEncoding
+	head := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
+	body := enc.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d}`, exp.Unix())))
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(head + "." + body))
+	return head + "." + body + "." + enc.EncodeToString(mac.Sum(nil))
 }
 
 // The server's environment block holds no credential once it runs, and
