@@ -121,6 +121,9 @@ func (f *FS) canonicalize(ctx context.Context, _ *Handles, raw json.RawMessage) 
 	if err != nil {
 		return nil, err
 	}
+	if err := checkMagicLinks(path); err != nil {
+		return nil, err
+	}
 	return protocol.FsCanonicalizeResult{Path: fileuri.FromPath(real)}, nil
 }
 

@@ -2,6 +2,7 @@ package fsys
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,7 +53,15 @@ func refusedOwn(path, what string) error {
 // anything it cannot tell is the server's own.
 func ownProcEntry(fd int) bool {
 	link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil || !strings.HasPrefix(link, "/") {
+	if err != nil {
+		return true
+	}
+	return ownProcPath(link)
+}
+
+// ownProcPath is ownProcEntry for a resolved path on procfs.
+func ownProcPath(link string) bool {
+	if !strings.HasPrefix(link, "/") {
 		return true
 	}
 	comps := strings.Split(strings.TrimPrefix(link, "/"), "/")
@@ -111,4 +120,73 @@ func openDir(path string) (*os.File, error) {
 		return nil, err
 	}
 	return dir, nil
+}
+
+// checkMagicLinks refuses (for fs/canonicalize, which answers where a path
+// leads) a path whose resolution follows a magic link of the server's own
+// /proc directory (/proc/self/fd/N, cwd, exe, root, map_files/…): the
+// answer would name the server's open files. One openat2 tells whether any
+// magic link is on the way (the usual answer: none); only then is the path
+// walked link by link.
+func checkMagicLinks(path string) error {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS})
+	if err == nil {
+		unix.Close(fd)
+		return nil
+	}
+	if err != unix.ELOOP && err != unix.ENOSYS {
+		return nil // the caller's own resolution already answered
+	}
+	if viaOwnMagicLink(path) {
+		return refusedOwn(path, "leads through the exec-server's own /proc directory")
+	}
+	return nil
+}
+
+// viaOwnMagicLink resolves path as the kernel would, one component at a
+// time, and reports whether it follows a symlink that is in this process's
+// /proc directory. It fails closed (true) on anything it cannot resolve.
+func viaOwnMagicLink(path string) bool {
+	pending := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	cur := "/"
+	for hops := 0; len(pending) > 0; {
+		c := pending[0]
+		pending = pending[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		st, err := os.Lstat(next)
+		if err != nil {
+			return true
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return true
+		}
+		var sfs unix.Statfs_t
+		if unix.Statfs(cur, &sfs) != nil {
+			return true
+		}
+		if sfs.Type == unix.PROC_SUPER_MAGIC && ownProcPath(next) {
+			return true
+		}
+		target, err := os.Readlink(next)
+		if err != nil || !strings.HasPrefix(target, "/") && !strings.Contains(target, "/") && strings.Contains(target, ":") {
+			// socket:[N], pipe:[N], anon_inode:…: not a path.
+			return err != nil
+		}
+		if strings.HasPrefix(target, "/") {
+			cur = "/"
+		}
+		pending = append(strings.Split(target, "/"), pending...)
+	}
+	return false
 }

@@ -75,6 +75,25 @@ func TestServerOwnProcRefused(t *testing.T) {
 			t.Fatalf("fs/copy %s made the copy", p)
 		}
 	}
+	// fs/canonicalize through the server's own magic links would name its
+	// open files, its cwd and its binary.
+	held, err := os.Open(dir + "/AGENTS.md")
+	if err == nil {
+		defer held.Close()
+	}
+	if err := os.Symlink("/proc/self/exe", dir+"/exe"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/proc/self/cwd", "/proc/self/exe", fmt.Sprintf("/proc/self/fd/%d", held.Fd()), "/proc/" + pid + "/root/tmp", "/proc/thread-self/cwd", dir + "/exe"} {
+		_, e := call(t, f, nil, protocol.MethodFsCanonicalize, obj("path", uri(p)))
+		wantRefusal(t, "fs/canonicalize "+p, e, p, "own /proc directory")
+	}
+	for _, p := range []string{"/proc/self/environ", dir, "/proc/version"} {
+		if _, e := call(t, f, nil, protocol.MethodFsCanonicalize, obj("path", uri(p))); e != nil {
+			t.Errorf("fs/canonicalize %s: %v", p, e)
+		}
+	}
+
 	// Writes too: /proc/self/comm would rename the server's thread.
 	_, e := call(t, f, nil, protocol.MethodFsWriteFile, obj("path", uri("/proc/thread-self/comm"), "dataBase64", b64([]byte("pwned"))))
 	wantOwnRefusal(t, "fs/writeFile /proc/thread-self/comm", e, "/proc/thread-self/comm")
@@ -90,6 +109,9 @@ func TestServerOwnProcRefused(t *testing.T) {
 		if _, e := call(t, f, nil, protocol.MethodFsReadFile, obj("path", uri(p))); e != nil {
 			t.Errorf("fs/readFile %s: %v", p, e)
 		}
+	}
+	if _, e := call(t, f, nil, protocol.MethodFsCanonicalize, obj("path", uri(fmt.Sprintf("/proc/%d/cwd", child.Process.Pid)))); e != nil {
+		t.Errorf("fs/canonicalize of a child's cwd: %v", e)
 	}
 	if _, e := call(t, f, nil, protocol.MethodFsReadDirectory, obj("path", uri("/proc"))); e != nil {
 		t.Errorf("fs/readDirectory /proc: %v", e)
