@@ -14,6 +14,7 @@ import (
 
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/peerproc"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 )
@@ -150,6 +151,19 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 			return commandError(err)
 		}
 		p.release = onceFunc(spec.Release)
+		if plan.Network == sandbox.NetworkEnabled {
+			// Counted from before its start until its init is reaped: while
+			// one runs, the server checks which local peers are inside it
+			// (server/peer.go).
+			uncount := peerproc.Sandboxes.Begin()
+			release := spec.Release
+			p.release = onceFunc(func() {
+				uncount()
+				if release != nil {
+					release()
+				}
+			})
+		}
 		// The init starts in dir too: a missing cwd fails the start with
 		// the same error as without a sandbox.
 		start = childinit.SpawnAttr{Path: spec.Path, Argv: spec.Argv, Env: spec.Env, Dir: dir,

@@ -18,9 +18,10 @@ import (
 // connected to) is checked: its TCP socket is mapped to the processes that
 // hold it, and a process inside one of this server's sandboxes (package
 // peerproc) is refused with 403, whatever the authentication mode, before
-// anything else is looked at. Remote peers cost nothing; a local one costs
-// a sock_diag lookup and a walk of /proc (measured in peerproc's
-// BenchmarkCheck), once per websocket connection.
+// anything else is looked at. Nothing is looked up while no sandbox with
+// the host's network runs (peerproc.Sandboxes, counted by process/start);
+// then a peer costs a sock_diag lookup and, when local, a walk of /proc
+// (peerproc's BenchmarkCheck), once per websocket connection.
 
 // peerGuard is the check of one server.
 type peerGuard struct {

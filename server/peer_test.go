@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/execgo/exec-server/internal/peerproc"
 )
 
 type syncBuffer struct {
@@ -43,6 +45,8 @@ func TestSandboxPeerRefused(t *testing.T) {
 	if err != nil {
 		t.Skip("no unshare")
 	}
+	// As process/start counts a sandbox with the host's network.
+	defer peerproc.Sandboxes.Begin()()
 	for _, allow := range []bool{false, true} {
 		var logs syncBuffer
 		srv := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), AllowSandboxPeers: allow})

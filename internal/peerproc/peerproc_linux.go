@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -52,10 +53,17 @@ func New() (*Checker, error) {
 
 // Check decides a connection accepted on local from remote.
 func (c *Checker) Check(local, remote netip.AddrPort) Verdict {
+	if Sandboxes.Running() == 0 {
+		return Verdict{Reason: "no sandbox with the host's network running"}
+	}
 	ino, uid, err := socketInode(remote, local)
 	if err != nil {
-		if errors.Is(err, syscall.ENOENT) && !IsLocal(local, remote) {
-			return Verdict{Reason: "a remote peer"} // its socket is not in this network namespace
+		// Not in this network namespace (or sock_diag is not available
+		// here): a remote peer, unless its address is this host's (a
+		// sandbox that closed its socket at once, from one of the
+		// host's addresses to another).
+		if !IsLocal(local, remote) && !hostAddr(remote.Addr()) {
+			return Verdict{Reason: "a remote peer"}
 		}
 		return Verdict{Refuse: true, Reason: "local peer's socket not found: " + err.Error()}
 	}
@@ -289,6 +297,24 @@ func (s *scan) holdsIn(dir, link string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// hostAddr reports whether a is an address of this host's interfaces (in
+// doubt, yes).
+func hostAddr(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true
+	}
+	a = a.Unmap()
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if b, ok := netip.AddrFromSlice(n.IP); ok && b.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func gone(err error) bool {

@@ -150,6 +150,14 @@ func (x *fixture) startEnv(mode string, sandboxed bool, env ...string) *exec.Cmd
 
 func TestCheck(t *testing.T) {
 	x := newFixture(t)
+	// No sandbox counted: nothing is looked up, everyone is served.
+	box := x.start("hold", true)
+	if v := x.accept(); v.Refuse {
+		t.Fatalf("no sandbox counted: %+v", v)
+	}
+	// From here on the sandboxed children are counted, as process/start
+	// counts its sandboxes with the host's network.
+	t.Cleanup(Sandboxes.Begin())
 	// This process, no sandbox running.
 	c, err := net.Dial("tcp", x.l.Addr().String())
 	if err != nil {
@@ -165,7 +173,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("unsandboxed child: %+v", v)
 	}
 	// A child in another mount namespace, below the server: a sandbox.
-	box := x.start("hold", true)
+	box = x.start("hold", true)
 	if v := x.accept(); !v.Refuse || v.Pid != box.Process.Pid {
 		t.Fatalf("sandboxed child %d: %+v", box.Process.Pid, v)
 	}
@@ -250,6 +258,17 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 	b.Run("no sandbox", run)
+	uncount := Sandboxes.Begin()
+	b.Run("no sandbox, one counted", run)
+	uncount()
+	b.Run("remote peer's extra: host addresses", func(b *testing.B) {
+		a := netip.MustParseAddr("198.51.100.7")
+		for b.Loop() {
+			if hostAddr(a) {
+				b.Fatal("198.51.100.7 is this host's")
+			}
+		}
+	})
 	b.Run("sock_diag only", func(b *testing.B) {
 		for b.Loop() {
 			if _, _, err := socketInode(remote, local); err != nil {
@@ -266,6 +285,8 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	time.Sleep(100 * time.Millisecond) // until unshare has entered the namespace
+	b.Run("a sandbox, not counted", run)
+	defer Sandboxes.Begin()()
 	b.Run("one sandbox running", run)
 }
 
