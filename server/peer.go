@@ -18,10 +18,10 @@ import (
 // connected to) is checked: its TCP socket is mapped to the processes that
 // hold it, and a process inside one of this server's sandboxes (package
 // peerproc) is refused with 403, whatever the authentication mode, before
-// anything else is looked at. Nothing is looked up while no sandbox with
-// the host's network runs (peerproc.Sandboxes, counted by process/start);
-// then a peer costs a sock_diag lookup and, when local, a walk of /proc
-// (peerproc's BenchmarkCheck), once per websocket connection.
+// anything else is looked at. A peer costs a sock_diag lookup and, while a
+// sandbox with the host's network runs (peerproc.Sandboxes, counted by
+// process/start), when local a walk of /proc (peerproc's BenchmarkCheck),
+// once per websocket connection.
 
 // peerGuard is the check of one server.
 type peerGuard struct {

@@ -21,12 +21,12 @@
 // the server's user (or as the root of a user namespace mapped to it) and
 // cannot change it.
 //
-// Nothing is looked up while no sandbox with the host's network runs
-// (Sandboxes). Otherwise every peer costs one sock_diag lookup (tens of
-// microseconds): a sandbox can bind its socket to any address of the host,
-// so the address alone cannot tell a local peer; one whose socket is not
-// in this network namespace, from an address that is not the host's, is
-// remote, and served without more.
+// Every peer costs one sock_diag lookup (tens of microseconds): a sandbox
+// can bind its socket to any address of the host, so the address alone
+// cannot tell a local peer; one whose socket is not in this network
+// namespace, from an address that is not the host's, is remote, and served
+// without more. /proc is walked only while a sandbox with the host's
+// network runs (Sandboxes).
 //
 // Limits: a host process that relays for a sandbox (a proxy on loopback, a
 // daemon it reaches over a unix socket) is that process, not the sandbox;

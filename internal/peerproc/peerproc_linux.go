@@ -53,9 +53,6 @@ func New() (*Checker, error) {
 
 // Check decides a connection accepted on local from remote.
 func (c *Checker) Check(local, remote netip.AddrPort) Verdict {
-	if Sandboxes.Running() == 0 {
-		return Verdict{Reason: "no sandbox with the host's network running"}
-	}
 	ino, uid, err := socketInode(remote, local)
 	if err != nil {
 		// Not in this network namespace (or sock_diag is not available
@@ -68,7 +65,16 @@ func (c *Checker) Check(local, remote netip.AddrPort) Verdict {
 		return Verdict{Refuse: true, Reason: "local peer's socket not found: " + err.Error()}
 	}
 	if ino == 0 {
+		// Also when no sandbox runs any more: one could have sent a whole
+		// request and ended before this check (a client that waits for
+		// its answers never closes first).
 		return Verdict{Refuse: true, Reason: "local peer's socket is held by no process (closed or orphaned)"}
+	}
+	if Sandboxes.Running() == 0 {
+		// Every process of a sandbox is gone once its init is reaped
+		// (the PID namespace's end waits for them), so a live socket is
+		// no sandbox's.
+		return Verdict{Reason: "no sandbox with the host's network running"}
 	}
 	return c.owner(ino, uid)
 }

@@ -150,10 +150,15 @@ func (x *fixture) startEnv(mode string, sandboxed bool, env ...string) *exec.Cmd
 
 func TestCheck(t *testing.T) {
 	x := newFixture(t)
-	// No sandbox counted: nothing is looked up, everyone is served.
+	// No sandbox counted: a live socket is served, one nobody holds any
+	// more is not (a sandbox that sent its request and ended).
 	box := x.start("hold", true)
 	if v := x.accept(); v.Refuse {
 		t.Fatalf("no sandbox counted: %+v", v)
+	}
+	x.start("close", true)
+	if v := x.accept(); !v.Refuse {
+		t.Fatalf("no sandbox counted, a closed socket: %+v", v)
 	}
 	// From here on the sandboxed children are counted, as process/start
 	// counts its sandboxes with the host's network.

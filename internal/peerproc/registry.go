@@ -9,9 +9,10 @@ import (
 // namespace (a process/start with "network":"enabled"): the code that
 // starts one calls Begin before the start and the returned function once
 // its init has been reaped (the sandbox's PID namespace, and every process
-// in it, is gone then). While the count is zero no sandbox can be a peer,
-// and Check answers without any lookup: the common case (codex's policies
-// restrict the network) costs a local client nothing.
+// in it, is gone then). While the count is zero no live socket can be a
+// sandbox's, and Check answers after its sock_diag lookup, without walking
+// /proc: the common case (codex's policies restrict the network) costs a
+// local client one netlink round trip.
 var Sandboxes Registry
 
 // Registry is a count of running sandboxes.
