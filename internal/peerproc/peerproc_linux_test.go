@@ -152,7 +152,7 @@ func TestCheck(t *testing.T) {
 	x := newFixture(t)
 	// No sandbox counted: a live socket is served, one nobody holds any
 	// more is not (a sandbox that sent its request and ended).
-	box := x.start("hold", true)
+	x.start("hold", true)
 	if v := x.accept(); v.Refuse {
 		t.Fatalf("no sandbox counted: %+v", v)
 	}
@@ -178,7 +178,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("unsandboxed child: %+v", v)
 	}
 	// A child in another mount namespace, below the server: a sandbox.
-	box = x.start("hold", true)
+	box := x.start("hold", true)
 	if v := x.accept(); !v.Refuse || v.Pid != box.Process.Pid {
 		t.Fatalf("sandboxed child %d: %+v", box.Process.Pid, v)
 	}
