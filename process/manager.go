@@ -164,6 +164,9 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	if err := checkTimeout(&p); err != nil {
 		return nil, err
 	}
+	if err := checkNetwork(&p); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
