@@ -91,6 +91,12 @@ type Options struct {
 	// runs processes, and a few tenths of a millisecond per start.
 	DirectChildren bool
 	Logger         *slog.Logger
+	// Network carries a managed proxy's decisions and policy requests to
+	// the client; nil: they are only logged, and misses denied.
+	Network NetworkPeer
+	// UpstreamProxy (host:port), when set, is an HTTP proxy that every
+	// managed proxy's outbound connection goes through by CONNECT.
+	UpstreamProxy string
 }
 
 func (o Options) withDefaults() Options {

@@ -68,3 +68,19 @@ func TestManagedNetworkFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// proxySandbox is a codex read-only profile with the network enabled, as
+// the 0.171 client sends it with a managed proxy.
+func proxySandbox(dir string) json.RawMessage {
+	return json.RawMessage(`{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[
+   {"path":{"type":"special","value":{"kind":"root"}},"access":"read"},
+   {"path":{"type":"special","value":{"kind":"project_roots"}},"access":"write"}]},"network":"enabled"},
+ "cwd":"file://` + dir + `","workspaceRoots":["file://` + dir + `"],"windowsSandboxLevel":"disabled",
+ "windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`)
+}
+
+func proxyLaunch(domains string, extra string) json.RawMessage {
+	return json.RawMessage(`{"proxy":{"enabled":true,"enableSocks5":true,"enableSocks5Udp":false,"allowUpstreamProxy":true,` +
+		`"dangerouslyAllowAllUnixSockets":false,"mode":"full","domains":` + domains + `,"unixSockets":null,` +
+		`"allowLocalBinding":false},"auditMetadata":{},"environmentId":"remote","executionId":"e1"` + extra + `}`)
+}

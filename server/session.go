@@ -48,6 +48,8 @@ func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 		StdinBudget:    s.stdin,
 		DirectChildren: s.cfg.DirectChildren,
 		Logger:         s.cfg.Logger,
+		Network:        ss,
+		UpstreamProxy:  s.cfg.TCPUpstreamProxy,
 	}, ss)
 	s.mu.Lock()
 	if s.closed {
