@@ -130,8 +130,9 @@ func (p *Proxy) serveSOCKS(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	switch {
 	case req.cmd != cmdConnect:
-		// UDP ASSOCIATE and BIND are not offered (enableSocks5Udp is
-		// refused at start; see process/network.go).
+		// UDP ASSOCIATE and BIND are not offered: the command has no UDP
+		// way out even when the launch has enableSocks5Udp (stricter than
+		// the reference; documented in docs/network-proxy.md).
 		_ = socksReply(c, repCmdUnsupported)
 		return
 	case req.host == "":
