@@ -69,8 +69,12 @@ func NewPolicy(domains map[string]string, review []string, limited, allowLocal b
 				return nil, fmt.Errorf("domain pattern %q: a global wildcard cannot be denied; use exact hosts or scoped wildcards like *.example.com", pat)
 			}
 			p.deny = append(p.deny, expand(np)...)
+		case "review":
+			// Not a user-config value; accepted for the admin review
+			// domains, which always go to the decider.
+			p.review = append(p.review, expand(np)...)
 		default:
-			return nil, fmt.Errorf("domain %q: unknown decision %q, expected allow or deny", pat, v)
+			return nil, fmt.Errorf("domain %q: unknown decision %q, expected allow, deny or review", pat, v)
 		}
 	}
 	for _, pat := range review {

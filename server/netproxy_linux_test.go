@@ -117,3 +117,71 @@ curl -s --noproxy '*' --max-time 5 http://127.0.0.1:%[1]d/; echo "direct=$?"
 	}
 	_ = json.Valid
 }
+
+// TestNetworkPolicyRequest: with policyDecisionTimeoutMs, a host not on
+// the allowlist is put to the client (network/policyRequest, ids counting
+// from 1); allow lets it through, deny and ask give the 403 with the
+// client's reason and a decider-sourced policyDecision, an invalid answer
+// and no answer are denials.
+func TestNetworkPolicyRequest(t *testing.T) {
+	needProxyTools(t)
+	port := helloServer(t)
+	dir := t.TempDir()
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	// The hosts asked about are 127.0.0.1 to .5, not on the allowlist;
+	// local addresses are allowed (allowLocalBinding) so that an allowed
+	// one connects (the server listens on 127.0.0.1).
+	script := fmt.Sprintf(`for h in 1 2 3 4 5; do echo "$h=$(curl -s -w ' %%{http_code}' http://127.0.0.$h:%d/)"; done`, port)
+	sp := startParams(t, "pr", false, "/bin/sh", "-c", script)
+	sp["cwd"] = "file://" + dir
+	sp["sandbox"] = proxySandbox(dir)
+	sp["enforceManagedNetwork"] = true
+	sp["networkProxy"] = json.RawMessage(strings.Replace(string(proxyLaunch(`{"localhost":"allow"}`, `,"policyDecisionTimeoutMs":200`)),
+		`"allowLocalBinding":false`, `"allowLocalBinding":true`, 1))
+	p.call("process/start", sp)
+	answers := []string{
+		`{"decision":{"type":"allow"}}`,
+		`{"decision":{"type":"deny","reason":"no from the client"}}`,
+		`{"decision":{"type":"ask","reason":"ask the user"}}`,
+		`{"decision":{"type":"deny"}}`, // a deny needs a reason
+		"",                             // no answer: denied after the timeout
+	}
+	for i, a := range answers {
+		w := p.wait("policyRequest", func(w wire) bool { return w.Method == "network/policyRequest" })
+		if string(w.ID) != fmt.Sprint(i+1) {
+			t.Errorf("request id %s, want %d", w.ID, i+1)
+		}
+		want := fmt.Sprintf(`{"processId":"pr","request":{"protocol":"http","host":"127.0.0.%d","port":%d}}`, i+1, port)
+		if string(w.Params) != want {
+			t.Errorf("params %s, want %s", w.Params, want)
+		}
+		if a != "" {
+			p.raw(`{"id":` + string(w.ID) + `,"result":` + a + `}`)
+		}
+	}
+	out, _ := output(t, p, "pr")
+	t.Logf("output:\n%s", out)
+	for _, want := range []string{
+		"1=hello 200\n",
+		`2={"status":"blocked","host":"127.0.0.2","reason":"no from the client","decision":"deny","source":"decider"`,
+		`3={"status":"blocked","host":"127.0.0.3","reason":"ask the user","decision":"ask","source":"decider"`,
+		`4={"status":"blocked","host":"127.0.0.4","reason":"not_allowed","decision":"deny","source":"decider"`,
+		`5={"status":"blocked","host":"127.0.0.5","reason":"not_allowed","decision":"deny","source":"decider"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	var got []string
+	for range 4 {
+		w := p.wait("policyDecision", func(w wire) bool { return w.Method == "network/policyDecision" })
+		var d struct{ Host, Decision, Source, Reason string }
+		mustUnmarshal(t, w.Params, &d)
+		got = append(got, d.Host+"/"+d.Decision+"/"+d.Source+"/"+d.Reason)
+	}
+	if strings.Join(got, ",") != "127.0.0.2/deny/decider/no from the client,127.0.0.3/ask/decider/ask the user,"+
+		"127.0.0.4/deny/decider/not_allowed,127.0.0.5/deny/decider/not_allowed" {
+		t.Errorf("decisions %v", got)
+	}
+}
