@@ -218,9 +218,9 @@ func (nl *netLaunch) applyEnv(env []string) []string {
 // init died first (its exit ends the wait sooner, through close).
 const handoffTimeout = 2 * time.Minute
 
-// start takes the listeners from the init and serves them, in the
+// start takes the listeners from the init (pid) and serves them, in the
 // background, until close.
-func (nl *netLaunch) start() {
+func (nl *netLaunch) start(pid int) {
 	nl.wg.Add(1)
 	go func() {
 		defer nl.wg.Done()
@@ -230,7 +230,7 @@ func (nl *netLaunch) start() {
 		if nl.socks {
 			n = 2
 		}
-		lns, err := nl.handoff.Accept(ctx, n)
+		lns, err := nl.handoff.Accept(ctx, n, pid)
 		nl.handoff.Close()
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {

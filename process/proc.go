@@ -289,7 +289,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	startOK = true
 	p.pid, p.pgid = pid, pid
 	if nl != nil {
-		nl.start()
+		nl.start(pid)
 		netStarted = true
 	}
 	p.outputs = readers

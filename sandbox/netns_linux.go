@@ -127,17 +127,30 @@ func NewProxyHandoff(base string) (*ProxyHandoff, string, error) {
 	return &ProxyHandoff{dir: dir, ln: ln}, path, nil
 }
 
-// Accept waits (until ctx ends) for the init and returns the listeners it
-// sends: n of them, in the route's order (HTTP, then SOCKS5).
-func (h *ProxyHandoff) Accept(ctx context.Context, n int) ([]net.Listener, error) {
+// Accept waits (until ctx ends) for the init, the process pid, and returns
+// the listeners it sends: n of them, in the route's order (HTTP, then
+// SOCKS5). A connection from any other process is dropped: the socket's
+// directory may be visible to other sandboxed commands (a read-only view
+// of the host still lets them connect to a socket), and one of them must
+// not hand over its own listeners in place of the init's to get this
+// process's policy.
+func (h *ProxyHandoff) Accept(ctx context.Context, n, pid int) ([]net.Listener, error) {
 	stop := context.AfterFunc(ctx, func() { h.ln.Close() })
 	defer stop()
-	c, err := h.ln.AcceptUnix()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	var c *net.UnixConn
+	for {
+		var err error
+		c, err = h.ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
 		}
-		return nil, err
+		if peerPid(c) == pid {
+			break
+		}
+		c.Close()
 	}
 	defer c.Close()
 	context.AfterFunc(ctx, func() { c.Close() })
@@ -184,6 +197,22 @@ func (h *ProxyHandoff) Accept(ctx context.Context, n int) ([]net.Listener, error
 		return fail(err)
 	}
 	return lns, nil
+}
+
+// peerPid is the pid of the process that connected c (SO_PEERCRED, in
+// the server's PID namespace), or -1.
+func peerPid(c *net.UnixConn) int {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	pid := -1
+	_ = rc.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
 }
 
 // Close removes the socket and its directory.

@@ -18,7 +18,7 @@ func NewProxyHandoff(string) (*ProxyHandoff, string, error) {
 }
 
 // Accept fails off Linux.
-func (*ProxyHandoff) Accept(context.Context, int) ([]net.Listener, error) {
+func (*ProxyHandoff) Accept(context.Context, int, int) ([]net.Listener, error) {
 	return nil, errors.New("a managed network proxy needs Linux network namespaces")
 }
 
