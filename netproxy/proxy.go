@@ -74,6 +74,11 @@ type Config struct {
 	// Upstream, when set (host:port), is an HTTP proxy every connection
 	// goes through by CONNECT (the server's --tcp-upstream-proxy).
 	Upstream string
+	// Forbidden, when set, names addresses no connection may reach, even
+	// when the host is allowed and local addresses are: the exec-server's
+	// own listeners (a command that reached them could start unconfined
+	// processes).
+	Forbidden func(netip.AddrPort) bool
 	// SOCKS enables the SOCKS5 listener.
 	SOCKS bool
 	// DialTimeout bounds each outbound connection (30s).
@@ -241,8 +246,12 @@ func (p *Proxy) block(t *target, d Decision) error {
 	return &errBlocked{d}
 }
 
-// errLocal is a dial refused because the address is not public.
-var errLocal = errors.New("address is loopback or private")
+// errLocal is a dial refused because the address is not public;
+// errForbidden one refused by Config.Forbidden.
+var (
+	errLocal     = errors.New("address is loopback or private")
+	errForbidden = errors.New("address is the exec-server's own")
+)
 
 // dial connects to t (already allowed), directly or through the upstream
 // proxy. A refused local address is reported and returned as *errBlocked.
@@ -253,19 +262,25 @@ func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, error) {
 	if p.cfg.Upstream != "" {
 		return p.dialUpstream(ctx, addr)
 	}
-	d := net.Dialer{}
-	if !t.localOK {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil || !IsPublic(ap.Addr()) {
-				return errLocal
-			}
-			return nil
+	d := net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		switch {
+		case err != nil:
+			return errLocal
+		case p.cfg.Forbidden != nil && p.cfg.Forbidden(ap):
+			return errForbidden
+		case !t.localOK && !IsPublic(ap.Addr()):
+			return errLocal
 		}
-	}
+		return nil
+	}}
 	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil && errors.Is(err, errLocal) {
+	switch {
+	case err == nil:
+	case errors.Is(err, errLocal):
 		return nil, p.block(t, Decision{Decision: DecisionDeny, Source: SourceBaseline, Reason: ReasonNotAllowedLocal})
+	case errors.Is(err, errForbidden):
+		return nil, p.block(t, Decision{Decision: DecisionDeny, Source: SourceBaseline, Reason: ReasonDenied})
 	}
 	return c, err
 }

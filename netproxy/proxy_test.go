@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"runtime"
@@ -237,6 +238,13 @@ func TestDialRefusesLocal(t *testing.T) {
 		t.Fatalf("explicitly local: %v", err)
 	}
 	c.Close()
+	// The exec-server's own listener stays out of reach even then.
+	self := netip.MustParseAddrPort(echo)
+	tp2 := startProxy(t, map[string]string{"*": "allow"}, Config{Forbidden: func(ap netip.AddrPort) bool { return ap == self }})
+	_, err = tp2.p.dial(context.Background(), &target{proto: ProtoHTTP, host: "127.0.0.1", port: port, localOK: true})
+	if !errors.As(err, &b) || b.d.Reason != ReasonDenied {
+		t.Fatalf("dial of a forbidden address: %v", err)
+	}
 }
 
 // TestUpstreamProxy: with Upstream, every connection is a CONNECT through

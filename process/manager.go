@@ -13,6 +13,7 @@ package process
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
@@ -97,6 +98,9 @@ type Options struct {
 	// UpstreamProxy (host:port), when set, is an HTTP proxy that every
 	// managed proxy's outbound connection goes through by CONNECT.
 	UpstreamProxy string
+	// ForbiddenAddr, when set, reports addresses no managed proxy may
+	// connect to: the server's own listeners.
+	ForbiddenAddr func(netip.AddrPort) bool
 }
 
 func (o Options) withDefaults() Options {

@@ -129,10 +129,11 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (
 	nl := &netLaunch{socks: launch.Proxy.EnableSocks5, logger: m.opts.Logger}
 	nl.ctx, nl.cancel = context.WithCancel(context.Background())
 	cfg := netproxy.Config{
-		Policy:   pol,
-		Upstream: m.opts.UpstreamProxy,
-		SOCKS:    nl.socks,
-		Logger:   m.opts.Logger.With("processId", id),
+		Policy:    pol,
+		Upstream:  m.opts.UpstreamProxy,
+		Forbidden: m.opts.ForbiddenAddr,
+		SOCKS:     nl.socks,
+		Logger:    m.opts.Logger.With("processId", id),
 	}
 	if peer != nil {
 		cfg.OnDecision = func(d netproxy.Decision) {

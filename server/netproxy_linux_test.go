@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -183,5 +184,37 @@ func TestNetworkPolicyRequest(t *testing.T) {
 	if strings.Join(got, ",") != "127.0.0.2/deny/decider/no from the client,127.0.0.3/ask/decider/ask the user,"+
 		"127.0.0.4/deny/decider/not_allowed,127.0.0.5/deny/decider/not_allowed" {
 		t.Errorf("decisions %v", got)
+	}
+}
+
+// TestManagedNetworkNeverReachesTheServer: even with every local address
+// allowed, a sandboxed command cannot reach the exec-server's own
+// listener through its proxy (it could start unconfined processes there).
+func TestManagedNetworkNeverReachesTheServer(t *testing.T) {
+	needProxyTools(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	addr := ln.Addr().String()
+	p := wsPeer(t, "ws://"+addr)
+	p.init()
+	dir := t.TempDir()
+	hello := helloServer(t)
+	script := fmt.Sprintf(`echo "server=$(curl -s http://%s/readyz)"; echo "other=$(curl -s http://127.0.0.1:%d/)"`, addr, hello)
+	sp := startParams(t, "self", false, "/bin/sh", "-c", script)
+	sp["cwd"] = "file://" + dir
+	sp["sandbox"] = proxySandbox(dir)
+	sp["networkProxy"] = json.RawMessage(strings.Replace(string(proxyLaunch(`{"*":"allow"}`, "")),
+		`"allowLocalBinding":false`, `"allowLocalBinding":true`, 1))
+	p.call("process/start", sp)
+	out, _ := output(t, p, "self")
+	if !strings.Contains(out, `server={"status":"blocked","host":"127.0.0.1","reason":"denied"`) || !strings.Contains(out, "other=hello\n") {
+		t.Fatalf("output:\n%s", out)
 	}
 }

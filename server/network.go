@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"net"
+	"net/netip"
 	"time"
 
 	"github.com/execgo/exec-server/protocol"
@@ -45,4 +47,27 @@ func (ss *session) PolicyRequest(ctx context.Context, p protocol.NetworkPolicyRe
 		return nil, err
 	}
 	return &res, nil
+}
+
+// addOwnAddr records a listener's address: a managed proxy never connects
+// a sandboxed command to the server itself, whose processes are not
+// confined (isOwnAddr).
+func (s *Server) addOwnAddr(a net.Addr) {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		s.ownAddrs.Store(ta.AddrPort(), true)
+	}
+}
+
+// isOwnAddr reports whether ap is one of the server's listeners; a
+// listener on the unspecified address is every local address's port.
+func (s *Server) isOwnAddr(ap netip.AddrPort) bool {
+	own := false
+	s.ownAddrs.Range(func(k, _ any) bool {
+		l := k.(netip.AddrPort)
+		if l.Port() == ap.Port() && (l.Addr().Unmap() == ap.Addr().Unmap() || l.Addr().IsUnspecified()) {
+			own = true
+		}
+		return !own
+	})
+	return own
 }

@@ -50,6 +50,7 @@ func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 		Logger:         s.cfg.Logger,
 		Network:        ss,
 		UpstreamProxy:  s.cfg.TCPUpstreamProxy,
+		ForbiddenAddr:  s.isOwnAddr,
 	}, ss)
 	s.mu.Lock()
 	if s.closed {
