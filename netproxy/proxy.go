@@ -259,6 +259,9 @@ func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
 	addr := net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
+	if ip, err := netip.ParseAddr(t.host); err == nil && p.cfg.Forbidden != nil && p.cfg.Forbidden(netip.AddrPortFrom(ip, t.port)) {
+		return nil, p.block(t, Decision{Decision: DecisionDeny, Source: SourceBaseline, Reason: ReasonDenied})
+	}
 	if p.cfg.Upstream != "" {
 		return p.dialUpstream(ctx, addr)
 	}
