@@ -83,7 +83,15 @@ type Config struct {
 	SOCKS bool
 	// DialTimeout bounds each outbound connection (30s).
 	DialTimeout time.Duration
-	Logger      *slog.Logger
+	// MaxConns bounds the command's connections open at once, all
+	// listeners together (512): past it the proxy stops accepting and the
+	// kernel's backlog holds the rest, so a command cannot spend the
+	// server's descriptors.
+	MaxConns int
+	// MaxAsks bounds the decider's requests in flight at once (16); the
+	// others wait, within their own timeout.
+	MaxAsks int
+	Logger  *slog.Logger
 }
 
 // Proxy serves one process's listeners until Close.
@@ -93,6 +101,9 @@ type Proxy struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	slots chan struct{} // MaxConns
+	asks  chan struct{} // MaxAsks
 
 	mu    sync.Mutex
 	lns   []net.Listener
@@ -110,8 +121,15 @@ func New(cfg Config) *Proxy {
 	if cfg.DecideTimeout <= 0 {
 		cfg.DecideTimeout = 30 * time.Second
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 512
+	}
+	if cfg.MaxAsks <= 0 {
+		cfg.MaxAsks = 16
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	return &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{},
+		slots: make(chan struct{}, cfg.MaxConns), asks: make(chan struct{}, cfg.MaxAsks)}
 }
 
 // Serve accepts on the HTTP listener and, when not nil, the SOCKS5 one,
@@ -149,13 +167,23 @@ func (p *Proxy) serve(ln net.Listener, handle func(net.Conn)) {
 				}
 				return
 			}
+			// At most MaxConns served at once: this listener accepts no
+			// more (one waits here) until one ends.
+			select {
+			case p.slots <- struct{}{}:
+			case <-p.ctx.Done():
+				c.Close()
+				return
+			}
 			if !p.track(c) {
 				c.Close()
+				<-p.slots
 				return
 			}
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
+				defer func() { <-p.slots }()
 				defer p.untrack(c)
 				handle(c)
 			}()
@@ -217,7 +245,15 @@ func (p *Proxy) decide(ctx context.Context, t *target) error {
 	d := Decision{Decision: DecisionDeny, Source: SourceBaseline, Reason: v.Reason}
 	if v.Review && p.cfg.Decider != nil {
 		dctx, cancel := context.WithTimeout(ctx, p.cfg.DecideTimeout)
-		a, err := p.cfg.Decider(dctx, Request{Protocol: t.proto, Host: t.host, Port: t.port})
+		var a Answer
+		var err error
+		select {
+		case p.asks <- struct{}{}:
+			a, err = p.cfg.Decider(dctx, Request{Protocol: t.proto, Host: t.host, Port: t.port})
+			<-p.asks
+		case <-dctx.Done():
+			err = dctx.Err()
+		}
 		cancel()
 		d.Source = SourceDecider
 		switch {

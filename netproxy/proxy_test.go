@@ -445,3 +445,35 @@ func benchPing(b *testing.B, c net.Conn, buf []byte) {
 	}
 	c.Close()
 }
+
+// TestMaxConns: past MaxConns the proxy accepts no more until one ends.
+func TestMaxConns(t *testing.T) {
+	tp := startProxy(t, map[string]string{"*": "allow"}, Config{MaxConns: 2})
+	var open []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", tp.httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+	}
+	// The third connects (backlog) but is not served while two are open.
+	c3, err := net.Dial("tcp", tp.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	fmt.Fprint(c3, "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") // refused at once
+	_ = c3.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := c3.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a third connection was served past MaxConns 2: %d %v", n, err)
+	}
+	open[0].Close()
+	_ = c3.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c3), nil)
+	if err != nil {
+		t.Fatalf("after one closed: %v", err)
+	}
+	resp.Body.Close()
+	open[1].Close()
+}
