@@ -49,10 +49,10 @@ type Answer struct {
 // context that ends first is a denial.
 type Decider func(ctx context.Context, r Request) (Answer, error)
 
-// Decision is one refusal (or ask), as reported to OnDecision.
+// Decision is one decision, as reported to OnDecision.
 type Decision struct {
 	Time     time.Time
-	Decision string // deny or ask
+	Decision string // allow, deny or ask
 	Source   string
 	Reason   string
 	Protocol string
@@ -69,7 +69,9 @@ type Config struct {
 	// domains, for at most DecideTimeout each.
 	Decider       Decider
 	DecideTimeout time.Duration
-	// OnDecision is called for every refusal; it must not block long.
+	// OnDecision is called for every decision (an allowed destination
+	// too, as the reference: decision allow, reason "allow"); it must not
+	// block long.
 	OnDecision func(Decision)
 	// Upstream, when set (host:port), is an HTTP proxy every connection
 	// goes through by CONNECT (the server's --tcp-upstream-proxy).
@@ -240,6 +242,7 @@ func (p *Proxy) decide(ctx context.Context, t *target) error {
 	v := p.cfg.Policy.Check(t.host, t.method, t.proto != ProtoHTTP)
 	t.localOK = v.LocalOK
 	if v.Allowed {
+		p.report(t, Decision{Decision: DecisionAllow, Source: SourceBaseline, Reason: reasonAllow})
 		return nil
 	}
 	d := Decision{Decision: DecisionDeny, Source: SourceBaseline, Reason: v.Reason}
@@ -261,6 +264,7 @@ func (p *Proxy) decide(ctx context.Context, t *target) error {
 			p.cfg.Logger.Info("network proxy: no decision, denied", "host", t.host, "err", err)
 		case a.Decision == DecisionAllow:
 			p.cfg.Logger.Info("network proxy: allowed by the client", "host", t.host, "port", t.port, "protocol", t.proto)
+			p.report(t, Decision{Decision: DecisionAllow, Source: SourceDecider, Reason: reasonAllow})
 			return nil
 		case a.Decision == DecisionAsk:
 			d.Decision, d.Reason = DecisionAsk, a.Reason
@@ -271,15 +275,23 @@ func (p *Proxy) decide(ctx context.Context, t *target) error {
 	return p.block(t, d)
 }
 
-// block reports d for t and returns it as an error.
-func (p *Proxy) block(t *target, d Decision) error {
+// reasonAllow is the reference's reason of an allowed destination.
+const reasonAllow = "allow"
+
+// report fills d in for t and gives it to OnDecision.
+func (p *Proxy) report(t *target, d Decision) Decision {
 	d.Time, d.Protocol, d.Host, d.Port, d.Method, d.Client = time.Now(), t.proto, t.host, t.port, t.method, t.client
-	p.cfg.Logger.Info("network proxy: blocked", "host", t.host, "port", t.port, "protocol", t.proto,
-		"decision", d.Decision, "source", d.Source, "reason", d.Reason)
 	if p.cfg.OnDecision != nil {
 		p.cfg.OnDecision(d)
 	}
-	return &errBlocked{d}
+	return d
+}
+
+// block reports d for t and returns it as an error.
+func (p *Proxy) block(t *target, d Decision) error {
+	p.cfg.Logger.Info("network proxy: blocked", "host", t.host, "port", t.port, "protocol", t.proto,
+		"decision", d.Decision, "source", d.Source, "reason", d.Reason)
+	return &errBlocked{p.report(t, d)}
 }
 
 // errLocal is a dial refused because the address is not public;

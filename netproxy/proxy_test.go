@@ -30,10 +30,25 @@ type testProxy struct {
 	decisions           []Decision
 }
 
+// got returns the refusals reported; allowed() the allows.
 func (tp *testProxy) got() []Decision {
+	return tp.filter(func(d Decision) bool { return d.Decision != DecisionAllow })
+}
+
+func (tp *testProxy) allowed() []Decision {
+	return tp.filter(func(d Decision) bool { return d.Decision == DecisionAllow })
+}
+
+func (tp *testProxy) filter(f func(Decision) bool) []Decision {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	return append([]Decision(nil), tp.decisions...)
+	var out []Decision
+	for _, d := range tp.decisions {
+		if f(d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func startProxy(t testing.TB, domains map[string]string, cfg Config) *testProxy {
@@ -169,6 +184,9 @@ func TestHTTPProxy(t *testing.T) {
 			!bytes.Contains(body, []byte(`"reason":"`+c.reason+`"`)) || !bytes.HasPrefix(body, []byte(`{"status":"blocked",`)) {
 			t.Errorf("%s: %d %s %s", c.url, resp.StatusCode, resp.Header, body)
 		}
+	}
+	if as := tp.allowed(); len(as) != 2 || as[0].Reason != "allow" || as[0].Source != SourceBaseline || as[1].Method != "POST" {
+		t.Errorf("allow decisions %+v", as)
 	}
 	ds := tp.got()
 	if len(ds) != 3 || ds[0].Host != "denied.example" || ds[1].Port != 8080 || ds[2].Reason != ReasonNotAllowedLocal || ds[0].Method != "GET" {

@@ -103,7 +103,9 @@ curl -s --noproxy '*' --max-time 5 http://127.0.0.1:%[1]d/; echo "direct=$?"
 	}
 	var hosts []string
 	for range 2 {
-		w := p.wait("policyDecision", func(w wire) bool { return w.Method == "network/policyDecision" })
+		w := p.wait("policyDecision", func(w wire) bool {
+			return w.Method == "network/policyDecision" && !strings.Contains(string(w.Params), `"decision":"allow"`)
+		})
 		var d struct {
 			ProcessID, Decision, Source, Reason, Protocol, Host, Method string
 		}
@@ -174,9 +176,17 @@ func TestNetworkPolicyRequest(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
+	allow := p.wait("allow decision", func(w wire) bool {
+		return w.Method == "network/policyDecision" && strings.Contains(string(w.Params), `"decision":"allow"`)
+	})
+	if !strings.Contains(string(allow.Params), `"scope":"domain","decision":"allow","source":"decider","reason":"allow","protocol":"http","host":"127.0.0.1"`) {
+		t.Errorf("allow decision %s", allow.Params)
+	}
 	var got []string
 	for range 4 {
-		w := p.wait("policyDecision", func(w wire) bool { return w.Method == "network/policyDecision" })
+		w := p.wait("policyDecision", func(w wire) bool {
+			return w.Method == "network/policyDecision" && !strings.Contains(string(w.Params), `"decision":"allow"`)
+		})
 		var d struct{ Host, Decision, Source, Reason string }
 		mustUnmarshal(t, w.Params, &d)
 		got = append(got, d.Host+"/"+d.Decision+"/"+d.Source+"/"+d.Reason)

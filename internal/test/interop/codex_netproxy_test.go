@@ -32,7 +32,8 @@ s.sendall(b"ping\n");print(s.recv(100).decode().strip())`
 //   - 127.0.0.1 (local, not explicitly allowed) and a name not on the list
 //     get the 403 and its JSON body, SOCKS5 a refusal;
 //   - a direct connection, bypassing the proxy, is impossible;
-//   - each refusal reached codex as a network/policyDecision.
+//   - each decision (allows too, as the reference) reached codex as a
+//     network/policyDecision.
 //
 // codex exec never sends policyDecisionTimeoutMs (it needs auto-review
 // approvals, and exec forces approvals to never), so the
@@ -106,6 +107,8 @@ python3 -c 'import socket; socket.create_connection(("127.0.0.1",%[2]d),timeout=
 		got[fmt.Sprintf("%v/%v/%v/%v", d["host"], d["protocol"], d["decision"], d["reason"])] = true
 	}
 	for _, want := range []string{
+		"localhost/http/allow/allow", // the reference reports allows too (measured)
+		"localhost/socks5_tcp/allow/allow",
 		"127.0.0.1/http/deny/not_allowed_local",
 		"not-listed.example/http/deny/not_allowed",
 		"127.0.0.1/socks5_tcp/deny/not_allowed_local",
