@@ -119,8 +119,9 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (
 	if err != nil {
 		return nil, err
 	}
-	if !launch.Proxy.Enabled {
-		// No proxy: no network at all, rather than an open one.
+	if !launch.Proxy.Enabled || plan.Network == sandbox.NetworkRestricted {
+		// No proxy, or a sandbox without network: no network at all,
+		// never more than the sandbox allows.
 		plan.Network = sandbox.NetworkRestricted
 		return nil, nil
 	}

@@ -228,3 +228,30 @@ func TestManagedNetworkNeverReachesTheServer(t *testing.T) {
 		t.Fatalf("output:\n%s", out)
 	}
 }
+
+// TestManagedNetworkNeverWidensTheSandbox: a proxy launch with a sandbox
+// whose network is restricted (or a launch with enabled false) gives the
+// command no network at all: no proxy, no direct connection.
+func TestManagedNetworkNeverWidensTheSandbox(t *testing.T) {
+	needProxyTools(t)
+	hello := helloServer(t)
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	for i, c := range []struct{ network, launch string }{
+		{`"network":"restricted"`, `"enabled":true`},
+		{`"network":"enabled"`, `"enabled":false`},
+	} {
+		dir := t.TempDir()
+		id := fmt.Sprint("w", i)
+		sp := startParams(t, id, false, "/bin/sh", "-c",
+			fmt.Sprintf(`echo "active=$CODEX_NETWORK_PROXY_ACTIVE"; curl -s --max-time 5 http://127.0.0.1:%d/; echo "curl=$?"`, hello))
+		sp["cwd"] = "file://" + dir
+		sp["sandbox"] = json.RawMessage(strings.Replace(string(proxySandbox(dir)), `"network":"enabled"`, c.network, 1))
+		sp["networkProxy"] = json.RawMessage(strings.Replace(string(proxyLaunch(`{"*":"allow"}`, "")), `"enabled":true`, c.launch, 1))
+		p.call("process/start", sp)
+		out, _ := output(t, p, id)
+		if !strings.Contains(out, "active=\n") || strings.Contains(out, "hello") || strings.Contains(out, "curl=0") {
+			t.Errorf("%s, %s: output\n%s", c.network, c.launch, out)
+		}
+	}
+}
