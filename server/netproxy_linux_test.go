@@ -15,7 +15,7 @@ import (
 )
 
 // helloServer serves "hello" on 127.0.0.1 and returns its port.
-func helloServer(t *testing.T) int {
+func helloServer(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,7 +38,8 @@ func needProxyTools(t *testing.T) {
 }
 
 // output collects a process's stdout and stderr until it closes.
-func output(t *testing.T, p *peer, id string) (string, int) {
+func output(p *peer, id string) (string, int) {
+	t := p.t
 	t.Helper()
 	var out strings.Builder
 	code := -1
@@ -85,7 +86,7 @@ curl -s --noproxy '*' --max-time 5 http://127.0.0.1:%[1]d/; echo "direct=$?"
 	sp["enforceManagedNetwork"] = true
 	sp["networkProxy"] = proxyLaunch(`{"localhost":"allow"}`, "")
 	p.call("process/start", sp)
-	out, code := output(t, p, "np")
+	out, code := output(p, "np")
 	t.Logf("output:\n%s", out)
 	if code != 0 {
 		t.Fatalf("exit %d", code)
@@ -163,7 +164,7 @@ func TestNetworkPolicyRequest(t *testing.T) {
 			p.raw(`{"id":` + string(w.ID) + `,"result":` + a + `}`)
 		}
 	}
-	out, _ := output(t, p, "pr")
+	out, _ := output(p, "pr")
 	t.Logf("output:\n%s", out)
 	for _, want := range []string{
 		"1=hello 200\n",
@@ -223,7 +224,7 @@ func TestManagedNetworkNeverReachesTheServer(t *testing.T) {
 	sp["networkProxy"] = json.RawMessage(strings.Replace(string(proxyLaunch(`{"*":"allow"}`, "")),
 		`"allowLocalBinding":false`, `"allowLocalBinding":true`, 1))
 	p.call("process/start", sp)
-	out, _ := output(t, p, "self")
+	out, _ := output(p, "self")
 	if !strings.Contains(out, `server={"status":"blocked","host":"127.0.0.1","reason":"denied"`) || !strings.Contains(out, "other=hello\n") {
 		t.Fatalf("output:\n%s", out)
 	}
@@ -249,7 +250,7 @@ func TestManagedNetworkNeverWidensTheSandbox(t *testing.T) {
 		sp["sandbox"] = json.RawMessage(strings.Replace(string(proxySandbox(dir)), `"network":"enabled"`, c.network, 1))
 		sp["networkProxy"] = json.RawMessage(strings.Replace(string(proxyLaunch(`{"*":"allow"}`, "")), `"enabled":true`, c.launch, 1))
 		p.call("process/start", sp)
-		out, _ := output(t, p, id)
+		out, _ := output(p, id)
 		if !strings.Contains(out, "active=\n") || strings.Contains(out, "hello") || strings.Contains(out, "curl=0") {
 			t.Errorf("%s, %s: output\n%s", c.network, c.launch, out)
 		}
