@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -41,6 +42,11 @@ s.sendall(b"ping\n");print(s.recv(100).decode().strip())`
 // (TestNetworkPolicyRequest) instead.
 func TestCodexNetworkProxy(t *testing.T) {
 	codex := codexref.Bin(t)
+	for _, tool := range []string{"curl", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the command needs %s", tool)
+		}
+	}
 	base := scratchBase(t)
 	var ours *target
 	for _, tg := range targets {
