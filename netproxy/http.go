@@ -155,6 +155,9 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) bool {
 		req.Header.Del(h)
 	}
 	req.RequestURI = ""
+	// Keep the client's connection for another request unless it asked
+	// to close (Connection: close, or HTTP/1.0 without keep-alive).
+	keep := !req.Close
 	req.Close = true // one request per upstream connection
 	if err := req.Write(up); err != nil {
 		writeStatus(c, http.StatusBadGateway, err.Error())
@@ -166,7 +169,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) bool {
 		return false
 	}
 	defer resp.Body.Close()
-	keep := !req.Close
+	// A body delimited by the end of the connection ends the client's too.
 	keep = keep && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0)
 	for _, h := range hopHeaders {
 		if h != "Transfer-Encoding" {
@@ -177,13 +180,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) bool {
 	if err := resp.Write(c); err != nil {
 		return false
 	}
-	return keep && !wantsClose(req)
-}
-
-// wantsClose reports whether the client asked to close after req; the
-// request's own Close was overwritten for the upstream side.
-func wantsClose(req *http.Request) bool {
-	return req.ProtoMajor == 1 && req.ProtoMinor == 0
+	return keep
 }
 
 // writeBlocked answers a refusal with the reference's 403; false when

@@ -156,7 +156,16 @@ func TestHTTPProxy(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != "hello GET /a" {
 		t.Fatalf("allowed: %d %q", resp.StatusCode, body)
 	}
-	// Keep-alive between requests to the proxy.
+	// Keep-alive between requests to the proxy: every request goes over
+	// the first one's connection (one client address in the decisions).
+	for range 2 {
+		resp, err := cl.Get("http://" + hello + "/k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 	resp, err = cl.Post("http://"+hello+"/b", "text/plain", strings.NewReader("x"))
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +194,14 @@ func TestHTTPProxy(t *testing.T) {
 			t.Errorf("%s: %d %s %s", c.url, resp.StatusCode, resp.Header, body)
 		}
 	}
-	if as := tp.allowed(); len(as) != 2 || as[0].Reason != "allow" || as[0].Source != SourceBaseline || as[1].Method != "POST" {
+	as := tp.allowed()
+	if len(as) != 4 || as[0].Reason != "allow" || as[0].Source != SourceBaseline || as[3].Method != "POST" {
 		t.Errorf("allow decisions %+v", as)
+	}
+	for _, a := range as {
+		if a.Client != as[0].Client {
+			t.Errorf("requests over more than one client connection (%s, %s): no keep-alive", as[0].Client, a.Client)
+		}
 	}
 	ds := tp.got()
 	if len(ds) != 3 || ds[0].Host != "denied.example" || ds[1].Port != 8080 || ds[2].Reason != ReasonNotAllowedLocal || ds[0].Method != "GET" {
