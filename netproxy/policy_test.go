@@ -119,3 +119,30 @@ func TestIsPublic(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPolicy: any pattern and host: NewPolicy refuses or compiles, Check
+// never panics, a denied pattern always wins over the same allowed one.
+func FuzzPolicy(f *testing.F) {
+	f.Add("*.example.com", "a.example.com")
+	f.Add("**.Example.COM.", "example.com")
+	f.Add("[::1]", "::1")
+	f.Add("region*.x.net", "region1.x.net")
+	f.Add("[a-", "a")
+	f.Fuzz(func(t *testing.T, pattern, host string) {
+		p, err := NewPolicy(map[string]string{pattern: "allow"}, nil, false, false)
+		if err != nil {
+			return
+		}
+		h := NormalizeHost(host)
+		v := p.Check(h, "GET", false)
+		if v.Allowed && IsLocalHost(h) && !p.exact[h] {
+			t.Fatalf("local host %q allowed by pattern %q", h, pattern)
+		}
+		if d, err := NewPolicy(map[string]string{pattern: "deny"}, nil, false, false); err == nil {
+			d.allow = p.allow
+			if d.Check(h, "GET", false).Allowed {
+				t.Fatalf("%q both allowed and denied, allowed", h)
+			}
+		}
+	})
+}
