@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/sandbox"
 )
 
@@ -255,4 +256,16 @@ func TestManagedNetworkNeverWidensTheSandbox(t *testing.T) {
 			t.Errorf("%s, %s: output\n%s", c.network, c.launch, out)
 		}
 	}
+}
+
+// TestManagedNetworkNonRoot runs the proxy tests as an unprivileged user:
+// the init is then root of a user namespace of its own, and still opens
+// the listeners in the command's network namespace and hands them over.
+func TestManagedNetworkNonRoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	needProxyTools(t)
+	asnobody.Run(t, "", "^(TestManagedNetworkProxy|TestNetworkPolicyRequest|TestManagedNetworkNeverWidensTheSandbox)$", nil,
+		"sandbox not available")
 }
