@@ -114,6 +114,19 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	nl, err := p.m.prepareNetwork(&sp, plan) // network.go
+	if err != nil {
+		return err
+	}
+	netStarted := false
+	if nl != nil {
+		env = nl.applyEnv(env)
+		defer func() {
+			if !netStarted {
+				nl.close()
+			}
+		}()
+	}
 	if sp.Argv[0] == "" {
 		// The reference's texts.
 		if sp.TTY {
@@ -172,6 +185,10 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		attr.UidMappings, attr.GidMappings = start.UidMappings, start.GidMappings
 		p.sandboxed = true
 		p.denial = new(sandbox.Denial)
+	}
+	if nl != nil {
+		release := p.release
+		p.release = onceFunc(func() { release(); nl.close() })
 	}
 	startOK := false
 	defer func() {
@@ -285,6 +302,10 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	}
 	startOK = true
 	p.pid, p.pgid = pid, pid
+	if nl != nil {
+		nl.start(pid)
+		netStarted = true
+	}
 	p.outputs = readers
 
 	// Every reader and the reaper is a producer; the last one to finish

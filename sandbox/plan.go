@@ -47,6 +47,11 @@ const (
 	// NetworkEnabled: the host's network (seccomp still denies AF_VSOCK
 	// and io_uring).
 	NetworkEnabled
+	// NetworkProxied: a network namespace with only loopback, on which
+	// the init opens the managed proxy's listeners and hands them to the
+	// server (Plan.Proxy; netns_linux.go). seccomp and Landlock treat it as
+	// NetworkEnabled (TCP to the listeners), the namespace cuts the rest.
+	NetworkProxied
 )
 
 // Mount is one path of the view that differs from its parent's access.
@@ -100,6 +105,20 @@ type Plan struct {
 	FullWrite bool `json:"fullWrite"`
 	// Cwd is the context's cwd (a host path), "" when absent.
 	Cwd string `json:"cwd,omitempty"`
+	// Proxy, with NetworkProxied, says where the init opens the proxy's
+	// listeners and how it hands them over.
+	Proxy *ProxyRoute `json:"proxy,omitempty"`
+}
+
+// ProxyRoute is how a NetworkProxied sandbox reaches the managed proxy:
+// the init listens on 127.0.0.1:HTTPPort (and SOCKSPort when not 0) in
+// the command's network namespace and sends those listening sockets over
+// the unix socket at Socket (a host path) to the server, which accepts
+// the command's connections on them.
+type ProxyRoute struct {
+	Socket    string `json:"socket"`
+	HTTPPort  uint16 `json:"httpPort"`
+	SOCKSPort uint16 `json:"socksPort,omitempty"`
 }
 
 // Env is what resolution needs from the server.

@@ -73,6 +73,10 @@ type Config struct {
 	// InitTimeout closes a websocket connection that has not completed
 	// initialize within it. Default 30s.
 	InitTimeout time.Duration
+	// TCPUpstreamProxy (host:port), when set, is an HTTP proxy that every
+	// managed network proxy's outbound connection must go through by
+	// CONNECT (the reference's --tcp-upstream-proxy).
+	TCPUpstreamProxy string
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
 	// Stdin and Stdout carry the stdio transport (default os.Stdin/os.Stdout).

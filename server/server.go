@@ -44,6 +44,7 @@ type Server struct {
 	// Server-wide byte budgets (see Config).
 	incoming, retained, stdin *budget.Bytes
 
+	ownAddrs    sync.Map     // netip.AddrPort of each listener → true (network.go)
 	obs         *observer    // logs and metrics of what happens
 	metricsHTTP http.Handler // /metrics; nil without Config.Metrics
 
@@ -186,6 +187,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		// to the configured logger, not to the log package's stderr.
 		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	s.addOwnAddr(l.Addr())
 	url := fmt.Sprintf("%s://%s", scheme, l.Addr())
 	if s.cfg.OnListen != nil {
 		s.cfg.OnListen(url)

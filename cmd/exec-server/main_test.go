@@ -264,6 +264,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--session-ttl", "nope"}, 2, "invalid value"},
 		{[]string{"--log-level", "loud"}, 2, "invalid --log-level"},
 		{[]string{"extra"}, 2, "unexpected argument"},
+		{[]string{"--tcp-upstream-proxy", "proxy.example"}, 2, "--tcp-upstream-proxy \"proxy.example\": address proxy.example: missing port"},
 	}
 	for _, c := range cases {
 		var stderr bytes.Buffer
