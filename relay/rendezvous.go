@@ -25,6 +25,7 @@ type leg struct {
 	s        *Server
 	role     string
 	env      string
+	reg      string // registration it dialled for
 	conn     *websocket.Conn
 	out      chan outFrame
 	queued   atomic.Int64  // bytes in out
@@ -193,6 +194,14 @@ func (l *leg) release(n int64) {
 	default:
 	}
 }
+
+// Env is the environment the leg serves.
+func (l *leg) Env() string { return l.env }
+
+// Cut drops the socket at once.
+func (l *leg) Cut() { l.cut() }
+
+func (l *leg) deliver(f outFrame) bool { return l.send(f) }
 
 // Close sends what is queued, then closes the socket.
 func (l *leg) Close(reason string) {
@@ -404,6 +413,7 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	s.event(ev)
 	c.SetReadLimit(int64(s.opts.MaxFrameBytes))
 	l := s.newLeg(role, env, c)
+	l.reg = reg
 	if !s.track(l) {
 		c.Close(websocket.StatusGoingAway, "relay_shutdown")
 		return
@@ -562,13 +572,21 @@ func (s *Server) harnessGone(env, stream string) {
 	}
 }
 
-// forward sends one frame through the fault shaper.
+// forward sends one frame, through the fault shaper when frame faults are
+// switched on (tests); the production path takes no fault lock.
 func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+	if !s.faults.framesOn.Load() {
+		to.Send(b)
+		return
+	}
+	s.forwardShaped(toExecutor, to, stream, kind, b)
+}
+
+func (s *Server) forwardShaped(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
 	out := s.faults.shape(toExecutor, to, stream, kind, b)
-	tl, isLeg := to.(*leg)
 	for _, f := range out.frames {
-		if isLeg && out.delay > 0 {
-			tl.send(outFrame{b: f, at: time.Now().Add(out.delay)})
+		if out.delay > 0 {
+			to.deliver(outFrame{b: f, at: time.Now().Add(out.delay)})
 		} else {
 			to.Send(f)
 		}
@@ -577,24 +595,13 @@ func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []
 		return
 	}
 	if out.cut == roleHarness && !toExecutor || out.cut == roleEnvironment && toExecutor {
-		if isLeg {
-			tl.cut()
-		}
+		to.Cut()
 		return
 	}
 	// The other side: the socket the frame came from.
 	if out.cut == roleEnvironment {
-		s.CutExecutor(s.envOf(to))
-	} else if h, ok := s.router.Harness(s.envOf(to), stream); ok {
-		if hl, ok := h.(*leg); ok {
-			hl.cut()
-		}
+		s.CutExecutor(to.Env())
+	} else if h, ok := s.router.Harness(to.Env(), stream); ok {
+		h.Cut()
 	}
-}
-
-func (s *Server) envOf(l Leg) string {
-	if tl, ok := l.(*leg); ok {
-		return tl.env
-	}
-	return ""
 }

@@ -5,13 +5,22 @@ import (
 	"sync"
 )
 
-// Leg is one rendezvous websocket as the router sees it.
+// Leg is one rendezvous websocket as the router sees it: a socket on this
+// node, or one on another node of a fleet that frames reach through NATS.
 type Leg interface {
 	// Send queues one binary frame; false means the leg is gone or too slow
 	// (and has been cut).
 	Send(frame []byte) bool
 	// Close ends the leg.
 	Close(reason string)
+	// Cut drops the socket at once, as a network failure would.
+	Cut()
+	// Env is the environment the leg serves.
+	Env() string
+	// deliver queues f behind what is queued: the fault shaper's delayed
+	// frames and the tests' injected messages. A leg on another node
+	// ignores the delay and drops text messages.
+	deliver(f outFrame) bool
 }
 
 // Router errors.

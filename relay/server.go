@@ -31,7 +31,12 @@ type Options struct {
 	// process. Nodes that share a Store must share it.
 	URLSecret []byte
 
-	ExecutorURLTTL   time.Duration // default 1 h; an expired URL is a 4xx, the executor re-registers
+	ExecutorURLTTL time.Duration // default 1 h; an expired URL is a 4xx, the executor re-registers
+	// RegistrationTTL is how long a registration stays without an
+	// executor holding a socket for it (default 1 h): the node holding an
+	// executor touches its registration every RegistrationTTL/4, so only
+	// abandoned environment ids expire.
+	RegistrationTTL  time.Duration
 	HarnessURLTTL    time.Duration // default 5 min
 	AuthorizationTTL time.Duration // harness_key_authorization lifetime, default 60 s
 
@@ -122,6 +127,7 @@ func New(opts Options) (*Server, error) {
 	def(&opts.QueueFrames, 64)
 	def(&opts.QueueBytes, 4<<20)
 	defd(&opts.ExecutorURLTTL, time.Hour)
+	defd(&opts.RegistrationTTL, DefaultRegistrationTTL)
 	defd(&opts.HarnessURLTTL, 5*time.Minute)
 	defd(&opts.AuthorizationTTL, time.Minute)
 	defd(&opts.SlowHarness, 5*time.Second)
@@ -153,7 +159,9 @@ func New(opts Options) (*Server, error) {
 		return nil, errNoSecret
 	}
 	if s.store == nil {
-		s.store = NewMemStore(opts.MaxEnvironments, opts.MaxPendingAuthorizations)
+		ms := NewMemStore(opts.MaxEnvironments, opts.MaxPendingAuthorizations)
+		ms.SetRegistrationTTL(opts.RegistrationTTL)
+		s.store = ms
 	}
 	if s.router == nil {
 		mr := NewMemRouter(opts.MaxEnvironments, opts.MaxHarnessSockets, opts.MaxStreamsPerHarness, opts.MaxStreamsPerEnvironment)
@@ -168,8 +176,9 @@ func New(opts Options) (*Server, error) {
 	s.mux.HandleFunc("GET /rendezvous/environment/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleEnvironment) })
 	s.mux.HandleFunc("GET /rendezvous/harness/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleHarness) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.flushLoop()
+	go s.touchLoop()
 	return s, nil
 }
 
@@ -204,7 +213,7 @@ func (s *Server) CutExecutor(env string) bool {
 	if !ok || l == nil {
 		return false
 	}
-	l.(*leg).cut()
+	l.Cut()
 	return true
 }
 
@@ -215,7 +224,7 @@ func (s *Server) InjectToExecutor(env string, msg []byte, text bool) bool {
 	if !ok || l == nil {
 		return false
 	}
-	return l.(*leg).send(outFrame{b: msg, text: text})
+	return l.deliver(outFrame{b: msg, text: text})
 }
 
 func (s *Server) event(e Event) {
@@ -234,6 +243,40 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok\n")
+}
+
+// touchLoop keeps the registrations of the executors this node holds from
+// expiring.
+func (s *Server) touchLoop() {
+	defer s.wg.Done()
+	t, ok := s.store.(Toucher)
+	if !ok {
+		return
+	}
+	tk := time.NewTicker(s.opts.RegistrationTTL / 4)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tk.C:
+			s.mu.Lock()
+			var held []*leg
+			for l := range s.legs {
+				if l.role == roleEnvironment {
+					held = append(held, l)
+				}
+			}
+			s.mu.Unlock()
+			for _, l := range held {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err := t.TouchRegistration(ctx, l.env, l.reg); err != nil {
+					s.log.Warn("registry: touch", "env", l.env, "err", err)
+				}
+				cancel()
+			}
+		}
+	}
 }
 
 // flushLoop releases reordered frames whose stream went quiet.
