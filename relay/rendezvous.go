@@ -360,6 +360,7 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 			s.event(ev)
 		}
 	}()
+	var fwd *fwdLeg
 	reg, err := checkURL(s.secret, r.URL.RawQuery, role, env, time.Now())
 	if err != nil {
 		var rj *rejection
@@ -387,14 +388,22 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
 			return
 		}
-	} else {
-		_, attached, ok := s.router.Executor(env)
-		if !ok {
-			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
-			return
-		}
+	} else if _, attached, ok := s.router.Executor(env); ok {
 		if attached != reg {
 			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
+			return
+		}
+	} else if s.fab == nil {
+		s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+		return
+	} else {
+		// The executor's socket is on another node (or nowhere): its
+		// home admits a leg that this node forwards.
+		var status int
+		var reason string
+		fwd, status, reason = s.fab.openForwarder(r.Context(), env, reg)
+		if fwd == nil {
+			s.reject(w, &ev, status, reason)
 			return
 		}
 	}
@@ -406,6 +415,9 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	})
 	if err != nil {
 		ev.Status = http.StatusBadRequest
+		if fwd != nil {
+			fwd.abort()
+		}
 		return
 	}
 	ev.Status = http.StatusSwitchingProtocols
@@ -415,6 +427,9 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	l := s.newLeg(role, env, c)
 	l.reg = reg
 	if !s.track(l) {
+		if fwd != nil {
+			fwd.abort()
+		}
 		c.Close(websocket.StatusGoingAway, "relay_shutdown")
 		return
 	}
@@ -423,9 +438,12 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	wg.Add(2)
 	go func() { defer wg.Done(); l.writer() }()
 	go func() { defer wg.Done(); l.pinger() }()
-	if role == roleEnvironment {
+	switch {
+	case role == roleEnvironment:
 		s.serveExecutor(l, reg)
-	} else {
+	case fwd != nil:
+		fwd.serve(l, reg)
+	default:
 		s.serveHarness(l, reg)
 	}
 	wg.Wait()
@@ -442,6 +460,20 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 	}
 	s.log.Info("executor attached", "env", l.env, "registration", reg)
 	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
+	if t, ok := s.store.(Toucher); ok {
+		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+		t.TouchRegistration(ctx, l.env, reg)
+		cancel()
+	}
+	// In a fleet the executor may have come from a node that died: its
+	// harnesses redial and claim their streams shortly, so a resume for a
+	// stream this node does not know yet is not answered with a reset
+	// until TakeoverGrace has passed.
+	var graceUntil time.Time
+	if s.fab != nil {
+		graceUntil = time.Now().Add(s.opts.TakeoverGrace)
+		s.fab.becomeHome(l.env, reg)
+	}
 	for {
 		typ, b, err := l.read()
 		if err != nil {
@@ -467,7 +499,16 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 		} else if kind == KindResume && !s.router.Known(l.env, stream) {
 			// An executor resuming a stream whose harness went while the
 			// executor was away: it would wait for nobody.
-			s.harnessGone(l.env, stream)
+			if wait := time.Until(graceUntil); wait > 0 {
+				env := l.env
+				time.AfterFunc(wait, func() {
+					if !s.router.Known(env, stream) {
+						s.harnessGone(env, stream)
+					}
+				})
+			} else {
+				s.harnessGone(l.env, stream)
+			}
 		}
 		if kind == KindReset {
 			// Also ends a held stream (no socket to tell).
@@ -495,7 +536,12 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 				}
 				h.Close("executor_disconnected")
 			}
+			if s.fab != nil {
+				s.fab.resign(env)
+			}
 		})
+	} else if s.fab != nil {
+		s.fab.resign(l.env)
 	}
 	l.Close("closed")
 	s.log.Info("executor detached", "env", l.env, "registration", reg)
@@ -516,52 +562,68 @@ func (s *Server) serveHarness(l *leg, reg string) {
 		if typ != websocket.MessageBinary {
 			continue
 		}
-		f, err := peekFrame(b)
-		if err != nil {
-			continue
-		}
-		stream, kind := f.StreamID, f.Kind
-		switch err := s.router.Bind(l.env, stream, l, kind == KindResume); {
-		case errors.Is(err, ErrTooMany):
-			l.Send(resetFrame(stream, "too_many_streams"))
-			continue
-		case err != nil:
-			// Owned by another socket, or the route went away.
-			continue
-		}
-		exec, _, ok := s.router.Executor(l.env)
-		if !ok {
+		if !s.harnessFrame(l, b) {
 			break
 		}
-		if exec == nil {
-			// The executor is away; a resumed stream sends again.
-			continue
-		}
-		if reliableSignal(f) {
-			s.router.Advertised(l.env, stream, true)
-		}
-		s.forward(true, exec, stream, kind, b)
-		if kind == KindReset {
-			s.router.Unbind(l.env, stream, l)
-		}
 	}
-	ended, held := s.router.DetachHarness(l.env, l)
+	s.harnessDetached(l)
+	l.Close("closed")
+	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
+}
+
+// harnessFrame routes one frame from harness leg h (a socket here, or one
+// on another node); false when the route has gone and h should stop.
+func (s *Server) harnessFrame(h Leg, b []byte) bool {
+	f, err := peekFrame(b)
+	if err != nil {
+		return true
+	}
+	env := h.Env()
+	stream, kind := f.StreamID, f.Kind
+	switch err := s.router.Bind(env, stream, h, kind == KindResume); {
+	case errors.Is(err, ErrTooMany):
+		h.Send(resetFrame(stream, "too_many_streams"))
+		return true
+	case err != nil:
+		// Owned by another socket, or the route went away.
+		return true
+	}
+	exec, _, ok := s.router.Executor(env)
+	if !ok {
+		return false
+	}
+	if exec == nil {
+		// The executor is away; a resumed stream sends again.
+		return true
+	}
+	if reliableSignal(f) {
+		s.router.Advertised(env, stream, true)
+	}
+	s.forward(true, exec, stream, kind, b)
+	if kind == KindReset {
+		s.router.Unbind(env, stream, h)
+	}
+	return true
+}
+
+// harnessDetached runs once harness leg h has gone: its plain streams end,
+// the ones both ends run the reliability extension on wait ResumeGrace
+// for the harness to redial and claim them (resume); then they go too.
+func (s *Server) harnessDetached(h Leg) {
+	env := h.Env()
+	ended, held := s.router.DetachHarness(env, h)
 	for _, st := range ended {
-		s.harnessGone(l.env, st)
+		s.harnessGone(env, st)
 	}
-	// Streams on which both ends run the reliability extension wait for
-	// the harness to redial and claim them (resume); then they go too.
 	for _, st := range held {
-		s.event(Event{Kind: "hold", Role: roleHarness, Env: l.env, Stream: st})
-		env, st := l.env, st
+		s.event(Event{Kind: "hold", Role: roleHarness, Env: env, Stream: st})
+		st := st
 		time.AfterFunc(s.opts.ResumeGrace, func() {
 			if s.router.Release(env, st) {
 				s.harnessGone(env, st)
 			}
 		})
 	}
-	l.Close("closed")
-	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
 }
 
 // harnessGone tells the executor a stream's harness went.

@@ -78,6 +78,9 @@ type Router interface {
 	Known(env, stream string) bool
 	// Unbind releases stream if h owns it (nil: whoever owns it).
 	Unbind(env, stream string, h Leg)
+	// Drop removes env's route and returns its legs (the caller closes
+	// them).
+	Drop(env string) (exec Leg, harness []Leg)
 }
 
 // MemRouter is a Router in memory, for one node.
@@ -361,4 +364,22 @@ func (m *MemRouter) Unbind(env, stream string, h Leg) {
 	if owner != nil {
 		delete(r.legs[owner], stream)
 	}
+}
+
+// Drop removes env's route whatever its state and returns its legs, which
+// the caller closes: another node of a fleet has become the environment's
+// home.
+func (m *MemRouter) Drop(env string) (exec Leg, harness []Leg) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.envs[env]
+	if r == nil {
+		return nil, nil
+	}
+	for h := range r.legs {
+		harness = append(harness, h)
+	}
+	m.harness -= len(r.legs)
+	delete(m.envs, env)
+	return r.exec, harness
 }

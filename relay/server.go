@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Options configure a Server. Zero limits take the defaults below.
@@ -60,8 +62,21 @@ type Options struct {
 
 	Store  Store  // default NewMemStore
 	Router Router // default NewMemRouter
-	Logger *slog.Logger
-	Faults Faults
+
+	// NATS makes the server a node of a fleet (fabric.go): frames reach
+	// executor sockets held by other nodes over this connection, which the
+	// caller owns. Store should then be shared (NewKVStore) and URLSecret
+	// and PublicURL the same on every node.
+	NATS *nats.Conn
+	// NodeName names this node in the fleet ([A-Za-z0-9_]{1,64}, unique).
+	NodeName string
+	// TakeoverGrace: a node that became an environment's home does not
+	// answer the executor's resume of a stream it does not know with a
+	// reset for this long (default 5 s), so harnesses whose node or home
+	// died can redial and claim their streams.
+	TakeoverGrace time.Duration
+	Logger        *slog.Logger
+	Faults        Faults
 	// OnEvent, if set, is called synchronously for every registry call and
 	// socket change; tests assert on it.
 	OnEvent func(Event)
@@ -94,6 +109,7 @@ type Server struct {
 	router Router
 	mux    *http.ServeMux
 	faults faultState
+	fab    *fabric // nil: one node
 
 	mu     sync.Mutex
 	legs   map[*leg]struct{}
@@ -134,6 +150,10 @@ func New(opts Options) (*Server, error) {
 	defd(&opts.ResumeGrace, 30*time.Second)
 	defd(&opts.PingInterval, 30*time.Second)
 	defd(&opts.PongTimeout, 60*time.Second)
+	defd(&opts.TakeoverGrace, 5*time.Second)
+	if opts.NATS != nil && !validNodeName(opts.NodeName) {
+		return nil, fmt.Errorf("relay: node name %q must be 1-64 characters of [A-Za-z0-9_]", opts.NodeName)
+	}
 	if opts.PublicURL != "" {
 		if !strings.HasPrefix(opts.PublicURL, "http://") && !strings.HasPrefix(opts.PublicURL, "https://") {
 			return nil, fmt.Errorf("relay: PublicURL %q must be http:// or https://", opts.PublicURL)
@@ -169,6 +189,13 @@ func New(opts Options) (*Server, error) {
 		s.router = mr
 	}
 	s.faults.set(opts.Faults)
+	if opts.NATS != nil {
+		fab, err := newFabric(s, opts.NATS, opts.NodeName)
+		if err != nil {
+			return nil, fmt.Errorf("relay: fleet: %w", err)
+		}
+		s.fab = fab
+	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /cloud/environment/{env}/register", s.register)
 	s.mux.HandleFunc("POST /cloud/environment/{env}/connect", s.connect)
@@ -176,6 +203,7 @@ func New(opts Options) (*Server, error) {
 	s.mux.HandleFunc("GET /rendezvous/environment/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleEnvironment) })
 	s.mux.HandleFunc("GET /rendezvous/harness/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleHarness) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.wg.Add(2)
 	go s.flushLoop()
 	go s.touchLoop()
@@ -201,10 +229,21 @@ func (s *Server) Close() {
 		legs = append(legs, l)
 	}
 	s.mu.Unlock()
+	if s.fab != nil {
+		s.fab.close()
+	}
 	for _, l := range legs {
 		l.Close("relay_shutdown")
 	}
 	s.wg.Wait()
+}
+
+// FleetStats returns the node's fleet counters (zero without NATS).
+func (s *Server) FleetStats() FleetStats {
+	if s.fab == nil {
+		return FleetStats{}
+	}
+	return s.fab.stats()
 }
 
 // CutExecutor drops env's executor socket at once, as a network cut would.
@@ -240,6 +279,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if closed {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
+	}
+	if s.fab != nil {
+		if st := s.fab.nc.Status(); st != nats.CONNECTED {
+			http.Error(w, "nats: "+st.String(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok\n")
@@ -489,8 +534,14 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, "store_unavailable", err.Error())
 		return
 	}
-	// Registered is not enough: the executor must hold its socket.
-	if l, attached, up := s.router.Executor(env); !ok || !up || l == nil || attached != reg.ID {
+	// Registered is not enough: the executor must hold its socket, here
+	// or (in a fleet) on the environment's home node.
+	l, attached, up := s.router.Executor(env)
+	live := up && l != nil
+	if !up && ok && s.fab != nil {
+		attached, live, _ = s.fab.ping(r.Context(), env)
+	}
+	if !ok || !live || attached != reg.ID {
 		fail(http.StatusConflict, "environment_offline", "no executor is connected for this environment")
 		return
 	}
@@ -564,4 +615,49 @@ func (s *Server) checkAuthorization(ctx context.Context, env, regID string, key 
 		return false
 	}
 	return a.Env == env && a.RegID == regID && cur.ID == regID && a.HarnessKey.Equal(key)
+}
+
+// metrics serves the node's counters in the Prometheus text format.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.mu.Lock()
+	var execs, harness int
+	for l := range s.legs {
+		if l.role == roleEnvironment {
+			execs++
+		} else {
+			harness++
+		}
+	}
+	s.mu.Unlock()
+	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
+	if s.fab == nil {
+		return
+	}
+	st := s.fab.stats()
+	up := 0
+	if st.NATSConnected {
+		up = 1
+	}
+	for _, m := range []struct {
+		name, typ, help string
+		v               any
+	}{
+		{"exec_relay_fleet_frames_out_total", "counter", "frames published to other nodes", st.FramesOut},
+		{"exec_relay_fleet_bytes_out_total", "counter", "bytes of frames published to other nodes", st.BytesOut},
+		{"exec_relay_fleet_frames_in_total", "counter", "frames received from other nodes", st.FramesIn},
+		{"exec_relay_fleet_bytes_in_total", "counter", "bytes of frames received from other nodes", st.BytesIn},
+		{"exec_relay_fleet_credit_waits_total", "counter", "times a cross-node sender waited for credit", st.CreditWaits},
+		{"exec_relay_fleet_homes_total", "counter", "times this node became an environment's home", st.Homes},
+		{"exec_relay_fleet_abandoned_total", "counter", "routes dropped because another node became the home (takeovers)", st.Abandoned},
+		{"exec_relay_fleet_rehomed_total", "counter", "forwarded sockets closed because their home moved or died", st.Rehomed},
+		{"exec_relay_fleet_remote_legs", "gauge", "harness legs on other nodes routed here", st.RemoteLegs},
+		{"exec_relay_fleet_forwarder_legs", "gauge", "harness sockets here forwarded to another node", st.ForwarderLegs},
+		{"exec_relay_nats_reconnects_total", "counter", "NATS reconnects", st.NATSReconnects},
+		{"exec_relay_nats_dropped_total", "counter", "NATS messages dropped by slow subscriptions", st.NATSDropped},
+		{"exec_relay_nats_slow_consumers_total", "counter", "NATS slow consumer errors", st.NATSSlowConsumers},
+		{"exec_relay_nats_connected", "gauge", "1 while the NATS connection is up", up},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.typ, m.name, m.v)
+	}
 }
