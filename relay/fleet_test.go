@@ -506,3 +506,50 @@ func TestFleetNodeLoss(t *testing.T) {
 		t.Fatal(ch.Err())
 	}
 }
+
+// The node holding the harness's socket dies (the executor's stays up):
+// the harness redials through the balancer to another node, which
+// forwards its resume to the home; the home moves the stream to the new
+// leg without a reset.
+func TestFleetHarnessNodeLoss(t *testing.T) {
+	url := startNATS(t)
+	front := startLB(t)
+	nodes := []*fleetNode{}
+	for _, name := range []string{"a", "b", "c"} {
+		nodes = append(nodes, startNode(t, url, name, front.url(), nil))
+	}
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	front.nodes = nodes
+	front.pick.Store(0)
+	startExecutor(t, front.url(), "E")
+	a.executorOn(t, "E", 15*time.Second)
+	front.pick.Store(1)
+	d, err := harness.NewDialer(front.url(), "E", harnessToken, harness.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	ch, err := d.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := exchange(ctx, ch, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	front.pick.Store(2)
+	errc := make(chan error, 1)
+	go func() { errc <- exchange(ctx, ch, 100, 300) }()
+	time.Sleep(20 * time.Millisecond)
+	b.crash()
+	if err := <-errc; err != nil {
+		t.Fatalf("after the kill: %v", err)
+	}
+	if c.rec.count(func(e Event) bool { return e.Kind == "attach" && e.Code == "forward" }) == 0 {
+		t.Fatal("the harness did not come back through node c")
+	}
+	if k := a.rec.count(func(e Event) bool { return e.Kind == "reset" }); k != 0 {
+		t.Fatalf("the home reset %d streams", k)
+	}
+}
