@@ -63,13 +63,13 @@ func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore,
 	if o.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	regs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	regs, err := bucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket: o.Prefix + "_reg", History: 1, TTL: o.RegistrationTTL, Storage: storage, Replicas: o.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("relay: registration bucket: %w", err)
 	}
-	auth, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	auth, err := bucket(ctx, js, jetstream.KeyValueConfig{
 		// Authorizations are short-lived: memory is enough.
 		Bucket: o.Prefix + "_auth", History: 1, TTL: o.AuthorizationTTL + 5*time.Second, Storage: jetstream.MemoryStorage, Replicas: o.Replicas,
 	})
@@ -77,6 +77,35 @@ func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore,
 		return nil, fmt.Errorf("relay: authorization bucket: %w", err)
 	}
 	return &KVStore{regs: regs, auth: auth}, nil
+}
+
+// bucket binds to the bucket, or creates it. Nodes starting together race
+// to create it, and on a fresh cluster a create can stall until JetStream
+// has a leader: each attempt is bounded and retried until ctx ends.
+func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	var last error
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err := js.KeyValue(actx, cfg.Bucket)
+		if err == nil {
+			cancel()
+			return kv, nil
+		}
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(actx, cfg)
+			if err == nil {
+				cancel()
+				return kv, nil
+			}
+		}
+		cancel()
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func regKey(env string) string { return base64.RawURLEncoding.EncodeToString([]byte(env)) }
