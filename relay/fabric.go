@@ -322,6 +322,7 @@ func (f *fabric) onRequest(env string, m *nats.Msg) {
 			return
 		}
 		rl := &remoteLeg{f: f, key: req.Leg, node: req.Node, env: env, reg: req.Reg, at: time.Now()}
+		rl.back.f, rl.back.node, rl.back.leg = f, req.Node, req.Leg
 		rl.down.init()
 		if err := f.s.router.AttachHarness(env, req.Reg, rl); err != nil {
 			f.reply(m, fabReply{Status: http.StatusServiceUnavailable, Code: "route_unavailable"})
@@ -416,27 +417,54 @@ func (c *credit) release(frames, bytes int64) {
 	}
 }
 
-// returned accumulates what a receiver handed on, and says when to send
-// it back.
-type returned struct{ frames, bytes int64 }
+// returned accumulates the credit a receiver owes a sender for what it
+// handed on: sent back at once past a quarter of the window, otherwise
+// within creditDelay, so a frame-by-frame exchange does not cost a credit
+// message per frame and a sender waiting on a small remainder still gets
+// it.
+type returned struct {
+	f         *fabric
+	node, leg string
+	mu        sync.Mutex
+	frames    int64
+	bytes     int64
+	armed     bool
+}
 
-func (r *returned) add(n int, sub *nats.Subscription) bool {
+const creditDelay = 2 * time.Millisecond
+
+func (r *returned) add(n int) {
+	r.mu.Lock()
 	r.frames++
 	r.bytes += int64(n)
 	if r.frames >= fabCreditFrames || r.bytes >= fabCreditBytes {
-		return true
+		r.sendLocked()
+		r.mu.Unlock()
+		return
 	}
-	pending, _, _ := sub.Pending()
-	return pending == 0
+	if !r.armed {
+		r.armed = true
+		time.AfterFunc(creditDelay, r.flush)
+	}
+	r.mu.Unlock()
 }
 
-func (f *fabric) sendCredit(node, leg string, r *returned) {
-	b := make([]byte, 0, len(leg)+12)
+func (r *returned) flush() {
+	r.mu.Lock()
+	r.armed = false
+	if r.frames > 0 {
+		r.sendLocked()
+	}
+	r.mu.Unlock()
+}
+
+func (r *returned) sendLocked() {
+	b := make([]byte, 0, len(r.leg)+12)
 	b = binary.AppendUvarint(b, uint64(r.frames))
 	b = binary.AppendUvarint(b, uint64(r.bytes))
-	b = append(b, leg...)
-	f.nc.Publish("rly.ctl."+node, b)
-	*r = returned{}
+	b = append(b, r.leg...)
+	r.f.nc.Publish("rly.ctl."+r.node, b)
+	r.frames, r.bytes = 0, 0
 }
 
 func (f *fabric) onCredit(m *nats.Msg) {
@@ -471,7 +499,7 @@ type remoteLeg struct {
 	at                  time.Time
 	down                credit
 	sub                 *nats.Subscription
-	back                returned // up-direction credit to return; onUp only
+	back                returned // up-direction credit owed to the forwarder
 	gone                atomic.Bool
 }
 
@@ -562,9 +590,7 @@ func (rl *remoteLeg) onUp(m *nats.Msg) {
 			rl.f.nc.Publish("rly.dn."+rl.key+".c", []byte("executor_disconnected"))
 			return
 		}
-		if rl.back.add(len(m.Data), m.Sub) {
-			f.sendCredit(rl.node, rl.key, &rl.back)
-		}
+		rl.back.add(len(m.Data))
 	case 'd':
 		rl.lost()
 	}
@@ -581,7 +607,7 @@ type fwdLeg struct {
 	sub       *nats.Subscription
 	l         *leg
 	ready     chan struct{}
-	back      returned // down-direction credit to return; onDown only
+	back      returned // down-direction credit owed to the home
 	closeOnce sync.Once
 }
 
@@ -675,17 +701,19 @@ func (fl *fwdLeg) onDown(m *nats.Msg) {
 	if l == nil {
 		return
 	}
-	fl.f.mu.Lock()
-	home := fl.home
-	fl.f.mu.Unlock()
+
 	switch m.Subject[len(m.Subject)-1] {
 	case 'f':
 		fl.f.st.framesIn.Add(1)
 		fl.f.st.bytesIn.Add(uint64(len(m.Data)))
 		l.Send(m.Data)
-		if fl.back.add(len(m.Data), m.Sub) {
-			fl.f.sendCredit(home, fl.key, &fl.back)
+		if fl.back.f == nil {
+			fl.f.mu.Lock()
+			fl.back.node = fl.home
+			fl.f.mu.Unlock()
+			fl.back.f, fl.back.leg = fl.f, fl.key
 		}
+		fl.back.add(len(m.Data))
 	case 'c':
 		l.Close(string(m.Data))
 	case 'x':

@@ -127,7 +127,10 @@ func (n *fleetNode) executorOn(t testing.TB, env string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		if l, _, ok := n.router.Executor(env); ok && l != nil {
+		n.fab.mu.Lock()
+		home := n.fab.homes[env] != nil
+		n.fab.mu.Unlock()
+		if l, _, ok := n.router.Executor(env); ok && l != nil && home {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -458,21 +458,22 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 	for _, d := range displaced {
 		d.Close("executor_replaced")
 	}
+	// In a fleet the executor may have come from a node that died: its
+	// harnesses redial and claim their streams shortly, so a resume for a
+	// stream this node does not know yet is not answered with a reset
+	// until TakeoverGrace has passed. The node answers for the
+	// environment before the attachment is reported.
+	var graceUntil time.Time
+	if s.fab != nil {
+		graceUntil = time.Now().Add(s.opts.TakeoverGrace)
+		s.fab.becomeHome(l.env, reg)
+	}
 	s.log.Info("executor attached", "env", l.env, "registration", reg)
 	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
 	if t, ok := s.store.(Toucher); ok {
 		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
 		t.TouchRegistration(ctx, l.env, reg)
 		cancel()
-	}
-	// In a fleet the executor may have come from a node that died: its
-	// harnesses redial and claim their streams shortly, so a resume for a
-	// stream this node does not know yet is not answered with a reset
-	// until TakeoverGrace has passed.
-	var graceUntil time.Time
-	if s.fab != nil {
-		graceUntil = time.Now().Add(s.opts.TakeoverGrace)
-		s.fab.becomeHome(l.env, reg)
 	}
 	for {
 		typ, b, err := l.read()
