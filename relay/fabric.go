@@ -135,6 +135,13 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 			prev(c, sub, err)
 		}
 	})
+	prevRe := nc.ReconnectHandler()
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		f.reconnected()
+		if prevRe != nil {
+			prevRe(c)
+		}
+	})
 	for subj, h := range map[string]nats.MsgHandler{
 		"rly.ctl." + node: f.onCredit,
 		"rly.hb.*":        f.onHeartbeat,
@@ -155,6 +162,21 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 	s.wg.Add(1)
 	go f.heartbeats()
 	return f, nil
+}
+
+// reconnected refills every leg's window: frames (and credits) in flight
+// when the connection dropped are lost for good, and their credit with
+// them; reliable streams send the frames again, and a window that leaked
+// would stall the leg for ever.
+func (f *fabric) reconnected() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, rl := range f.remote {
+		rl.down.refill()
+	}
+	for _, fl := range f.fwd {
+		fl.up.refill()
+	}
 }
 
 func (f *fabric) unsubscribeAll() {
@@ -406,10 +428,21 @@ func (c *credit) acquire(n int64, timeout time.Duration, waits *atomic.Uint64) b
 	}
 }
 
+func (c *credit) refill() {
+	c.mu.Lock()
+	c.frames, c.bytes = fabWindowFrames, fabWindowBytes
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (c *credit) release(frames, bytes int64) {
 	c.mu.Lock()
-	c.frames += frames
-	c.bytes += bytes
+	// Capped: credit for frames sent before a refill may still come back.
+	c.frames = min(c.frames+frames, fabWindowFrames)
+	c.bytes = min(c.bytes+bytes, fabWindowBytes)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
