@@ -58,14 +58,22 @@ type fleetNode struct {
 // startNode starts relay node name on natsURL. publicURL "" mints URLs
 // pointing at the node itself.
 func startNode(t testing.TB, natsURL, name, publicURL string, tweak func(*Options)) *fleetNode {
+	return startNodeOpts(t, natsURL, name, publicURL, tweak, KVStoreOptions{Memory: true})
+}
+
+func startNodeWith(t testing.TB, natsURL, name string, kv KVStoreOptions) *fleetNode {
+	return startNodeOpts(t, natsURL, name, "", nil, kv)
+}
+
+func startNodeOpts(t testing.TB, natsURL, name, publicURL string, tweak func(*Options), kv KVStoreOptions) *fleetNode {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.Name(name), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(natsURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := NewKVStore(ctx, nc, KVStoreOptions{Memory: true})
+	store, err := NewKVStore(ctx, nc, kv)
 	if err != nil {
 		t.Fatal(err)
 	}
