@@ -638,6 +638,7 @@ func (s *Server) harnessGone(env, stream string) {
 // forward sends one frame, through the fault shaper when frame faults are
 // switched on (tests); the production path takes no fault lock.
 func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+	s.routed.Add(1)
 	if !s.faults.framesOn.Load() {
 		to.Send(b)
 		return

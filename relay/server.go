@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -110,6 +111,7 @@ type Server struct {
 	mux    *http.ServeMux
 	faults faultState
 	fab    *fabric // nil: one node
+	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
 
 	mu     sync.Mutex
 	legs   map[*leg]struct{}
@@ -631,6 +633,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	s.mu.Unlock()
 	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
+	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
 	if s.fab == nil {
 		return
 	}

@@ -248,11 +248,27 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 	if l := out["stream_MBps_local"].(float64); l > 0 {
 		out["stream_ratio_cross_vs_local"] = round3(out["stream_MBps_cross"].(float64) / l)
 	}
-	fps, err := b.framesPerSecond(ctx, 16, 2*time.Second)
+	fps, err := b.framesPerSecond(ctx, 1, 16, 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	out["cross_1k_msgs_per_s_each_way_16_streams"] = fps
+	// Affinity: the same through the env-hash port; the share of routed
+	// frames that did not cross nodes, from the nodes' counters.
+	before := b.scrape(b.nodes)
+	if fps, err = b.framesPerSecond(ctx, 0, 16, 2*time.Second); err != nil {
+		return nil, err
+	}
+	out["local_1k_msgs_per_s_each_way_16_streams"] = fps
+	afterM := b.scrape(b.nodes)
+	var routed, crossed float64
+	for i := range afterM {
+		routed += afterM[i]["exec_relay_frames_routed_total"] - before[i]["exec_relay_frames_routed_total"]
+		crossed += afterM[i]["exec_relay_fleet_frames_in_total"] - before[i]["exec_relay_fleet_frames_in_total"]
+	}
+	if routed > 0 {
+		out["affinity_node_local_fraction"] = round3(1 - crossed/routed)
+	}
 
 	// Streams across the kill: half node-local, half cross-node.
 	type sres struct {
@@ -505,14 +521,14 @@ func fleetThroughput(ctx context.Context, ch *channel.Channel, size int, d time.
 
 // framesPerSecond runs k cross-node streams echoing 1 KiB messages with
 // up to 16 in flight each, for d: messages per second each way.
-func (b *fleetBench) framesPerSecond(ctx context.Context, k int, d time.Duration) (float64, error) {
+func (b *fleetBench) framesPerSecond(ctx context.Context, port, k int, d time.Duration) (float64, error) {
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, k)
 	msg := append(append([]byte(`{"jsonrpc":"2.0","method":"m","params":"`), bytes.Repeat([]byte("f"), 1000)...), `"}`...)
 	var chans []*channel.Channel
 	for i := range k {
-		ch, err := b.dial(ctx, b.lb.url(1), fmt.Sprint("env-", 1+i))
+		ch, err := b.dial(ctx, b.lb.url(port), fmt.Sprint("env-", 1+i))
 		if err != nil {
 			return 0, err
 		}
