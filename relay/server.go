@@ -110,7 +110,7 @@ type Server struct {
 	router Router
 	mux    *http.ServeMux
 	faults faultState
-	fab    *fabric // nil: one node
+	fab    *fabric       // nil: one node
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
 
 	mu     sync.Mutex
