@@ -656,6 +656,13 @@ func (f *fabric) openForwarder(ctx context.Context, env, reg string) (*fwdLeg, i
 	sub.SetPendingLimits(-1, -1) // credits bound it
 	fl.sub = sub
 	f.mu.Lock()
+	if len(f.fwd) >= f.s.opts.MaxHarnessSockets {
+		// The home bounds the legs it routes; this node bounds the
+		// sockets it forwards.
+		f.mu.Unlock()
+		sub.Unsubscribe()
+		return nil, http.StatusServiceUnavailable, "route_unavailable"
+	}
 	f.fwd[fl.key] = fl
 	f.mu.Unlock()
 	rep, err := f.request(ctx, env, fabRequest{Op: "attach", Leg: fl.key, Reg: reg})

@@ -564,3 +564,19 @@ func TestFleetHarnessNodeLoss(t *testing.T) {
 		t.Fatalf("the home reset %d streams", k)
 	}
 }
+
+// A node forwards at most MaxHarnessSockets harness sockets.
+func TestFleetForwarderBound(t *testing.T) {
+	url := startNATS(t)
+	a := startNode(t, url, "a", "", nil)
+	b := startNode(t, url, "b", "", func(o *Options) { o.MaxHarnessSockets = 2 })
+	reg := a.register(t, "E", randomKey())
+	dial(t, reg["url"].(string))
+	a.executorOn(t, "E", 10*time.Second)
+	for range 2 {
+		dial(t, b.connect(t, "E", randomKey())["url"].(string))
+	}
+	if st, reason := dialStatus(t, b.connect(t, "E", randomKey())["url"].(string)); st != 503 || reason != "route_unavailable" {
+		t.Fatalf("third forwarded socket: %d %q", st, reason)
+	}
+}
