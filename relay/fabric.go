@@ -96,6 +96,9 @@ type fabric struct {
 	fwd    map[string]*fwdLeg
 	peers  map[string]time.Time // last heartbeat
 	subs   []*nats.Subscription
+	// waiters are harness upgrades waiting for an environment to get a
+	// home (its executor redialling after its node died).
+	waiters map[string][]chan struct{}
 }
 
 func envToken(env string) string {
@@ -124,6 +127,8 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		remote: make(map[string]*remoteLeg),
 		fwd:    make(map[string]*fwdLeg),
 		peers:  make(map[string]time.Time),
+
+		waiters: make(map[string][]chan struct{}),
 	}
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
@@ -644,14 +649,56 @@ type fwdLeg struct {
 	closeOnce sync.Once
 }
 
+// waitHome waits up to d for env to get a home (on any node); false on
+// timeout.
+func (f *fabric) waitHome(ctx context.Context, env string, d time.Duration) bool {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.waiters[env] = append(f.waiters[env], ch)
+	f.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ws := f.waiters[env]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(f.waiters, env)
+	} else {
+		f.waiters[env] = ws
+	}
+	return false
+}
+
+func (f *fabric) wakeHome(env string) {
+	f.mu.Lock()
+	for _, ch := range f.waiters[env] {
+		close(ch)
+	}
+	delete(f.waiters, env)
+	f.mu.Unlock()
+}
+
 // openForwarder asks env's home to admit a harness leg for reg, before the
-// socket is upgraded (a refusal is an HTTP status). status is 0 on success.
-func (f *fabric) openForwarder(ctx context.Context, env, reg string) (*fwdLeg, int, string) {
-	fl := &fwdLeg{f: f, key: f.node + "-" + strconv.FormatUint(f.seq.Add(1), 10), env: env, at: time.Now(), ready: make(chan struct{})}
+// socket is upgraded (a refusal is an HTTP status). status is 0 on success;
+// noHome: no node holds env's executor now.
+func (f *fabric) openForwarder(ctx context.Context, env, reg string) (fl *fwdLeg, status int, reason string, noHome bool) {
+	fl = &fwdLeg{f: f, key: f.node + "-" + strconv.FormatUint(f.seq.Add(1), 10), env: env, at: time.Now(), ready: make(chan struct{})}
 	fl.up.init()
 	sub, err := f.nc.Subscribe("rly.dn."+fl.key+".*", fl.onDown)
 	if err != nil {
-		return nil, http.StatusServiceUnavailable, "route_unavailable"
+		return nil, http.StatusServiceUnavailable, "route_unavailable", false
 	}
 	sub.SetPendingLimits(-1, -1) // credits bound it
 	fl.sub = sub
@@ -661,7 +708,7 @@ func (f *fabric) openForwarder(ctx context.Context, env, reg string) (*fwdLeg, i
 		// sockets it forwards.
 		f.mu.Unlock()
 		sub.Unsubscribe()
-		return nil, http.StatusServiceUnavailable, "route_unavailable"
+		return nil, http.StatusServiceUnavailable, "route_unavailable", false
 	}
 	f.fwd[fl.key] = fl
 	f.mu.Unlock()
@@ -670,15 +717,15 @@ func (f *fabric) openForwarder(ctx context.Context, env, reg string) (*fwdLeg, i
 		f.mu.Lock()
 		fl.home = rep.Node
 		f.mu.Unlock()
-		return fl, 0, ""
+		return fl, 0, "", false
 	}
 	fl.abort()
 	if err != nil {
 		// No home: the executor is not attached anywhere (503: the
 		// harness retries, as with a local route being unavailable).
-		return nil, http.StatusServiceUnavailable, "route_unavailable"
+		return nil, http.StatusServiceUnavailable, "route_unavailable", errors.Is(err, nats.ErrNoResponders)
 	}
-	return nil, rep.Status, rep.Code
+	return nil, rep.Status, rep.Code, false
 }
 
 // abort undoes openForwarder when the upgrade failed.
@@ -778,7 +825,11 @@ func (fl *fwdLeg) rehome(reason string) {
 
 func (f *fabric) onHome(m *nats.Msg) {
 	var a struct{ Node, Env string }
-	if json.Unmarshal(m.Data, &a) != nil || a.Node == f.node {
+	if json.Unmarshal(m.Data, &a) != nil {
+		return
+	}
+	f.wakeHome(a.Env)
+	if a.Node == f.node {
 		return
 	}
 	f.mu.Lock()

@@ -388,24 +388,9 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
 			return
 		}
-	} else if _, attached, ok := s.router.Executor(env); ok {
-		if attached != reg {
-			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
-			return
-		}
-	} else if s.fab == nil {
-		s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+	} else if status, reason := s.routeHarness(r.Context(), env, reg, &fwd); status != 0 {
+		s.reject(w, &ev, status, reason)
 		return
-	} else {
-		// The executor's socket is on another node (or nowhere): its
-		// home admits a leg that this node forwards.
-		var status int
-		var reason string
-		fwd, status, reason = s.fab.openForwarder(r.Context(), env, reg)
-		if fwd == nil {
-			s.reject(w, &ev, status, reason)
-			return
-		}
 	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// Browsers are not clients; the signed URL is the credential.
@@ -447,6 +432,33 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 		s.serveHarness(l, reg)
 	}
 	wg.Wait()
+}
+
+// routeHarness decides where a harness socket for (env, reg) goes: to the
+// route on this node, or (fwd set) to env's home on another node. While
+// no node holds env's executor (its node died and it is redialling) the
+// upgrade waits up to TakeoverGrace for a home rather than answering 503
+// at once, which would grow the harness's redial backoff. status 0: go.
+func (s *Server) routeHarness(ctx context.Context, env, reg string, fwd **fwdLeg) (int, string) {
+	for try := 0; ; try++ {
+		if _, attached, ok := s.router.Executor(env); ok {
+			if attached != reg {
+				return http.StatusForbidden, "unexpected_executor_registration_id"
+			}
+			return 0, ""
+		}
+		if s.fab == nil {
+			return http.StatusServiceUnavailable, "route_unavailable"
+		}
+		fl, status, reason, noHome := s.fab.openForwarder(ctx, env, reg)
+		if fl != nil {
+			*fwd = fl
+			return 0, ""
+		}
+		if !noHome || try > 0 || !s.fab.waitHome(ctx, env, s.opts.TakeoverGrace) {
+			return status, reason
+		}
+	}
 }
 
 func (s *Server) serveExecutor(l *leg, reg string) {
