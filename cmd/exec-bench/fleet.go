@@ -6,7 +6,8 @@ package main
 //
 //	go run ./cmd/exec-bench fleet --executors 1000 --nodes 3
 //
-// It starts an embedded NATS server (JetStream on) in this process, one
+// It starts a NATS server (JetStream on; this binary re-executed as
+// "fleet-nats", so no external binary is needed) in a process of its own, one
 // exec-relay process without NATS (the baseline) and --nodes exec-relay
 // processes with --nats-url, and a load balancer in this process with two
 // ports: "affinity" hashes the environment id of each request's path to a
@@ -55,6 +56,37 @@ func init() {
 	if len(os.Args) > 1 && os.Args[1] == "fleet" {
 		os.Exit(fleetMain(os.Args[2:]))
 	}
+	if len(os.Args) > 2 && os.Args[1] == "fleet-nats" {
+		os.Exit(fleetNATS(os.Args[2]))
+	}
+}
+
+// fleetNATS is the benchmark's NATS server, in a process of its own (as
+// in production, and so that the executors and streams this process
+// simulates do not share its scheduler): it prints its client URL, answers
+// "stats" on stdin with a JSON line, and exits when stdin closes.
+func fleetNATS(storeDir string) int {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: storeDir, NoLog: true, NoSigs: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		fmt.Fprintln(os.Stderr, "nats not ready")
+		return 1
+	}
+	fmt.Println(ns.ClientURL())
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == "stats" {
+			b, _ := json.Marshal(map[string]any{"slow_consumers": ns.NumSlowConsumers(), "pid": os.Getpid()})
+			fmt.Println(string(b))
+		}
+	}
+	ns.Shutdown()
+	return 0
 }
 
 const (
@@ -170,22 +202,30 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 			return nil, fmt.Errorf("building exec-relay: %w (run from the module root, or pass --relay)", err)
 		}
 	}
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(b.dir, "js"), NoLog: true, NoSigs: true})
+	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return nil, fmt.Errorf("nats not ready")
+	natsCmd := exec.Command(self, "fleet-nats", filepath.Join(b.dir, "js"))
+	natsCmd.Stderr = os.Stderr
+	natsIn, _ := natsCmd.StdinPipe()
+	natsOutPipe, _ := natsCmd.StdoutPipe()
+	if err := natsCmd.Start(); err != nil {
+		return nil, err
 	}
-	defer ns.Shutdown()
+	defer func() { natsIn.Close(); natsCmd.Wait() }()
+	natsOut := bufio.NewReader(natsOutPipe)
+	natsURL, err := natsOut.ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("nats server: %w", err)
+	}
+	natsURL = strings.TrimSpace(natsURL)
 
 	if b.single, err = b.startRelay("single"); err != nil {
 		return nil, err
 	}
 	for i := range nNodes {
-		p, err := b.startRelay(fmt.Sprint("n", i), "--nats-url", ns.ClientURL(), "--node-name", fmt.Sprint("n", i))
+		p, err := b.startRelay(fmt.Sprint("n", i), "--nats-url", natsURL, "--node-name", fmt.Sprint("n", i))
 		if err != nil {
 			return nil, err
 		}
@@ -399,7 +439,16 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 		takeovers += m["exec_relay_fleet_homes_total"]
 	}
 	out["nats_dropped"], out["nats_slow_consumers_relays"], out["nats_reconnects"] = drops, slow, reconnects
-	out["nats_server_slow_consumers"] = ns.NumSlowConsumers()
+	io.WriteString(natsIn, "stats\n")
+	if line, err := natsOut.ReadString('\n'); err == nil {
+		var st struct {
+			SlowConsumers int64 `json:"slow_consumers"`
+			PID           int   `json:"pid"`
+		}
+		json.Unmarshal([]byte(line), &st)
+		out["nats_server_slow_consumers"] = st.SlowConsumers
+		out["nats_server_rss_MB"] = b.rssMB([]*fleetProc{{name: "nats", cmd: &exec.Cmd{Process: &os.Process{Pid: st.PID}}}})["nats"]
+	}
 	// Every attach counts, the first ones included.
 	out["homes_on_survivors"] = takeovers
 	return out, nil
