@@ -434,10 +434,14 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	wg.Wait()
 }
 
+// homeWait bounds how long a harness upgrade waits for its environment to
+// get a home (well within the harness's dial timeout).
+const homeWait = 5 * time.Second
+
 // routeHarness decides where a harness socket for (env, reg) goes: to the
 // route on this node, or (fwd set) to env's home on another node. While
 // no node holds env's executor (its node died and it is redialling) the
-// upgrade waits up to TakeoverGrace for a home rather than answering 503
+// upgrade waits up to homeWait for a home rather than answering 503
 // at once, which would grow the harness's redial backoff. status 0: go.
 func (s *Server) routeHarness(ctx context.Context, env, reg string, fwd **fwdLeg) (int, string) {
 	for try := 0; ; try++ {
@@ -455,7 +459,7 @@ func (s *Server) routeHarness(ctx context.Context, env, reg string, fwd **fwdLeg
 			*fwd = fl
 			return 0, ""
 		}
-		if !noHome || try > 0 || !s.fab.waitHome(ctx, env, s.opts.TakeoverGrace) {
+		if !noHome || try > 0 || !s.fab.waitHome(ctx, env, homeWait) {
 			return status, reason
 		}
 	}

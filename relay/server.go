@@ -73,8 +73,9 @@ type Options struct {
 	NodeName string
 	// TakeoverGrace: a node that became an environment's home does not
 	// answer the executor's resume of a stream it does not know with a
-	// reset for this long (default 5 s), so harnesses whose node or home
-	// died can redial and claim their streams.
+	// reset for this long (default ResumeGrace, which the executor waits
+	// for its held streams anyway), so harnesses whose node or home died
+	// can redial and claim their streams.
 	TakeoverGrace time.Duration
 	Logger        *slog.Logger
 	Faults        Faults
@@ -152,7 +153,7 @@ func New(opts Options) (*Server, error) {
 	defd(&opts.ResumeGrace, 30*time.Second)
 	defd(&opts.PingInterval, 30*time.Second)
 	defd(&opts.PongTimeout, 60*time.Second)
-	defd(&opts.TakeoverGrace, 5*time.Second)
+	defd(&opts.TakeoverGrace, opts.ResumeGrace)
 	if opts.NATS != nil && !validNodeName(opts.NodeName) {
 		return nil, fmt.Errorf("relay: node name %q must be 1-64 characters of [A-Za-z0-9_]", opts.NodeName)
 	}
