@@ -4,10 +4,14 @@
 // connect bundle and open one websocket per stream; the rendezvous routes
 // relay frames between them by stream_id without decrypting anything.
 //
-// Everything sits behind two narrow interfaces so that one node can become
-// several: Store (registrations and single-use harness authorizations) and
-// Router (which socket serves which environment and stream). Both have an
-// in-memory implementation for one node.
+// State sits behind two interfaces: Store (registrations and single-use
+// harness authorizations; MemStore for one node, KVStore on NATS JetStream
+// for a fleet) and Router (which socket serves which environment and
+// stream, in memory on the node holding the executor socket). With
+// Options.NATS the server is one node of a fleet (fabric.go): harness
+// sockets landing on another node than the executor's are forwarded over
+// NATS with credits, and a node that dies is replaced by the node its
+// executors redial to.
 //
 // The relay sees routing metadata (environment ids, stream ids, frame kinds,
 // sizes, timing) and the public keys; it never sees plaintext: payloads are

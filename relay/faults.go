@@ -3,6 +3,7 @@ package relay
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,6 +52,15 @@ type Failure struct {
 // faultState is the live copy of Faults with counters and the reorder
 // buffers.
 type faultState struct {
+	// framesOn is set while a frame fault is switched on: the production
+	// path reads only this (no lock, no allocation per frame).
+	framesOn atomic.Bool
+	// snap is the current switches, read on registry and upgrade paths.
+	snap atomic.Pointer[Faults]
+	// heldN is len(held): the flush loop and leg teardown skip the lock
+	// when nothing is held.
+	heldN atomic.Int64
+
 	mu     sync.Mutex
 	f      Faults
 	rng    *rand.Rand
@@ -81,6 +91,9 @@ func (fs *faultState) set(f Faults) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.f = f
+	snap := f
+	fs.snap.Store(&snap)
+	fs.framesOn.Store(f.frameFaults())
 	fs.rng = rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15))
 	fs.routed = 0
 	if fs.held == nil {
@@ -88,10 +101,16 @@ func (fs *faultState) set(f Faults) {
 	}
 }
 
+// frameFaults reports whether any switch acts on routed frames.
+func (f *Faults) frameFaults() bool {
+	return f.Drop > 0 || f.Duplicate > 0 || f.Reorder > 0 || f.Delay > 0 || f.CutEvery > 0
+}
+
 func (fs *faultState) get() Faults {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.f
+	if p := fs.snap.Load(); p != nil {
+		return *p
+	}
+	return Faults{}
 }
 
 // take consumes one use of a registry failure; ok is false when none is
@@ -109,6 +128,8 @@ func (fs *faultState) take(pick func(*Faults) *Failure) (Failure, bool) {
 		if p.Times == 0 {
 			*p = Failure{}
 		}
+		snap := fs.f
+		fs.snap.Store(&snap)
 	}
 	return out, true
 }
@@ -125,6 +146,7 @@ type routeOut struct {
 func (fs *faultState) shape(toExecutor bool, to Leg, stream string, kind Kind, frame []byte) routeOut {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	defer func() { fs.heldN.Store(int64(len(fs.held))) }()
 	f := &fs.f
 	out := routeOut{delay: f.Delay}
 	if f.CutEvery > 0 {
@@ -195,8 +217,12 @@ func (fs *faultState) shape(toExecutor bool, to Leg, stream string, kind Kind, f
 // flushStale releases frames held longer than d: a stream that went quiet
 // must not keep a record back forever.
 func (fs *faultState) flushStale(d time.Duration) map[heldKey][]byte {
+	if fs.heldN.Load() == 0 {
+		return nil
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	defer func() { fs.heldN.Store(int64(len(fs.held))) }()
 	var out map[heldKey][]byte
 	for k, h := range fs.held {
 		if time.Since(h.heldAtTime) >= d {
@@ -212,8 +238,12 @@ func (fs *faultState) flushStale(d time.Duration) map[heldKey][]byte {
 
 // forget drops what is held for a leg that is gone.
 func (fs *faultState) forget(to Leg) {
+	if fs.heldN.Load() == 0 {
+		return
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	defer func() { fs.heldN.Store(int64(len(fs.held))) }()
 	for k := range fs.held {
 		if k.to == to {
 			delete(fs.held, k)

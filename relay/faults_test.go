@@ -10,8 +10,11 @@ import (
 
 type nopLeg struct{}
 
-func (nopLeg) Send([]byte) bool { return true }
-func (nopLeg) Close(string)     {}
+func (nopLeg) Send([]byte) bool      { return true }
+func (nopLeg) Close(string)          {}
+func (nopLeg) Cut()                  {}
+func (nopLeg) Env() string           { return "" }
+func (nopLeg) deliver(outFrame) bool { return true }
 
 // seqOf reads a test data frame's seq (its payload is the seq, 4 bytes).
 func seqOf(b []byte) uint32 {

@@ -25,6 +25,7 @@ type leg struct {
 	s        *Server
 	role     string
 	env      string
+	reg      string // registration it dialled for
 	conn     *websocket.Conn
 	out      chan outFrame
 	queued   atomic.Int64  // bytes in out
@@ -194,6 +195,14 @@ func (l *leg) release(n int64) {
 	}
 }
 
+// Env is the environment the leg serves.
+func (l *leg) Env() string { return l.env }
+
+// Cut drops the socket at once.
+func (l *leg) Cut() { l.cut() }
+
+func (l *leg) deliver(f outFrame) bool { return l.send(f) }
+
 // Close sends what is queued, then closes the socket.
 func (l *leg) Close(reason string) {
 	l.closeMu.Do(func() {
@@ -351,6 +360,7 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 			s.event(ev)
 		}
 	}()
+	var fwd *fwdLeg
 	reg, err := checkURL(s.secret, r.URL.RawQuery, role, env, time.Now())
 	if err != nil {
 		var rj *rejection
@@ -378,16 +388,9 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
 			return
 		}
-	} else {
-		_, attached, ok := s.router.Executor(env)
-		if !ok {
-			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
-			return
-		}
-		if attached != reg {
-			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
-			return
-		}
+	} else if status, reason := s.routeHarness(r.Context(), env, reg, &fwd); status != 0 {
+		s.reject(w, &ev, status, reason)
+		return
 	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// Browsers are not clients; the signed URL is the credential.
@@ -397,6 +400,9 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	})
 	if err != nil {
 		ev.Status = http.StatusBadRequest
+		if fwd != nil {
+			fwd.abort()
+		}
 		return
 	}
 	ev.Status = http.StatusSwitchingProtocols
@@ -404,7 +410,11 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	s.event(ev)
 	c.SetReadLimit(int64(s.opts.MaxFrameBytes))
 	l := s.newLeg(role, env, c)
+	l.reg = reg
 	if !s.track(l) {
+		if fwd != nil {
+			fwd.abort()
+		}
 		c.Close(websocket.StatusGoingAway, "relay_shutdown")
 		return
 	}
@@ -413,12 +423,46 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	wg.Add(2)
 	go func() { defer wg.Done(); l.writer() }()
 	go func() { defer wg.Done(); l.pinger() }()
-	if role == roleEnvironment {
+	switch {
+	case role == roleEnvironment:
 		s.serveExecutor(l, reg)
-	} else {
+	case fwd != nil:
+		fwd.serve(l, reg)
+	default:
 		s.serveHarness(l, reg)
 	}
 	wg.Wait()
+}
+
+// homeWait bounds how long a harness upgrade waits for its environment to
+// get a home (well within the harness's dial timeout).
+const homeWait = 5 * time.Second
+
+// routeHarness decides where a harness socket for (env, reg) goes: to the
+// route on this node, or (fwd set) to env's home on another node. While
+// no node holds env's executor (its node died and it is redialling) the
+// upgrade waits up to homeWait for a home rather than answering 503
+// at once, which would grow the harness's redial backoff. status 0: go.
+func (s *Server) routeHarness(ctx context.Context, env, reg string, fwd **fwdLeg) (int, string) {
+	for try := 0; ; try++ {
+		if _, attached, ok := s.router.Executor(env); ok {
+			if attached != reg {
+				return http.StatusForbidden, "unexpected_executor_registration_id"
+			}
+			return 0, ""
+		}
+		if s.fab == nil {
+			return http.StatusServiceUnavailable, "route_unavailable"
+		}
+		fl, status, reason, noHome := s.fab.openForwarder(ctx, env, reg)
+		if fl != nil {
+			*fwd = fl
+			return 0, ""
+		}
+		if !noHome || try > 0 || !s.fab.waitHome(ctx, env, homeWait) {
+			return status, reason
+		}
+	}
 }
 
 func (s *Server) serveExecutor(l *leg, reg string) {
@@ -430,8 +474,23 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 	for _, d := range displaced {
 		d.Close("executor_replaced")
 	}
+	// In a fleet the executor may have come from a node that died: its
+	// harnesses redial and claim their streams shortly, so a resume for a
+	// stream this node does not know yet is not answered with a reset
+	// until TakeoverGrace has passed. The node answers for the
+	// environment before the attachment is reported.
+	var graceUntil time.Time
+	if s.fab != nil {
+		graceUntil = time.Now().Add(s.opts.TakeoverGrace)
+		s.fab.becomeHome(l.env, reg)
+	}
 	s.log.Info("executor attached", "env", l.env, "registration", reg)
 	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
+	if t, ok := s.store.(Toucher); ok {
+		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+		t.TouchRegistration(ctx, l.env, reg)
+		cancel()
+	}
 	for {
 		typ, b, err := l.read()
 		if err != nil {
@@ -457,7 +516,16 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 		} else if kind == KindResume && !s.router.Known(l.env, stream) {
 			// An executor resuming a stream whose harness went while the
 			// executor was away: it would wait for nobody.
-			s.harnessGone(l.env, stream)
+			if wait := time.Until(graceUntil); wait > 0 {
+				env := l.env
+				time.AfterFunc(wait, func() {
+					if !s.router.Known(env, stream) {
+						s.harnessGone(env, stream)
+					}
+				})
+			} else {
+				s.harnessGone(l.env, stream)
+			}
 		}
 		if kind == KindReset {
 			// Also ends a held stream (no socket to tell).
@@ -485,7 +553,12 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 				}
 				h.Close("executor_disconnected")
 			}
+			if s.fab != nil {
+				s.fab.resign(env)
+			}
 		})
+	} else if s.fab != nil {
+		s.fab.resign(l.env)
 	}
 	l.Close("closed")
 	s.log.Info("executor detached", "env", l.env, "registration", reg)
@@ -506,52 +579,68 @@ func (s *Server) serveHarness(l *leg, reg string) {
 		if typ != websocket.MessageBinary {
 			continue
 		}
-		f, err := peekFrame(b)
-		if err != nil {
-			continue
-		}
-		stream, kind := f.StreamID, f.Kind
-		switch err := s.router.Bind(l.env, stream, l, kind == KindResume); {
-		case errors.Is(err, ErrTooMany):
-			l.Send(resetFrame(stream, "too_many_streams"))
-			continue
-		case err != nil:
-			// Owned by another socket, or the route went away.
-			continue
-		}
-		exec, _, ok := s.router.Executor(l.env)
-		if !ok {
+		if !s.harnessFrame(l, b) {
 			break
 		}
-		if exec == nil {
-			// The executor is away; a resumed stream sends again.
-			continue
-		}
-		if reliableSignal(f) {
-			s.router.Advertised(l.env, stream, true)
-		}
-		s.forward(true, exec, stream, kind, b)
-		if kind == KindReset {
-			s.router.Unbind(l.env, stream, l)
-		}
 	}
-	ended, held := s.router.DetachHarness(l.env, l)
+	s.harnessDetached(l)
+	l.Close("closed")
+	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
+}
+
+// harnessFrame routes one frame from harness leg h (a socket here, or one
+// on another node); false when the route has gone and h should stop.
+func (s *Server) harnessFrame(h Leg, b []byte) bool {
+	f, err := peekFrame(b)
+	if err != nil {
+		return true
+	}
+	env := h.Env()
+	stream, kind := f.StreamID, f.Kind
+	switch err := s.router.Bind(env, stream, h, kind == KindResume); {
+	case errors.Is(err, ErrTooMany):
+		h.Send(resetFrame(stream, "too_many_streams"))
+		return true
+	case err != nil:
+		// Owned by another socket, or the route went away.
+		return true
+	}
+	exec, _, ok := s.router.Executor(env)
+	if !ok {
+		return false
+	}
+	if exec == nil {
+		// The executor is away; a resumed stream sends again.
+		return true
+	}
+	if reliableSignal(f) {
+		s.router.Advertised(env, stream, true)
+	}
+	s.forward(true, exec, stream, kind, b)
+	if kind == KindReset {
+		s.router.Unbind(env, stream, h)
+	}
+	return true
+}
+
+// harnessDetached runs once harness leg h has gone: its plain streams end,
+// the ones both ends run the reliability extension on wait ResumeGrace
+// for the harness to redial and claim them (resume); then they go too.
+func (s *Server) harnessDetached(h Leg) {
+	env := h.Env()
+	ended, held := s.router.DetachHarness(env, h)
 	for _, st := range ended {
-		s.harnessGone(l.env, st)
+		s.harnessGone(env, st)
 	}
-	// Streams on which both ends run the reliability extension wait for
-	// the harness to redial and claim them (resume); then they go too.
 	for _, st := range held {
-		s.event(Event{Kind: "hold", Role: roleHarness, Env: l.env, Stream: st})
-		env, st := l.env, st
+		s.event(Event{Kind: "hold", Role: roleHarness, Env: env, Stream: st})
+		st := st
 		time.AfterFunc(s.opts.ResumeGrace, func() {
 			if s.router.Release(env, st) {
 				s.harnessGone(env, st)
 			}
 		})
 	}
-	l.Close("closed")
-	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
 }
 
 // harnessGone tells the executor a stream's harness went.
@@ -562,13 +651,22 @@ func (s *Server) harnessGone(env, stream string) {
 	}
 }
 
-// forward sends one frame through the fault shaper.
+// forward sends one frame, through the fault shaper when frame faults are
+// switched on (tests); the production path takes no fault lock.
 func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+	s.routed.Add(1)
+	if !s.faults.framesOn.Load() {
+		to.Send(b)
+		return
+	}
+	s.forwardShaped(toExecutor, to, stream, kind, b)
+}
+
+func (s *Server) forwardShaped(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
 	out := s.faults.shape(toExecutor, to, stream, kind, b)
-	tl, isLeg := to.(*leg)
 	for _, f := range out.frames {
-		if isLeg && out.delay > 0 {
-			tl.send(outFrame{b: f, at: time.Now().Add(out.delay)})
+		if out.delay > 0 {
+			to.deliver(outFrame{b: f, at: time.Now().Add(out.delay)})
 		} else {
 			to.Send(f)
 		}
@@ -577,24 +675,13 @@ func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []
 		return
 	}
 	if out.cut == roleHarness && !toExecutor || out.cut == roleEnvironment && toExecutor {
-		if isLeg {
-			tl.cut()
-		}
+		to.Cut()
 		return
 	}
 	// The other side: the socket the frame came from.
 	if out.cut == roleEnvironment {
-		s.CutExecutor(s.envOf(to))
-	} else if h, ok := s.router.Harness(s.envOf(to), stream); ok {
-		if hl, ok := h.(*leg); ok {
-			hl.cut()
-		}
+		s.CutExecutor(to.Env())
+	} else if h, ok := s.router.Harness(to.Env(), stream); ok {
+		h.Cut()
 	}
-}
-
-func (s *Server) envOf(l Leg) string {
-	if tl, ok := l.(*leg); ok {
-		return tl.env
-	}
-	return ""
 }

@@ -5,13 +5,22 @@ import (
 	"sync"
 )
 
-// Leg is one rendezvous websocket as the router sees it.
+// Leg is one rendezvous websocket as the router sees it: a socket on this
+// node, or one on another node of a fleet that frames reach through NATS.
 type Leg interface {
 	// Send queues one binary frame; false means the leg is gone or too slow
 	// (and has been cut).
 	Send(frame []byte) bool
 	// Close ends the leg.
 	Close(reason string)
+	// Cut drops the socket at once, as a network failure would.
+	Cut()
+	// Env is the environment the leg serves.
+	Env() string
+	// deliver queues f behind what is queued: the fault shaper's delayed
+	// frames and the tests' injected messages. A leg on another node
+	// ignores the delay and drops text messages.
+	deliver(f outFrame) bool
 }
 
 // Router errors.
@@ -69,6 +78,9 @@ type Router interface {
 	Known(env, stream string) bool
 	// Unbind releases stream if h owns it (nil: whoever owns it).
 	Unbind(env, stream string, h Leg)
+	// Drop removes env's route and returns its legs (the caller closes
+	// them).
+	Drop(env string) (exec Leg, harness []Leg)
 }
 
 // MemRouter is a Router in memory, for one node.
@@ -352,4 +364,22 @@ func (m *MemRouter) Unbind(env, stream string, h Leg) {
 	if owner != nil {
 		delete(r.legs[owner], stream)
 	}
+}
+
+// Drop removes env's route whatever its state and returns its legs, which
+// the caller closes: another node of a fleet has become the environment's
+// home.
+func (m *MemRouter) Drop(env string) (exec Leg, harness []Leg) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.envs[env]
+	if r == nil {
+		return nil, nil
+	}
+	for h := range r.legs {
+		harness = append(harness, h)
+	}
+	m.harness -= len(r.legs)
+	delete(m.envs, env)
+	return r.exec, harness
 }

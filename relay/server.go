@@ -12,7 +12,10 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Options configure a Server. Zero limits take the defaults below.
@@ -31,7 +34,12 @@ type Options struct {
 	// process. Nodes that share a Store must share it.
 	URLSecret []byte
 
-	ExecutorURLTTL   time.Duration // default 1 h; an expired URL is a 4xx, the executor re-registers
+	ExecutorURLTTL time.Duration // default 1 h; an expired URL is a 4xx, the executor re-registers
+	// RegistrationTTL is how long a registration stays without an
+	// executor holding a socket for it (default 1 h): the node holding an
+	// executor touches its registration every RegistrationTTL/4, so only
+	// abandoned environment ids expire.
+	RegistrationTTL  time.Duration
 	HarnessURLTTL    time.Duration // default 5 min
 	AuthorizationTTL time.Duration // harness_key_authorization lifetime, default 60 s
 
@@ -55,8 +63,22 @@ type Options struct {
 
 	Store  Store  // default NewMemStore
 	Router Router // default NewMemRouter
-	Logger *slog.Logger
-	Faults Faults
+
+	// NATS makes the server a node of a fleet (fabric.go): frames reach
+	// executor sockets held by other nodes over this connection, which the
+	// caller owns. Store should then be shared (NewKVStore) and URLSecret
+	// and PublicURL the same on every node.
+	NATS *nats.Conn
+	// NodeName names this node in the fleet ([A-Za-z0-9_]{1,64}, unique).
+	NodeName string
+	// TakeoverGrace: a node that became an environment's home does not
+	// answer the executor's resume of a stream it does not know with a
+	// reset for this long (default ResumeGrace, which the executor waits
+	// for its held streams anyway), so harnesses whose node or home died
+	// can redial and claim their streams.
+	TakeoverGrace time.Duration
+	Logger        *slog.Logger
+	Faults        Faults
 	// OnEvent, if set, is called synchronously for every registry call and
 	// socket change; tests assert on it.
 	OnEvent func(Event)
@@ -89,6 +111,8 @@ type Server struct {
 	router Router
 	mux    *http.ServeMux
 	faults faultState
+	fab    *fabric       // nil: one node
+	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
 
 	mu     sync.Mutex
 	legs   map[*leg]struct{}
@@ -122,12 +146,17 @@ func New(opts Options) (*Server, error) {
 	def(&opts.QueueFrames, 64)
 	def(&opts.QueueBytes, 4<<20)
 	defd(&opts.ExecutorURLTTL, time.Hour)
+	defd(&opts.RegistrationTTL, DefaultRegistrationTTL)
 	defd(&opts.HarnessURLTTL, 5*time.Minute)
 	defd(&opts.AuthorizationTTL, time.Minute)
 	defd(&opts.SlowHarness, 5*time.Second)
 	defd(&opts.ResumeGrace, 30*time.Second)
 	defd(&opts.PingInterval, 30*time.Second)
 	defd(&opts.PongTimeout, 60*time.Second)
+	defd(&opts.TakeoverGrace, opts.ResumeGrace)
+	if opts.NATS != nil && !validNodeName(opts.NodeName) {
+		return nil, fmt.Errorf("relay: node name %q must be 1-64 characters of [A-Za-z0-9_]", opts.NodeName)
+	}
 	if opts.PublicURL != "" {
 		if !strings.HasPrefix(opts.PublicURL, "http://") && !strings.HasPrefix(opts.PublicURL, "https://") {
 			return nil, fmt.Errorf("relay: PublicURL %q must be http:// or https://", opts.PublicURL)
@@ -153,7 +182,9 @@ func New(opts Options) (*Server, error) {
 		return nil, errNoSecret
 	}
 	if s.store == nil {
-		s.store = NewMemStore(opts.MaxEnvironments, opts.MaxPendingAuthorizations)
+		ms := NewMemStore(opts.MaxEnvironments, opts.MaxPendingAuthorizations)
+		ms.SetRegistrationTTL(opts.RegistrationTTL)
+		s.store = ms
 	}
 	if s.router == nil {
 		mr := NewMemRouter(opts.MaxEnvironments, opts.MaxHarnessSockets, opts.MaxStreamsPerHarness, opts.MaxStreamsPerEnvironment)
@@ -161,6 +192,13 @@ func New(opts Options) (*Server, error) {
 		s.router = mr
 	}
 	s.faults.set(opts.Faults)
+	if opts.NATS != nil {
+		fab, err := newFabric(s, opts.NATS, opts.NodeName)
+		if err != nil {
+			return nil, fmt.Errorf("relay: fleet: %w", err)
+		}
+		s.fab = fab
+	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /cloud/environment/{env}/register", s.register)
 	s.mux.HandleFunc("POST /cloud/environment/{env}/connect", s.connect)
@@ -168,8 +206,10 @@ func New(opts Options) (*Server, error) {
 	s.mux.HandleFunc("GET /rendezvous/environment/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleEnvironment) })
 	s.mux.HandleFunc("GET /rendezvous/harness/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleHarness) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.wg.Add(1)
+	s.mux.HandleFunc("GET /metrics", s.metrics)
+	s.wg.Add(2)
 	go s.flushLoop()
+	go s.touchLoop()
 	return s, nil
 }
 
@@ -192,10 +232,21 @@ func (s *Server) Close() {
 		legs = append(legs, l)
 	}
 	s.mu.Unlock()
+	if s.fab != nil {
+		s.fab.close()
+	}
 	for _, l := range legs {
 		l.Close("relay_shutdown")
 	}
 	s.wg.Wait()
+}
+
+// FleetStats returns the node's fleet counters (zero without NATS).
+func (s *Server) FleetStats() FleetStats {
+	if s.fab == nil {
+		return FleetStats{}
+	}
+	return s.fab.stats()
 }
 
 // CutExecutor drops env's executor socket at once, as a network cut would.
@@ -204,7 +255,7 @@ func (s *Server) CutExecutor(env string) bool {
 	if !ok || l == nil {
 		return false
 	}
-	l.(*leg).cut()
+	l.Cut()
 	return true
 }
 
@@ -215,7 +266,7 @@ func (s *Server) InjectToExecutor(env string, msg []byte, text bool) bool {
 	if !ok || l == nil {
 		return false
 	}
-	return l.(*leg).send(outFrame{b: msg, text: text})
+	return l.deliver(outFrame{b: msg, text: text})
 }
 
 func (s *Server) event(e Event) {
@@ -232,8 +283,48 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	if s.fab != nil {
+		if st := s.fab.nc.Status(); st != nats.CONNECTED {
+			http.Error(w, "nats: "+st.String(), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok\n")
+}
+
+// touchLoop keeps the registrations of the executors this node holds from
+// expiring.
+func (s *Server) touchLoop() {
+	defer s.wg.Done()
+	t, ok := s.store.(Toucher)
+	if !ok {
+		return
+	}
+	tk := time.NewTicker(s.opts.RegistrationTTL / 4)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tk.C:
+			s.mu.Lock()
+			var held []*leg
+			for l := range s.legs {
+				if l.role == roleEnvironment {
+					held = append(held, l)
+				}
+			}
+			s.mu.Unlock()
+			for _, l := range held {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err := t.TouchRegistration(ctx, l.env, l.reg); err != nil {
+					s.log.Warn("registry: touch", "env", l.env, "err", err)
+				}
+				cancel()
+			}
+		}
+	}
 }
 
 // flushLoop releases reordered frames whose stream went quiet.
@@ -446,8 +537,14 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, "store_unavailable", err.Error())
 		return
 	}
-	// Registered is not enough: the executor must hold its socket.
-	if l, attached, up := s.router.Executor(env); !ok || !up || l == nil || attached != reg.ID {
+	// Registered is not enough: the executor must hold its socket, here
+	// or (in a fleet) on the environment's home node.
+	l, attached, up := s.router.Executor(env)
+	live := up && l != nil
+	if !up && ok && s.fab != nil {
+		attached, live, _ = s.fab.ping(r.Context(), env)
+	}
+	if !ok || !live || attached != reg.ID {
 		fail(http.StatusConflict, "environment_offline", "no executor is connected for this environment")
 		return
 	}
@@ -521,4 +618,50 @@ func (s *Server) checkAuthorization(ctx context.Context, env, regID string, key 
 		return false
 	}
 	return a.Env == env && a.RegID == regID && cur.ID == regID && a.HarnessKey.Equal(key)
+}
+
+// metrics serves the node's counters in the Prometheus text format.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.mu.Lock()
+	var execs, harness int
+	for l := range s.legs {
+		if l.role == roleEnvironment {
+			execs++
+		} else {
+			harness++
+		}
+	}
+	s.mu.Unlock()
+	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
+	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
+	if s.fab == nil {
+		return
+	}
+	st := s.fab.stats()
+	up := 0
+	if st.NATSConnected {
+		up = 1
+	}
+	for _, m := range []struct {
+		name, typ, help string
+		v               any
+	}{
+		{"exec_relay_fleet_frames_out_total", "counter", "frames published to other nodes", st.FramesOut},
+		{"exec_relay_fleet_bytes_out_total", "counter", "bytes of frames published to other nodes", st.BytesOut},
+		{"exec_relay_fleet_frames_in_total", "counter", "frames received from other nodes", st.FramesIn},
+		{"exec_relay_fleet_bytes_in_total", "counter", "bytes of frames received from other nodes", st.BytesIn},
+		{"exec_relay_fleet_credit_waits_total", "counter", "times a cross-node sender waited for credit", st.CreditWaits},
+		{"exec_relay_fleet_homes_total", "counter", "times this node became an environment's home", st.Homes},
+		{"exec_relay_fleet_abandoned_total", "counter", "routes dropped because another node became the home (takeovers)", st.Abandoned},
+		{"exec_relay_fleet_rehomed_total", "counter", "forwarded sockets closed because their home moved or died", st.Rehomed},
+		{"exec_relay_fleet_remote_legs", "gauge", "harness legs on other nodes routed here", st.RemoteLegs},
+		{"exec_relay_fleet_forwarder_legs", "gauge", "harness sockets here forwarded to another node", st.ForwarderLegs},
+		{"exec_relay_nats_reconnects_total", "counter", "NATS reconnects", st.NATSReconnects},
+		{"exec_relay_nats_dropped_total", "counter", "NATS messages dropped by slow subscriptions", st.NATSDropped},
+		{"exec_relay_nats_slow_consumers_total", "counter", "NATS slow consumer errors", st.NATSSlowConsumers},
+		{"exec_relay_nats_connected", "gauge", "1 while the NATS connection is up", up},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.typ, m.name, m.v)
+	}
 }

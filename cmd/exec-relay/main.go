@@ -1,10 +1,14 @@
 // Command exec-relay is a self-hostable environment registry and rendezvous
 // for exec-server remote mode (package relay). It prints its base URL as the
-// first line of stdout and logs to stderr.
+// first line of stdout and logs to stderr. With --nats-url it is one node of
+// a fleet: state in NATS JetStream KV, frames between nodes over NATS
+// (docs/remote.md, "Scaling out").
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,8 +19,12 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/execgo/exec-server/relay"
 )
@@ -38,11 +46,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	insecure := fs.Bool("insecure-no-auth", false, "accept any bearer token; allowed only on a loopback --listen")
 	publicURL := fs.String("public-url", "", "base `URL` that minted rendezvous URLs point at (default: the Host of each request)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	secretFile := fs.String("url-secret-file", "", "`FILE` holding the secret (≥ 32 bytes) that signs rendezvous URLs; every node of a fleet needs the same (default: random per process)")
+	natsURL := fs.String("nats-url", "", "NATS server `URLs` (comma-separated): run as a fleet node, state in JetStream KV, frames between nodes over NATS")
+	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE` (JWT and NKey seed)")
+	nodeName := fs.String("node-name", "", "this node's unique `NAME` in the fleet ([A-Za-z0-9_]); required with --nats-url")
+	natsReplicas := fs.Int("nats-replicas", 1, "replicas of the JetStream KV buckets (3 on a 3-server NATS cluster)")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "private key `FILE` (PEM) of --tls-cert")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, versionString())
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "exec-relay: unexpected argument %q\n", fs.Arg(0))
@@ -88,6 +108,60 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "exec-relay: --insecure-no-auth conflicts with the token files")
 		return 2
 	}
+	if *secretFile != "" {
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-relay: --url-secret-file: %v\n", err)
+			return 2
+		}
+		opts.URLSecret = bytes.TrimRight(b, "\r\n")
+		if len(opts.URLSecret) < 32 {
+			fmt.Fprintf(stderr, "exec-relay: --url-secret-file %s: the secret must be at least 32 bytes\n", *secretFile)
+			return 2
+		}
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		fmt.Fprintln(stderr, "exec-relay: --tls-cert and --tls-key go together")
+		return 2
+	}
+	var tlsConf *tls.Config
+	if *tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-relay: --tls-cert/--tls-key: %v\n", err)
+			return 2
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if *natsURL == "" {
+		if *natsCreds != "" || *nodeName != "" {
+			fmt.Fprintln(stderr, "exec-relay: --nats-creds and --node-name need --nats-url")
+			return 2
+		}
+	} else {
+		if *nodeName == "" {
+			fmt.Fprintln(stderr, "exec-relay: --node-name is required with --nats-url")
+			return 2
+		}
+		if *secretFile == "" {
+			fmt.Fprintln(stderr, "exec-relay: --url-secret-file is required with --nats-url (every node must verify the others' URLs)")
+			return 2
+		}
+		nc, err := connectNATS(*natsURL, *natsCreds, *nodeName, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-relay: --nats-url: %v\n", err)
+			return 1
+		}
+		defer nc.Close()
+		kctx, kcancel := context.WithTimeout(ctx, 30*time.Second)
+		store, err := relay.NewKVStore(kctx, nc, relay.KVStoreOptions{Replicas: *natsReplicas})
+		kcancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-relay: %v\n", err)
+			return 1
+		}
+		opts.NATS, opts.NodeName, opts.Store = nc, *nodeName, store
+	}
 	srv, err := relay.New(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "exec-relay: %v\n", err)
@@ -106,6 +180,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	base := "http://" + l.Addr().String()
+	if tlsConf != nil {
+		l = tls.NewListener(l, tlsConf)
+		base = "https://" + strings.TrimPrefix(base, "http://")
+	}
 	fmt.Fprintln(stdout, base)
 	log.Info("listening", "url", base)
 	errc := make(chan error, 1)
@@ -125,4 +203,48 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_ = hs.Shutdown(sctx)
 	<-errc
 	return 0
+}
+
+// connectNATS connects for good: reconnects forever (the fleet's /readyz
+// says 503 meanwhile) with a buffer for what is published while away.
+func connectNATS(urls, creds, node string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name("exec-relay " + node),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats: disconnected", "err", err) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats: reconnected", "server", c.ConnectedUrlRedacted()) }),
+	}
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	return nats.Connect(urls, opts...)
+}
+
+// versionString is the module version and VCS revision the binary was
+// built from, as the Go toolchain recorded them.
+func versionString() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "exec-relay (no build info)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	out := "exec-relay " + v
+	var modified bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			out += " revision " + s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if modified {
+		out += "+dirty"
+	}
+	return out + " " + bi.GoVersion
 }

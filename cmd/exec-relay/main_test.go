@@ -21,6 +21,10 @@ func TestRefusesToStart(t *testing.T) {
 	os.WriteFile(tok, []byte("t1\n"), 0o600)
 	empty := filepath.Join(dir, "empty")
 	os.WriteFile(empty, nil, 0o600)
+	short := filepath.Join(dir, "short")
+	os.WriteFile(short, []byte("too-short\n"), 0o600)
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte(strings.Repeat("s", 40)+"\n"), 0o600)
 	cases := []struct {
 		name string
 		args []string
@@ -34,6 +38,12 @@ func TestRefusesToStart(t *testing.T) {
 		{"bad listen", []string{"--listen", "localhost:80"}, "IP:PORT"},
 		{"bad public url", []string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--public-url", "ftp://x"}, "PublicURL"},
 		{"argument", []string{"--insecure-no-auth", "extra"}, "unexpected argument"},
+		{"short url secret", []string{"--insecure-no-auth", "--url-secret-file", short}, "at least 32 bytes"},
+		{"missing url secret", []string{"--insecure-no-auth", "--url-secret-file", filepath.Join(dir, "none")}, "no such file"},
+		{"nats without node name", []string{"--insecure-no-auth", "--nats-url", "nats://127.0.0.1:1", "--url-secret-file", secret}, "--node-name is required"},
+		{"nats without url secret", []string{"--insecure-no-auth", "--nats-url", "nats://127.0.0.1:1", "--node-name", "a"}, "--url-secret-file is required"},
+		{"node name without nats", []string{"--insecure-no-auth", "--node-name", "a"}, "need --nats-url"},
+		{"tls cert without key", []string{"--insecure-no-auth", "--tls-cert", tok}, "go together"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,935 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+)
+
+// Fleet mode: several relay nodes share a KVStore and move frames between
+// them over core NATS.
+//
+// The home of an environment is the node holding its executor socket: it
+// keeps the environment's route (the Router) in memory and answers
+// requests on rly.req.<E> (E: a hash of the environment id, which may hold
+// characters NATS subjects do not allow). A harness socket that lands on
+// another node becomes a forwarder there and a remoteLeg at the home:
+//
+//	rly.req.<E>           requests to the home: ping (connect), attach
+//	rly.up.<leg>.f|d      harness → home: a frame, or "the socket went"
+//	rly.dn.<leg>.f|c|x    home → harness: a frame, close, cut
+//	rly.ctl.<node>        credits returned to node (never blocks)
+//	rly.home.<E>          "node N is E's home now": the others drop theirs
+//	rly.hb.<node>         heartbeats; a node silent for 3 s is dead
+//
+// Each leg's frames travel on one subject from one connection, so NATS
+// keeps their order; a leg sends at most fabWindowFrames frames and
+// fabWindowBytes bytes the receiver has not handed on yet (credits), so
+// nothing queues without bound in NATS and no frame is dropped while both
+// nodes live (codex 0.169's plain streams have no retransmission).
+//
+// Route state is soft: when a home dies, its executor redials (through
+// the load balancer) to another node, which becomes the home and
+// announces it; the nodes with forwarders to the old home close those
+// harness sockets, and harnesses running the reliability extension redial
+// and resume their streams at the new home, which answers an executor's
+// resume for a stream it does not know yet with nothing (not a reset) for
+// TakeoverGrace. Plain streams through a dead node end, as they do today
+// when the executor's socket drops.
+
+const (
+	fabWindowFrames = 32
+	fabWindowBytes  = 1 << 20
+	// Credits go back after this much, or when the receiver has nothing
+	// more pending.
+	fabCreditFrames = fabWindowFrames / 4
+	fabCreditBytes  = fabWindowBytes / 4
+	hbInterval      = time.Second
+	hbDead          = 3 * time.Second
+	fabRequestWait  = 3 * time.Second
+)
+
+// FleetStats are the fleet counters of one node (cumulative).
+type FleetStats struct {
+	Node                      string
+	FramesOut, BytesOut       uint64 // frames this node published to other nodes
+	FramesIn, BytesIn         uint64 // frames it received from other nodes
+	CreditWaits               uint64 // times a sender waited for credit
+	Homes                     uint64 // times this node became an environment's home
+	Abandoned                 uint64 // routes dropped because another node became home
+	Rehomed                   uint64 // forwarder sockets closed because their home moved or died
+	RemoteLegs, ForwarderLegs int64  // current
+	NATSReconnects            uint64
+	NATSDropped               uint64 // messages dropped by slow subscriptions
+	NATSSlowConsumers         uint64
+	NATSConnected             bool
+}
+
+type fabStats struct {
+	framesOut, bytesOut, framesIn, bytesIn atomic.Uint64
+	creditWaits, homes, abandoned, rehomed atomic.Uint64
+	slow                                   atomic.Uint64
+}
+
+type fabric struct {
+	s    *Server
+	nc   *nats.Conn
+	node string
+	seq  atomic.Uint64
+	st   fabStats
+
+	mu     sync.Mutex
+	homes  map[string]*nats.Subscription // env → its request subscription
+	remote map[string]*remoteLeg
+	fwd    map[string]*fwdLeg
+	peers  map[string]time.Time // last heartbeat
+	subs   []*nats.Subscription
+	// waiters are harness upgrades waiting for an environment to get a
+	// home (its executor redialling after its node died).
+	waiters map[string][]chan struct{}
+}
+
+func envToken(env string) string {
+	sum := sha256.Sum256([]byte(env))
+	return hex.EncodeToString(sum[:16])
+}
+
+// validNodeName: a node name is a NATS subject token and part of leg ids.
+func validNodeName(n string) bool {
+	if n == "" || len(n) > 64 {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
+	f := &fabric{
+		s: s, nc: nc, node: node,
+		homes:  make(map[string]*nats.Subscription),
+		remote: make(map[string]*remoteLeg),
+		fwd:    make(map[string]*fwdLeg),
+		peers:  make(map[string]time.Time),
+
+		waiters: make(map[string][]chan struct{}),
+	}
+	prev := nc.ErrorHandler()
+	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			f.st.slow.Add(1)
+		}
+		s.log.Warn("nats", "err", err)
+		if prev != nil {
+			prev(c, sub, err)
+		}
+	})
+	prevRe := nc.ReconnectHandler()
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		f.reconnected()
+		if prevRe != nil {
+			prevRe(c)
+		}
+	})
+	for subj, h := range map[string]nats.MsgHandler{
+		"rly.ctl." + node: f.onCredit,
+		"rly.hb.*":        f.onHeartbeat,
+		"rly.home.*":      f.onHome,
+	} {
+		sub, err := nc.Subscribe(subj, h)
+		if err != nil {
+			f.unsubscribeAll()
+			return nil, err
+		}
+		sub.SetPendingLimits(-1, -1) // handlers never block; credits bound the rest
+		f.subs = append(f.subs, sub)
+	}
+	if err := nc.Flush(); err != nil {
+		f.unsubscribeAll()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go f.heartbeats()
+	return f, nil
+}
+
+// reconnected refills every leg's window: frames (and credits) in flight
+// when the connection dropped are lost for good, and their credit with
+// them; reliable streams send the frames again, and a window that leaked
+// would stall the leg for ever.
+func (f *fabric) reconnected() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, rl := range f.remote {
+		rl.down.refill()
+	}
+	for _, fl := range f.fwd {
+		fl.up.refill()
+	}
+}
+
+func (f *fabric) unsubscribeAll() {
+	f.mu.Lock()
+	subs := f.subs
+	f.subs = nil
+	for _, h := range f.homes {
+		subs = append(subs, h)
+	}
+	f.homes = map[string]*nats.Subscription{}
+	f.mu.Unlock()
+	for _, sub := range subs {
+		sub.Unsubscribe()
+	}
+}
+
+// close ends the fabric with the server: its subscriptions go, so other
+// nodes see no responders for this node's environments.
+func (f *fabric) close() {
+	f.unsubscribeAll()
+	f.mu.Lock()
+	var rls []*remoteLeg
+	for _, rl := range f.remote {
+		rls = append(rls, rl)
+	}
+	f.mu.Unlock()
+	for _, rl := range rls {
+		rl.Close("relay_shutdown")
+	}
+}
+
+func (f *fabric) stats() FleetStats {
+	ns := f.nc.Stats()
+	f.mu.Lock()
+	st := FleetStats{RemoteLegs: int64(len(f.remote)), ForwarderLegs: int64(len(f.fwd))}
+	var dropped uint64
+	for _, rl := range f.remote {
+		if rl.sub != nil {
+			if n, err := rl.sub.Dropped(); err == nil {
+				dropped += uint64(n)
+			}
+		}
+	}
+	for _, fl := range f.fwd {
+		if fl.sub != nil {
+			if n, err := fl.sub.Dropped(); err == nil {
+				dropped += uint64(n)
+			}
+		}
+	}
+	f.mu.Unlock()
+	st.Node = f.node
+	st.FramesOut, st.BytesOut = f.st.framesOut.Load(), f.st.bytesOut.Load()
+	st.FramesIn, st.BytesIn = f.st.framesIn.Load(), f.st.bytesIn.Load()
+	st.CreditWaits = f.st.creditWaits.Load()
+	st.Homes, st.Abandoned, st.Rehomed = f.st.homes.Load(), f.st.abandoned.Load(), f.st.rehomed.Load()
+	st.NATSReconnects = ns.Reconnects
+	st.NATSDropped = dropped
+	st.NATSSlowConsumers = f.st.slow.Load()
+	st.NATSConnected = f.nc.Status() == nats.CONNECTED
+	return st
+}
+
+// --- requests to an environment's home ---------------------------------
+
+type fabRequest struct {
+	Op   string `json:"op"` // ping, attach
+	Node string `json:"node"`
+	Leg  string `json:"leg,omitempty"`
+	Reg  string `json:"reg,omitempty"`
+}
+
+type fabReply struct {
+	Node     string `json:"node"`
+	Reg      string `json:"reg,omitempty"`
+	Attached bool   `json:"attached,omitempty"` // ping: the executor socket is up
+	Status   int    `json:"status,omitempty"`   // attach: 0 ok, else the HTTP status to answer
+	Code     string `json:"code,omitempty"`
+}
+
+func (f *fabric) request(ctx context.Context, env string, req fabRequest) (fabReply, error) {
+	req.Node = f.node
+	b, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, fabRequestWait)
+	defer cancel()
+	m, err := f.nc.RequestWithContext(ctx, "rly.req."+envToken(env), b)
+	if err != nil {
+		return fabReply{}, err
+	}
+	var rep fabReply
+	err = json.Unmarshal(m.Data, &rep)
+	return rep, err
+}
+
+// ping asks env's home for its executor: reg and whether its socket is up.
+func (f *fabric) ping(ctx context.Context, env string) (reg string, attached, ok bool) {
+	rep, err := f.request(ctx, env, fabRequest{Op: "ping"})
+	if err != nil {
+		return "", false, false
+	}
+	return rep.Reg, rep.Attached, true
+}
+
+// becomeHome makes this node env's home once its executor socket attached.
+func (f *fabric) becomeHome(env, reg string) {
+	f.mu.Lock()
+	_, already := f.homes[env]
+	if !already {
+		sub, err := f.nc.Subscribe("rly.req."+envToken(env), func(m *nats.Msg) { f.onRequest(env, m) })
+		if err != nil {
+			f.mu.Unlock()
+			f.s.log.Warn("fleet: cannot serve requests for an environment", "env", env, "err", err)
+			return
+		}
+		f.homes[env] = sub
+	}
+	f.mu.Unlock()
+	f.st.homes.Add(1)
+	b, _ := json.Marshal(map[string]string{"node": f.node, "env": env, "reg": reg})
+	f.nc.Publish("rly.home."+envToken(env), b)
+	f.nc.Flush()
+}
+
+// resign stops answering for env if it has no route here any more.
+func (f *fabric) resign(env string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, _, ok := f.s.router.Executor(env); ok {
+		return
+	}
+	if sub := f.homes[env]; sub != nil {
+		sub.Unsubscribe()
+		delete(f.homes, env)
+	}
+}
+
+func (f *fabric) reply(m *nats.Msg, rep fabReply) {
+	rep.Node = f.node
+	b, _ := json.Marshal(rep)
+	m.Respond(b)
+}
+
+func (f *fabric) onRequest(env string, m *nats.Msg) {
+	var req fabRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		return
+	}
+	switch req.Op {
+	case "ping":
+		exec, reg, ok := f.s.router.Executor(env)
+		if !ok {
+			return // no route here (any more): let another node answer
+		}
+		f.reply(m, fabReply{Reg: reg, Attached: exec != nil})
+	case "attach":
+		if !validLegID(req.Leg) || !validNodeName(req.Node) {
+			return
+		}
+		_, reg, ok := f.s.router.Executor(env)
+		switch {
+		case !ok:
+			return
+		case reg != req.Reg:
+			f.reply(m, fabReply{Status: http.StatusForbidden, Code: "unexpected_executor_registration_id"})
+			return
+		}
+		rl := &remoteLeg{f: f, key: req.Leg, node: req.Node, env: env, reg: req.Reg, at: time.Now()}
+		rl.back.f, rl.back.node, rl.back.leg = f, req.Node, req.Leg
+		rl.down.init()
+		if err := f.s.router.AttachHarness(env, req.Reg, rl); err != nil {
+			f.reply(m, fabReply{Status: http.StatusServiceUnavailable, Code: "route_unavailable"})
+			return
+		}
+		sub, err := f.nc.Subscribe("rly.up."+req.Leg+".*", rl.onUp)
+		if err != nil {
+			f.s.router.DetachHarness(env, rl)
+			f.reply(m, fabReply{Status: http.StatusServiceUnavailable, Code: "route_unavailable"})
+			return
+		}
+		sub.SetPendingLimits(-1, -1) // credits bound it
+		rl.sub = sub
+		f.mu.Lock()
+		f.remote[rl.key] = rl
+		f.mu.Unlock()
+		// The subscription reaches the server before the reply does, so
+		// the forwarder's first frame finds interest.
+		f.nc.Flush()
+		f.s.event(Event{Kind: "attach", Role: roleHarness, Env: env, Reg: req.Reg, Code: "remote"})
+		f.reply(m, fabReply{Reg: reg})
+	}
+}
+
+func validLegID(id string) bool {
+	node, n, ok := strings.Cut(id, "-")
+	if !ok || !validNodeName(node) {
+		return false
+	}
+	_, err := strconv.ParseUint(n, 10, 64)
+	return err == nil
+}
+
+// --- credits -------------------------------------------------------------
+
+// credit is a sender's window on one leg in one direction.
+type credit struct {
+	mu            sync.Mutex
+	frames, bytes int64
+	wake          chan struct{}
+	quit          chan struct{}
+	quitOnce      sync.Once
+}
+
+func (c *credit) init() {
+	c.frames, c.bytes = fabWindowFrames, fabWindowBytes
+	c.wake = make(chan struct{}, 1)
+	c.quit = make(chan struct{})
+}
+
+func (c *credit) stop() { c.quitOnce.Do(func() { close(c.quit) }) }
+
+// acquire takes credit for one frame of n bytes; a frame larger than the
+// window goes when nothing is outstanding. false: timeout or stopped.
+func (c *credit) acquire(n int64, timeout time.Duration, waits *atomic.Uint64) bool {
+	var t *time.Timer
+	for {
+		c.mu.Lock()
+		if c.frames > 0 && (c.bytes >= n || c.bytes == fabWindowBytes) {
+			c.frames--
+			c.bytes -= n
+			c.mu.Unlock()
+			if t != nil {
+				t.Stop()
+			}
+			return true
+		}
+		c.mu.Unlock()
+		if t == nil {
+			waits.Add(1)
+			t = time.NewTimer(timeout)
+		}
+		select {
+		case <-c.wake:
+		case <-c.quit:
+			t.Stop()
+			return false
+		case <-t.C:
+			return false
+		}
+	}
+}
+
+func (c *credit) refill() {
+	c.mu.Lock()
+	c.frames, c.bytes = fabWindowFrames, fabWindowBytes
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *credit) release(frames, bytes int64) {
+	c.mu.Lock()
+	// Capped: credit for frames sent before a refill may still come back.
+	c.frames = min(c.frames+frames, fabWindowFrames)
+	c.bytes = min(c.bytes+bytes, fabWindowBytes)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// returned accumulates the credit a receiver owes a sender for what it
+// handed on: sent back at once past a quarter of the window, otherwise
+// within creditDelay, so a frame-by-frame exchange does not cost a credit
+// message per frame and a sender waiting on a small remainder still gets
+// it.
+type returned struct {
+	f         *fabric
+	node, leg string
+	mu        sync.Mutex
+	frames    int64
+	bytes     int64
+	armed     bool
+}
+
+const creditDelay = 2 * time.Millisecond
+
+func (r *returned) add(n int) {
+	r.mu.Lock()
+	r.frames++
+	r.bytes += int64(n)
+	if r.frames >= fabCreditFrames || r.bytes >= fabCreditBytes {
+		r.sendLocked()
+		r.mu.Unlock()
+		return
+	}
+	if !r.armed {
+		r.armed = true
+		time.AfterFunc(creditDelay, r.flush)
+	}
+	r.mu.Unlock()
+}
+
+func (r *returned) flush() {
+	r.mu.Lock()
+	r.armed = false
+	if r.frames > 0 {
+		r.sendLocked()
+	}
+	r.mu.Unlock()
+}
+
+func (r *returned) sendLocked() {
+	b := make([]byte, 0, len(r.leg)+12)
+	b = binary.AppendUvarint(b, uint64(r.frames))
+	b = binary.AppendUvarint(b, uint64(r.bytes))
+	b = append(b, r.leg...)
+	r.f.nc.Publish("rly.ctl."+r.node, b)
+	r.frames, r.bytes = 0, 0
+}
+
+func (f *fabric) onCredit(m *nats.Msg) {
+	b := m.Data
+	frames, n := binary.Uvarint(b)
+	if n <= 0 {
+		return
+	}
+	b = b[n:]
+	bytes, n := binary.Uvarint(b)
+	if n <= 0 {
+		return
+	}
+	key := b[n:]
+	f.mu.Lock()
+	rl := f.remote[string(key)]
+	fl := f.fwd[string(key)]
+	f.mu.Unlock()
+	switch {
+	case rl != nil:
+		rl.down.release(int64(frames), int64(bytes))
+	case fl != nil:
+		fl.up.release(int64(frames), int64(bytes))
+	}
+}
+
+// --- the home's end of a harness socket on another node -------------------
+
+type remoteLeg struct {
+	f                   *fabric
+	key, node, env, reg string
+	at                  time.Time
+	down                credit
+	sub                 *nats.Subscription
+	back                returned // up-direction credit owed to the forwarder
+	gone                atomic.Bool
+}
+
+func (rl *remoteLeg) Env() string { return rl.env }
+
+func (rl *remoteLeg) Send(b []byte) bool {
+	if rl.gone.Load() {
+		return false
+	}
+	f := rl.f
+	if !rl.down.acquire(int64(len(b)), f.s.opts.SlowHarness, &f.st.creditWaits) {
+		if !rl.gone.Load() {
+			f.s.log.Warn("fleet: harness leg on another node too slow, cutting it", "env", rl.env, "node", rl.node)
+			rl.Cut()
+		}
+		return false
+	}
+	if err := f.nc.Publish("rly.dn."+rl.key+".f", b); err != nil {
+		rl.Cut()
+		return false
+	}
+	f.st.framesOut.Add(1)
+	f.st.bytesOut.Add(uint64(len(b)))
+	return true
+}
+
+func (rl *remoteLeg) deliver(o outFrame) bool {
+	if o.text {
+		return false
+	}
+	return rl.Send(o.b)
+}
+
+// Close is called once the router has let go of the leg.
+func (rl *remoteLeg) Close(reason string) {
+	if rl.gone.Swap(true) {
+		return
+	}
+	rl.f.nc.Publish("rly.dn."+rl.key+".c", []byte(reason))
+	rl.drop()
+}
+
+// Cut drops the harness socket on the other node; the route lets go of
+// the leg here.
+func (rl *remoteLeg) Cut() {
+	if rl.gone.Swap(true) {
+		return
+	}
+	rl.f.nc.Publish("rly.dn."+rl.key+".x", nil)
+	rl.drop()
+	go rl.detached()
+}
+
+// gone is the forwarder's word (or the node's death): the socket went.
+func (rl *remoteLeg) lost() {
+	if rl.gone.Swap(true) {
+		return
+	}
+	rl.drop()
+	rl.detached()
+}
+
+func (rl *remoteLeg) detached() {
+	rl.f.s.harnessDetached(rl)
+	rl.f.s.event(Event{Kind: "detach", Role: roleHarness, Env: rl.env, Reg: rl.reg, Code: "remote"})
+}
+
+func (rl *remoteLeg) drop() {
+	rl.down.stop()
+	if rl.sub != nil {
+		rl.sub.Unsubscribe()
+	}
+	rl.f.mu.Lock()
+	if rl.f.remote[rl.key] == rl {
+		delete(rl.f.remote, rl.key)
+	}
+	rl.f.mu.Unlock()
+}
+
+func (rl *remoteLeg) onUp(m *nats.Msg) {
+	switch m.Subject[len(m.Subject)-1] {
+	case 'f':
+		f := rl.f
+		f.st.framesIn.Add(1)
+		f.st.bytesIn.Add(uint64(len(m.Data)))
+		if !rl.gone.Load() && !f.s.harnessFrame(rl, m.Data) {
+			rl.lost()
+			rl.f.nc.Publish("rly.dn."+rl.key+".c", []byte("executor_disconnected"))
+			return
+		}
+		rl.back.add(len(m.Data))
+	case 'd':
+		rl.lost()
+	}
+}
+
+// --- a harness socket here whose environment's home is another node -------
+
+type fwdLeg struct {
+	f         *fabric
+	key, env  string
+	at        time.Time
+	home      string // guarded by f.mu
+	up        credit
+	sub       *nats.Subscription
+	l         *leg
+	ready     chan struct{}
+	back      returned // down-direction credit owed to the home
+	closeOnce sync.Once
+}
+
+// waitHome waits up to d for env to get a home (on any node); false on
+// timeout.
+func (f *fabric) waitHome(ctx context.Context, env string, d time.Duration) bool {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.waiters[env] = append(f.waiters[env], ch)
+	f.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ws := f.waiters[env]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(f.waiters, env)
+	} else {
+		f.waiters[env] = ws
+	}
+	return false
+}
+
+func (f *fabric) wakeHome(env string) {
+	f.mu.Lock()
+	for _, ch := range f.waiters[env] {
+		close(ch)
+	}
+	delete(f.waiters, env)
+	f.mu.Unlock()
+}
+
+// openForwarder asks env's home to admit a harness leg for reg, before the
+// socket is upgraded (a refusal is an HTTP status). status is 0 on success;
+// noHome: no node holds env's executor now.
+func (f *fabric) openForwarder(ctx context.Context, env, reg string) (fl *fwdLeg, status int, reason string, noHome bool) {
+	fl = &fwdLeg{f: f, key: f.node + "-" + strconv.FormatUint(f.seq.Add(1), 10), env: env, at: time.Now(), ready: make(chan struct{})}
+	fl.up.init()
+	sub, err := f.nc.Subscribe("rly.dn."+fl.key+".*", fl.onDown)
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, "route_unavailable", false
+	}
+	sub.SetPendingLimits(-1, -1) // credits bound it
+	fl.sub = sub
+	f.mu.Lock()
+	if len(f.fwd) >= f.s.opts.MaxHarnessSockets {
+		// The home bounds the legs it routes; this node bounds the
+		// sockets it forwards.
+		f.mu.Unlock()
+		sub.Unsubscribe()
+		return nil, http.StatusServiceUnavailable, "route_unavailable", false
+	}
+	f.fwd[fl.key] = fl
+	f.mu.Unlock()
+	rep, err := f.request(ctx, env, fabRequest{Op: "attach", Leg: fl.key, Reg: reg})
+	if err == nil && rep.Status == 0 {
+		f.mu.Lock()
+		fl.home = rep.Node
+		f.mu.Unlock()
+		return fl, 0, "", false
+	}
+	fl.abort()
+	if err != nil {
+		// No home: the executor is not attached anywhere (503: the
+		// harness retries, as with a local route being unavailable).
+		return nil, http.StatusServiceUnavailable, "route_unavailable", errors.Is(err, nats.ErrNoResponders)
+	}
+	return nil, rep.Status, rep.Code, false
+}
+
+// abort undoes openForwarder when the upgrade failed.
+func (fl *fwdLeg) abort() {
+	fl.f.nc.Publish("rly.up."+fl.key+".d", nil)
+	fl.finish()
+}
+
+func (fl *fwdLeg) finish() {
+	fl.closeOnce.Do(func() {
+		fl.up.stop()
+		fl.sub.Unsubscribe()
+		fl.f.mu.Lock()
+		delete(fl.f.fwd, fl.key)
+		fl.f.mu.Unlock()
+		select {
+		case <-fl.ready:
+		default:
+			close(fl.ready)
+		}
+	})
+}
+
+// serve forwards the socket's frames to the home until either ends.
+func (fl *fwdLeg) serve(l *leg, reg string) {
+	f := fl.f
+	fl.l = l
+	close(fl.ready)
+	f.s.event(Event{Kind: "attach", Role: roleHarness, Env: l.env, Reg: reg, Code: "forward"})
+	subj := "rly.up." + fl.key + ".f"
+	for {
+		typ, b, err := l.read()
+		if err != nil {
+			break
+		}
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		// Back-pressure: wait for credit as a local executor leg makes
+		// the reader wait; a home that never returns credit is dead (the
+		// heartbeat watcher closes the socket).
+		if !fl.up.acquire(int64(len(b)), writeTimeout, &f.st.creditWaits) {
+			break
+		}
+		if f.nc.Publish(subj, b) != nil {
+			break
+		}
+		f.st.framesOut.Add(1)
+		f.st.bytesOut.Add(uint64(len(b)))
+	}
+	f.nc.Publish("rly.up."+fl.key+".d", nil)
+	fl.finish()
+	l.Close("closed")
+	f.s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg, Code: "forward"})
+}
+
+func (fl *fwdLeg) onDown(m *nats.Msg) {
+	<-fl.ready
+	l := fl.l
+	if l == nil {
+		return
+	}
+
+	switch m.Subject[len(m.Subject)-1] {
+	case 'f':
+		fl.f.st.framesIn.Add(1)
+		fl.f.st.bytesIn.Add(uint64(len(m.Data)))
+		l.Send(m.Data)
+		if fl.back.f == nil {
+			fl.f.mu.Lock()
+			fl.back.node = fl.home
+			fl.f.mu.Unlock()
+			fl.back.f, fl.back.leg = fl.f, fl.key
+		}
+		fl.back.add(len(m.Data))
+	case 'c':
+		l.Close(string(m.Data))
+	case 'x':
+		l.Cut()
+	}
+}
+
+// rehome closes the socket: its home moved or died. A harness running the
+// reliability extension redials and resumes at the new home.
+func (fl *fwdLeg) rehome(reason string) {
+	fl.f.st.rehomed.Add(1)
+	select {
+	case <-fl.ready:
+		if fl.l != nil {
+			fl.l.Close(reason)
+		}
+	default:
+	}
+}
+
+// --- homes moving, nodes dying -------------------------------------------
+
+func (f *fabric) onHome(m *nats.Msg) {
+	var a struct{ Node, Env string }
+	if json.Unmarshal(m.Data, &a) != nil {
+		return
+	}
+	f.wakeHome(a.Env)
+	if a.Node == f.node {
+		return
+	}
+	f.mu.Lock()
+	_, wasHome := f.homes[a.Env]
+	var moved []*fwdLeg
+	for _, fl := range f.fwd {
+		if fl.env == a.Env && fl.home != "" && fl.home != a.Node {
+			moved = append(moved, fl)
+		}
+	}
+	f.mu.Unlock()
+	for _, fl := range moved {
+		fl.rehome("home_moved")
+	}
+	if wasHome {
+		f.abandon(a.Env)
+	}
+}
+
+// abandon drops env's route: another node holds its executor now. Harness
+// legs are closed, not reset: they redial and reach the new home.
+func (f *fabric) abandon(env string) {
+	f.st.abandoned.Add(1)
+	f.mu.Lock()
+	if sub := f.homes[env]; sub != nil {
+		sub.Unsubscribe()
+		delete(f.homes, env)
+	}
+	f.mu.Unlock()
+	exec, harness := f.s.router.Drop(env)
+	if exec != nil {
+		exec.Close("executor_replaced")
+	}
+	for _, h := range harness {
+		h.Close("home_moved")
+	}
+	f.s.log.Info("fleet: another node is the environment's home now", "env", env)
+}
+
+func (f *fabric) onHeartbeat(m *nats.Msg) {
+	node := strings.TrimPrefix(m.Subject, "rly.hb.")
+	f.mu.Lock()
+	f.peers[node] = time.Now()
+	f.mu.Unlock()
+}
+
+// heartbeats publishes this node's and acts on the silence of others.
+func (f *fabric) heartbeats() {
+	defer f.s.wg.Done()
+	t := time.NewTicker(hbInterval / 2)
+	defer t.Stop()
+	subj := "rly.hb." + f.node
+	last := time.Time{}
+	for {
+		select {
+		case <-f.s.stop:
+			return
+		case now := <-t.C:
+			if now.Sub(last) >= hbInterval {
+				f.nc.Publish(subj, nil)
+				last = now
+			}
+			f.reapDead(now)
+		}
+	}
+}
+
+func (f *fabric) alive(node string, since, now time.Time) bool {
+	seen, ok := f.peers[node]
+	if !ok || seen.Before(since) {
+		seen = since
+	}
+	return now.Sub(seen) < hbDead
+}
+
+func (f *fabric) reapDead(now time.Time) {
+	if f.nc.Status() != nats.CONNECTED {
+		// We are the one cut off: others' silence means nothing.
+		return
+	}
+	var lost []*remoteLeg
+	var orphans []*fwdLeg
+	f.mu.Lock()
+	for _, rl := range f.remote {
+		if !f.alive(rl.node, rl.at, now) {
+			lost = append(lost, rl)
+		}
+	}
+	for _, fl := range f.fwd {
+		if fl.home != "" && !f.alive(fl.home, fl.at, now) {
+			orphans = append(orphans, fl)
+		}
+	}
+	f.mu.Unlock()
+	for _, rl := range lost {
+		f.s.log.Warn("fleet: node silent, dropping its harness legs", "node", rl.node, "env", rl.env)
+		rl.lost()
+	}
+	for _, fl := range orphans {
+		f.s.log.Warn("fleet: home node silent, closing its forwarded socket", "node", fl.home, "env", fl.env)
+		fl.rehome("relay_node_lost")
+	}
+}

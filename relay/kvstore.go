@@ -1,0 +1,213 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KVStore is a Store in NATS JetStream key-value buckets, shared by every
+// node of a fleet: registrations in one bucket (keyed by the environment
+// id in base64url: KV keys allow fewer characters than environment ids),
+// single-use authorizations in another, keyed by the token's hash (a dump
+// of the bucket hands out no usable token). TakeAuthorization is a read
+// followed by a delete conditioned on the revision read: of two nodes
+// racing to take one authorization, exactly one wins.
+type KVStore struct {
+	regs, auth jetstream.KeyValue
+}
+
+// KVStoreOptions configure the buckets.
+type KVStoreOptions struct {
+	// Prefix of the bucket names (default "relay"): <prefix>_reg, <prefix>_auth.
+	Prefix string
+	// Replicas of each bucket (default 1; use 3 on a 3-server cluster).
+	Replicas int
+	// RegistrationTTL: a registration not put or touched for this long
+	// expires (default DefaultRegistrationTTL).
+	RegistrationTTL time.Duration
+	// AuthorizationTTL bounds how long an authorization is kept (default
+	// 60 s; Expires is checked as well).
+	AuthorizationTTL time.Duration
+	// Memory keeps the buckets in memory rather than on disk.
+	Memory bool
+}
+
+// NewKVStore creates (or binds to) the buckets.
+func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore, error) {
+	if o.Prefix == "" {
+		o.Prefix = "relay"
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.RegistrationTTL <= 0 {
+		o.RegistrationTTL = DefaultRegistrationTTL
+	}
+	if o.AuthorizationTTL <= 0 {
+		o.AuthorizationTTL = time.Minute
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	storage := jetstream.FileStorage
+	if o.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	regs, err := bucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket: o.Prefix + "_reg", History: 1, TTL: o.RegistrationTTL, Storage: storage, Replicas: o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: registration bucket: %w", err)
+	}
+	auth, err := bucket(ctx, js, jetstream.KeyValueConfig{
+		// Authorizations are short-lived: memory is enough.
+		Bucket: o.Prefix + "_auth", History: 1, TTL: o.AuthorizationTTL + 5*time.Second, Storage: jetstream.MemoryStorage, Replicas: o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: authorization bucket: %w", err)
+	}
+	return &KVStore{regs: regs, auth: auth}, nil
+}
+
+// bucket binds to the bucket, or creates it. Nodes starting together race
+// to create it, and on a fresh cluster a create can stall until JetStream
+// has a leader: each attempt is bounded and retried until ctx ends.
+func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	var last error
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err := js.KeyValue(actx, cfg.Bucket)
+		if err == nil {
+			cancel()
+			return kv, nil
+		}
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(actx, cfg)
+			if err == nil {
+				cancel()
+				return kv, nil
+			}
+		}
+		cancel()
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func regKey(env string) string { return base64.RawURLEncoding.EncodeToString([]byte(env)) }
+
+func authKey(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+type kvReg struct {
+	ID  string    `json:"id"`
+	Key PublicKey `json:"key"`
+	At  time.Time `json:"at"`
+}
+
+type kvAuth struct {
+	Env        string    `json:"env"`
+	RegID      string    `json:"reg"`
+	HarnessKey PublicKey `json:"harness_key"`
+	Expires    time.Time `json:"expires"`
+}
+
+func (k *KVStore) PutRegistration(ctx context.Context, env string, r Registration) error {
+	b, err := json.Marshal(kvReg(r))
+	if err != nil {
+		return err
+	}
+	_, err = k.regs.Put(ctx, regKey(env), b)
+	return err
+}
+
+func (k *KVStore) get(ctx context.Context, env string) (Registration, uint64, bool, error) {
+	e, err := k.regs.Get(ctx, regKey(env))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Registration{}, 0, false, nil
+	}
+	if err != nil {
+		return Registration{}, 0, false, err
+	}
+	var v kvReg
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return Registration{}, 0, false, fmt.Errorf("relay: registration of %q: %w", env, err)
+	}
+	return Registration(v), e.Revision(), true, nil
+}
+
+func (k *KVStore) Registration(ctx context.Context, env string) (Registration, bool, error) {
+	r, _, ok, err := k.get(ctx, env)
+	return r, ok, err
+}
+
+// TouchRegistration puts the registration again (its age restarts), if
+// it is still reg.
+func (k *KVStore) TouchRegistration(ctx context.Context, env, reg string) error {
+	r, rev, ok, err := k.get(ctx, env)
+	if err != nil || !ok || r.ID != reg {
+		return err
+	}
+	b, err := json.Marshal(kvReg(r))
+	if err != nil {
+		return err
+	}
+	_, err = k.regs.Update(ctx, regKey(env), b, rev)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil // registered again meanwhile
+	}
+	return err
+}
+
+func (k *KVStore) PutAuthorization(ctx context.Context, token string, a Authorization) error {
+	b, err := json.Marshal(kvAuth(a))
+	if err != nil {
+		return err
+	}
+	_, err = k.auth.Create(ctx, authKey(token), b)
+	return err
+}
+
+func (k *KVStore) TakeAuthorization(ctx context.Context, token string) (Authorization, bool, error) {
+	key := authKey(token)
+	e, err := k.auth.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Authorization{}, false, nil
+	}
+	if err != nil {
+		return Authorization{}, false, err
+	}
+	// Compare-and-delete: only the taker that deletes the revision it
+	// read wins.
+	if err := k.auth.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return Authorization{}, false, nil
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return Authorization{}, false, nil
+		}
+		return Authorization{}, false, err
+	}
+	var v kvAuth
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return Authorization{}, false, err
+	}
+	return Authorization(v), true, nil
+}
