@@ -103,7 +103,7 @@
 // whose name starts with a colon can be written "./:name". ls and cat take
 // only remote paths, so for them the colon is optional.
 //
-//	exec-server cp [-a] [-r] [-q] SRC... DST
+//	exec-server cp [-a] [-r] [-L] [-q] SRC... DST
 //
 // copies local to remote, remote to local, or remote to remote (on the
 // server). With several sources, or when DST is an existing directory or
@@ -112,21 +112,22 @@
 // flight, never whole in memory; on a terminal a progress bar shows on
 // stderr for files over 1 MiB (-q hides it).
 //
+// As docker cp, cp keeps each file's and directory's permission bits and
+// copies symlinks as symlinks (dangling ones too); -L follows a symlink
+// named as SRC. -a (archive, implies -r) also keeps modification times (to
+// the second) and the setuid, setgid and sticky bits. An entry that cannot
+// be copied (a FIFO, a device, an unreadable directory) is named on stderr
+// and cp exits 1 once the rest is copied.
+//
 // A file is written under a temporary name beside its target
 // (".NAME.part-*") and put in place when complete, so an interrupted copy
-// (Ctrl-C, a lost connection, a failing source) leaves the target as it
-// was. Locally that is a rename. On the server, which has no rename
-// method, the server copies the finished file onto the target in one
-// request (fs/copy) and the temporary file is removed.
-//
-// -a (archive, implies -r) also keeps each file's permission bits
-// (setuid, setgid and sticky included), modification times (to the
-// second) and symlinks as symlinks (dangling ones too). The protocol can
-// neither read a mode or a link nor set a time, so -a runs POSIX sh, find,
+// (Ctrl-C, SIGTERM, a lost connection, a failing source) leaves the target
+// as it was and removes the temporary file. The protocol can neither read
+// a mode or a link, nor set a time, nor rename, so cp runs POSIX sh, find,
 // ls, readlink, chmod, touch, ln and mv on the server; the file is renamed
 // into place there (mv, i.e. rename(2)). Remote to remote, cp is the
-// server's fs/copy, with or without -a: modes and symlinks are kept, times
-// are not.
+// server's fs/copy (modes and symlinks kept), with -a the server's
+// cp -pPR (times and special bits too).
 //
 //	exec-server ls [-l] [-a] [:/DIR...]
 //
