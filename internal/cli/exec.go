@@ -322,13 +322,27 @@ func (r *execRun) loop(ctx context.Context) int {
 		exited = p.Exited()
 	}
 	var notice <-chan time.Time
+	// The first Ctrl-C or Ctrl-\ is forwarded; a second one ends exec
+	// (130, 131), whatever holds the remote output open. SIGTERM and
+	// SIGHUP are forwarded and end exec (143, 129) once the command is
+	// done, or after stopGrace.
+	seen := map[os.Signal]bool{}
+	var giveUp <-chan time.Time
+	giveUpCode := 0
 
 	var res result
 wait:
 	for {
 		select {
 		case res = <-done:
+			if giveUpCode != 0 && res.err == nil {
+				copiers.Wait()
+				return giveUpCode
+			}
 			break wait
+		case <-giveUp:
+			c.notef("stopped waiting for the remote command (%s); it was sent the signal", syscall.Signal(giveUpCode-128))
+			return giveUpCode
 		case note := <-stdinNote:
 			c.notef("%s", note)
 		case b := <-keys:
@@ -380,6 +394,25 @@ wait:
 			}
 			return c.fail(exitRemote, "writing output: %v", err)
 		case sig := <-r.sigs:
+			s, isSig := sig.(syscall.Signal)
+			switch {
+			case !isSig || isResize(sig):
+			case (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && seen[sig]:
+				c.notef("%s again: stopped waiting; the remote command is terminated", describeSignal(sig))
+				return 128 + int(s)
+			case sig == syscall.SIGTERM || sig == syscall.SIGHUP:
+				if giveUp == nil {
+					t := time.NewTimer(stopGrace)
+					defer t.Stop()
+					giveUp, giveUpCode = t.C, 128+int(s)
+				}
+			}
+			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && !seen[sig] {
+				if code, exited := p.ExitCode(); exited {
+					c.notef("the remote command exited with %d, but its output is still open (a background job?); %s again stops waiting", code, describeSignal(sig))
+				}
+			}
+			seen[sig] = true
 			r.forward(ctx, sig)
 		}
 	}
@@ -409,6 +442,20 @@ wait:
 		}
 	}
 	return c.timedOut(p, r.o.timeout, res.code)
+}
+
+// stopGrace is how long exec waits, after forwarding SIGTERM or SIGHUP, for
+// the remote command to finish its output before it ends anyway.
+const stopGrace = 2 * time.Second
+
+func describeSignal(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "Ctrl-C"
+	case syscall.SIGQUIT:
+		return "Ctrl-\\"
+	}
+	return sig.String()
 }
 
 // forward passes a signal exec received to the remote process.

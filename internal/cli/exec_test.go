@@ -365,3 +365,36 @@ func TestExecSignalBeforeStart(t *testing.T) {
 		})
 	}
 }
+
+// SIGTERM and SIGHUP are forwarded and end exec (143, 129) even when the
+// remote output stays open (a background job that ignores them); before,
+// exec kept waiting.
+func TestExecStopSignalsEndClient(t *testing.T) {
+	needServer(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		code int
+	}{{syscall.SIGTERM, 143}, {syscall.SIGHUP, 129}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			cmd := exec.Command(bin, "exec", "--url", serverURL, "--", "sh", "-c", "trap '' TERM HUP; sleep 300 & echo ready")
+			var stdout, stderr lineWaiter
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			stdout.wait(t, "ready", 15*time.Second)
+			cmd.Process.Signal(tc.sig)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("exec did not end after %v; stderr %q", tc.sig, stderr.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); code != tc.code {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, stderr.String())
+			}
+		})
+	}
+}
