@@ -62,6 +62,7 @@ type command struct {
 	caFile           string
 	connectTimeout   time.Duration
 	reconnectTimeout time.Duration
+	reconnectSet     bool // --reconnect-timeout given: refused connections are retried for as long
 	session          string // ps: the session to resume
 	usage            string // the synopsis after "exec-server NAME"
 	term             rawTerminal
@@ -91,7 +92,7 @@ func (c *command) connFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from `PATH`")
 	fs.StringVar(&c.caFile, "ca-file", "", "trust the PEM certificates in `PATH` for wss:// (in addition to the system's)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to connect")
-	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", 60*time.Second, "how long to try to resume the session after the connection drops")
+	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", 60*time.Second, "how long to try to resume the session after the connection drops (when given, also while connections are refused; else 5s of refusals end it)")
 	c.remoteFlags(fs)
 }
 
@@ -136,6 +137,7 @@ func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (co
 		}
 		return c.usageErr("%v", err), false
 	}
+	c.reconnectSet = fs.Changed("reconnect-timeout")
 	if !fs.Changed("url") {
 		c.url = os.Getenv("EXEC_SERVER_URL")
 	}
@@ -258,6 +260,11 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 		ReconnectTimeout: c.reconnectTimeout,
 		OnStateChange:    c.reconnectNotice,
 	}
+	if !c.reconnectSet {
+		// Nothing listening: the server is down, not restarting; a
+		// restart (systemd's RestartSec=2s) answers well within this.
+		opts.RefusedTimeout = refusedTimeout
+	}
 	if c.caFile != "" {
 		hc, err := httpClientTrusting(c.caFile)
 		if err != nil {
@@ -273,6 +280,10 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 	}
 	return cl, 0
 }
+
+// refusedTimeout is how long refused reconnects go on unless
+// --reconnect-timeout is given.
+const refusedTimeout = 5 * time.Second
 
 // reconnectNotice turns the SDK's connection states into one visible line
 // each on stderr. Lost needs none: whatever fails next says why.

@@ -227,16 +227,23 @@ func TestExecSessionLost(t *testing.T) {
 	}{
 		{"server restarted", true, "5m", "session lost: the server no longer knows this session"},
 		{"server gone", false, "2s", "connection lost"},
+		// Without --reconnect-timeout, 5 s of refused connections end
+		// exec (before: the whole 60 s window).
+		{"server gone, default window", false, "", "refused connections for 5s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			url, srv := startServerAt(t, "127.0.0.1:0")
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 			defer cancel()
 			var stdout, stderr lineWaiter
 			done := make(chan int, 1)
 			go func() {
-				done <- cli.Main(ctx, "exec", []string{"--url", url, "--reconnect-timeout", tc.timeout, "--", "sh", "-c", "echo ready; sleep 60"}, strings.NewReader(""), &stdout, &stderr)
+				args := []string{"--url", url, "--", "sh", "-c", "echo ready; sleep 60"}
+				if tc.timeout != "" {
+					args = append([]string{"--reconnect-timeout", tc.timeout}, args...)
+				}
+				done <- cli.Main(ctx, "exec", args, strings.NewReader(""), &stdout, &stderr)
 			}()
 			stdout.wait(t, "ready", 15*time.Second)
 			srv.Process.Kill()
