@@ -13,8 +13,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/execgo/exec-server/jsonrpc"

@@ -62,7 +62,7 @@ type command struct {
 	caFile           string
 	connectTimeout   time.Duration
 	reconnectTimeout time.Duration
-	reconnectSet     bool // --reconnect-timeout given: refused connections are retried for as long
+	reconnectSet     bool   // --reconnect-timeout given: refused connections are retried for as long
 	session          string // ps: the session to resume
 	usage            string // the synopsis after "exec-server NAME"
 	term             rawTerminal
