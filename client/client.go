@@ -570,6 +570,10 @@ func (c *Client) current(ctx context.Context) (*rpcConn, uint64, error) {
 // idempotent). A non-retried request lost that way fails with
 // ErrConnectionLost.
 func (c *Client) call(ctx context.Context, method string, params, result any, retry bool) error {
+	params, err := c.sandboxed(ctx, method, params)
+	if err != nil {
+		return err
+	}
 	for {
 		rc, _, err := c.current(ctx)
 		if err != nil {
@@ -593,6 +597,10 @@ func (c *Client) call(ctx context.Context, method string, params, result any, re
 // the generation used. File handles use it because handles do not survive
 // a reconnect.
 func (c *Client) callGen(ctx context.Context, gen uint64, method string, params, result any) (uint64, error) {
+	params, err := c.sandboxed(ctx, method, params)
+	if err != nil {
+		return 0, err
+	}
 	rc, cur, err := c.current(ctx)
 	if err != nil {
 		return 0, err

@@ -67,6 +67,18 @@
 //	                      refuses it (exit 1) rather than run CMD unlimited
 //	--detach-keys KEYS    the -it detach sequence, docker's notation
 //	                      (default ctrl-p,ctrl-q; "" for none)
+//	--sandbox MODE        confine CMD with the server's kernel sandbox:
+//	                      read-only or workspace-write, the policies codex
+//	                      sends; a denial is named on stderr
+//	--writable DIR        with workspace-write, DIR is writable too
+//	--network             with --sandbox, allow network access
+//
+// Without -t, the first Ctrl-C (Ctrl-\) is forwarded and a second one ends
+// exec with 130 (131) even when a background job holds the output open;
+// SIGTERM and SIGHUP are forwarded and end exec with 143 and 129. A server
+// that restarted (it no longer knows the session) ends exec at once; one
+// that refuses connections for 5 s ends it too, unless --reconnect-timeout
+// is given.
 //
 // With -it on a local terminal, the terminal is in raw mode while CMD
 // runs: Ctrl-C, Ctrl-D, Ctrl-Z and Ctrl-\ are keystrokes for the remote

@@ -49,6 +49,7 @@ type execOptions struct {
 	timeout     time.Duration
 	detachSpec  string
 	detachKeys  []byte
+	sandbox     *client.Sandbox
 }
 
 func (c *command) parseExec(args []string) (*execOptions, int, bool) {
@@ -65,6 +66,12 @@ func (c *command) parseExec(args []string) (*execOptions, int, bool) {
 	fs.StringVar(&o.inherit, "env-inherit", "all", "how much of the server's environment to start from, `MODE` all, core or none")
 	fs.DurationVar(&o.timeout, "timeout", 0, "kill the remote command (its whole tree) after `D`, on the server; exit 124 then")
 	fs.StringVar(&o.detachSpec, "detach-keys", "ctrl-p,ctrl-q", "with -it on a terminal, the `KEYS` that detach (\"\" for none)")
+	var sandboxMode string
+	var writable []string
+	var network bool
+	fs.StringVar(&sandboxMode, "sandbox", "", "confine CMD with the server's kernel sandbox, `MODE` read-only or workspace-write (codex's policies)")
+	fs.StringArrayVar(&writable, "writable", nil, "with --sandbox workspace-write, also make `DIR` writable (repeatable; the working directory always is)")
+	fs.BoolVar(&network, "network", false, "with --sandbox, allow network access (default: none)")
 	if code, ok := c.parse(fs, args, false); !ok {
 		return nil, code, false
 	}
@@ -96,6 +103,24 @@ func (c *command) parseExec(args []string) (*execOptions, int, bool) {
 	}
 	if o.timeout < 0 {
 		return nil, c.usageErr("--timeout %v: want a positive duration", o.timeout), false
+	}
+	switch sandboxMode {
+	case "":
+		if len(writable) > 0 || network {
+			return nil, c.usageErr("--writable and --network need --sandbox"), false
+		}
+	case string(client.SandboxReadOnly), string(client.SandboxWorkspaceWrite):
+		if sandboxMode == string(client.SandboxReadOnly) && len(writable) > 0 {
+			return nil, c.usageErr("--writable needs --sandbox workspace-write"), false
+		}
+		for _, w := range writable {
+			if !strings.HasPrefix(w, "/") {
+				return nil, c.usageErr("--writable %q: want an absolute path on the server", w), false
+			}
+		}
+		o.sandbox = &client.Sandbox{Mode: client.SandboxMode(sandboxMode), WritableRoots: writable, Network: network}
+	default:
+		return nil, c.usageErr("--sandbox %q: want read-only or workspace-write", sandboxMode), false
 	}
 	keys, err := parseDetachKeys(o.detachSpec)
 	if err != nil {
@@ -129,7 +154,7 @@ func (c *command) exec(ctx context.Context, args []string) int {
 			c.notef("warning: -t given but stdin is not a terminal")
 		}
 	}
-	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, StdinPipe: o.interactive, Timeout: o.timeout}
+	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, StdinPipe: o.interactive, Timeout: o.timeout, Sandbox: o.sandbox}
 	if o.inherit != "none" {
 		cmd.InheritEnv = o.inherit
 	}
@@ -440,6 +465,9 @@ wait:
 		if err != nil {
 			return c.fail(exitRemote, "%s", describe(err))
 		}
+	}
+	if p.SandboxDenied() {
+		c.notef("the sandbox (%s) denied an operation of the remote command (exit %d)", r.o.sandbox.Mode, res.code)
 	}
 	return c.timedOut(p, r.o.timeout, res.code)
 }

@@ -405,3 +405,43 @@ func TestExecStopSignalsEndClient(t *testing.T) {
 		})
 	}
 }
+
+// exec --sandbox: read-only refuses a write and says the sandbox denied
+// it; workspace-write allows it in the working directory; --writable adds
+// a directory; flag misuse is a usage error.
+func TestExecSandbox(t *testing.T) {
+	needServer(t)
+	// Not under /tmp, which workspace-write leaves writable.
+	base, err := os.MkdirTemp(".", ".sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	base, _ = filepath.Abs(base)
+	work, extra := filepath.Join(base, "work"), filepath.Join(base, "extra")
+	os.Mkdir(work, 0o755)
+	os.Mkdir(extra, 0o755)
+	code, _, errOut := mainOut(t, "", "exec", "--url", serverURL, "-w", work, "--sandbox", "read-only", "--", "touch", "x")
+	if strings.Contains(errOut, "sandbox") && strings.Contains(errOut, "not available") || strings.Contains(errOut, "needs") {
+		t.Skipf("no kernel sandbox here: %s", errOut)
+	}
+	if code == 0 || !strings.Contains(errOut, "the sandbox (read-only) denied") {
+		t.Errorf("read-only: exit %d, stderr %q; want a failure and the denial named", code, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--sandbox", "workspace-write", "--", "touch", "x"}, 0},
+		{[]string{"--sandbox", "workspace-write", "--", "touch", extra + "/y"}, 1},
+		{[]string{"--sandbox", "workspace-write", "--writable", extra, "--", "touch", extra + "/y"}, 0},
+		{[]string{"--sandbox", "bogus", "--", "true"}, 2},
+		{[]string{"--writable", extra, "--", "true"}, 2},
+		{[]string{"--sandbox", "read-only", "--writable", extra, "--", "true"}, 2},
+	} {
+		code, _, errOut := mainOut(t, "", append([]string{"exec", "--url", serverURL, "-w", work}, tc.args...)...)
+		if code != tc.code {
+			t.Errorf("%v: exit %d, want %d; stderr %q", tc.args, code, tc.code, errOut)
+		}
+	}
+}
