@@ -119,7 +119,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		DirectChildren:     !*contain,
 		Stdin:              stdin,
 		Stdout:             stdout,
-		OnListen:           func(url string) { fmt.Fprintln(stdout, url) },
+		OnListen: func(url string) {
+			fmt.Fprintln(stdout, url)
+			if err := sdNotify("READY=1"); err != nil {
+				logger.Warn("readiness notification failed", "err", err)
+			}
+		},
 		Metrics:            reg,
 	}
 	if err := sec.apply(*listen, &cfg); err != nil {
@@ -145,6 +150,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, ok := rem.run(ctx, srv, logger, stderr); ok {
 		return code
 	}
+	context.AfterFunc(ctx, func() { _ = sdNotify("STOPPING=1") })
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", listenError(err))
 		return 1

@@ -14,6 +14,8 @@ import (
 // when name is not one.
 func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ok bool) {
 	switch name {
+	case "healthcheck":
+		return healthcheck(args, stdout, stderr), true
 	case "exec", "cp", "ls", "cat", "ps", "watch":
 	default:
 		return 0, false
