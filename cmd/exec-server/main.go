@@ -138,6 +138,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	srv := server.New(cfg)
+	sec.reloadOnHangup(ctx, logger)
 	logger.Info("exec-server starting", "version", versionString(), "pid", os.Getpid(), "listen", *listen)
 	if metricsAddr != "" {
 		stopMetrics, err := serveMetrics(ctx, metricsAddr, srv.MetricsHandler(), logger)

@@ -16,6 +16,8 @@ func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr i
 	switch name {
 	case "healthcheck":
 		return healthcheck(args, stdout, stderr), true
+	case "token":
+		return tokenCmd(args, stdout, stderr), true
 	case "exec", "cp", "ls", "cat", "ps", "watch":
 	default:
 		return 0, false
