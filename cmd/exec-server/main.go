@@ -125,7 +125,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				logger.Warn("readiness notification failed", "err", err)
 			}
 		},
-		Metrics:            reg,
+		Metrics: reg,
 	}
 	if err := sec.apply(*listen, &cfg); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)

@@ -55,7 +55,7 @@ type securityFlags struct {
 	insecureNoAuth   bool
 	tlsCert, tlsKey  string
 
-	authn *auth.Authenticator           // reloaded on SIGHUP (reload.go)
+	authn *auth.Authenticator             // reloaded on SIGHUP (reload.go)
 	cert  atomic.Pointer[tls.Certificate] // the served certificate, reloaded on SIGHUP
 
 	maxMessageBytes int64
