@@ -85,6 +85,9 @@ type Config struct {
 	// /readyz). A non-nil error refuses it with 401 and the error's text
 	// as a plain-text body.
 	Authenticate func(r *http.Request) error
+	// Identify, when set, names the caller of an accepted upgrade (a token
+	// name, a JWT subject; never a secret) for the audit log's "who".
+	Identify func(r *http.Request) string
 	// TLSConfig, when set, serves wss:// and https /readyz.
 	TLSConfig *tls.Config
 	// Metrics, when set, receives the server's metrics (connections,

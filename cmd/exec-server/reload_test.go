@@ -62,6 +62,9 @@ func TestSIGHUPRotatesTokens(t *testing.T) {
 		}
 	}
 
+	// The audit line names the caller by its token file.
+	waitLog(`level=INFO msg=audit who=token:alpha method=process/start process=\S+ argv=\[cat\] .*code=0`)
+
 	os.WriteFile(a, []byte("token-two\n"), 0o600)
 	s.cmd.Process.Signal(syscall.SIGHUP)
 	waitLog(`reload: authentication files read again`)
@@ -156,7 +159,24 @@ func TestTokenMint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the minted token was refused: %v", err)
 	}
+	// An fs mutation is audited with the JWT's subject, the path and the
+	// outcome.
+	f := filepath.Join(dir, "written")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c.WriteFile(ctx, f, []byte("x"))
+	c.Remove(ctx, filepath.Join(dir, "missing"))
 	c.Close()
+	for _, re := range []string{`msg=audit who=jwt:ci-bot method=fs/writeFile path=` + regexp.QuoteMeta(f) + ` code=0`,
+		`msg=audit who=jwt:ci-bot method=fs/remove path=\S+missing code=-32004 err=`} {
+		deadline := time.Now().Add(20 * time.Second)
+		for !regexp.MustCompile(re).MatchString(s.logs()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line matching %s:\n%s", re, s.logs())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	for _, args := range [][]string{{"token", "mint", "--sub", "x"}, {"token", "mint", "--secret-file", secret}, {"token"}} {
 		cmd := serverCommand(args...)
 		if err := cmd.Run(); cmd.ProcessState.ExitCode() != 2 {

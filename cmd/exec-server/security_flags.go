@@ -201,6 +201,12 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 		return err
 	}
 	cfg.Authenticate = check
+	if authn != nil {
+		cfg.Identify = func(r *http.Request) string {
+			id, _ := authn.Identify(r)
+			return id
+		}
+	}
 	cfg.TLSConfig = tlsConfig
 	cfg.MaxMessageBytes = s.maxMessageBytes
 	cfg.MaxFileBytes = s.maxFileBytes
