@@ -32,6 +32,7 @@ func main() {
 
 const usage = `usage: exec-server [flags]
        exec-server exec|cp|ls|cat|ps|watch [flags] ...   (client subcommands; see exec-server SUBCOMMAND -h)
+       exec-server healthcheck | token mint ...            (operations; see exec-server SUBCOMMAND -h)
 
 Serves the exec-server protocol on a websocket (default ws://127.0.0.1:0; the
 bound URL is printed as the first line of stdout) or on stdio. The websocket
@@ -65,8 +66,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	rem := addRemoteFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, usage)
-			fs.SetOutput(stderr)
+			fmt.Fprint(stdout, usage)
+			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return 0
 		}

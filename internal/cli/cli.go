@@ -96,11 +96,12 @@ func (c *command) connFlags(fs *pflag.FlagSet) {
 	c.remoteFlags(fs)
 }
 
-// printUsage prints -h: pflag's own listing would write "[=true|false]"
-// after every boolean flag.
+// printUsage prints -h on stdout (asked-for help is output, as git's and
+// kubectl's): pflag's own listing would write "[=true|false]" after every
+// boolean flag.
 func (c *command) printUsage(fs *pflag.FlagSet) {
-	fmt.Fprintf(c.stderr, "usage: exec-server %s %s\n\nflags:\n", c.name, c.usage)
-	tw := tabwriter.NewWriter(c.stderr, 0, 8, 3, ' ', 0)
+	fmt.Fprintf(c.stdout, "usage: exec-server %s %s\n\nflags:\n", c.name, c.usage)
+	tw := tabwriter.NewWriter(c.stdout, 0, 8, 3, ' ', 0)
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Hidden {
 			return

@@ -114,7 +114,7 @@ type copier struct {
 func (cp *copier) isDir(ctx context.Context, l location) bool {
 	if l.remote {
 		fi, err := cp.cl.Stat(ctx, l.path)
-		return err == nil && fi.IsDir
+		return err == nil && fi.IsDir()
 	}
 	if l.path == "-" {
 		return false
@@ -548,7 +548,7 @@ func (cp *copier) download(ctx context.Context, remote, local string) error {
 			cp.skip(":"+e.path, describe(err))
 			continue
 		}
-		meta := &archiveMeta{mode: cp.keptMode(e.mode), mtime: cp.mtime(fi.ModTime)}
+		meta := &archiveMeta{mode: cp.keptMode(e.mode), mtime: cp.mtime(fi.ModTime())}
 		if e.kind == 'd' {
 			// Writable for now, so that its contents can be made.
 			if err := os.MkdirAll(target, 0o700); err != nil {
@@ -557,7 +557,7 @@ func (cp *copier) download(ctx context.Context, remote, local string) error {
 			dirs = append(dirs, dirMeta{target, *meta})
 			continue
 		}
-		if err := cp.downloadFile(ctx, e.path, target, fi.Size, meta); err != nil {
+		if err := cp.downloadFile(ctx, e.path, target, fi.Size(), meta); err != nil {
 			return err
 		}
 	}

@@ -590,7 +590,7 @@ func (c *command) startFailed(ctx context.Context, cl *client.Client, cmd client
 		switch {
 		case isNotFound(serr):
 			return c.fail(exitNoFound, "--workdir %s: no such directory on the server", cmd.Cwd)
-		case serr == nil && !fi.IsDir:
+		case serr == nil && !fi.IsDir():
 			return c.fail(exitNoFound, "--workdir %s: not a directory", cmd.Cwd)
 		}
 	}
@@ -607,7 +607,7 @@ func (c *command) startFailed(ctx context.Context, cl *client.Client, cmd client
 		switch {
 		case isNotFound(serr):
 			return c.fail(exitNoFound, "%s: no such file on the server", prog)
-		case serr == nil && fi.IsDir:
+		case serr == nil && fi.IsDir():
 			return c.fail(exitNoExec, "%s: is a directory", prog)
 		case serr == nil:
 			return c.fail(exitNoExec, "%s: cannot be executed: %s", prog, e.Message)

@@ -41,8 +41,9 @@ func TestHelpHidesSecrets(t *testing.T) {
 			if code != 0 {
 				t.Errorf("%s %s: exit %d", sub, h, code)
 			}
-			if !strings.Contains(errOut, "--token TOKEN") {
-				t.Errorf("%s %s printed no usage: %q", sub, h, errOut)
+			// Asked-for help goes to stdout (exit 0), as git's and kubectl's.
+			if !strings.Contains(out, "--token TOKEN") || errOut != "" {
+				t.Errorf("%s %s printed no usage on stdout: %q (stderr %q)", sub, h, out, errOut)
 			}
 			if strings.Contains(out+errOut, "s3cret") {
 				t.Errorf("%s %s printed a secret:\n%s", sub, h, errOut)

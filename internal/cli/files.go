@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
 	"sync"
@@ -118,7 +119,7 @@ func (c *command) list(ctx context.Context, cl *client.Client, dir string, long,
 	if err != nil {
 		return err
 	}
-	if !fi.IsDir {
+	if !fi.IsDir() {
 		c.printEntry(fi, dir, long)
 		return nil
 	}
@@ -126,16 +127,16 @@ func (c *command) list(ctx context.Context, cl *client.Client, dir string, long,
 	if err != nil {
 		return err
 	}
-	var shown []client.DirEntry
+	var shown []fs.DirEntry
 	for _, e := range ents {
-		if all || !strings.HasPrefix(e.Name, ".") {
+		if all || !strings.HasPrefix(e.Name(), ".") {
 			shown = append(shown, e)
 		}
 	}
 	if !long {
 		for _, e := range shown {
-			name := e.Name
-			if e.IsDir {
+			name := e.Name()
+			if e.IsDir() {
 				name += "/"
 			}
 			fmt.Fprintln(c.stdout, name)
@@ -153,30 +154,30 @@ func (c *command) list(ctx context.Context, cl *client.Client, dir string, long,
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			infos[i], errs[i] = cl.Stat(ctx, path.Join(dir, e.Name))
+			infos[i], errs[i] = cl.Stat(ctx, path.Join(dir, e.Name()))
 		}()
 	}
 	wg.Wait()
 	for i, e := range shown {
 		if errs[i] != nil {
 			// Vanished since the listing: say so in place.
-			fmt.Fprintf(c.stdout, "%12s  %-16s  %s\n", "?", "?", e.Name)
+			fmt.Fprintf(c.stdout, "%12s  %-16s  %s\n", "?", "?", e.Name())
 			continue
 		}
-		c.printEntry(infos[i], e.Name, true)
+		c.printEntry(infos[i], e.Name(), true)
 	}
 	return nil
 }
 
 func (c *command) printEntry(fi *client.FileInfo, name string, long bool) {
-	if fi.IsDir {
+	if fi.IsDir() {
 		name += "/"
 	}
 	if !long {
 		fmt.Fprintln(c.stdout, name)
 		return
 	}
-	fmt.Fprintf(c.stdout, "%12d  %s  %s\n", fi.Size, fi.ModTime.UTC().Format("2006-01-02 15:04"), name)
+	fmt.Fprintf(c.stdout, "%12d  %s  %s\n", fi.Size(), fi.ModTime().UTC().Format("2006-01-02 15:04"), name)
 }
 
 func localPathOfURI(u string) (string, error) { return fileuri.Parse(u) }
