@@ -44,10 +44,19 @@ func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdo
 		return cmd.ps(ctx, args)
 	case "watch":
 		return cmd.watch(ctx, args)
+	case "rm":
+		return cmd.rm(ctx, args)
+	case "mkdir":
+		return cmd.mkdir(ctx, args)
+	case "mv":
+		return cmd.mv(ctx, args)
 	}
-	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want exec, cp, ls, cat or ps)\n", name)
+	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want %s)\n", name, strings.Join(Subcommands, ", "))
 	return exitUsage
 }
+
+// Subcommands are the client subcommands Main runs.
+var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv"}
 
 // command is one subcommand's invocation: its streams and the connection
 // flags every subcommand shares.

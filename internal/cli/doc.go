@@ -141,11 +141,20 @@
 // server's fs/copy (modes and symlinks kept), with -a the server's
 // cp -pPR (times and special bits too).
 //
+//	exec-server rm [-r] [-f] :/PATH...
+//	exec-server mkdir [-p] :/DIR...
+//	exec-server mv :/SRC :/DST
+//
+// remove, make and rename remote paths (rm refuses /; mv runs mv(1) on the
+// server: the protocol has no rename). Errors name the path; exit 1.
+//
 //	exec-server ls [-l] [-a] [:/DIR...]
 //
 // lists directories (default: the server's working directory), sorted;
 // directories end in "/". -a (--all) includes names starting with a dot;
-// -l (--long) shows size and modification time (UTC); -la is both.
+// -l (--long) is the server's own ls -l (mode, links, owner, group, size,
+// time in UTC, symlink targets; a size and time listing if it has no ls);
+// -la is both.
 //
 //	exec-server cat :/FILE...
 //
