@@ -31,7 +31,12 @@ const (
 // returns the process exit code.
 func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := &command{name: name, stdin: stdin, stdout: stdout, stderr: stderr}
-	switch name {
+	return cmd.run(ctx, args)
+}
+
+// run runs the subcommand c.name.
+func (cmd *command) run(ctx context.Context, args []string) int {
+	switch cmd.name {
 	case "exec":
 		return cmd.exec(ctx, args)
 	case "cp":
@@ -50,13 +55,17 @@ func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdo
 		return cmd.mkdir(ctx, args)
 	case "mv":
 		return cmd.mv(ctx, args)
+	case "completion":
+		return cmd.completion(args)
+	case "man":
+		return cmd.man(args)
 	}
-	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want %s)\n", name, strings.Join(Subcommands, ", "))
+	fmt.Fprintf(cmd.stderr, "exec-server: unknown subcommand %q (want %s)\n", cmd.name, strings.Join(Subcommands, ", "))
 	return exitUsage
 }
 
 // Subcommands are the client subcommands Main runs.
-var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv"}
+var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv", "completion", "man"}
 
 // command is one subcommand's invocation: its streams and the connection
 // flags every subcommand shares.
@@ -76,6 +85,7 @@ type command struct {
 	usage            string // the synopsis after "exec-server NAME"
 	term             rawTerminal
 	remote           remoteConn // --remote (remote.go)
+	capture          func(*pflag.FlagSet) // set: parse hands over the flags and stops (completion.go)
 }
 
 // flags returns a GNU-style flag set (as kubectl's) with the shared
@@ -139,6 +149,11 @@ func (c *command) printUsage(fs *pflag.FlagSet) {
 // command, as docker's).
 func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (code int, ok bool) {
 	c.connFlags(fs)
+	if c.capture != nil {
+		// completion.go: the flag set is wanted, not a run.
+		c.capture(fs)
+		return 0, false
+	}
 	fs.SetInterspersed(interspersed)
 	if err := fs.Parse(oldSpellings(fs, args, interspersed)); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
