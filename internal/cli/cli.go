@@ -84,7 +84,7 @@ type command struct {
 	session          string // ps: the session to resume
 	usage            string // the synopsis after "exec-server NAME"
 	term             rawTerminal
-	remote           remoteConn // --remote (remote.go)
+	remote           remoteConn           // --remote (remote.go)
 	capture          func(*pflag.FlagSet) // set: parse hands over the flags and stops (completion.go)
 }
 
