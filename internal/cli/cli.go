@@ -55,6 +55,8 @@ func (cmd *command) run(ctx context.Context, args []string) int {
 		return cmd.mkdir(ctx, args)
 	case "mv":
 		return cmd.mv(ctx, args)
+	case "context":
+		return cmd.contextCmd(args)
 	case "completion":
 		return cmd.completion(args)
 	case "man":
@@ -65,7 +67,7 @@ func (cmd *command) run(ctx context.Context, args []string) int {
 }
 
 // Subcommands are the client subcommands Main runs.
-var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv", "completion", "man"}
+var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv", "context", "completion", "man"}
 
 // command is one subcommand's invocation: its streams and the connection
 // flags every subcommand shares.
@@ -85,6 +87,7 @@ type command struct {
 	usage            string // the synopsis after "exec-server NAME"
 	term             rawTerminal
 	remote           remoteConn           // --remote (remote.go)
+	contextName      string               // --context (contexts.go)
 	capture          func(*pflag.FlagSet) // set: parse hands over the flags and stops (completion.go)
 }
 
@@ -106,7 +109,8 @@ func (c *command) flags(usage string) *pflag.FlagSet {
 // connFlags adds the connection flags, after the subcommand's own so that
 // -h lists those first.
 func (c *command) connFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.url, "url", "", "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL)")
+	fs.StringVar(&c.url, "url", "", "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL, else the context's)")
+	fs.StringVar(&c.contextName, "context", "", "use the named context `NAME` (exec-server context ls; default $EXEC_SERVER_CONTEXT, else the current one)")
 	fs.StringVar(&c.token, "token", "", "bearer `TOKEN` for the websocket upgrade (default $EXEC_SERVER_TOKEN)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from `PATH`")
 	fs.StringVar(&c.caFile, "ca-file", "", "trust the PEM certificates in `PATH` for wss:// (in addition to the system's)")
@@ -170,6 +174,9 @@ func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (co
 		c.token = os.Getenv("EXEC_SERVER_TOKEN")
 	}
 	c.remoteDefaults(fs)
+	if err := c.applyContext(fs); err != nil {
+		return c.usageErr("%v", err), false
+	}
 	return 0, true
 }
 
@@ -262,7 +269,7 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 		return c.dialRemote(ctx)
 	}
 	if c.url == "" {
-		return nil, c.usageErr("--url is required (or set EXEC_SERVER_URL)")
+		return nil, c.usageErr("--url is required (or set EXEC_SERVER_URL, or a context: exec-server context add)")
 	}
 	if !strings.HasPrefix(c.url, "ws://") && !strings.HasPrefix(c.url, "wss://") {
 		return nil, c.usageErr("--url %q: want ws://HOST:PORT or wss://HOST:PORT", c.url)

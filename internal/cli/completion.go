@@ -17,7 +17,7 @@ import (
 // documented are the subcommands with flags (completion and man have none
 // worth listing).
 func documented() []string {
-	return slices.DeleteFunc(slices.Clone(Subcommands), func(s string) bool { return s == "completion" || s == "man" })
+	return slices.DeleteFunc(slices.Clone(Subcommands), func(s string) bool { return s == "completion" || s == "man" || s == "context" })
 }
 
 type flagDoc struct {

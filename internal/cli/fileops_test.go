@@ -3,6 +3,7 @@ package cli_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -53,4 +54,47 @@ func TestFileOps(t *testing.T) {
 	}
 	run(2, "rm", "relative")
 	run(2, "mv", ":/one")
+}
+
+// Named contexts: context add/use/ls/rm keep a server URL and its token
+// file in a config file; --context, $EXEC_SERVER_CONTEXT or the current one
+// supply --url and --token-file; --url given still wins.
+func TestContexts(t *testing.T) {
+	needServer(t)
+	dir := t.TempDir()
+	t.Setenv("EXEC_SERVER_CONFIG", filepath.Join(dir, "config.toml"))
+	t.Setenv("EXEC_SERVER_URL", "")
+	t.Setenv("EXEC_SERVER_TOKEN", "")
+	t.Setenv("EXEC_SERVER_CONTEXT", "")
+	ok := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := mainOut(t, "", args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s", args, code, errOut)
+		}
+		return out
+	}
+	ok("context", "add", "secured", "--url", tokenURL, "--token-file", tokenFile)
+	ok("context", "add", "plain", "--url", serverURL)
+	if out := ok("context", "ls"); !regexp.MustCompile(`(?m)^\*\s+secured`).MatchString(out) || !strings.Contains(out, "plain") {
+		t.Errorf("context ls:\n%s", out)
+	}
+	// The current context (the first added) carries the token file.
+	if out := ok("exec", "--", "echo", "hi"); out != "hi\n" {
+		t.Errorf("exec through the current context: %q", out)
+	}
+	ok("context", "use", "plain")
+	if out := ok("exec", "--context", "secured", "--", "echo", "by-flag"); out != "by-flag\n" {
+		t.Errorf("exec --context: %q", out)
+	}
+	t.Setenv("EXEC_SERVER_CONTEXT", "secured")
+	ok("exec", "--", "true")
+	t.Setenv("EXEC_SERVER_CONTEXT", "")
+	if code, _, errOut := mainOut(t, "", "exec", "--context", "nope", "--", "true"); code != 2 || !strings.Contains(errOut, `context "nope"`) {
+		t.Errorf("unknown context: exit %d %q", code, errOut)
+	}
+	ok("context", "rm", "plain")
+	if out := ok("context", "ls"); strings.Contains(out, "plain") {
+		t.Errorf("context rm left it:\n%s", out)
+	}
 }
