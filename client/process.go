@@ -1144,3 +1144,10 @@ func (w stdinWriter) Write(b []byte) (int, error) {
 }
 
 func (w stdinWriter) Close() error { return w.p.CloseStdin(w.p.c.ctx) }
+
+// SignalProcess sends sig to the session's process id (process/signal),
+// one this Client did not start: a process of a resumed session
+// (Options.ResumeSession).
+func (c *Client) SignalProcess(ctx context.Context, id string, sig Signal) error {
+	return c.call(ctx, protocol.MethodProcessSignal, protocol.SignalParams{ProcessID: id, Signal: string(sig)}, nil, false)
+}

@@ -55,6 +55,10 @@ func (cmd *command) run(ctx context.Context, args []string) int {
 		return cmd.mkdir(ctx, args)
 	case "mv":
 		return cmd.mv(ctx, args)
+	case "attach":
+		return cmd.attach(ctx, args)
+	case "kill":
+		return cmd.kill(ctx, args)
 	case "context":
 		return cmd.contextCmd(args)
 	case "completion":
@@ -67,7 +71,7 @@ func (cmd *command) run(ctx context.Context, args []string) int {
 }
 
 // Subcommands are the client subcommands Main runs.
-var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv", "context", "completion", "man"}
+var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv", "attach", "kill", "context", "completion", "man"}
 
 // command is one subcommand's invocation: its streams and the connection
 // flags every subcommand shares.

@@ -141,6 +141,17 @@
 // server's fs/copy (modes and symlinks kept), with -a the server's
 // cp -pPR (times and special bits too).
 //
+//	exec-server exec -d CMD...     (prints the process id)
+//	exec-server ps [--session ID]
+//	exec-server attach [--session ID] PROCESS
+//	exec-server kill [-s SIGNAL] [--session ID] PROCESS...
+//
+// exec -d leaves CMD running in its session (for the server's session
+// TTL) and remembers the session per server under $XDG_STATE_HOME (as the
+// -it detach keys do); ps lists its processes, attach prints a process's
+// retained and new output until it closes and exits with its code (Ctrl-C
+// leaves it running), kill signals it (default kill, its whole tree).
+//
 //	exec-server rm [-r] [-f] :/PATH...
 //	exec-server mkdir [-p] :/DIR...
 //	exec-server mv :/SRC :/DST

@@ -50,6 +50,7 @@ type execOptions struct {
 	detachSpec  string
 	detachKeys  []byte
 	sandbox     *client.Sandbox
+	detach      bool
 }
 
 func (c *command) parseExec(args []string) (*execOptions, int, bool) {
@@ -58,6 +59,7 @@ func (c *command) parseExec(args []string) (*execOptions, int, bool) {
 	var envs, envFiles []string
 	fs.BoolVarP(&o.interactive, "interactive", "i", false, "forward stdin")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "run CMD on a pseudo-terminal (-it: an interactive terminal session)")
+	fs.BoolVarP(&o.detach, "detach", "d", false, "start CMD, print its process id and leave it running in its session (ps, attach, kill find it)")
 	fs.StringArrayVarP(&envs, "env", "e", nil, "set environment variable `K=V` (repeatable; a bare K passes the local value)")
 	fs.StringArrayVar(&envFiles, "env-file", nil, "read K=V lines from `FILE` (# comments; repeatable; -e wins)")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "working `DIR` on the server (absolute; default the server's)")
@@ -186,7 +188,12 @@ func (c *command) exec(ctx context.Context, args []string) int {
 			started <- startResult{code: code}
 			return
 		}
-		p, err := cl.Start(setupCtx, cmd)
+		sctx := setupCtx
+		if o.detach {
+			// The process outlives this command.
+			sctx = context.WithoutCancel(setupCtx)
+		}
+		p, err := cl.Start(sctx, cmd)
 		switch {
 		case errors.Is(err, errors.ErrUnsupported) && o.timeout > 0:
 			code = c.fail(exitFailure, "--timeout: the server cannot time a command out (no processTimeout capability)")
@@ -220,6 +227,12 @@ setup:
 		return st.code
 	}
 	cl, p := st.cl, st.p
+	if o.detach {
+		c.rememberSession(cl.SessionID())
+		fmt.Fprintln(c.stdout, p.ID())
+		_ = cl.Detach()
+		return 0
+	}
 	detached := false
 	defer func() {
 		if detached {
@@ -375,6 +388,7 @@ wait:
 			if hit {
 				r.detached = true
 				c.term.restore()
+				c.rememberSession(r.cl.SessionID())
 				c.notef("detached; the remote command goes on in session %s until the server's session TTL ends (exec-server ps --session %s lists it)", r.cl.SessionID(), r.cl.SessionID())
 				return 0
 			}

@@ -98,3 +98,33 @@ func TestContexts(t *testing.T) {
 		t.Errorf("context rm left it:\n%s", out)
 	}
 }
+
+// exec -d starts a command, prints its id and leaves it in its session;
+// ps, attach and kill then find that session without --session.
+func TestExecDetachAttachKill(t *testing.T) {
+	needServer(t)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("EXEC_SERVER_SESSION", "")
+	code, out, errOut := mainOut(t, "", "exec", "--url", serverURL, "-d", "--", "sh", "-c", "echo started; read x < /dev/null; sleep 1; echo done >&2; exit 3")
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("exec -d: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = mainOut(t, "", "ps", "--url", serverURL)
+	if code != 0 || !strings.Contains(out, id) {
+		t.Errorf("ps: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = mainOut(t, "", "attach", "--url", serverURL, id)
+	if code != 3 || out != "started\n" || !strings.Contains(errOut, "done") {
+		t.Errorf("attach: exit %d, stdout %q, stderr %q; want 3, started, done", code, out, errOut)
+	}
+	_, out, _ = mainOut(t, "", "exec", "--url", serverURL, "-d", "--", "sleep", "300")
+	id = strings.TrimSpace(out)
+	if code, _, errOut := mainOut(t, "", "kill", "--url", serverURL, id); code != 0 {
+		t.Fatalf("kill: exit %d %s", code, errOut)
+	}
+	code, _, errOut = mainOut(t, "", "attach", "--url", serverURL, id)
+	if code != 137 {
+		t.Errorf("attach after kill: exit %d (%s), want 137", code, errOut)
+	}
+}
