@@ -164,5 +164,3 @@ func (c *command) attach(ctx context.Context, args []string) int {
 		}
 	}
 }
-
-
