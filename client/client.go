@@ -41,6 +41,10 @@ var (
 	// longer knows the session (it expired or the server restarted); the
 	// session's processes are gone.
 	ErrSessionLost = errors.New("exec-server client: session lost")
+	// ErrFreshSession accompanies Reconnected (Options.OnStateChange) when
+	// the server no longer knew the session and the Client, which had no
+	// processes, started a new one (see Options.RefusedTimeout).
+	ErrFreshSession = errors.New("exec-server client: the server no longer knew the session; a new one was started")
 )
 
 // Options configure a Client. The zero value is usable.
@@ -487,7 +491,11 @@ func (c *Client) reconnect() {
 		for _, p := range procs {
 			p.resync()
 		}
-		c.notifyState(Reconnected, nil)
+		var note error
+		if fresh {
+			note = ErrFreshSession
+		}
+		c.notifyState(Reconnected, note)
 		return
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -58,7 +59,7 @@ func (s *Server) audit(cs *connState, method string, p any, err error) {
 	attrs = append(attrs, slog.String("who", cs.identity), slog.String("method", method))
 	switch v := p.(type) {
 	case *protocol.StartParams:
-		attrs = append(attrs, slog.String("process", v.ProcessID), slog.Any("argv", v.Argv), slog.String("cwd", pathOf(v.Cwd)))
+		attrs = append(attrs, slog.String("process", v.ProcessID), slog.Any("argv", clipArgv(v.Argv)), slog.String("cwd", pathOf(v.Cwd)))
 		if len(v.Sandbox) > 0 && string(v.Sandbox) != "null" {
 			attrs = append(attrs, slog.Bool("sandboxed", true))
 		}
@@ -100,4 +101,23 @@ func pathOf(u string) string {
 		return p
 	}
 	return u
+}
+
+// clipArgv bounds what one audit line holds of an argv: each argument to
+// 200 bytes and 32 arguments (a shell script passed with -c is kept
+// whole in no log).
+func clipArgv(argv []string) []string {
+	const maxArg, maxArgs = 200, 32
+	out := make([]string, 0, min(len(argv), maxArgs+1))
+	for i, a := range argv {
+		if i == maxArgs {
+			out = append(out, fmt.Sprintf("…(%d more)", len(argv)-maxArgs))
+			break
+		}
+		if len(a) > maxArg {
+			a = fmt.Sprintf("%s…(%d bytes)", a[:maxArg], len(a))
+		}
+		out = append(out, a)
+	}
+	return out
 }

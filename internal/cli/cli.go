@@ -332,6 +332,10 @@ func (c *command) reconnectNotice(s client.State, err error) {
 		}
 		c.notef("connection lost%s; reconnecting… (for up to %v)", why, c.reconnectTimeout)
 	case client.Reconnected:
+		if errors.Is(err, client.ErrFreshSession) {
+			c.notef("reconnected to a new session (the server no longer knew the old one; it had no processes of ours)")
+			return
+		}
 		c.notef("reconnected; the session resumed")
 	}
 }

@@ -71,7 +71,11 @@ func (c *command) cp(ctx context.Context, args []string) int {
 		}
 	}
 	if cp.skipped > 0 {
-		code = c.fail(exitFailure, "%d entries not copied (see above)", cp.skipped)
+		what := "entries"
+		if cp.skipped == 1 {
+			what = "entry"
+		}
+		code = c.fail(exitFailure, "%d %s not copied (see above)", cp.skipped, what)
 	}
 	return code
 }
