@@ -1,5 +1,6 @@
 // Package cli implements the client subcommands of the exec-server binary:
-// exec, cp, ls, cat, ps and watch. They talk to a running exec-server over a websocket
+// exec, cp, ls, cat, ps, watch, rm, mkdir, mv, attach, kill, context,
+// completion and man. They talk to a running exec-server over a websocket
 // with the client package.
 //
 // # Flags
@@ -87,8 +88,8 @@
 // something it left behind (a background job) keeps its terminal open,
 // exec says so after a second; Ctrl-C then stops waiting (exit: CMD's
 // code). The detach keys leave CMD running in its session, which the
-// server keeps for its session TTL (exec-server ps --session ID lists its
-// processes), and exit 0. The terminal's settings are restored on every
+// server keeps for its session TTL (exec-server ps lists its processes:
+// the session is remembered), and exit 0. The terminal's settings are restored on every
 // way out.
 //
 // Without -t, Ctrl-C (SIGINT) is forwarded to the remote process as an
@@ -173,7 +174,7 @@
 //
 // # ps
 //
-//	exec-server ps --session ID
+//	exec-server ps [--session ID]
 //
 // lists the processes of a session (process/list, this server's
 // extension) as a table: id, pid, state (starting, running, exited,
@@ -182,7 +183,8 @@
 // resumes that session: it must be detached (its websocket connection
 // gone, within the server's session TTL), and ps leaves it detached again.
 // --session defaults to $EXEC_SERVER_SESSION (not shown by -h: an id
-// resumes the session).
+// resumes the session), else the session exec -d or the detach keys left
+// on that server.
 //
 // Errors are one line on stderr, "exec-server SUBCOMMAND: ...", with exit
 // code 1 (2 for usage errors).
