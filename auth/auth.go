@@ -57,6 +57,10 @@ type Config struct {
 	// TokenFile holds the capability token (surrounding whitespace
 	// trimmed). Exclusive with TokenSHA256.
 	TokenFile string
+	// TokenFiles are further capability-token files, each accepted as
+	// TokenFile is (several tokens at once: rotation). A token's name, for
+	// Identify, is its file's base name.
+	TokenFiles []string
 	// TokenSHA256 is the hex SHA-256 digest of the capability token.
 	TokenSHA256 string
 	// SharedSecretFile holds the HS256 key of signed tokens (trimmed, at
@@ -89,7 +93,22 @@ var (
 // New validates the config (reference startup error texts) and returns the
 // upgrade check (nil func when Mode == "").
 func New(cfg Config) (func(*http.Request) error, error) {
-	capabilityFlags := cfg.TokenFile != "" || cfg.TokenSHA256 != ""
+	chk, err := newChecker(cfg)
+	if chk == nil || err != nil {
+		return nil, err
+	}
+	return func(r *http.Request) error {
+		_, err := chk(r)
+		return err
+	}, nil
+}
+
+// checker checks an upgrade request and names the caller: the token's
+// name (capability token) or the JWT's subject.
+type checker func(*http.Request) (identity string, err error)
+
+func newChecker(cfg Config) (checker, error) {
+	capabilityFlags := cfg.TokenFile != "" || len(cfg.TokenFiles) > 0 || cfg.TokenSHA256 != ""
 	signedFlags := cfg.SharedSecretFile != "" || cfg.Issuer != "" || len(cfg.Audience) > 0 || cfg.MaxClockSkew != 0
 	switch cfg.Mode {
 	case ModeNone:
@@ -111,44 +130,63 @@ func New(cfg Config) (func(*http.Request) error, error) {
 	return nil, fmt.Errorf("invalid value '%s' for '--ws-auth <MODE>': expected capability-token or signed-bearer-token", cfg.Mode)
 }
 
-func newCapability(cfg Config) (func(*http.Request) error, error) {
-	var digest []byte
+// namedDigest is one accepted capability token: its SHA-256 and its name.
+type namedDigest struct {
+	name   string
+	digest []byte
+}
+
+func newCapability(cfg Config) (checker, error) {
+	var tokens []namedDigest
+	files := cfg.TokenFiles
+	if cfg.TokenFile != "" {
+		files = append([]string{cfg.TokenFile}, files...)
+	}
 	switch {
-	case cfg.TokenFile != "" && cfg.TokenSHA256 != "":
+	case len(files) > 0 && cfg.TokenSHA256 != "":
 		return nil, errors.New("`--ws-token-file` and `--ws-token-sha256` are mutually exclusive")
-	case cfg.TokenFile != "":
-		secret, err := readSecret(cfg.TokenFile)
-		if err != nil {
-			return nil, err
+	case len(files) > 0:
+		for _, f := range files {
+			secret, err := readSecret(f)
+			if err != nil {
+				return nil, err
+			}
+			sum := sha256.Sum256(secret)
+			clear(secret)
+			tokens = append(tokens, namedDigest{filepath.Base(f), sum[:]})
 		}
-		sum := sha256.Sum256(secret)
-		clear(secret)
-		digest = sum[:]
 	case cfg.TokenSHA256 != "":
 		d, err := hex.DecodeString(cfg.TokenSHA256)
 		if err != nil || len(d) != sha256.Size {
 			return nil, errors.New("--ws-token-sha256 must be a 64-character hex SHA-256 digest")
 		}
-		digest = d
+		tokens = []namedDigest{{"sha256:" + cfg.TokenSHA256[:8], d}}
 	default:
 		return nil, errors.New("`--ws-token-file` or `--ws-token-sha256` is required when `--ws-auth capability-token` is set")
 	}
-	return func(r *http.Request) error {
+	return func(r *http.Request) (string, error) {
 		token, err := bearer(r)
 		if err != nil {
-			return err
+			return "", err
 		}
-		// Comparing digests of equal length in constant time leaks neither
-		// the token's length nor how much of a guess matched.
+		// Comparing digests of equal length in constant time, with every
+		// accepted token, leaks neither the token's length nor how much of
+		// a guess matched, nor which token came close.
 		sum := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(sum[:], digest) != 1 {
-			return ErrInvalidToken
+		name := ""
+		for _, t := range tokens {
+			if subtle.ConstantTimeCompare(sum[:], t.digest) == 1 {
+				name = t.name
+			}
 		}
-		return nil
+		if name == "" {
+			return "", ErrInvalidToken
+		}
+		return "token:" + name, nil
 	}, nil
 }
 
-func newSigned(cfg Config) (func(*http.Request) error, error) {
+func newSigned(cfg Config) (checker, error) {
 	if cfg.SharedSecretFile == "" {
 		return nil, errors.New("`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set")
 	}
@@ -269,31 +307,32 @@ type verifier struct {
 }
 
 // check runs the reference's order: structure, algorithm and signature
-// (invalid), then exp (expired), nbf (not valid yet), iss, aud.
-func (v *verifier) check(r *http.Request) error {
+// (invalid), then exp (expired), nbf (not valid yet), iss, aud. The
+// identity is the token's sub ("jwt:" alone without one).
+func (v *verifier) check(r *http.Request) (string, error) {
 	token, err := bearer(r)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var c claims
 	_, err = v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.key, nil })
 	if err != nil || c.Exp == nil {
-		return ErrInvalidJWT
+		return "", ErrInvalidJWT
 	}
 	now := v.now().Unix()
 	if *c.Exp < now-v.skew {
-		return ErrExpiredJWT
+		return "", ErrExpiredJWT
 	}
 	if c.Nbf != nil && *c.Nbf > now+v.skew {
-		return ErrNotYetValidJWT
+		return "", ErrNotYetValidJWT
 	}
 	if v.issuer != "" && (c.Iss == nil || *c.Iss != v.issuer) {
-		return ErrIssuerMismatch
+		return "", ErrIssuerMismatch
 	}
 	if len(v.audience) > 0 && !c.hasAudience(v.audience) {
-		return ErrAudienceMismatch
+		return "", ErrAudienceMismatch
 	}
-	return nil
+	return "jwt:" + c.Sub, nil
 }
 
 // claims are the registered claims the check reads, typed as strictly as
@@ -305,6 +344,7 @@ type claims struct {
 	Exp, Nbf *int64
 	Iss      *string
 	Aud      []string
+	Sub      string // for logs only: a sub that is not a string is ignored, as the reference ignores sub
 }
 
 // UnmarshalJSON decodes the claims object strictly (see claims).
@@ -327,6 +367,8 @@ func (c *claims) UnmarshalJSON(data []byte) error {
 			return err
 		}
 		switch key {
+		case "sub":
+			_ = json.Unmarshal(raw, &c.Sub)
 		case "exp", "nbf", "iss", "aud":
 			if _, dup := members[key]; dup {
 				return fmt.Errorf("jwt claims: duplicate field `%s`", key)
@@ -397,7 +439,7 @@ func (c *claims) GetIssuer() (string, error) {
 	}
 	return *c.Iss, nil
 }
-func (c *claims) GetSubject() (string, error)            { return "", nil }
+func (c *claims) GetSubject() (string, error)            { return c.Sub, nil }
 func (c *claims) GetAudience() (jwt.ClaimStrings, error) { return jwt.ClaimStrings(c.Aud), nil }
 
 func unixDate(p *int64) *jwt.NumericDate {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/execgo/exec-server/jsonrpc"
@@ -40,6 +41,10 @@ var (
 	// longer knows the session (it expired or the server restarted); the
 	// session's processes are gone.
 	ErrSessionLost = errors.New("exec-server client: session lost")
+	// ErrFreshSession accompanies Reconnected (Options.OnStateChange) when
+	// the server no longer knew the session and the Client, which had no
+	// processes, started a new one (see Options.RefusedTimeout).
+	ErrFreshSession = errors.New("exec-server client: the server no longer knew the session; a new one was started")
 )
 
 // Options configure a Client. The zero value is usable.
@@ -59,6 +64,14 @@ type Options struct {
 	// ErrConnectionLost. Default 60s, below the server's default 90s session
 	// TTL. Negative disables reconnecting.
 	ReconnectTimeout time.Duration
+	// RefusedTimeout, when positive and shorter than ReconnectTimeout, ends
+	// reconnecting sooner while every redial is refused outright (nothing
+	// listens on the server's port: it is down, not briefly unreachable).
+	// A server that answers again within it and no longer knows the session
+	// ends the Client at once with ErrSessionLost, unless the Client has no
+	// processes: then it starts a fresh session (its watches are set again).
+	// Default 0: ReconnectTimeout alone.
+	RefusedTimeout time.Duration
 	// KeepAlive is the interval of websocket pings that detect a dead
 	// connection (a failed ping triggers a reconnect). Default 20s; negative
 	// disables them.
@@ -402,6 +415,8 @@ func (c *Client) reconnect() {
 	deadline := time.Now().Add(c.opts.ReconnectTimeout)
 	backoff := 50 * time.Millisecond
 	var lastErr error
+	var refusedSince time.Time
+	fresh := false // the session is gone and the Client had no processes: start anew
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			select {
@@ -423,18 +438,35 @@ func (c *Client) reconnect() {
 		if err != nil {
 			cancel()
 			lastErr = err
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				refusedSince = time.Time{}
+			} else if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			} else if rt := c.opts.RefusedTimeout; rt > 0 && time.Since(refusedSince) >= rt {
+				c.lose(fmt.Errorf("%w: the server refused connections for %v: %v", ErrConnectionLost, rt.Round(time.Second), err))
+				return
+			}
 			continue
 		}
+		refusedSince = time.Time{}
 		c.mu.Lock()
 		sid := c.sessionID
 		c.mu.Unlock()
-		rc, _, err := c.handshake(ctx, s, &sid)
+		resume := &sid
+		if fresh {
+			resume = nil
+		}
+		rc, res, err := c.handshake(ctx, s, resume)
 		cancel()
 		if err != nil {
 			lastErr = err
 			var pe *protocol.Error
 			if errors.As(err, &pe) && isUnknownSession(err) {
 				// "unknown session id": expired or the server restarted.
+				if c.canStartOver() {
+					fresh = true
+					continue
+				}
 				c.lose(fmt.Errorf("%w: %s", ErrSessionLost, pe.Message))
 				return
 			}
@@ -442,7 +474,13 @@ func (c *Client) reconnect() {
 			// yet) and transport errors are worth another try.
 			continue
 		}
-		c.opts.Logger.Debug("exec-server client: session resumed", "session", sid, "attempts", attempt+1)
+		c.opts.Logger.Debug("exec-server client: session resumed", "session", sid, "fresh", fresh, "attempts", attempt+1)
+		if fresh {
+			c.mu.Lock()
+			c.sessionID = res.SessionID
+			c.info = res.EnvironmentInfo
+			c.mu.Unlock()
+		}
 		c.install(rc)
 		c.mu.Lock()
 		procs := make([]*Process, 0, len(c.procs))
@@ -453,9 +491,21 @@ func (c *Client) reconnect() {
 		for _, p := range procs {
 			p.resync()
 		}
-		c.notifyState(Reconnected, nil)
+		var note error
+		if fresh {
+			note = ErrFreshSession
+		}
+		c.notifyState(Reconnected, note)
 		return
 	}
+}
+
+// canStartOver reports whether losing the session loses nothing: the
+// Client has no processes and was not asked to resume a given session.
+func (c *Client) canStartOver() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.procs) == 0 && c.opts.ResumeSession == ""
 }
 
 // notifyState calls Options.OnStateChange. Only the connection watcher
@@ -498,6 +548,7 @@ func (c *Client) fail(err error) bool {
 	for _, p := range procs {
 		p.fail(err)
 	}
+	c.endWatches(err)
 	return true
 }
 
@@ -527,6 +578,10 @@ func (c *Client) current(ctx context.Context) (*rpcConn, uint64, error) {
 // idempotent). A non-retried request lost that way fails with
 // ErrConnectionLost.
 func (c *Client) call(ctx context.Context, method string, params, result any, retry bool) error {
+	params, err := c.sandboxed(ctx, method, params)
+	if err != nil {
+		return err
+	}
 	for {
 		rc, _, err := c.current(ctx)
 		if err != nil {
@@ -550,6 +605,10 @@ func (c *Client) call(ctx context.Context, method string, params, result any, re
 // the generation used. File handles use it because handles do not survive
 // a reconnect.
 func (c *Client) callGen(ctx context.Context, gen uint64, method string, params, result any) (uint64, error) {
+	params, err := c.sandboxed(ctx, method, params)
+	if err != nil {
+		return 0, err
+	}
 	rc, cur, err := c.current(ctx)
 	if err != nil {
 		return 0, err

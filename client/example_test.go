@@ -132,7 +132,7 @@ func ExampleClient_Upload() {
 		log.Fatal(err)
 	}
 	fi, _ := c.Stat(ctx, dir+"/greeting.txt")
-	fmt.Println("size", fi.Size)
+	fmt.Println("size", fi.Size())
 	// Output:
 	// uploaded 14 bytes
 	// hello, server

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,9 +23,43 @@ import (
 
 func uri(op, p string) (string, error) {
 	if !path.IsAbs(p) {
-		return "", fmt.Errorf("exec-server client: %s: %q is not an absolute path", op, p)
+		return "", &fs.PathError{Op: opName(op), Path: p, Err: errNotAbsolute}
 	}
 	return fileuri.FromPath(p), nil
+}
+
+var errNotAbsolute = errors.New("not an absolute path")
+
+// opName is the fs.PathError Op of a method, in os's words ("stat",
+// "readdir", "open", "remove", "mkdir", ...).
+func opName(method string) string {
+	switch method {
+	case "ReadFile", "Open", "Download", "FS":
+		return "open"
+	case "WriteFile", "Create", "Upload":
+		return "write"
+	case "ReadDir":
+		return "readdir"
+	case "RemoveAll":
+		return "remove"
+	case "MkdirAll":
+		return "mkdir"
+	}
+	return strings.ToLower(method)
+}
+
+// pathErr wraps a failed call as os does: an *fs.PathError naming the op
+// and the path, whose Err is the *Error (or ErrConnectionLost...), so
+// errors.Is(err, fs.ErrNotExist) and errors.As(err, &*Error) still hold.
+func pathErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return &fs.PathError{Op: opName(op), Path: name, Err: err}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -43,7 +80,7 @@ func (c *Client) ReadFile(ctx context.Context, name string) ([]byte, error) {
 	}
 	var res readFileResult
 	if err := c.call(ctx, protocol.MethodFsReadFile, protocol.FsReadFileParams{Path: u}, &res, true); err != nil {
-		return nil, err
+		return nil, pathErr("ReadFile", name, err)
 	}
 	if res.DataBase64 == nil {
 		res.DataBase64 = []byte{}
@@ -65,7 +102,7 @@ func (c *Client) WriteFile(ctx context.Context, name string, data []byte) error 
 	if data == nil {
 		data = []byte{}
 	}
-	return c.call(ctx, protocol.MethodFsWriteFile, protocol.FsWriteFileParams{Path: u, DataBase64: data}, nil, true)
+	return pathErr("WriteFile", name, c.call(ctx, protocol.MethodFsWriteFile, protocol.FsWriteFileParams{Path: u, DataBase64: data}, nil, true))
 }
 
 type sliceReader struct{ b []byte }
@@ -79,19 +116,56 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// FileInfo describes a file (fs/getMetadata). Type and size follow
-// symlinks; IsSymlink describes the path itself.
+// FileInfo describes a file (fs/getMetadata); it implements fs.FileInfo.
+// Type and size follow symlinks; IsSymlink describes the path itself.
 type FileInfo struct {
-	Path      string
-	IsDir     bool
-	IsFile    bool
-	IsSymlink bool
-	Size      int64
-	ModTime   time.Time
-	// Created is the zero time when the server's file system does not
-	// record birth times.
-	Created time.Time
+	path                     string
+	isDir, isFile, isSymlink bool
+	size                     int64
+	modTime, created         time.Time
 }
+
+// Name is the base name of the path.
+func (fi *FileInfo) Name() string { return path.Base(fi.path) }
+
+// Path is the absolute path on the server that was asked about.
+func (fi *FileInfo) Path() string { return fi.path }
+
+// Size is the length in bytes (of the target, for a symlink).
+func (fi *FileInfo) Size() int64 { return fi.size }
+
+// Mode reports the file's type: fs.ModeDir for a directory, 0 for a regular
+// file, fs.ModeIrregular for a FIFO, socket or device. The protocol carries
+// no permission bits: they are always 0 here (exec-server cp and ls -l
+// learn them with ls on the server).
+func (fi *FileInfo) Mode() fs.FileMode {
+	switch {
+	case fi.isDir:
+		return fs.ModeDir
+	case fi.isFile:
+		return 0
+	}
+	return fs.ModeIrregular
+}
+
+// ModTime is the modification time (millisecond precision).
+func (fi *FileInfo) ModTime() time.Time { return fi.modTime }
+
+// IsDir reports a directory (or a symlink to one).
+func (fi *FileInfo) IsDir() bool { return fi.isDir }
+
+// IsFile reports a regular file (or a symlink to one).
+func (fi *FileInfo) IsFile() bool { return fi.isFile }
+
+// IsSymlink reports that the path itself is a symlink.
+func (fi *FileInfo) IsSymlink() bool { return fi.isSymlink }
+
+// Created is the birth time, zero when the server's file system does not
+// record it.
+func (fi *FileInfo) Created() time.Time { return fi.created }
+
+// Sys is nil.
+func (fi *FileInfo) Sys() any { return nil }
 
 // Stat describes a file (fs/getMetadata).
 func (c *Client) Stat(ctx context.Context, name string) (*FileInfo, error) {
@@ -101,40 +175,64 @@ func (c *Client) Stat(ctx context.Context, name string) (*FileInfo, error) {
 	}
 	var m protocol.FsMetadata
 	if err := c.call(ctx, protocol.MethodFsGetMetadata, protocol.FsGetMetadataParams{Path: u}, &m, true); err != nil {
-		return nil, err
+		return nil, pathErr("Stat", name, err)
 	}
-	fi := &FileInfo{Path: name, IsDir: m.IsDirectory, IsFile: m.IsFile, IsSymlink: m.IsSymlink, Size: m.Size, ModTime: time.UnixMilli(m.ModifiedAtMs)}
+	fi := &FileInfo{path: name, isDir: m.IsDirectory, isFile: m.IsFile, isSymlink: m.IsSymlink, size: m.Size, modTime: time.UnixMilli(m.ModifiedAtMs)}
 	if m.CreatedAtMs != 0 {
-		fi.Created = time.UnixMilli(m.CreatedAtMs)
+		fi.created = time.UnixMilli(m.CreatedAtMs)
 	}
 	return fi, nil
 }
 
-// DirEntry is one entry of a directory. Symlinks are resolved; the server
-// omits dangling ones.
+// DirEntry is one entry of a directory; it implements fs.DirEntry.
+// Symlinks are resolved; the server omits dangling ones.
 type DirEntry struct {
-	Name  string
-	IsDir bool
-	// IsFile is false for directories and for special files (FIFOs,
-	// sockets, devices).
-	IsFile bool
+	c             *Client
+	ctx           context.Context
+	dir, name     string
+	isDir, isFile bool
 }
 
-// ReadDir lists a directory (fs/readDirectory), sorted by name.
-func (c *Client) ReadDir(ctx context.Context, name string) ([]DirEntry, error) {
+// Name is the entry's name in its directory.
+func (e *DirEntry) Name() string { return e.name }
+
+// IsDir reports a directory (or a symlink to one).
+func (e *DirEntry) IsDir() bool { return e.isDir }
+
+// IsFile is false for directories and for special files (FIFOs, sockets,
+// devices).
+func (e *DirEntry) IsFile() bool { return e.isFile }
+
+// Type is the type bits of Info().Mode().
+func (e *DirEntry) Type() fs.FileMode {
+	return (&FileInfo{isDir: e.isDir, isFile: e.isFile}).Mode().Type()
+}
+
+// Info asks the server (fs/getMetadata, with ReadDir's context).
+func (e *DirEntry) Info() (fs.FileInfo, error) {
+	fi, err := e.c.Stat(e.ctx, path.Join(e.dir, e.name))
+	if err != nil {
+		return nil, err
+	}
+	return fi, nil
+}
+
+// ReadDir lists a directory (fs/readDirectory), sorted by name; each entry
+// is a *DirEntry.
+func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
 	u, err := uri("ReadDir", name)
 	if err != nil {
 		return nil, err
 	}
 	var res protocol.FsReadDirectoryResult
 	if err := c.call(ctx, protocol.MethodFsReadDirectory, protocol.FsReadDirectoryParams{Path: u}, &res, true); err != nil {
-		return nil, err
+		return nil, pathErr("ReadDir", name, err)
 	}
-	out := make([]DirEntry, len(res.Entries))
+	out := make([]fs.DirEntry, len(res.Entries))
 	for i, e := range res.Entries {
-		out[i] = DirEntry{Name: e.FileName, IsDir: e.IsDirectory, IsFile: e.IsFile}
+		out[i] = &DirEntry{c: c, ctx: ctx, dir: name, name: e.FileName, isDir: e.IsDirectory, isFile: e.IsFile}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
 	return out, nil
 }
 
@@ -180,7 +278,7 @@ func (c *Client) Walk(ctx context.Context, root string, opts WalkOptions) (*Walk
 	}}
 	var res protocol.FsWalkResult
 	if err := c.call(ctx, protocol.MethodFsWalk, params, &res, true); err != nil {
-		return nil, err
+		return nil, pathErr("Walk", root, err)
 	}
 	out := &WalkResult{Truncated: res.Truncated}
 	for _, e := range res.Entries {
@@ -224,7 +322,7 @@ func (c *Client) remove(ctx context.Context, op, name string, all bool) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, protocol.MethodFsRemove, protocol.FsRemoveParams{Path: u, Recursive: ptr(all), Force: ptr(all)}, nil, true)
+	return pathErr(op, name, c.call(ctx, protocol.MethodFsRemove, protocol.FsRemoveParams{Path: u, Recursive: ptr(all), Force: ptr(all)}, nil, true))
 }
 
 // Mkdir creates one directory; its parent must exist.
@@ -243,7 +341,7 @@ func (c *Client) mkdir(ctx context.Context, op, name string, all bool) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, protocol.MethodFsCreateDirectory, protocol.FsCreateDirectoryParams{Path: u, Recursive: ptr(all)}, nil, true)
+	return pathErr(op, name, c.call(ctx, protocol.MethodFsCreateDirectory, protocol.FsCreateDirectoryParams{Path: u, Recursive: ptr(all)}, nil, true))
 }
 
 // Copy copies a file, symlink or directory tree on the server (fs/copy).
@@ -258,7 +356,10 @@ func (c *Client) Copy(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, protocol.MethodFsCopy, protocol.FsCopyParams{SourcePath: su, DestinationPath: du, Recursive: true}, nil, true)
+	if err := c.call(ctx, protocol.MethodFsCopy, protocol.FsCopyParams{SourcePath: su, DestinationPath: du, Recursive: true}, nil, true); err != nil {
+		return &os.LinkError{Op: "copy", Old: src, New: dst, Err: err}
+	}
+	return nil
 }
 
 // Canonicalize resolves symlinks and returns the real absolute path
@@ -270,7 +371,7 @@ func (c *Client) Canonicalize(ctx context.Context, name string) (string, error) 
 	}
 	var res protocol.FsCanonicalizeResult
 	if err := c.call(ctx, protocol.MethodFsCanonicalize, protocol.FsCanonicalizeParams{Path: u}, &res, true); err != nil {
-		return "", err
+		return "", pathErr("Canonicalize", name, err)
 	}
 	return fileuri.Parse(res.Path)
 }
@@ -311,7 +412,7 @@ func (c *Client) openFile(ctx context.Context, op, name string, write bool) (*Fi
 	}
 	f := &File{c: c, name: name, uri: u, write: write}
 	if _, _, err := f.handleFor(ctx); err != nil {
-		return nil, err
+		return nil, pathErr(op, name, err)
 	}
 	return f, nil
 }

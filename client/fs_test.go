@@ -34,7 +34,7 @@ func TestFileMethods(t *testing.T) {
 			t.Errorf("ReadFile(empty) = %q, %v", b, err)
 		}
 		fi, err := c.Stat(ctx, dir+"/a.txt")
-		if err != nil || !fi.IsFile || fi.IsDir || fi.Size != 5 || fi.ModTime.IsZero() {
+		if err != nil || !fi.IsFile() || fi.IsDir() || fi.Size() != 5 || fi.ModTime().IsZero() || fi.Mode() != 0 || fi.Name() != "a.txt" {
 			t.Errorf("Stat = %+v, %v", fi, err)
 		}
 		if err := c.MkdirAll(ctx, dir+"/d/e/f"); err != nil {
@@ -50,13 +50,18 @@ func TestFileMethods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []client.DirEntry{{Name: "a.txt", IsFile: true}, {Name: "d", IsDir: true}, {Name: "empty", IsFile: true}}
+		type ent struct {
+			name          string
+			isDir, isFile bool
+		}
+		want := []ent{{"a.txt", false, true}, {"d", true, false}, {"empty", false, true}}
 		if len(ents) != len(want) {
 			t.Fatalf("ReadDir = %+v, want %+v", ents, want)
 		}
 		for i := range want {
-			if ents[i] != want[i] {
-				t.Errorf("ReadDir[%d] = %+v, want %+v", i, ents[i], want[i])
+			e := ents[i].(*client.DirEntry)
+			if got := (ent{e.Name(), e.IsDir(), e.IsFile()}); got != want[i] {
+				t.Errorf("ReadDir[%d] = %+v, want %+v", i, got, want[i])
 			}
 		}
 		w, err := c.Walk(ctx, dir+"/d", client.WalkOptions{})

@@ -99,6 +99,10 @@ type Cmd struct {
 	// Process.TimedOut then reports it. Start fails with
 	// errors.ErrUnsupported on a server that does not advertise it.
 	Timeout time.Duration
+	// Sandbox, when set, has the server confine the process with its
+	// kernel sandbox, as codex's commands in that mode (see Sandbox);
+	// Process.SandboxType and SandboxDenied then tell what happened.
+	Sandbox *Sandbox
 	// BufferSize bounds the unread output the client holds for this process
 	// (both streams together). Default DefaultBufferSize (Client.Output:
 	// unbounded, as it keeps the whole output anyway). See Process.
@@ -279,6 +283,13 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 			return nil, err
 		}
 		params.EnvPolicy = raw
+	}
+	if cmd.Sandbox != nil {
+		raw, err := cmd.Sandbox.policy(cwd, "", false)
+		if err != nil {
+			return nil, err
+		}
+		params.Sandbox = raw
 	}
 	if params.ProcessID == "" {
 		params.ProcessID = c.newProcessID()
@@ -1133,3 +1144,10 @@ func (w stdinWriter) Write(b []byte) (int, error) {
 }
 
 func (w stdinWriter) Close() error { return w.p.CloseStdin(w.p.c.ctx) }
+
+// SignalProcess sends sig to the session's process id (process/signal),
+// one this Client did not start: a process of a resumed session
+// (Options.ResumeSession).
+func (c *Client) SignalProcess(ctx context.Context, id string, sig Signal) error {
+	return c.call(ctx, protocol.MethodProcessSignal, protocol.SignalParams{ProcessID: id, Signal: string(sig)}, nil, false)
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -470,4 +472,66 @@ func TestCmdStdinReader(t *testing.T) {
 			t.Error("Start with both Stdin and StdinPipe: no error")
 		}
 	})
+}
+
+// Cmd.Sandbox and WithSandbox confine a process and fs calls on our server:
+// read-only refuses a write (exit non-zero, SandboxDenied), workspace-write
+// allows it in the working directory and not beside it.
+func TestSandboxConfines(t *testing.T) {
+	bin, err := ours()
+	if err != nil {
+		t.Skip(err)
+	}
+	s := server{name: "ours", bin: bin, env: func(testing.TB) []string { return os.Environ() }}
+	ctx := testCtx(t)
+	c := s.stdio(t, client.Options{})
+	if !c.Info().Capabilities["linuxSandbox"] {
+		t.Skip("the server has no kernel sandbox here")
+	}
+	// Not under /tmp, which workspace-write leaves writable: a directory
+	// of the test's own beside the package.
+	base, err := os.MkdirTemp(".", ".sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if base, err = filepath.Abs(base); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(base, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(mode client.SandboxMode, script string) (*client.Process, int) {
+		t.Helper()
+		p, err := c.Start(ctx, client.Cmd{Argv: []string{"/bin/sh", "-c", script}, Cwd: work, InheritEnv: "core", Sandbox: &client.Sandbox{Mode: mode}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, code
+	}
+	p, code := run(client.SandboxReadOnly, "touch inside")
+	if code == 0 || !p.SandboxDenied() || p.SandboxType() == "none" {
+		t.Errorf("read-only touch: exit %d, denied %v, type %q; want a denied failure", code, p.SandboxDenied(), p.SandboxType())
+	}
+	if _, code := run(client.SandboxWorkspaceWrite, "touch inside"); code != 0 {
+		t.Errorf("workspace-write touch in the workspace: exit %d", code)
+	}
+	if _, code := run(client.SandboxWorkspaceWrite, "touch ../beside"); code == 0 {
+		t.Errorf("workspace-write touch beside the workspace: exit 0")
+	}
+	if _, err := os.Stat(filepath.Join(base, "beside")); err == nil {
+		t.Errorf("the sandboxed command wrote beside the workspace")
+	}
+	sctx := client.WithSandbox(ctx, &client.Sandbox{Mode: client.SandboxWorkspaceWrite, Cwd: work})
+	if err := c.WriteFile(sctx, filepath.Join(work, "f"), []byte("x")); err != nil {
+		t.Errorf("sandboxed WriteFile in the workspace: %v", err)
+	}
+	if err := c.WriteFile(sctx, filepath.Join(base, "g"), []byte("x")); err == nil {
+		t.Errorf("sandboxed WriteFile beside the workspace succeeded")
+	}
 }

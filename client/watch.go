@@ -50,8 +50,9 @@ type ChangeSet struct {
 const WatchBuffer = 1024
 
 // Watch is one fs/watch on the server. Its change sets arrive on Changes
-// until Close; the channel is closed then, or when the client is closed or
-// the watch cannot be restored after a reconnect (Err says why).
+// until Close; the channel is closed then, or when the client is closed,
+// gives up reconnecting (within Options.ReconnectTimeout, or RefusedTimeout)
+// or the watch cannot be restored after a reconnect (Err says why).
 type Watch struct {
 	c         *Client
 	id        string
@@ -150,6 +151,23 @@ func (c *Client) Watch(ctx context.Context, path string, recursive bool) (*Watch
 	cw.mu.Unlock()
 	go w.deliver()
 	return w, nil
+}
+
+// endWatches ends every watch of a Client that gave up (lost connection
+// or session): their Changes close and Err says why.
+func (c *Client) endWatches(err error) {
+	v, ok := watchRegistry.Load(c)
+	if !ok {
+		return
+	}
+	cw := v.(*clientWatches)
+	cw.mu.Lock()
+	ws := cw.byID
+	cw.byID = map[string]*Watch{}
+	cw.mu.Unlock()
+	for _, w := range ws {
+		w.end(err)
+	}
 }
 
 // Close ends the watch (fs/unwatch) and closes Changes.

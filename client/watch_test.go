@@ -243,3 +243,83 @@ func procRSS(tb testing.TB, pid int) int64 {
 	tb.Skip("no VmRSS")
 	return 0
 }
+
+// When the server dies, Changes closes within the reconnect bounds and Err
+// says why (before, the watch waited forever); when a new server comes up on
+// the same address, a Client without processes starts a fresh session and
+// its watch goes on (one Overflow set for what was missed).
+func TestWatchServerDeath(t *testing.T) {
+	bin, err := ours()
+	if err != nil {
+		t.Skip(err)
+	}
+	s := server{name: "ours", bin: bin, env: func(testing.TB) []string { return os.Environ() }}
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "gone", true: "restarted"}[restart], func(t *testing.T) {
+			ctx := testCtx(t)
+			dir := t.TempDir()
+			first := s.command(t, "ws://127.0.0.1:0")
+			url := startListening(t, first)
+			c, err := client.Dial(ctx, url, client.Options{ReconnectTimeout: 5 * time.Minute, RefusedTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w, err := c.Watch(ctx, dir, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			first.Process.Kill()
+			first.Wait()
+			if !restart {
+				timeout := time.After(60 * time.Second)
+				for {
+					select {
+					case _, ok := <-w.Changes():
+						if ok {
+							continue
+						}
+						if !errors.Is(w.Err(), client.ErrConnectionLost) {
+							t.Errorf("Err = %v, want ErrConnectionLost", w.Err())
+						}
+						return
+					case <-timeout:
+						t.Fatal("Changes still open a minute after the server died")
+					}
+				}
+			}
+			startListening(t, s.command(t, url))
+			f := filepath.Join(dir, "after")
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				// Until the watch is set again on the new server.
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+					os.WriteFile(f, []byte(strconv.Itoa(i)), 0o644)
+				}
+			}()
+			timeout := time.After(30 * time.Second)
+			for {
+				select {
+				case cs, ok := <-w.Changes():
+					if !ok {
+						t.Fatalf("Changes closed after the restart: %v", w.Err())
+					}
+					for _, ch := range cs.Changes {
+						if ch.Path == f {
+							return
+						}
+					}
+				case <-timeout:
+					t.Fatal("no change reported after the restart")
+				}
+			}
+		})
+	}
+}

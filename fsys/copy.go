@@ -33,7 +33,7 @@ func (f *FS) copy(ctx context.Context, _ *Handles, raw json.RawMessage) (any, er
 	if err != nil {
 		return nil, err
 	}
-	// recursive is required (decisions.md 9); null is a type error, as in
+	// recursive is required (as the reference's params); null is a type error, as in
 	// the reference.
 	var recursive bool
 	switch {

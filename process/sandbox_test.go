@@ -24,7 +24,7 @@ import (
 // temporary directory. The workspace is base/ws; escapes aim at base/x.
 
 // codexWorkspaceWrite is the sandbox codex sends on every process/start in
-// -s workspace-write (shared/spec/codex-client.md), with WORK the
+// -s workspace-write (internal/test/interop/codex_test.go sees it), with WORK the
 // workspace. t.TempDir() lies under /tmp or TMPDIR, both writable in that
 // policy, so the test adds one entry making base read-only (more specific
 // than slash_tmp and tmpdir, less than the workspace): the sibling an

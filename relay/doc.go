@@ -1,5 +1,5 @@
 // Package relay is a self-hostable environment registry and rendezvous for
-// exec-server remote mode (shared/spec/remote.md §3, §4): executors register
+// exec-server remote mode (docs/remote.md): executors register
 // their Noise public key and hold one websocket each; harnesses ask for a
 // connect bundle and open one websocket per stream; the rendezvous routes
 // relay frames between them by stream_id without decrypting anything.

@@ -94,6 +94,9 @@ type Config struct {
 	// inside one of this server's sandboxes (peer.go). Only for an
 	// embedder that confines its sandboxes' network some other way.
 	AllowSandboxPeers bool
+	// Identify, when set, names the caller of an accepted upgrade (a token
+	// name, a JWT subject; never a secret) for the audit log's "who".
+	Identify func(r *http.Request) string
 	// TLSConfig, when set, serves wss:// and https /readyz.
 	TLSConfig *tls.Config
 	// Metrics, when set, receives the server's metrics (connections,

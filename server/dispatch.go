@@ -43,6 +43,7 @@ type connState struct {
 	srv               *Server
 	conn              *jsonrpc.Conn
 	endSessionOnClose bool
+	identity          string // the audit log's "who" (audit.go)
 	handles           *fsys.Handles
 	fsOrder           fsOrder
 	longPolls         atomic.Int32 // process/read requests waiting off the handler pool

@@ -14,7 +14,7 @@ import (
 // environmentConfig/read: the executor's codex configuration layers,
 // projected on the key paths the client asks for (codex asks for
 // [["mcp_servers"]] to learn the executor's MCP servers). Shapes as the
-// reference's (shared/spec/parity-shapes.md).
+// reference's (codex-rs/exec-server; docs/protocol.md).
 const methodEnvironmentConfigRead = "environmentConfig/read"
 
 type envConfigParams struct {

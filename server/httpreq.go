@@ -33,7 +33,7 @@ import (
 // reaches the executor's HTTP MCP servers this way) and answers with the
 // status, the headers as received, and the body, whole or streamed as
 // http/request/bodyDelta notifications after the result. Shapes and texts
-// as the reference's (shared/spec/protocol.md §6).
+// as the reference's (codex-rs/exec-server, http/request; docs/protocol.md).
 const (
 	methodHTTPRequest   = "http/request"
 	methodHTTPBodyDelta = "http/request/bodyDelta"

@@ -104,6 +104,7 @@ func (s *Server) observeMethods(table map[string]method) {
 			d := time.Since(t0)
 			sandbox, payload := paramFacts(name, p)
 			s.obs.request(name, p, err, d, sandbox)
+			s.audit(cs, name, p, err)
 			if name == protocol.MethodProcessStart {
 				s.obs.processStarted(cs.sess(), p, err, t0)
 			}

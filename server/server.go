@@ -236,7 +236,7 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 		} else if r.URL.Path == "/metrics" && s.serveMetrics(w, r, authenticate) {
 			return
 		}
-		ws.ServeHTTP(w, r)
+		ws.ServeHTTP(w, s.withIdentity(r))
 	})
 }
 
@@ -316,7 +316,7 @@ func (s *Server) serve(ctx context.Context, st jsonrpc.Stream, endSessionOnClose
 		s.probes.Store(conn, connProbe{ping: p.Ping, cut: st.Close})
 		defer s.probes.Delete(conn)
 	}
-	cs := &connState{srv: s, conn: conn, endSessionOnClose: endSessionOnClose}
+	cs := &connState{srv: s, conn: conn, endSessionOnClose: endSessionOnClose, identity: identityOf(ctx, endSessionOnClose)}
 	cs.handles = s.fs.NewHandles()
 	s.cfg.Logger.Debug("connection opened", "peer", st.Describe())
 	if !endSessionOnClose {

@@ -48,7 +48,7 @@ type config struct {
 	// Client.WriteFile sends as one fs/writeFile (beyond, it streams
 	// blocks, which fs-writeBlock measures). (Before the bench drove the
 	// SDK it was 40 MiB: a 64 MiB file is an 89 MB message, over both
-	// servers' 64 MiB message limit, decisions.md §2-3.)
+	// servers' 64 MiB message limit, docs/security.md.)
 	fsWriteBytes int
 	fsRuns       int
 	blockBytes   int64

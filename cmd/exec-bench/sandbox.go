@@ -17,7 +17,7 @@ import (
 )
 
 // The sandboxed workloads send what codex sends in `-s workspace-write`
-// (shared/spec/codex-client.md): a managed, restricted policy with the
+// (as internal/test/interop/codex_test.go observes): a managed, restricted policy with the
 // workspace writable, on process/start and fs/writeFile.
 
 // sandboxWork is a workspace for the sandboxed workloads, with a home for

@@ -33,6 +33,7 @@ func main() {
 
 const usage = `usage: exec-server [flags]
        exec-server exec|cp|ls|cat|ps|watch [flags] ...   (client subcommands; see exec-server SUBCOMMAND -h)
+       exec-server healthcheck | token mint ...            (operations; see exec-server SUBCOMMAND -h)
 
 Serves the exec-server protocol on a websocket (default ws://127.0.0.1:0; the
 bound URL is printed as the first line of stdout) or on stdio. The websocket
@@ -67,8 +68,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	rem := addRemoteFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, usage)
-			fs.SetOutput(stderr)
+			fmt.Fprint(stdout, usage)
+			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return 0
 		}
@@ -128,8 +129,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		TCPUpstreamProxy:   *upstream,
 		Stdin:              stdin,
 		Stdout:             stdout,
-		OnListen:           func(url string) { fmt.Fprintln(stdout, url) },
-		Metrics:            reg,
+		OnListen: func(url string) {
+			fmt.Fprintln(stdout, url)
+			if err := sdNotify("READY=1"); err != nil {
+				logger.Warn("readiness notification failed", "err", err)
+			}
+		},
+		Metrics: reg,
 	}
 	if err := sec.apply(*listen, &cfg); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
@@ -143,6 +149,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	srv := server.New(cfg)
+	sec.reloadOnHangup(ctx, logger)
 	logger.Info("exec-server starting", "version", versionString(), "pid", os.Getpid(), "listen", *listen)
 	if metricsAddr != "" {
 		stopMetrics, err := serveMetrics(ctx, metricsAddr, srv.MetricsHandler(), logger)
@@ -155,6 +162,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, ok := rem.run(ctx, srv, logger, stderr); ok {
 		return code
 	}
+	context.AfterFunc(ctx, func() { _ = sdNotify("STOPPING=1") })
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", listenError(err))
 		return 1

@@ -37,7 +37,8 @@ func protectSecrets(sec *securityFlags, logger *slog.Logger) {
 func secretPaths(sec *securityFlags, environ []string) []string {
 	var paths []string
 	if sec != nil {
-		paths = append(paths, sec.tokenFile, sec.sharedSecretFile, sec.tlsKey)
+		paths = append(paths, sec.tokenFiles...)
+		paths = append(paths, sec.sharedSecretFile, sec.tlsKey)
 	}
 	for _, kv := range environ {
 		name, value, ok := strings.Cut(kv, "=")

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/execgo/exec-server/auth"
@@ -43,7 +46,7 @@ type securityFlags struct {
 	fs *flag.FlagSet
 
 	wsAuth           string
-	tokenFile        string
+	tokenFiles       tokenFilesFlag
 	tokenSHA256      string
 	sharedSecretFile string
 	issuer           string
@@ -51,6 +54,9 @@ type securityFlags struct {
 	clockSkew        skewFlag
 	insecureNoAuth   bool
 	tlsCert, tlsKey  string
+
+	authn *auth.Authenticator             // reloaded on SIGHUP (reload.go)
+	cert  atomic.Pointer[tls.Certificate] // the served certificate, reloaded on SIGHUP
 
 	maxMessageBytes int64
 	maxFileBytes    int64
@@ -78,7 +84,7 @@ type securityFlags struct {
 func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	s := &securityFlags{fs: fs}
 	fs.StringVar(&s.wsAuth, "ws-auth", "", "websocket authentication `MODE`: capability-token or signed-bearer-token")
-	fs.StringVar(&s.tokenFile, "ws-token-file", "", "`PATH` of the capability-token file (contents trimmed)")
+	fs.Var(&s.tokenFiles, "ws-token-file", "`PATH` of a capability-token file (contents trimmed); repeatable: each file's token is accepted (rotation); read again on SIGHUP")
 	fs.StringVar(&s.tokenSHA256, "ws-token-sha256", "", "hex-encoded SHA-256 `DIGEST` of the capability token")
 	fs.StringVar(&s.sharedSecretFile, "ws-shared-secret-file", "", "`PATH` of the HS256 secret (at least 32 bytes) for signed JWT bearer tokens")
 	fs.StringVar(&s.issuer, "ws-issuer", "", "expected `ISSUER` (iss) of signed JWT bearer tokens")
@@ -116,7 +122,7 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 	// order of startup errors.
 	acfg := auth.Config{
 		Mode:             s.wsAuth,
-		TokenFile:        s.tokenFile,
+		TokenFiles:       s.tokenFiles,
 		TokenSHA256:      s.tokenSHA256,
 		SharedSecretFile: s.sharedSecretFile,
 		Issuer:           s.issuer,
@@ -128,7 +134,7 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 			acfg.MaxClockSkew = -1 // explicitly no leeway
 		}
 	}
-	if set["ws-token-file"] && s.tokenFile == "" {
+	if set["ws-token-file"] && slices.Contains(s.tokenFiles, "") {
 		return errors.New("a value is required for '--ws-token-file <PATH>' but none was supplied")
 	}
 	if set["ws-shared-secret-file"] && s.sharedSecretFile == "" {
@@ -137,10 +143,15 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 	if set["ws-token-sha256"] && s.tokenSHA256 == "" {
 		acfg.TokenSHA256 = "-" // present but empty: reported as not a digest
 	}
-	check, err := auth.New(acfg)
+	authn, err := auth.NewAuthenticator(acfg)
 	if err != nil {
 		return err
 	}
+	var check func(*http.Request) error
+	if authn != nil {
+		check = authn.Check
+	}
+	s.authn = authn
 
 	stdio, addr, err := server.ParseListen(listen)
 	if err != nil {
@@ -163,7 +174,13 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 			// The loader's messages describe PEM structure, never key bytes.
 			return fmt.Errorf("cannot load --tls-cert %s / --tls-key %s: %v", s.tlsCert, s.tlsKey, err)
 		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.cert.Store(&cert)
+		tlsConfig = &tls.Config{
+			// The current certificate, replaced on SIGHUP for new
+			// handshakes only.
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.cert.Load(), nil },
+			MinVersion:     tls.VersionTLS12,
+		}
 	}
 
 	if s.insecureNoAuth && check != nil {
@@ -184,6 +201,12 @@ func (s *securityFlags) apply(listen string, cfg *server.Config) error {
 		return err
 	}
 	cfg.Authenticate = check
+	if authn != nil {
+		cfg.Identify = func(r *http.Request) string {
+			id, _ := authn.Identify(r)
+			return id
+		}
+	}
 	cfg.TLSConfig = tlsConfig
 	cfg.MaxMessageBytes = s.maxMessageBytes
 	cfg.MaxFileBytes = s.maxFileBytes
@@ -286,5 +309,15 @@ func (k *skewFlag) Set(v string) error {
 		return fmt.Errorf("at most %d seconds", uint64(maxClockSkew))
 	}
 	*k = skewFlag(n)
+	return nil
+}
+
+// tokenFilesFlag is the repeatable --ws-token-file.
+type tokenFilesFlag []string
+
+func (t *tokenFilesFlag) String() string { return strings.Join(*t, ",") }
+
+func (t *tokenFilesFlag) Set(v string) error {
+	*t = append(*t, v)
 	return nil
 }

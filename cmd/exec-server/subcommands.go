@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/execgo/exec-server/internal/cli"
@@ -14,9 +15,14 @@ import (
 // when name is not one.
 func runSubcommand(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ok bool) {
 	switch name {
-	case "exec", "cp", "ls", "cat", "ps", "watch":
+	case "healthcheck":
+		return healthcheck(args, stdout, stderr), true
+	case "token":
+		return tokenCmd(args, stdout, stderr), true
 	default:
-		return 0, false
+		if !slices.Contains(cli.Subcommands, name) {
+			return 0, false
+		}
 	}
 	// exec forwards Ctrl-C, Ctrl-\, SIGTERM and SIGHUP to the remote
 	// process itself. The file commands stop on SIGTERM or Ctrl-C through

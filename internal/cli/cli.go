@@ -31,7 +31,12 @@ const (
 // returns the process exit code.
 func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := &command{name: name, stdin: stdin, stdout: stdout, stderr: stderr}
-	switch name {
+	return cmd.run(ctx, args)
+}
+
+// run runs the subcommand c.name.
+func (cmd *command) run(ctx context.Context, args []string) int {
+	switch cmd.name {
 	case "exec":
 		return cmd.exec(ctx, args)
 	case "cp":
@@ -44,10 +49,29 @@ func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdo
 		return cmd.ps(ctx, args)
 	case "watch":
 		return cmd.watch(ctx, args)
+	case "rm":
+		return cmd.rm(ctx, args)
+	case "mkdir":
+		return cmd.mkdir(ctx, args)
+	case "mv":
+		return cmd.mv(ctx, args)
+	case "attach":
+		return cmd.attach(ctx, args)
+	case "kill":
+		return cmd.kill(ctx, args)
+	case "context":
+		return cmd.contextCmd(args)
+	case "completion":
+		return cmd.completion(args)
+	case "man":
+		return cmd.man(args)
 	}
-	fmt.Fprintf(stderr, "exec-server: unknown subcommand %q (want exec, cp, ls, cat or ps)\n", name)
+	fmt.Fprintf(cmd.stderr, "exec-server: unknown subcommand %q (want %s)\n", cmd.name, strings.Join(Subcommands, ", "))
 	return exitUsage
 }
+
+// Subcommands are the client subcommands Main runs.
+var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv", "attach", "kill", "context", "completion", "man"}
 
 // command is one subcommand's invocation: its streams and the connection
 // flags every subcommand shares.
@@ -62,10 +86,13 @@ type command struct {
 	caFile           string
 	connectTimeout   time.Duration
 	reconnectTimeout time.Duration
+	reconnectSet     bool   // --reconnect-timeout given: refused connections are retried for as long
 	session          string // ps: the session to resume
 	usage            string // the synopsis after "exec-server NAME"
 	term             rawTerminal
-	remote           remoteConn // --remote (remote.go)
+	remote           remoteConn           // --remote (remote.go)
+	contextName      string               // --context (contexts.go)
+	capture          func(*pflag.FlagSet) // set: parse hands over the flags and stops (completion.go)
 }
 
 // flags returns a GNU-style flag set (as kubectl's) with the shared
@@ -86,20 +113,22 @@ func (c *command) flags(usage string) *pflag.FlagSet {
 // connFlags adds the connection flags, after the subcommand's own so that
 // -h lists those first.
 func (c *command) connFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.url, "url", "", "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL)")
+	fs.StringVar(&c.url, "url", "", "server `URL`, ws://HOST:PORT or wss://HOST:PORT (default $EXEC_SERVER_URL, else the context's)")
+	fs.StringVar(&c.contextName, "context", "", "use the named context `NAME` (exec-server context ls; default $EXEC_SERVER_CONTEXT, else the current one)")
 	fs.StringVar(&c.token, "token", "", "bearer `TOKEN` for the websocket upgrade (default $EXEC_SERVER_TOKEN)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from `PATH`")
 	fs.StringVar(&c.caFile, "ca-file", "", "trust the PEM certificates in `PATH` for wss:// (in addition to the system's)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to connect")
-	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", 60*time.Second, "how long to try to resume the session after the connection drops")
+	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", 60*time.Second, "how long to try to resume the session after the connection drops (when given, also while connections are refused; else 5s of refusals end it)")
 	c.remoteFlags(fs)
 }
 
-// printUsage prints -h: pflag's own listing would write "[=true|false]"
-// after every boolean flag.
+// printUsage prints -h on stdout (asked-for help is output, as git's and
+// kubectl's): pflag's own listing would write "[=true|false]" after every
+// boolean flag.
 func (c *command) printUsage(fs *pflag.FlagSet) {
-	fmt.Fprintf(c.stderr, "usage: exec-server %s %s\n\nflags:\n", c.name, c.usage)
-	tw := tabwriter.NewWriter(c.stderr, 0, 8, 3, ' ', 0)
+	fmt.Fprintf(c.stdout, "usage: exec-server %s %s\n\nflags:\n", c.name, c.usage)
+	tw := tabwriter.NewWriter(c.stdout, 0, 8, 3, ' ', 0)
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Hidden {
 			return
@@ -128,6 +157,11 @@ func (c *command) printUsage(fs *pflag.FlagSet) {
 // command, as docker's).
 func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (code int, ok bool) {
 	c.connFlags(fs)
+	if c.capture != nil {
+		// completion.go: the flag set is wanted, not a run.
+		c.capture(fs)
+		return 0, false
+	}
 	fs.SetInterspersed(interspersed)
 	if err := fs.Parse(oldSpellings(fs, args, interspersed)); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -136,6 +170,7 @@ func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (co
 		}
 		return c.usageErr("%v", err), false
 	}
+	c.reconnectSet = fs.Changed("reconnect-timeout")
 	if !fs.Changed("url") {
 		c.url = os.Getenv("EXEC_SERVER_URL")
 	}
@@ -143,6 +178,9 @@ func (c *command) parse(fs *pflag.FlagSet, args []string, interspersed bool) (co
 		c.token = os.Getenv("EXEC_SERVER_TOKEN")
 	}
 	c.remoteDefaults(fs)
+	if err := c.applyContext(fs); err != nil {
+		return c.usageErr("%v", err), false
+	}
 	return 0, true
 }
 
@@ -235,7 +273,7 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 		return c.dialRemote(ctx)
 	}
 	if c.url == "" {
-		return nil, c.usageErr("--url is required (or set EXEC_SERVER_URL)")
+		return nil, c.usageErr("--url is required (or set EXEC_SERVER_URL, or a context: exec-server context add)")
 	}
 	if !strings.HasPrefix(c.url, "ws://") && !strings.HasPrefix(c.url, "wss://") {
 		return nil, c.usageErr("--url %q: want ws://HOST:PORT or wss://HOST:PORT", c.url)
@@ -258,6 +296,11 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 		ReconnectTimeout: c.reconnectTimeout,
 		OnStateChange:    c.reconnectNotice,
 	}
+	if !c.reconnectSet {
+		// Nothing listening: the server is down, not restarting; a
+		// restart (systemd's RestartSec=2s) answers well within this.
+		opts.RefusedTimeout = refusedTimeout
+	}
 	if c.caFile != "" {
 		hc, err := httpClientTrusting(c.caFile)
 		if err != nil {
@@ -274,6 +317,10 @@ func (c *command) dial(ctx context.Context) (*client.Client, int) {
 	return cl, 0
 }
 
+// refusedTimeout is how long refused reconnects go on unless
+// --reconnect-timeout is given.
+const refusedTimeout = 5 * time.Second
+
 // reconnectNotice turns the SDK's connection states into one visible line
 // each on stderr. Lost needs none: whatever fails next says why.
 func (c *command) reconnectNotice(s client.State, err error) {
@@ -285,6 +332,10 @@ func (c *command) reconnectNotice(s client.State, err error) {
 		}
 		c.notef("connection lost%s; reconnecting… (for up to %v)", why, c.reconnectTimeout)
 	case client.Reconnected:
+		if errors.Is(err, client.ErrFreshSession) {
+			c.notef("reconnected to a new session (the server no longer knew the old one; it had no processes of ours)")
+			return
+		}
 		c.notef("reconnected; the session resumed")
 	}
 }

@@ -16,16 +16,16 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
-	"github.com/execgo/exec-server/protocol"
 )
 
 // progressMin is the size from which cp shows a progress bar on a terminal.
 const progressMin = 1 << 20
 
 func (c *command) cp(ctx context.Context, args []string) int {
-	fs := c.flags("[-a] [-r] [-q] SRC... DST   (remote paths are :/abs/path)")
-	archive := fs.BoolP("archive", "a", false, "archive: keep modes, modification times and symlinks; implies -r")
+	fs := c.flags("[-a] [-r] [-L] [-q] SRC... DST   (remote paths are :/abs/path)")
+	archive := fs.BoolP("archive", "a", false, "archive: also keep modification times and the setuid, setgid and sticky bits; implies -r")
 	recursive := fs.BoolP("recursive", "r", false, "copy directories recursively")
+	follow := fs.BoolP("follow-link", "L", false, "follow a symlink named as SRC (symlinks inside a tree are always copied as links)")
 	quiet := fs.BoolP("quiet", "q", false, "no progress bar")
 	if code, ok := c.parse(fs, args, true); !ok {
 		return code
@@ -58,7 +58,7 @@ func (c *command) cp(ctx context.Context, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cp := &copier{cmd: c, cl: cl, archive: *archive, recursive: *recursive || *archive, progress: !*quiet && isTerminal(c.stderr)}
+	cp := &copier{cmd: c, cl: cl, archive: *archive, recursive: *recursive || *archive, follow: *follow, progress: !*quiet && isTerminal(c.stderr)}
 	intoDir := len(srcs) > 1 || strings.HasSuffix(dst.path, "/") || cp.isDir(ctx, dst)
 	code = 0
 	for _, src := range srcs {
@@ -70,6 +70,13 @@ func (c *command) cp(ctx context.Context, args []string) int {
 			code = c.fail(exitFailure, "%s", err)
 		}
 	}
+	if cp.skipped > 0 {
+		what := "entries"
+		if cp.skipped == 1 {
+			what = "entry"
+		}
+		code = c.fail(exitFailure, "%d %s not copied (see above)", cp.skipped, what)
+	}
 	return code
 }
 
@@ -80,24 +87,29 @@ func joinPath(dir location, name string) string {
 	return filepath.Join(dir.path, name)
 }
 
-// A copier copies cp's operands. Every file is written under a temporary
-// name in its target's directory and put in place only when complete, so
-// an interrupted copy leaves the old target as it was (and at worst a
-// ".NAME.part-*" file beside it).
+// A copier copies cp's operands as docker cp does: permission bits are
+// kept and symlinks are copied as links; -a also keeps modification times
+// and the setuid, setgid and sticky bits. Every file is written under a
+// temporary name in its target's directory and put in place only when
+// complete, so an interrupted copy leaves the old target as it was; the
+// temporary file is removed on every failure, an interruption included.
 //
-// Locally that is os.CreateTemp and os.Rename. On the server the protocol
-// has no rename: without -a the finished temporary file is copied onto the
-// target by the server (fs/copy, one request: an interruption of cp after
-// the upload cannot cut it short) and removed. With -a, and for what the
-// protocol cannot express at all (a file's mode, setting a modification
-// time, reading or making a symlink), cp runs POSIX sh, ls, readlink,
-// chmod, touch, ln and mv on the server: -a needs them there.
+// Locally that is os.CreateTemp and os.Rename. For what the protocol cannot
+// express (a file's mode, setting a modification time, reading or making a
+// symlink, a rename), cp runs POSIX sh, find, ls, readlink, chmod, touch, ln
+// and mv on the server. Only stdin uploads (SRC -) go through fs/copy of
+// the finished temporary file alone.
+//
+// An entry that cannot be copied (a FIFO, a device, an unreadable
+// directory) is reported and counted; cp then exits 1.
 type copier struct {
 	cmd       *command
 	cl        *client.Client
 	archive   bool
 	recursive bool
+	follow    bool
 	progress  bool
+	skipped   int
 
 	pending []string // -a uploads: finalize operations not yet run
 	dirs    []string // -a uploads: directory operations, run last
@@ -106,7 +118,7 @@ type copier struct {
 func (cp *copier) isDir(ctx context.Context, l location) bool {
 	if l.remote {
 		fi, err := cp.cl.Stat(ctx, l.path)
-		return err == nil && fi.IsDir
+		return err == nil && fi.IsDir()
 	}
 	if l.path == "-" {
 		return false
@@ -122,6 +134,14 @@ func (cp *copier) copy(ctx context.Context, src, dst location) error {
 		if !cp.recursive && cp.isDir(ctx, src) {
 			return fmt.Errorf("%s is a directory (use -r)", src)
 		}
+		if cp.archive {
+			// fs/copy keeps permission bits only: the server's cp -p
+			// keeps times and the special bits as well.
+			if _, err := cp.runSh(ctx, remoteArchiveScript, []string{src.path, dst.path}); err != nil {
+				return fmt.Errorf("%s -> %s: %v", src, dst, err)
+			}
+			return nil
+		}
 		if err := cp.cl.Copy(ctx, src.path, dst.path); err != nil {
 			return fmt.Errorf("%s -> %s: %s", src, dst, describe(err))
 		}
@@ -133,12 +153,31 @@ func (cp *copier) copy(ctx context.Context, src, dst location) error {
 		}
 		return err
 	case src.remote:
-		if cp.archive && dst.path != "-" {
-			return cp.downloadArchive(ctx, src.path, dst.path)
+		if dst.path == "-" {
+			if _, err := cp.cl.Download(ctx, src.path, cp.cmd.stdout, nil); err != nil {
+				return fmt.Errorf("%s: %s", src, describe(err))
+			}
+			return nil
 		}
 		return cp.download(ctx, src.path, dst.path)
 	}
 	return fmt.Errorf("%s -> %s: nothing remote", src, dst)
+}
+
+// remoteArchiveScript copies $1 to $2 on the server with cp -p (modes,
+// times, the special bits as far as the server's user may set them) and
+// -P (symlinks as links); a directory's contents merge into an existing $2.
+const remoteArchiveScript = `
+if [ -d "$1" ] && [ ! -L "$1" ]; then
+	mkdir -p -- "$2" && cp -pPR -- "$1/." "$2/"
+else
+	cp -pP -- "$1" "$2"
+fi`
+
+// skip reports an entry that is not copied; cp exits 1 in the end.
+func (cp *copier) skip(name string, why any) {
+	cp.skipped++
+	fmt.Fprintf(cp.cmd.stderr, "exec-server cp: %s: not copied: %v\n", name, why)
 }
 
 // tempName returns a fresh temporary name beside target.
@@ -165,8 +204,7 @@ func (cp *copier) upload(ctx context.Context, local, remote string) error {
 	if err != nil {
 		return err
 	}
-	if fi.Mode()&fs.ModeSymlink != 0 && !cp.archive {
-		// Without -a a named symlink is followed, as cp(1) does.
+	if fi.Mode()&fs.ModeSymlink != 0 && cp.follow {
 		if fi, err = os.Stat(local); err != nil {
 			return err
 		}
@@ -179,23 +217,26 @@ func (cp *copier) upload(ctx context.Context, local, remote string) error {
 	}
 	return filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			if p == local || ctx.Err() != nil {
+				return err
+			}
+			cp.skip(p, err)
+			return nil
 		}
 		rel, _ := filepath.Rel(local, p)
 		target := path.Join(remote, filepath.ToSlash(rel))
 		info, err := d.Info()
 		if err != nil {
-			return err
+			cp.skip(p, err)
+			return nil
 		}
 		if d.IsDir() {
 			if err := cp.cl.MkdirAll(ctx, target); err != nil {
 				return fmt.Errorf(":%s: %s", target, describe(err))
 			}
-			if cp.archive {
-				// Children first: a directory's time is set after its
-				// contents changed it (WalkDir visits parents first).
-				cp.dirs = append([]string{"d", target, modeString(info.Mode()), touchTime(info.ModTime())}, cp.dirs...)
-			}
+			// Children first: a directory's mode and time are set after
+			// its contents are made (WalkDir visits parents first).
+			cp.dirs = append([]string{"d", target, cp.modeString(info.Mode()), cp.touchTime(info.ModTime())}, cp.dirs...)
 			return nil
 		}
 		if err := cp.uploadEntry(ctx, p, target, info); err != nil {
@@ -205,8 +246,7 @@ func (cp *copier) upload(ctx context.Context, local, remote string) error {
 	})
 }
 
-// uploadEntry uploads one file or (with -a) symlink; anything else is
-// skipped with a note.
+// uploadEntry uploads one file or symlink; anything else is skipped.
 func (cp *copier) uploadEntry(ctx context.Context, local, remote string, fi fs.FileInfo) error {
 	switch {
 	case fi.Mode().IsRegular():
@@ -216,7 +256,7 @@ func (cp *copier) uploadEntry(ctx context.Context, local, remote string, fi fs.F
 		}
 		defer f.Close()
 		return cp.uploadReader(ctx, local, f, fi.Size(), remote, fi)
-	case fi.Mode()&fs.ModeSymlink != 0 && cp.archive:
+	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := os.Readlink(local)
 		if err != nil {
 			return err
@@ -224,12 +264,12 @@ func (cp *copier) uploadEntry(ctx context.Context, local, remote string, fi fs.F
 		cp.pending = append(cp.pending, "l", filepath.ToSlash(target), remote, remoteTemp(remote))
 		return nil
 	}
-	fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping %s: not a regular file or directory\n", local)
+	cp.skip(local, "not a regular file, directory or symlink")
 	return nil
 }
 
 // uploadReader uploads r to a temporary name beside remote and puts it in
-// place (-a: later, by flush, with fi's mode and time).
+// place (with fi, later, by flush, with fi's mode and, with -a, time).
 func (cp *copier) uploadReader(ctx context.Context, name string, r io.Reader, size int64, remote string, fi fs.FileInfo) error {
 	tmp := remoteTemp(remote)
 	bar := cp.bar(path.Base(remote), size)
@@ -239,8 +279,8 @@ func (cp *copier) uploadReader(ctx context.Context, name string, r io.Reader, si
 		cp.removeRemote(ctx, tmp)
 		return fmt.Errorf("%s -> :%s: %s", name, remote, describe(err))
 	}
-	if cp.archive && fi != nil {
-		cp.pending = append(cp.pending, "f", tmp, remote, modeString(fi.Mode()), touchTime(fi.ModTime()))
+	if fi != nil {
+		cp.pending = append(cp.pending, "f", tmp, remote, cp.modeString(fi.Mode()), cp.touchTime(fi.ModTime()))
 		return nil
 	}
 	err = cp.cl.Copy(ctx, tmp, remote)
@@ -251,24 +291,24 @@ func (cp *copier) uploadReader(ctx context.Context, name string, r io.Reader, si
 	return nil
 }
 
-// finalizeScript puts -a uploads in place on the server. Its arguments are
+// finalizeScript puts uploads in place on the server. Its arguments are
 // operations: "f TMP DST MODE TIME" (a file uploaded to TMP), "l TARGET DST
 // TMP" (a symlink) and "d DIR MODE TIME" (a directory's mode and time).
-// TIME is touch -t's, in UTC. Every path is absolute, so none reads as an
+// TIME is touch -t's, in UTC, or "-" to leave the time. Every path is absolute, so none reads as an
 // option (a link's target may, hence ln's --). mv within one directory is
 // rename(2): the target is replaced at once or not at all.
 const finalizeScript = `
 notdir() { if [ -d "$1" ] && [ ! -L "$1" ]; then echo "$1: is a directory" >&2; exit 1; fi; }
 while [ $# -gt 0 ]; do
 	case $1 in
-	f) notdir "$3"; chmod "$4" "$2" && touch -m -t "$5" "$2" && mv -f "$2" "$3" || exit 1; shift 5;;
+	f) notdir "$3"; chmod "$4" "$2" && { [ "$5" = - ] || touch -m -t "$5" "$2"; } && mv -f "$2" "$3" || exit 1; shift 5;;
 	l) notdir "$3"; ln -s -- "$2" "$4" && mv -f "$4" "$3" || exit 1; shift 4;;
-	d) chmod "$3" "$2" && touch -m -t "$4" "$2" || exit 1; shift 4;;
+	d) chmod "$3" "$2" && { [ "$4" = - ] || touch -m -t "$4" "$2"; } || exit 1; shift 4;;
 	*) echo "unknown operation $1" >&2; exit 2;;
 	esac
 done`
 
-// flush runs the pending -a operations on the server: all of them when
+// flush runs the pending finalize operations on the server: all of them when
 // final (then the directories' too), else once enough have gathered
 // (bounding the temporary files a failure leaves and the argument list).
 func (cp *copier) flush(ctx context.Context, final bool) error {
@@ -296,7 +336,7 @@ func (cp *copier) flush(ctx context.Context, final bool) error {
 				i = len(ops)
 			}
 		}
-		return fmt.Errorf("cp -a on the server: %v", err)
+		return fmt.Errorf("cp: putting files in place on the server: %v", err)
 	}
 	return nil
 }
@@ -325,10 +365,13 @@ func (cp *copier) runSh(ctx context.Context, script string, args []string) ([]by
 	return out, nil
 }
 
-// modeString renders a mode's permission bits for chmod (octal, with the
-// setuid, setgid and sticky bits).
-func modeString(m fs.FileMode) string {
+// modeString renders a mode's permission bits for chmod (octal, with -a
+// the setuid, setgid and sticky bits too).
+func (cp *copier) modeString(m fs.FileMode) string {
 	bits := uint32(m.Perm())
+	if !cp.archive {
+		return fmt.Sprintf("%04o", bits)
+	}
 	if m&fs.ModeSetuid != 0 {
 		bits |= 0o4000
 	}
@@ -342,88 +385,47 @@ func modeString(m fs.FileMode) string {
 }
 
 // touchTime renders t for touch -t in UTC (the script sets TZ=UTC0); POSIX
-// touch takes whole seconds.
-func touchTime(t time.Time) string { return t.UTC().Format("200601021504.05") }
+// touch takes whole seconds. Without -a times are not kept: "-".
+func (cp *copier) touchTime(t time.Time) string {
+	if !cp.archive {
+		return "-"
+	}
+	return t.UTC().Format("200601021504.05")
+}
 
-func (cp *copier) download(ctx context.Context, remote, local string) error {
-	if local == "-" {
-		if _, err := cp.cl.Download(ctx, remote, cp.cmd.stdout, nil); err != nil {
-			return fmt.Errorf(":%s: %s", remote, describe(err))
-		}
-		return nil
+// keptMode is the part of a source mode cp applies: the permission bits,
+// with -a the setuid, setgid and sticky bits too.
+func (cp *copier) keptMode(m fs.FileMode) fs.FileMode {
+	if cp.archive {
+		return m & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 	}
-	fi, err := cp.cl.Stat(ctx, remote)
-	if err != nil {
-		return fmt.Errorf(":%s: %s", remote, describe(err))
-	}
-	if !fi.IsDir {
-		return cp.downloadFile(ctx, remote, local, fi.Size, nil)
-	}
-	if !cp.recursive {
-		return fmt.Errorf(":%s is a directory (use -r)", remote)
-	}
-	w, err := cp.cl.Walk(ctx, remote, client.WalkOptions{})
-	if err != nil {
-		return fmt.Errorf(":%s: %s", remote, describe(err))
-	}
-	if w.Truncated {
-		return fmt.Errorf(":%s: too many entries to copy in one walk", remote)
-	}
-	if err := os.MkdirAll(local, 0o755); err != nil {
-		return err
-	}
-	// Directories first, so every file's parent exists.
-	for _, kind := range []string{protocol.FsKindDirectory, protocol.FsKindFile} {
-		for _, e := range w.Entries {
-			if e.Kind != kind {
-				continue
-			}
-			target := filepath.Join(local, filepath.FromSlash(relPath(remote, e.Path)))
-			if kind == protocol.FsKindDirectory {
-				if err := os.MkdirAll(target, 0o755); err != nil {
-					return err
-				}
-				continue
-			}
-			efi, err := cp.cl.Stat(ctx, e.Path)
-			if err != nil {
-				return fmt.Errorf(":%s: %s", e.Path, describe(err))
-			}
-			if err := cp.downloadFile(ctx, e.Path, target, efi.Size, nil); err != nil {
-				return err
-			}
-		}
-	}
-	for _, e := range w.Entries {
-		if e.Kind != protocol.FsKindDirectory && e.Kind != protocol.FsKindFile {
-			fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping :%s: %s\n", e.Path, e.Kind)
-		}
-	}
-	for p, msg := range w.Errors {
-		fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping :%s: %s\n", p, msg)
-	}
-	return nil
+	return m.Perm()
 }
 
 func relPath(root, p string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(p, root), "/")
 }
 
-// archiveMeta is what -a keeps of a remote file beyond its bytes.
+// archiveMeta is what cp keeps of a remote file beyond its bytes: its
+// mode, and with -a its modification time (else zero).
 type archiveMeta struct {
 	mode  fs.FileMode
 	mtime time.Time
 }
 
-// listScript lists a remote tree for -a, NUL-separated: each path, the
+// listScript lists a remote tree, NUL-separated: each path, the
 // first ten characters of its ls -ld (type and permissions), and for a
 // symlink its target. Unlike fs/walk it sees symlinks (dangling ones too).
-const listScript = `find "$1" -exec sh -c '
+// $1 is the root, $2 -P or -H (follow the root if a symlink: cp -L), then
+// find's further arguments (-prune: the root only).
+const listScript = `top=$1; opt=$2; shift 2
+find $opt "$top" "$@" -exec sh -c '
+top=$1; opt=$2; shift 2
 for p; do
-	m=$(ls -ldn "$p") || exit 1
+	if [ "$p" = "$top" ] && [ "$opt" = -H ]; then m=$(ls -ldnL "$p"); else m=$(ls -ldn "$p"); fi || exit 1
 	printf "%s\0%.10s\0" "$p" "$m"
 	case $m in l*) t=$(readlink "$p") || exit 1; printf "%s\0" "$t";; esac
-done' sh {} +`
+done' sh "$top" "$opt" {} +`
 
 // remoteEntry is one path of listScript's output.
 type remoteEntry struct {
@@ -497,16 +499,26 @@ func parseModeString(s string) (kind byte, mode fs.FileMode, err error) {
 	return kind, mode, nil
 }
 
-// downloadArchive copies a remote file, symlink or tree with -a.
-func (cp *copier) downloadArchive(ctx context.Context, remote, local string) error {
+// download copies a remote file, symlink or tree.
+func (cp *copier) download(ctx context.Context, remote, local string) error {
 	remote = path.Clean(remote)
-	out, err := cp.runSh(ctx, listScript, []string{remote})
+	args := []string{remote, "-P"}
+	if cp.follow {
+		args[1] = "-H"
+	}
+	if !cp.recursive {
+		args = append(args, "-prune")
+	}
+	out, err := cp.runSh(ctx, listScript, args)
 	if err != nil {
-		return fmt.Errorf("cp -a: listing :%s on the server: %v", remote, err)
+		return fmt.Errorf("listing :%s on the server: %v", remote, err)
 	}
 	ents, err := parseListing(out)
 	if err != nil {
-		return fmt.Errorf("cp -a: listing :%s: %v", remote, err)
+		return fmt.Errorf("listing :%s: %v", remote, err)
+	}
+	if !cp.recursive && len(ents) > 0 && ents[0].kind == 'd' {
+		return fmt.Errorf(":%s is a directory (use -r)", remote)
 	}
 	type dirMeta struct {
 		local string
@@ -515,7 +527,7 @@ func (cp *copier) downloadArchive(ctx context.Context, remote, local string) err
 	var dirs []dirMeta
 	for _, e := range ents {
 		if e.path != remote && !strings.HasPrefix(e.path, strings.TrimSuffix(remote, "/")+"/") {
-			return fmt.Errorf("cp -a: the listing of :%s holds %q", remote, e.path)
+			return fmt.Errorf("the listing of :%s holds %q", remote, e.path)
 		}
 		target := local
 		if e.path != remote {
@@ -529,14 +541,18 @@ func (cp *copier) downloadArchive(ctx context.Context, remote, local string) err
 			continue
 		case 'd', '-':
 		default:
-			fmt.Fprintf(cp.cmd.stderr, "exec-server cp: skipping :%s: not a regular file, directory or symlink\n", e.path)
+			cp.skip(":"+e.path, "not a regular file, directory or symlink")
 			continue
 		}
 		fi, err := cp.cl.Stat(ctx, e.path)
 		if err != nil {
-			return fmt.Errorf(":%s: %s", e.path, describe(err))
+			if ctx.Err() != nil {
+				return err
+			}
+			cp.skip(":"+e.path, describe(err))
+			continue
 		}
-		meta := &archiveMeta{mode: e.mode, mtime: fi.ModTime}
+		meta := &archiveMeta{mode: cp.keptMode(e.mode), mtime: cp.mtime(fi.ModTime())}
 		if e.kind == 'd' {
 			// Writable for now, so that its contents can be made.
 			if err := os.MkdirAll(target, 0o700); err != nil {
@@ -545,7 +561,7 @@ func (cp *copier) downloadArchive(ctx context.Context, remote, local string) err
 			dirs = append(dirs, dirMeta{target, *meta})
 			continue
 		}
-		if err := cp.downloadFile(ctx, e.path, target, fi.Size, meta); err != nil {
+		if err := cp.downloadFile(ctx, e.path, target, fi.Size(), meta); err != nil {
 			return err
 		}
 	}
@@ -556,11 +572,22 @@ func (cp *copier) downloadArchive(ctx context.Context, remote, local string) err
 		if err := os.Chmod(d.local, d.meta.mode); err != nil {
 			return err
 		}
+		if d.meta.mtime.IsZero() {
+			continue
+		}
 		if err := os.Chtimes(d.local, time.Time{}, d.meta.mtime); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mtime is t with -a, else zero (times are not kept).
+func (cp *copier) mtime(t time.Time) time.Time {
+	if cp.archive {
+		return t
+	}
+	return time.Time{}
 }
 
 // replaceWithSymlink makes local a symlink to target, replacing what was
@@ -579,9 +606,8 @@ func replaceWithSymlink(target, local string) error {
 
 // downloadFile copies a remote file to local through a temporary file in
 // local's directory, renamed over local once complete: a failed copy never
-// leaves a truncated file under the final name. Without meta, an existing
-// target keeps its mode and a new one gets 0644; with it (-a), the remote
-// mode and modification time are applied.
+// leaves a truncated file under the final name. meta's mode is applied, and
+// its modification time unless zero.
 func (cp *copier) downloadFile(ctx context.Context, remote, local string, size int64, meta *archiveMeta) error {
 	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".part-*")
 	if err != nil {
@@ -606,7 +632,7 @@ func (cp *copier) downloadFile(ctx context.Context, remote, local string, size i
 	if err := os.Chmod(tmp.Name(), mode); err != nil {
 		return err
 	}
-	if meta != nil {
+	if meta != nil && !meta.mtime.IsZero() {
 		if err := os.Chtimes(tmp.Name(), time.Time{}, meta.mtime); err != nil {
 			return err
 		}

@@ -233,3 +233,88 @@ func TestCopyReplacesWhole(t *testing.T) {
 type failingReader struct{}
 
 func (failingReader) Read([]byte) (int, error) { return 0, errors.New("input failed") }
+
+// Without -a, cp keeps what docker cp keeps: permission bits (a 0600 file
+// stays private, a script keeps +x) and symlinks as links, both ways; times
+// are not kept. Before, every file arrived 0644 and links were skipped with
+// exit 0.
+func TestCopyKeepsModesAndLinks(t *testing.T) {
+	needServer(t)
+	dir := t.TempDir()
+	makeTree(t, dir+"/src")
+	want := snapshot(t, dir+"/src")
+	for p, e := range want {
+		e.mtime = time.Time{}
+		want[p] = e
+	}
+	for _, st := range []struct{ name, from, to, root string }{
+		{"up", dir + "/src", ":" + dir + "/remote", dir + "/remote"},
+		{"down", ":" + dir + "/remote", dir + "/back", dir + "/back"},
+	} {
+		code, out, errOut := mainOut(t, "", "cp", "--url", serverURL, "-r", st.from, st.to)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", st.name, code, out, errOut)
+		}
+		got := snapshot(t, st.root)
+		for p, w := range want {
+			g, ok := got[p]
+			g.mtime = time.Time{}
+			if !ok || g != w {
+				t.Errorf("%s: %s = %+v, want %+v", st.name, p, g, w)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %d entries, want %d", st.name, len(got), len(want))
+		}
+	}
+}
+
+// An entry cp cannot copy (a FIFO) is reported by path and makes cp exit
+// 1, both ways; the rest of the tree is still copied.
+func TestCopySkippedEntryFails(t *testing.T) {
+	needServer(t)
+	dir := t.TempDir()
+	if err := os.MkdirAll(dir+"/src", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(dir+"/src/a", []byte("a"), 0o644)
+	if err := syscallMkfifo(dir + "/src/fifo"); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	for _, st := range []struct{ name, from, to, check string }{
+		{"up", dir + "/src", ":" + dir + "/up", dir + "/up/a"},
+		{"down", ":" + dir + "/src", dir + "/down", dir + "/down/a"},
+	} {
+		code, _, errOut := mainOut(t, "", "cp", "--url", serverURL, "-r", st.from, st.to)
+		if code != 1 || !strings.Contains(errOut, "fifo") {
+			t.Errorf("%s: exit %d, want 1 naming the fifo; stderr:\n%s", st.name, code, errOut)
+		}
+		if _, err := os.Stat(st.check); err != nil {
+			t.Errorf("%s: the rest of the tree was not copied: %v", st.name, err)
+		}
+	}
+}
+
+// -a remote to remote keeps times and the setgid and sticky bits (fs/copy
+// keeps permission bits only).
+func TestCopyArchiveRemoteToRemote(t *testing.T) {
+	needServer(t)
+	dir := t.TempDir()
+	makeTree(t, dir+"/src")
+	if err := os.Chmod(dir+"/src/sub", 0o1750); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(2001, 2, 3, 9, 0, 0, 0, time.UTC)
+	os.Chtimes(dir+"/src/sub", ts, ts)
+	want := snapshot(t, dir+"/src")
+	code, out, errOut := mainOut(t, "", "cp", "--url", serverURL, "-a", ":"+dir+"/src", ":"+dir+"/dst")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	got := snapshot(t, dir+"/dst")
+	for p, w := range want {
+		if g := got[p]; g != w {
+			t.Errorf("%s = %+v, want %+v", p, g, w)
+		}
+	}
+}

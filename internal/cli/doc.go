@@ -1,5 +1,6 @@
 // Package cli implements the client subcommands of the exec-server binary:
-// exec, cp, ls, cat, ps and watch. They talk to a running exec-server over a websocket
+// exec, cp, ls, cat, ps, watch, rm, mkdir, mv, attach, kill, context,
+// completion and man. They talk to a running exec-server over a websocket
 // with the client package.
 //
 // # Flags
@@ -67,6 +68,18 @@
 //	                      refuses it (exit 1) rather than run CMD unlimited
 //	--detach-keys KEYS    the -it detach sequence, docker's notation
 //	                      (default ctrl-p,ctrl-q; "" for none)
+//	--sandbox MODE        confine CMD with the server's kernel sandbox:
+//	                      read-only or workspace-write, the policies codex
+//	                      sends; a denial is named on stderr
+//	--writable DIR        with workspace-write, DIR is writable too
+//	--network             with --sandbox, allow network access
+//
+// Without -t, the first Ctrl-C (Ctrl-\) is forwarded and a second one ends
+// exec with 130 (131) even when a background job holds the output open;
+// SIGTERM and SIGHUP are forwarded and end exec with 143 and 129. A server
+// that restarted (it no longer knows the session) ends exec at once; one
+// that refuses connections for 5 s ends it too, unless --reconnect-timeout
+// is given.
 //
 // With -it on a local terminal, the terminal is in raw mode while CMD
 // runs: Ctrl-C, Ctrl-D, Ctrl-Z and Ctrl-\ are keystrokes for the remote
@@ -75,8 +88,8 @@
 // something it left behind (a background job) keeps its terminal open,
 // exec says so after a second; Ctrl-C then stops waiting (exit: CMD's
 // code). The detach keys leave CMD running in its session, which the
-// server keeps for its session TTL (exec-server ps --session ID lists its
-// processes), and exit 0. The terminal's settings are restored on every
+// server keeps for its session TTL (exec-server ps lists its processes:
+// the session is remembered), and exit 0. The terminal's settings are restored on every
 // way out.
 //
 // Without -t, Ctrl-C (SIGINT) is forwarded to the remote process as an
@@ -103,7 +116,7 @@
 // whose name starts with a colon can be written "./:name". ls and cat take
 // only remote paths, so for them the colon is optional.
 //
-//	exec-server cp [-a] [-r] [-q] SRC... DST
+//	exec-server cp [-a] [-r] [-L] [-q] SRC... DST
 //
 // copies local to remote, remote to local, or remote to remote (on the
 // server). With several sources, or when DST is an existing directory or
@@ -112,27 +125,48 @@
 // flight, never whole in memory; on a terminal a progress bar shows on
 // stderr for files over 1 MiB (-q hides it).
 //
+// As docker cp, cp keeps each file's and directory's permission bits and
+// copies symlinks as symlinks (dangling ones too); -L follows a symlink
+// named as SRC. -a (archive, implies -r) also keeps modification times (to
+// the second) and the setuid, setgid and sticky bits. An entry that cannot
+// be copied (a FIFO, a device, an unreadable directory) is named on stderr
+// and cp exits 1 once the rest is copied.
+//
 // A file is written under a temporary name beside its target
 // (".NAME.part-*") and put in place when complete, so an interrupted copy
-// (Ctrl-C, a lost connection, a failing source) leaves the target as it
-// was. Locally that is a rename. On the server, which has no rename
-// method, the server copies the finished file onto the target in one
-// request (fs/copy) and the temporary file is removed.
-//
-// -a (archive, implies -r) also keeps each file's permission bits
-// (setuid, setgid and sticky included), modification times (to the
-// second) and symlinks as symlinks (dangling ones too). The protocol can
-// neither read a mode or a link nor set a time, so -a runs POSIX sh, find,
+// (Ctrl-C, SIGTERM, a lost connection, a failing source) leaves the target
+// as it was and removes the temporary file. The protocol can neither read
+// a mode or a link, nor set a time, nor rename, so cp runs POSIX sh, find,
 // ls, readlink, chmod, touch, ln and mv on the server; the file is renamed
 // into place there (mv, i.e. rename(2)). Remote to remote, cp is the
-// server's fs/copy, with or without -a: modes and symlinks are kept, times
-// are not.
+// server's fs/copy (modes and symlinks kept), with -a the server's
+// cp -pPR (times and special bits too).
+//
+//	exec-server exec -d CMD...     (prints the process id)
+//	exec-server ps [--session ID]
+//	exec-server attach [--session ID] PROCESS
+//	exec-server kill [-s SIGNAL] [--session ID] PROCESS...
+//
+// exec -d leaves CMD running in its session (for the server's session
+// TTL) and remembers the session per server under $XDG_STATE_HOME (as the
+// -it detach keys do); ps lists its processes, attach prints a process's
+// retained and new output until it closes and exits with its code (Ctrl-C
+// leaves it running), kill signals it (default kill, its whole tree).
+//
+//	exec-server rm [-r] [-f] :/PATH...
+//	exec-server mkdir [-p] :/DIR...
+//	exec-server mv :/SRC :/DST
+//
+// remove, make and rename remote paths (rm refuses /; mv runs mv(1) on the
+// server: the protocol has no rename). Errors name the path; exit 1.
 //
 //	exec-server ls [-l] [-a] [:/DIR...]
 //
 // lists directories (default: the server's working directory), sorted;
 // directories end in "/". -a (--all) includes names starting with a dot;
-// -l (--long) shows size and modification time (UTC); -la is both.
+// -l (--long) is the server's own ls -l (mode, links, owner, group, size,
+// time in UTC, symlink targets; a size and time listing if it has no ls);
+// -la is both.
 //
 //	exec-server cat :/FILE...
 //
@@ -140,7 +174,7 @@
 //
 // # ps
 //
-//	exec-server ps --session ID
+//	exec-server ps [--session ID]
 //
 // lists the processes of a session (process/list, this server's
 // extension) as a table: id, pid, state (starting, running, exited,
@@ -149,7 +183,8 @@
 // resumes that session: it must be detached (its websocket connection
 // gone, within the server's session TTL), and ps leaves it detached again.
 // --session defaults to $EXEC_SERVER_SESSION (not shown by -h: an id
-// resumes the session).
+// resumes the session), else the session exec -d or the detach keys left
+// on that server.
 //
 // Errors are one line on stderr, "exec-server SUBCOMMAND: ...", with exit
 // code 1 (2 for usage errors).

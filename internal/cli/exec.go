@@ -49,6 +49,8 @@ type execOptions struct {
 	timeout     time.Duration
 	detachSpec  string
 	detachKeys  []byte
+	sandbox     *client.Sandbox
+	detach      bool
 }
 
 func (c *command) parseExec(args []string) (*execOptions, int, bool) {
@@ -57,6 +59,7 @@ func (c *command) parseExec(args []string) (*execOptions, int, bool) {
 	var envs, envFiles []string
 	fs.BoolVarP(&o.interactive, "interactive", "i", false, "forward stdin")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "run CMD on a pseudo-terminal (-it: an interactive terminal session)")
+	fs.BoolVarP(&o.detach, "detach", "d", false, "start CMD, print its process id and leave it running in its session (ps, attach, kill find it)")
 	fs.StringArrayVarP(&envs, "env", "e", nil, "set environment variable `K=V` (repeatable; a bare K passes the local value)")
 	fs.StringArrayVar(&envFiles, "env-file", nil, "read K=V lines from `FILE` (# comments; repeatable; -e wins)")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "working `DIR` on the server (absolute; default the server's)")
@@ -65,6 +68,12 @@ func (c *command) parseExec(args []string) (*execOptions, int, bool) {
 	fs.StringVar(&o.inherit, "env-inherit", "all", "how much of the server's environment to start from, `MODE` all, core or none")
 	fs.DurationVar(&o.timeout, "timeout", 0, "kill the remote command (its whole tree) after `D`, on the server; exit 124 then")
 	fs.StringVar(&o.detachSpec, "detach-keys", "ctrl-p,ctrl-q", "with -it on a terminal, the `KEYS` that detach (\"\" for none)")
+	var sandboxMode string
+	var writable []string
+	var network bool
+	fs.StringVar(&sandboxMode, "sandbox", "", "confine CMD with the server's kernel sandbox, `MODE` read-only or workspace-write (codex's policies)")
+	fs.StringArrayVar(&writable, "writable", nil, "with --sandbox workspace-write, also make `DIR` writable (repeatable; the working directory always is)")
+	fs.BoolVar(&network, "network", false, "with --sandbox, allow network access (default: none)")
 	if code, ok := c.parse(fs, args, false); !ok {
 		return nil, code, false
 	}
@@ -96,6 +105,24 @@ func (c *command) parseExec(args []string) (*execOptions, int, bool) {
 	}
 	if o.timeout < 0 {
 		return nil, c.usageErr("--timeout %v: want a positive duration", o.timeout), false
+	}
+	switch sandboxMode {
+	case "":
+		if len(writable) > 0 || network {
+			return nil, c.usageErr("--writable and --network need --sandbox"), false
+		}
+	case string(client.SandboxReadOnly), string(client.SandboxWorkspaceWrite):
+		if sandboxMode == string(client.SandboxReadOnly) && len(writable) > 0 {
+			return nil, c.usageErr("--writable needs --sandbox workspace-write"), false
+		}
+		for _, w := range writable {
+			if !strings.HasPrefix(w, "/") {
+				return nil, c.usageErr("--writable %q: want an absolute path on the server", w), false
+			}
+		}
+		o.sandbox = &client.Sandbox{Mode: client.SandboxMode(sandboxMode), WritableRoots: writable, Network: network}
+	default:
+		return nil, c.usageErr("--sandbox %q: want read-only or workspace-write", sandboxMode), false
 	}
 	keys, err := parseDetachKeys(o.detachSpec)
 	if err != nil {
@@ -129,7 +156,7 @@ func (c *command) exec(ctx context.Context, args []string) int {
 			c.notef("warning: -t given but stdin is not a terminal")
 		}
 	}
-	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, StdinPipe: o.interactive, Timeout: o.timeout}
+	cmd := client.Cmd{Argv: o.argv, Cwd: o.workdir, Env: o.env, TTY: o.tty, StdinPipe: o.interactive, Timeout: o.timeout, Sandbox: o.sandbox}
 	if o.inherit != "none" {
 		cmd.InheritEnv = o.inherit
 	}
@@ -161,7 +188,12 @@ func (c *command) exec(ctx context.Context, args []string) int {
 			started <- startResult{code: code}
 			return
 		}
-		p, err := cl.Start(setupCtx, cmd)
+		sctx := setupCtx
+		if o.detach {
+			// The process outlives this command.
+			sctx = context.WithoutCancel(setupCtx)
+		}
+		p, err := cl.Start(sctx, cmd)
 		switch {
 		case errors.Is(err, errors.ErrUnsupported) && o.timeout > 0:
 			code = c.fail(exitFailure, "--timeout: the server cannot time a command out (no processTimeout capability)")
@@ -195,6 +227,12 @@ setup:
 		return st.code
 	}
 	cl, p := st.cl, st.p
+	if o.detach {
+		c.rememberSession(cl.SessionID())
+		fmt.Fprintln(c.stdout, p.ID())
+		_ = cl.Detach()
+		return 0
+	}
 	detached := false
 	defer func() {
 		if detached {
@@ -322,13 +360,27 @@ func (r *execRun) loop(ctx context.Context) int {
 		exited = p.Exited()
 	}
 	var notice <-chan time.Time
+	// The first Ctrl-C or Ctrl-\ is forwarded; a second one ends exec
+	// (130, 131), whatever holds the remote output open. SIGTERM and
+	// SIGHUP are forwarded and end exec (143, 129) once the command is
+	// done, or after stopGrace.
+	seen := map[os.Signal]bool{}
+	var giveUp <-chan time.Time
+	giveUpCode := 0
 
 	var res result
 wait:
 	for {
 		select {
 		case res = <-done:
+			if giveUpCode != 0 && res.err == nil {
+				copiers.Wait()
+				return giveUpCode
+			}
 			break wait
+		case <-giveUp:
+			c.notef("stopped waiting for the remote command (%s); it was sent the signal", syscall.Signal(giveUpCode-128))
+			return giveUpCode
 		case note := <-stdinNote:
 			c.notef("%s", note)
 		case b := <-keys:
@@ -336,6 +388,7 @@ wait:
 			if hit {
 				r.detached = true
 				c.term.restore()
+				c.rememberSession(r.cl.SessionID())
 				c.notef("detached; the remote command goes on in session %s until the server's session TTL ends (exec-server ps --session %s lists it)", r.cl.SessionID(), r.cl.SessionID())
 				return 0
 			}
@@ -380,6 +433,25 @@ wait:
 			}
 			return c.fail(exitRemote, "writing output: %v", err)
 		case sig := <-r.sigs:
+			s, isSig := sig.(syscall.Signal)
+			switch {
+			case !isSig || isResize(sig):
+			case (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && seen[sig]:
+				c.notef("%s again: stopped waiting; the remote command is terminated", describeSignal(sig))
+				return 128 + int(s)
+			case sig == syscall.SIGTERM || sig == syscall.SIGHUP:
+				if giveUp == nil {
+					t := time.NewTimer(stopGrace)
+					defer t.Stop()
+					giveUp, giveUpCode = t.C, 128+int(s)
+				}
+			}
+			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && !seen[sig] {
+				if code, exited := p.ExitCode(); exited {
+					c.notef("the remote command exited with %d, but its output is still open (a background job?); %s again stops waiting", code, describeSignal(sig))
+				}
+			}
+			seen[sig] = true
 			r.forward(ctx, sig)
 		}
 	}
@@ -408,7 +480,24 @@ wait:
 			return c.fail(exitRemote, "%s", describe(err))
 		}
 	}
+	if p.SandboxDenied() {
+		c.notef("the sandbox (%s) denied an operation of the remote command (exit %d)", r.o.sandbox.Mode, res.code)
+	}
 	return c.timedOut(p, r.o.timeout, res.code)
+}
+
+// stopGrace is how long exec waits, after forwarding SIGTERM or SIGHUP, for
+// the remote command to finish its output before it ends anyway.
+const stopGrace = 2 * time.Second
+
+func describeSignal(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "Ctrl-C"
+	case syscall.SIGQUIT:
+		return "Ctrl-\\"
+	}
+	return sig.String()
 }
 
 // forward passes a signal exec received to the remote process.
@@ -515,7 +604,7 @@ func (c *command) startFailed(ctx context.Context, cl *client.Client, cmd client
 		switch {
 		case isNotFound(serr):
 			return c.fail(exitNoFound, "--workdir %s: no such directory on the server", cmd.Cwd)
-		case serr == nil && !fi.IsDir:
+		case serr == nil && !fi.IsDir():
 			return c.fail(exitNoFound, "--workdir %s: not a directory", cmd.Cwd)
 		}
 	}
@@ -532,7 +621,7 @@ func (c *command) startFailed(ctx context.Context, cl *client.Client, cmd client
 		switch {
 		case isNotFound(serr):
 			return c.fail(exitNoFound, "%s: no such file on the server", prog)
-		case serr == nil && fi.IsDir:
+		case serr == nil && fi.IsDir():
 			return c.fail(exitNoExec, "%s: is a directory", prog)
 		case serr == nil:
 			return c.fail(exitNoExec, "%s: cannot be executed: %s", prog, e.Message)

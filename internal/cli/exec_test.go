@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,8 +42,9 @@ func TestHelpHidesSecrets(t *testing.T) {
 			if code != 0 {
 				t.Errorf("%s %s: exit %d", sub, h, code)
 			}
-			if !strings.Contains(errOut, "--token TOKEN") {
-				t.Errorf("%s %s printed no usage: %q", sub, h, errOut)
+			// Asked-for help goes to stdout (exit 0), as git's and kubectl's.
+			if !strings.Contains(out, "--token TOKEN") || errOut != "" {
+				t.Errorf("%s %s printed no usage on stdout: %q (stderr %q)", sub, h, out, errOut)
 			}
 			if strings.Contains(out+errOut, "s3cret") {
 				t.Errorf("%s %s printed a secret:\n%s", sub, h, errOut)
@@ -102,7 +104,8 @@ func TestLsCombinedFlags(t *testing.T) {
 	os.WriteFile(dir+"/shown", []byte("xy"), 0o644)
 	for _, args := range [][]string{{"-la"}, {"-l", "-a"}, {"--long", "--all"}, {"-al"}} {
 		code, out, errOut := mainOut(t, "", append(append([]string{"ls", "--url", serverURL}, args...), ":"+dir)...)
-		if code != 0 || !strings.Contains(out, ".hidden") || !strings.Contains(out, "           2  ") {
+		// ls -l is the server's ls -l: mode, owner, size 2, name.
+		if code != 0 || !strings.Contains(out, ".hidden") || !regexp.MustCompile(`(?m)^-rw-r--r-- .* 2 .* shown$`).MatchString(out) {
 			t.Errorf("ls %v: exit %d\n%s%s", args, code, out, errOut)
 		}
 	}
@@ -227,16 +230,23 @@ func TestExecSessionLost(t *testing.T) {
 	}{
 		{"server restarted", true, "5m", "session lost: the server no longer knows this session"},
 		{"server gone", false, "2s", "connection lost"},
+		// Without --reconnect-timeout, 5 s of refused connections end
+		// exec (before: the whole 60 s window).
+		{"server gone, default window", false, "", "refused connections for 5s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			url, srv := startServerAt(t, "127.0.0.1:0")
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 			defer cancel()
 			var stdout, stderr lineWaiter
 			done := make(chan int, 1)
 			go func() {
-				done <- cli.Main(ctx, "exec", []string{"--url", url, "--reconnect-timeout", tc.timeout, "--", "sh", "-c", "echo ready; sleep 60"}, strings.NewReader(""), &stdout, &stderr)
+				args := []string{"--url", url, "--", "sh", "-c", "echo ready; sleep 60"}
+				if tc.timeout != "" {
+					args = append([]string{"--reconnect-timeout", tc.timeout}, args...)
+				}
+				done <- cli.Main(ctx, "exec", args, strings.NewReader(""), &stdout, &stderr)
 			}()
 			stdout.wait(t, "ready", 15*time.Second)
 			srv.Process.Kill()
@@ -363,5 +373,78 @@ func TestExecSignalBeforeStart(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want %d and one line", code, stderr.String(), tc.code)
 			}
 		})
+	}
+}
+
+// SIGTERM and SIGHUP are forwarded and end exec (143, 129) even when the
+// remote output stays open (a background job that ignores them); before,
+// exec kept waiting.
+func TestExecStopSignalsEndClient(t *testing.T) {
+	needServer(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		code int
+	}{{syscall.SIGTERM, 143}, {syscall.SIGHUP, 129}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			cmd := exec.Command(bin, "exec", "--url", serverURL, "--", "sh", "-c", "trap '' TERM HUP; sleep 300 & echo ready")
+			var stdout, stderr lineWaiter
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			stdout.wait(t, "ready", 15*time.Second)
+			cmd.Process.Signal(tc.sig)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("exec did not end after %v; stderr %q", tc.sig, stderr.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); code != tc.code {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, stderr.String())
+			}
+		})
+	}
+}
+
+// exec --sandbox: read-only refuses a write and says the sandbox denied
+// it; workspace-write allows it in the working directory; --writable adds
+// a directory; flag misuse is a usage error.
+func TestExecSandbox(t *testing.T) {
+	needServer(t)
+	// Not under /tmp, which workspace-write leaves writable.
+	base, err := os.MkdirTemp(".", ".sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	base, _ = filepath.Abs(base)
+	work, extra := filepath.Join(base, "work"), filepath.Join(base, "extra")
+	os.Mkdir(work, 0o755)
+	os.Mkdir(extra, 0o755)
+	code, _, errOut := mainOut(t, "", "exec", "--url", serverURL, "-w", work, "--sandbox", "read-only", "--", "touch", "x")
+	if strings.Contains(errOut, "sandbox") && strings.Contains(errOut, "not available") || strings.Contains(errOut, "needs") {
+		t.Skipf("no kernel sandbox here: %s", errOut)
+	}
+	if code == 0 || !strings.Contains(errOut, "the sandbox (read-only) denied") {
+		t.Errorf("read-only: exit %d, stderr %q; want a failure and the denial named", code, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--sandbox", "workspace-write", "--", "touch", "x"}, 0},
+		{[]string{"--sandbox", "workspace-write", "--", "touch", extra + "/y"}, 1},
+		{[]string{"--sandbox", "workspace-write", "--writable", extra, "--", "touch", extra + "/y"}, 0},
+		{[]string{"--sandbox", "bogus", "--", "true"}, 2},
+		{[]string{"--writable", extra, "--", "true"}, 2},
+		{[]string{"--sandbox", "read-only", "--writable", extra, "--", "true"}, 2},
+	} {
+		code, _, errOut := mainOut(t, "", append([]string{"exec", "--url", serverURL, "-w", work}, tc.args...)...)
+		if code != tc.code {
+			t.Errorf("%v: exit %d, want %d; stderr %q", tc.args, code, tc.code, errOut)
+		}
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/fileuri"
@@ -72,7 +75,7 @@ func (c *command) cat(ctx context.Context, args []string) int {
 
 func (c *command) ls(ctx context.Context, args []string) int {
 	fs := c.flags("[-l] [-a] [:/DIR...]")
-	long := fs.BoolP("long", "l", false, "long format: size, modification time (UTC), name")
+	long := fs.BoolP("long", "l", false, "long format: mode, owner, size, time (UTC), name and link target (the server's ls -l)")
 	all := fs.BoolP("all", "a", false, "include names that start with a dot")
 	if code, ok := c.parse(fs, args, true); !ok {
 		return code
@@ -118,7 +121,15 @@ func (c *command) list(ctx context.Context, cl *client.Client, dir string, long,
 	if err != nil {
 		return err
 	}
-	if !fi.IsDir {
+	if long {
+		// Mode, owner and link targets are not on the wire: the server's
+		// own ls shows them (the metadata-only listing below if it has none).
+		if out, ok := serverLs(ctx, cl, dir, all); ok {
+			_, err := c.stdout.Write(out)
+			return err
+		}
+	}
+	if !fi.IsDir() {
 		c.printEntry(fi, dir, long)
 		return nil
 	}
@@ -126,16 +137,16 @@ func (c *command) list(ctx context.Context, cl *client.Client, dir string, long,
 	if err != nil {
 		return err
 	}
-	var shown []client.DirEntry
+	var shown []fs.DirEntry
 	for _, e := range ents {
-		if all || !strings.HasPrefix(e.Name, ".") {
+		if all || !strings.HasPrefix(e.Name(), ".") {
 			shown = append(shown, e)
 		}
 	}
 	if !long {
 		for _, e := range shown {
-			name := e.Name
-			if e.IsDir {
+			name := e.Name()
+			if e.IsDir() {
 				name += "/"
 			}
 			fmt.Fprintln(c.stdout, name)
@@ -153,30 +164,30 @@ func (c *command) list(ctx context.Context, cl *client.Client, dir string, long,
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			infos[i], errs[i] = cl.Stat(ctx, path.Join(dir, e.Name))
+			infos[i], errs[i] = cl.Stat(ctx, path.Join(dir, e.Name()))
 		}()
 	}
 	wg.Wait()
 	for i, e := range shown {
 		if errs[i] != nil {
 			// Vanished since the listing: say so in place.
-			fmt.Fprintf(c.stdout, "%12s  %-16s  %s\n", "?", "?", e.Name)
+			fmt.Fprintf(c.stdout, "%12s  %-16s  %s\n", "?", "?", e.Name())
 			continue
 		}
-		c.printEntry(infos[i], e.Name, true)
+		c.printEntry(infos[i], e.Name(), true)
 	}
 	return nil
 }
 
 func (c *command) printEntry(fi *client.FileInfo, name string, long bool) {
-	if fi.IsDir {
+	if fi.IsDir() {
 		name += "/"
 	}
 	if !long {
 		fmt.Fprintln(c.stdout, name)
 		return
 	}
-	fmt.Fprintf(c.stdout, "%12d  %s  %s\n", fi.Size, fi.ModTime.UTC().Format("2006-01-02 15:04"), name)
+	fmt.Fprintf(c.stdout, "%12d  %s  %s\n", fi.Size(), fi.ModTime().UTC().Format("2006-01-02 15:04"), name)
 }
 
 func localPathOfURI(u string) (string, error) { return fileuri.Parse(u) }
@@ -250,4 +261,120 @@ func human(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// serverLs runs ls -l on the server (UTC times, numeric-free C locale):
+// mode, links, owner, group, size, time, name and symlink targets. ok is
+// false when it could not run (no /bin/sh or ls there).
+func serverLs(ctx context.Context, cl *client.Client, dir string, all bool) ([]byte, bool) {
+	flags := "-l"
+	if all {
+		flags = "-la"
+	}
+	var stderr strings.Builder
+	out, code, err := cl.Output(ctx, client.Cmd{
+		Argv:       []string{"/bin/sh", "-c", `exec ls "$1" -- "$2"`, "sh", flags, dir},
+		Env:        map[string]string{"LC_ALL": "C", "TZ": "UTC0"},
+		InheritEnv: "core",
+		Stderr:     &stderr,
+	})
+	if err != nil || code != 0 {
+		return nil, false
+	}
+	return out, true
+}
+
+// rm, mkdir and mv: the remote file operations of coreutils, on the
+// protocol's fs/remove and fs/createDirectory (mv: client.Rename).
+func (c *command) rm(ctx context.Context, args []string) int {
+	fs := c.flags("[-r] [-f] :/PATH...")
+	recursive := fs.BoolP("recursive", "r", false, "remove directories and their contents")
+	force := fs.BoolP("force", "f", false, "ignore missing paths")
+	return c.eachPath(ctx, fs, args, func(cl *client.Client, p string) error {
+		if p == "/" {
+			return fmt.Errorf("refusing to remove /")
+		}
+		if *recursive {
+			if !*force {
+				if _, err := cl.Stat(ctx, p); err != nil {
+					return err
+				}
+			}
+			return cl.RemoveAll(ctx, p)
+		}
+		err := cl.Remove(ctx, p)
+		if *force && isNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+func (c *command) mkdir(ctx context.Context, args []string) int {
+	fs := c.flags("[-p] :/DIR...")
+	parents := fs.BoolP("parents", "p", false, "make parent directories as needed; an existing directory is fine")
+	return c.eachPath(ctx, fs, args, func(cl *client.Client, p string) error {
+		if *parents {
+			return cl.MkdirAll(ctx, p)
+		}
+		return cl.Mkdir(ctx, p)
+	})
+}
+
+func (c *command) mv(ctx context.Context, args []string) int {
+	fs := c.flags(":/SRC :/DST")
+	if code, ok := c.parse(fs, args, true); !ok {
+		return code
+	}
+	if fs.NArg() != 2 {
+		return c.usageErr("want SRC and DST")
+	}
+	var ps [2]string
+	for i, a := range fs.Args() {
+		p, ok := remotePath(a)
+		if !ok {
+			return c.usageErr("%q is not an absolute remote path (:/abs/path)", a)
+		}
+		ps[i] = p
+	}
+	cl, code := c.dial(ctx)
+	if cl == nil {
+		return code
+	}
+	defer cl.Close()
+	if err := cl.Rename(ctx, ps[0], ps[1]); err != nil {
+		return c.fail(exitFailure, "%s -> %s: %s", ps[0], ps[1], describe(err))
+	}
+	return 0
+}
+
+// eachPath parses remote path operands and runs op on each; a failure is
+// reported naming the path, and the rest still run (exit 1 then).
+func (c *command) eachPath(ctx context.Context, fs *pflag.FlagSet, args []string, op func(*client.Client, string) error) int {
+	if code, ok := c.parse(fs, args, true); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		return c.usageErr("no path given")
+	}
+	var paths []string
+	for _, a := range fs.Args() {
+		p, ok := remotePath(a)
+		if !ok {
+			return c.usageErr("%q is not an absolute remote path (:/abs/path)", a)
+		}
+		paths = append(paths, p)
+	}
+	cl, code := c.dial(ctx)
+	if cl == nil {
+		return code
+	}
+	defer cl.Close()
+	code = 0
+	for _, p := range paths {
+		if err := op(cl, p); err != nil {
+			code = c.fail(exitFailure, "%s: %s", p, describe(err))
+		}
+	}
+	return code
 }

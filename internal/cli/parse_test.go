@@ -201,7 +201,7 @@ func TestParseModeString(t *testing.T) {
 		}
 		// What modeString writes for chmod round-trips what ls shows.
 		if err == nil && tc.kind != 'l' {
-			if got := modeString(mode); got != octal(tc.mode) {
+			if got := (&copier{archive: true}).modeString(mode); got != octal(tc.mode) {
 				t.Errorf("modeString(%v) = %s, want %s", mode, got, octal(tc.mode))
 			}
 		}

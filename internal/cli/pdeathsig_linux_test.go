@@ -10,3 +10,5 @@ import (
 func dieWithTest(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+func syscallMkfifo(p string) error { return syscall.Mkfifo(p, 0o644) }

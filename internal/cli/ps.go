@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,21 +16,21 @@ import (
 // session that started them, so ps resumes that session: it must be
 // detached (its connection gone, within the server's session TTL).
 func (c *command) ps(ctx context.Context, args []string) int {
-	fs := c.flags("--session ID")
+	fs := c.flags("[--session ID]")
 	// Not a registered default: a session id resumes the session, so -h
 	// must not print it.
-	fs.StringVar(&c.session, "session", "", "the detached session `ID` to list (default $EXEC_SERVER_SESSION)")
+	fs.StringVar(&c.session, "session", "", "the detached session `ID` to list (default $EXEC_SERVER_SESSION, else the one exec -d left)")
 	if code, ok := c.parse(fs, args, true); !ok {
 		return code
 	}
 	if !fs.Changed("session") {
-		c.session = os.Getenv("EXEC_SERVER_SESSION")
+		c.session = c.defaultSession()
 	}
 	if fs.NArg() > 0 {
 		return c.usageErr("unexpected argument %q", fs.Arg(0))
 	}
 	if c.session == "" {
-		return c.usageErr("--session is required (or set EXEC_SERVER_SESSION): processes belong to the session that started them")
+		return c.usageErr("no session: give --session ID (exec -d remembers the one it leaves): processes belong to the session that started them")
 	}
 	cl, code := c.dial(ctx)
 	if cl == nil {

@@ -87,6 +87,7 @@ func detachedSession(t *testing.T) string {
 
 func TestPs(t *testing.T) {
 	needServer(t)
+	t.Setenv("XDG_STATE_HOME", t.TempDir()) // no session remembered
 	sid := detachedSession(t)
 	var out string
 	var code int
@@ -124,7 +125,7 @@ func TestPs(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"ps", "--url", serverURL}, 2, "--session is required"},
+		{[]string{"ps", "--url", serverURL}, 2, "no session: give --session ID"},
 		{[]string{"ps", "--url", serverURL, "--session", "no-such-session"}, 255, "unknown session id"},
 		{[]string{"ps", "--url", serverURL, "--session", sid, "extra"}, 2, "unexpected argument"},
 	} {

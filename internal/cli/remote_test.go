@@ -159,11 +159,11 @@ func TestRemoteErrors(t *testing.T) {
 
 	// -h names the variable, never its value.
 	t.Setenv("CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN", "s3cret-remote-token")
-	var stderr bytes.Buffer
-	if code := cli.Main(context.Background(), "exec", []string{"-h"}, strings.NewReader(""), &bytes.Buffer{}, &stderr); code != 0 {
+	var stdout bytes.Buffer
+	if code := cli.Main(context.Background(), "exec", []string{"-h"}, strings.NewReader(""), &stdout, &bytes.Buffer{}); code != 0 {
 		t.Fatalf("exec -h: exit %d", code)
 	}
-	if h := stderr.String(); strings.Contains(h, "s3cret") || !strings.Contains(h, "--remote") || !strings.Contains(h, "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN") {
+	if h := stdout.String(); strings.Contains(h, "s3cret") || !strings.Contains(h, "--remote") || !strings.Contains(h, "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN") {
 		t.Errorf("exec -h:\n%s", h)
 	}
 

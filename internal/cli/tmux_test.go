@@ -177,3 +177,20 @@ func TestExecTmux(t *testing.T) {
 		})
 	}
 }
+
+// Without -t, a command that exits while a background job holds its
+// output open: the first Ctrl-C is forwarded (and says so), the second
+// ends exec with 130. Before, exec waited for as long as the job ran and
+// ignored every Ctrl-C.
+func TestExecSecondCtrlCTmux(t *testing.T) {
+	needServer(t)
+	s := newTmux(t)
+	s.typeLine(fmt.Sprintf("%s exec --url %s -- sh -c 'sleep 300 & echo \"re\"ady'; echo \"rc=$?\" > rc", bin, serverURL))
+	s.waitScreen("ready")
+	s.keys("C-c")
+	s.waitScreen("again stops waiting")
+	s.keys("C-c")
+	if got := s.waitFile("rc"); got != "rc=130" {
+		t.Errorf("%s; want rc=130\n%s", got, s.screen())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // watch prints the changes under a path on the server's machine (fs/watch,
@@ -11,7 +12,7 @@ import (
 // a lost stretch of changes prints "overflow\t-". It runs until interrupted
 // or, with --count, until that many lines were printed.
 func (c *command) watch(ctx context.Context, args []string) int {
-	fs := c.flags("[-r] [--count N] PATH")
+	fs := c.flags("[-r] [--count N] [:]/PATH")
 	recursive := fs.BoolP("recursive", "r", false, "watch everything under PATH")
 	count := fs.Int("count", 0, "exit after `N` changes (0: run until interrupted)")
 	if code, ok := c.parse(fs, args, true); !ok {
@@ -25,7 +26,8 @@ func (c *command) watch(ctx context.Context, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	w, err := cl.Watch(ctx, fs.Arg(0), *recursive)
+	// ":/path" as in cp; the colon is optional as for ls and cat.
+	w, err := cl.Watch(ctx, strings.TrimPrefix(fs.Arg(0), ":"), *recursive)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return c.fail(exitFailure, "the server cannot watch paths (no fs/watch)")
 	}

@@ -1,12 +1,15 @@
 package cli_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/cli"
 )
 
 // TestWatch: `exec-server watch` prints the changes under a path, one
@@ -51,5 +54,37 @@ func TestWatch(t *testing.T) {
 		if code != tc.code || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: exit %d, want %d with %q\n%s", tc.args, code, tc.code, tc.want, out)
 		}
+	}
+}
+
+// watch takes the :/path form of the other commands, and ends with an
+// error (exit 255) a few seconds after its server is gone, not never.
+func TestWatchServerGone(t *testing.T) {
+	needServer(t)
+	dir := t.TempDir()
+	url, srv := startServerAt(t, "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr lineWaiter
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main(ctx, "watch", []string{"--url", url, ":" + dir}, strings.NewReader(""), &stdout, &stderr)
+	}()
+	for i := 0; !strings.Contains(stdout.String(), "created\t"+dir+"/f"); i++ {
+		if i > 400 {
+			t.Fatalf("no change printed; stderr %q", stderr.String())
+		}
+		os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o644)
+		time.Sleep(50 * time.Millisecond)
+	}
+	srv.Process.Kill()
+	srv.Wait()
+	select {
+	case code := <-done:
+		if code != 255 || !strings.Contains(stderr.String(), "watch ended") {
+			t.Errorf("exit %d, stderr %q; want 255 and watch ended", code, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("watch did not end after its server died; stderr %q", stderr.String())
 	}
 }

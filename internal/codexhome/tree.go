@@ -2,7 +2,7 @@
 // project directories: the configuration layers that environmentConfig/read
 // returns and the skills that capabilities/discoverV2 reports. Shapes and
 // rules follow the reference (codex 0.169.0); see
-// shared/spec/parity-shapes.md.
+// docs/protocol.md.
 package codexhome
 
 import (

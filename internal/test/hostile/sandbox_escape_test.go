@@ -1,6 +1,6 @@
 package hostile
 
-// The sandbox escape suite: the 29 cases of shared/spec/sandbox.md §6, run
+// The sandbox escape suite: the 29 escape cases of the sandbox threat model (docs/sandbox.md), run
 // black box against the built server (process/start and fs/* with the
 // policies codex sends, over the wire), once with the server as root and
 // once dropped to an unprivileged uid. Every case works in a fresh fixture
