@@ -73,16 +73,16 @@ type Shell struct {
 
 // EnvironmentInfo describes the machine the server runs on.
 type EnvironmentInfo struct {
-	Shell                Shell           `json:"shell"`
-	ExecutorVersion      string          `json:"executorVersion"`
-	ProviderID           string          `json:"providerId,omitempty"`
-	Cwd                  string          `json:"cwd"`
-	UserHomeDir          string          `json:"userHomeDir"`
-	PlatformOS           string          `json:"platformOs"`
-	PrependPathDirs      []string        `json:"prependPathDirs"`
-	TemporaryDirectories []string        `json:"temporaryDirectories"`
-	TempDir              string          `json:"tempDir"`
-	Capabilities         map[string]bool `json:"capabilities"`
+	Shell                Shell        `json:"shell"`
+	ExecutorVersion      string       `json:"executorVersion"`
+	ProviderID           string       `json:"providerId,omitempty"`
+	Cwd                  string       `json:"cwd"`
+	UserHomeDir          string       `json:"userHomeDir"`
+	PlatformOS           string       `json:"platformOs"`
+	PrependPathDirs      []string     `json:"prependPathDirs"`
+	TemporaryDirectories []string     `json:"temporaryDirectories"`
+	TempDir              string       `json:"tempDir"`
+	Capabilities         Capabilities `json:"capabilities"`
 }
 
 // EnvironmentStatus is the result of environment/status.
