@@ -53,6 +53,9 @@ func (s *Server) envInfo() protocol.EnvironmentInfo {
 // needs one fails with -32603 naming what is missing.
 func (s *Server) capabilities() protocol.Capabilities {
 	fsStreaming := slices.Contains(s.fs.Methods(), protocol.MethodFsWriteBlock)
+	// fs/open + fs/readBlock honour `sandbox` exactly as fs/readFile does
+	// (fsys TestSandboxedFileStreamingParity).
+	sandboxedStreaming := slices.Contains(s.fs.Methods(), protocol.MethodFsOpen)
 	return protocol.Capabilities{
 		protocol.CapNetworkProxyLaunch:                          false,
 		protocol.CapNetworkProxyReviewDomains:                   false,
@@ -64,7 +67,7 @@ func (s *Server) capabilities() protocol.Capabilities {
 		protocol.CapCapabilityDiscoveryV2:                       true,
 		protocol.CapEnvironmentConfigRead:                       true,
 		protocol.CapHTTPHeaderEnvVars:                           true,
-		protocol.CapSandboxedFileStreaming:                      false,
+		protocol.CapSandboxedFileStreaming:                      sandboxedStreaming,
 		protocol.CapFileWriteStreaming:                          fsStreaming,
 		protocol.CapShellSnapshotV2:                             false,
 		protocol.CapWindowsMxc:                                  false,
