@@ -62,7 +62,7 @@ func (s *Server) capabilities() protocol.Capabilities {
 		protocol.CapNetworkProxyTransparentTCP:                  false,
 		protocol.CapCredentialMasking:                           false,
 		protocol.CapCredentialMaskingCustomProviders:            false,
-		protocol.CapCapabilityDiscoverySandbox:                  false,
+		protocol.CapCapabilityDiscoverySandbox:                  true, // capabilityRoots/discoverV1 under each root\'s sandbox (caproots)
 		protocol.CapFsWatchMissing:                              true,
 		protocol.CapCapabilityDiscoveryV2:                       true,
 		protocol.CapEnvironmentConfigRead:                       true,
