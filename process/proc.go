@@ -113,6 +113,11 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	if sp.ShellSnapshot != nil {
+		if sp.Argv, env, err = p.m.snaps.prepare(p.m, sp, env); err != nil {
+			return err
+		}
+	}
 	if sp.Argv[0] == "" {
 		// The reference's texts.
 		if sp.TTY {

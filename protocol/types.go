@@ -107,6 +107,18 @@ type StartParams struct {
 	// TimeoutMs (an extension) kills the process's tree once it has run
 	// this long; its exit then carries timedOut. 1..MaxTimeoutMs.
 	TimeoutMs *uint64 `json:"timeoutMs,omitempty"`
+	// ShellSnapshot asks for the login shell's state to be captured once
+	// per scope and replayed instead of running the login profile
+	// (shellSnapshotV2).
+	ShellSnapshot *ShellSnapshotRequest `json:"shellSnapshot,omitempty"`
+}
+
+// ShellSnapshotRequest is process/start's shellSnapshot: the scope that
+// owns the cached state (codex: "<threadId>:<environmentId>") and the
+// shell that captures and restores it.
+type ShellSnapshotRequest struct {
+	ScopeID string `json:"scopeId"`
+	Shell   Shell  `json:"shell"`
 }
 
 // MaxTimeoutMs bounds process/start's timeoutMs (7 days).

@@ -69,7 +69,7 @@ func (s *Server) capabilities() protocol.Capabilities {
 		protocol.CapHTTPHeaderEnvVars:                           true,
 		protocol.CapSandboxedFileStreaming:                      sandboxedStreaming,
 		protocol.CapFileWriteStreaming:                          fsStreaming,
-		protocol.CapShellSnapshotV2:                             false,
+		protocol.CapShellSnapshotV2:                             true, // process/snapshot.go
 		protocol.CapWindowsMxc:                                  false,
 		protocol.CapLinuxRootWritePreservesDevices:              false,
 		protocol.CapLinuxApprovedRootWritePreservesRestrictions: false,
