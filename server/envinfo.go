@@ -56,13 +56,17 @@ func (s *Server) capabilities() protocol.Capabilities {
 	// fs/open + fs/readBlock honour `sandbox` exactly as fs/readFile does
 	// (fsys TestSandboxedFileStreamingParity).
 	sandboxedStreaming := slices.Contains(s.fs.Methods(), protocol.MethodFsOpen)
+	// The two Linux flags describe what our sandbox keeps under a writable
+	// root (pinned by process TestRootWritePreservesDevices and
+	// TestApprovedRootWritePreservesRestrictions): true where it runs.
+	linuxSandbox := sandbox.Probe().Available
 	return protocol.Capabilities{
 		protocol.CapNetworkProxyLaunch:                          false,
 		protocol.CapNetworkProxyReviewDomains:                   false,
 		protocol.CapNetworkProxyTransparentTCP:                  false,
 		protocol.CapCredentialMasking:                           false,
 		protocol.CapCredentialMaskingCustomProviders:            false,
-		protocol.CapCapabilityDiscoverySandbox:                  true, // capabilityRoots/discoverV1 under each root\'s sandbox (caproots)
+		protocol.CapCapabilityDiscoverySandbox:                  true, // capabilityRoots/discoverV1 under each root's sandbox (caproots)
 		protocol.CapFsWatchMissing:                              true,
 		protocol.CapCapabilityDiscoveryV2:                       true,
 		protocol.CapEnvironmentConfigRead:                       true,
@@ -71,13 +75,13 @@ func (s *Server) capabilities() protocol.Capabilities {
 		protocol.CapFileWriteStreaming:                          fsStreaming,
 		protocol.CapShellSnapshotV2:                             true, // process/snapshot.go
 		protocol.CapWindowsMxc:                                  false,
-		protocol.CapLinuxRootWritePreservesDevices:              false,
-		protocol.CapLinuxApprovedRootWritePreservesRestrictions: false,
+		protocol.CapLinuxRootWritePreservesDevices:              linuxSandbox,
+		protocol.CapLinuxApprovedRootWritePreservesRestrictions: linuxSandbox,
 		// This server's extensions: fs/watch, the sandbox probe,
 		// process/list, process/terminate's graceMs, process/start's
 		// timeoutMs.
 		"fsWatch":        true,
-		"linuxSandbox":   sandbox.Probe().Available,
+		"linuxSandbox":   linuxSandbox,
 		"processList":    true,
 		"terminateGrace": true,
 		"processTimeout": true,
