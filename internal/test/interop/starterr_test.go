@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -85,4 +86,24 @@ func (m *Msg) errorObject() []byte {
 	}
 	_ = json.Unmarshal(m.Raw, &v)
 	return v.Error
+}
+
+func init() {
+	scenarios = append(scenarios, scenario{name: "shell-snapshot-errors", run: shellSnapshotErrors})
+}
+
+// shellSnapshotErrors: process/start's shellSnapshot validation, as the
+// reference words it; a snapshot on an argv that is not [shell, -lc, …]
+// is ignored, even for an unsupported shell (the argv check comes first).
+func shellSnapshotErrors(e *env) {
+	snap := func(id, scope, name string, argv ...string) map[string]any {
+		p := e.startParams(id, false, argv...)
+		p["shellSnapshot"] = map[string]any{"scopeId": scope, "shell": map[string]any{"name": name, "path": "/bin/bash"}}
+		return p
+	}
+	e.callErr("process/start", snap("s", "", "bash", "/bin/bash", "-lc", "true"), -32602, "shell snapshot scope must be non-empty and at most 256 bytes")
+	e.callErr("process/start", snap("s", string(bytes.Repeat([]byte("s"), 257)), "bash", "/bin/bash", "-lc", "true"), -32602, "shell snapshot scope must be non-empty and at most 256 bytes")
+	e.callErr("process/start", snap("s", "scope", "fish", "/bin/bash", "-lc", "true"), -32602, "shell snapshots are unsupported for shell `fish`")
+	e.call("process/start", snap("s", "scope", "fish", "/bin/bash", "-c", "true"))
+	e.closed("s")
 }
