@@ -212,7 +212,7 @@ func cloneflags(command bool, network Network) uintptr {
 	f := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID)
 	if command {
 		f |= unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
-		if network == NetworkRestricted {
+		if network == NetworkRestricted || network == NetworkProxied {
 			f |= unix.CLONE_NEWNET
 		}
 	}
@@ -1100,6 +1100,9 @@ func helperInit(args []string) {
 	}
 	p := ia.plan
 	path, dir, argv := ia.path, ia.dir, ia.argv
+	if err := proxyListen(&p); err != nil { // netns_linux.go
+		initFail(err)
+	}
 	rules, err := buildView(&p, viewOpts{command: true, ptys: findPTYs()})
 	if err != nil {
 		initFail(err)

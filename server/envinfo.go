@@ -61,7 +61,7 @@ func (s *Server) capabilities() protocol.Capabilities {
 	// TestApprovedRootWritePreservesRestrictions): true where it runs.
 	linuxSandbox := sandbox.Probe().Available
 	return protocol.Capabilities{
-		protocol.CapNetworkProxyLaunch:                          false,
+		protocol.CapNetworkProxyLaunch:                          true,
 		protocol.CapNetworkProxyReviewDomains:                   false,
 		protocol.CapNetworkProxyTransparentTCP:                  false,
 		protocol.CapCredentialMasking:                           false,
