@@ -324,7 +324,7 @@ func TestErrorIsMatchesCode(t *testing.T) {
 	if ToError(nil) != nil {
 		t.Error("ToError(nil) is not nil")
 	}
-	if got := string(AppendError(nil, NoID, &Error{Code: 1, Message: "m", Data: json.RawMessage(`[1]`)})); got != `{"error":{"code":1,"message":"m","data":[1]},"id":-1}` {
+	if got := string(AppendError(nil, NoID, &Error{Code: 1, Message: "m", Data: json.RawMessage(`[1]`)})); got != `{"error":{"code":1,"data":[1],"message":"m"},"id":-1}` {
 		t.Errorf("AppendError with data = %s", got)
 	}
 }

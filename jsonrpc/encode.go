@@ -43,16 +43,17 @@ func AppendResponse(dst []byte, id json.RawMessage, result any) ([]byte, error) 
 }
 
 // AppendError appends {"error":{"code":C,"message":M},"id":ID}, with
-// "data" after "message" when e has any.
+// "data" between "code" and "message" when e has any: the reference's
+// order ({"code":…,"data":{"kind":…},"message":…}, its keys sorted).
 func AppendError(dst []byte, id json.RawMessage, e *Error) []byte {
 	dst = append(dst, `{"error":{"code":`...)
 	dst = strconv.AppendInt(dst, int64(e.Code), 10)
-	dst = append(dst, `,"message":`...)
-	dst = AppendString(dst, e.Message)
 	if len(e.Data) > 0 {
 		dst = append(dst, `,"data":`...)
 		dst = append(dst, e.Data...)
 	}
+	dst = append(dst, `,"message":`...)
+	dst = AppendString(dst, e.Message)
 	dst = append(dst, `},"id":`...)
 	dst = append(dst, id...)
 	return append(dst, '}')

@@ -23,10 +23,11 @@ const (
 //	errors.Is(err, jsonrpc.ErrMethodNotFound)
 //	errors.Is(err, &jsonrpc.Error{Code: -32004})
 type Error struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
+	Code int `json:"code"`
 	// Data is the optional "data" member, raw JSON; nil leaves it out.
-	Data json.RawMessage `json:"data,omitempty"`
+	// It comes before Message, in the reference's key order.
+	Data    json.RawMessage `json:"data,omitempty"`
+	Message string          `json:"message"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }

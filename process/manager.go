@@ -142,6 +142,8 @@ type Manager struct {
 
 	spawnerOnce sync.Once
 	spawner     *childinit.Spawner // nil when it could not start
+
+	snaps snapshots // shell snapshots of this session (snapshot.go)
 }
 
 // spawnerFor returns the session's spawner, starting it on first use.
@@ -346,6 +348,7 @@ const closeGrace = time.Second
 // frees everything. The sink must no longer block by then (a detached session
 // drops events).
 func (m *Manager) Close() {
+	m.snaps.close()
 	m.mu.Lock()
 	m.closed = true
 	procs := make([]*Proc, 0, len(m.procs))

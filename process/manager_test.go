@@ -253,23 +253,24 @@ func TestStartErrors(t *testing.T) {
 		edit func(*protocol.StartParams)
 		code int
 		msg  string
+		kind protocol.Kind // 0.171's data.kind; "" for validation errors
 	}{
-		{"empty argv", func(p *protocol.StartParams) { p.Argv = nil }, protocol.CodeInvalidParams, "argv must not be empty"},
+		{"empty argv", func(p *protocol.StartParams) { p.Argv = nil }, protocol.CodeInvalidParams, "argv must not be empty", ""},
 		{"missing cwd", func(p *protocol.StartParams) { p.Cwd = fileURI(filepath.Join(dir, "missing")) },
-			protocol.CodeInternal, "No such file or directory (os error 2)"},
-		{"cwd is a file", func(p *protocol.StartParams) { p.Cwd = fileURI(file) }, protocol.CodeInternal, "Not a directory (os error 20)"},
+			protocol.CodeInternal, "No such file or directory (os error 2)", protocol.KindSpawnNotFound},
+		{"cwd is a file", func(p *protocol.StartParams) { p.Cwd = fileURI(file) }, protocol.CodeInternal, "Not a directory (os error 20)", protocol.KindSpawnFailed},
 		{"program missing", func(p *protocol.StartParams) { p.Argv = []string{filepath.Join(dir, "nope")} },
-			protocol.CodeInternal, "No such file or directory (os error 2)"},
+			protocol.CodeInternal, "No such file or directory (os error 2)", protocol.KindSpawnNotFound},
 		{"bare program missing", func(p *protocol.StartParams) { p.Argv = []string{"no-such-program-xyz"} },
-			protocol.CodeInternal, "No such file or directory (os error 2)"},
-		{"empty program", func(p *protocol.StartParams) { p.Argv = []string{"", "x"} }, protocol.CodeInternal, "missing program for pipe spawn"},
-		{"empty program, pty", func(p *protocol.StartParams) { p.Argv = []string{""}; p.TTY = true }, protocol.CodeInternal, "missing program for PTY spawn"},
-		{"not executable", func(p *protocol.StartParams) { p.Argv = []string{file} }, protocol.CodeInternal, "Permission denied (os error 13)"},
-		{"program is a directory", func(p *protocol.StartParams) { p.Argv = []string{dir} }, protocol.CodeInternal, "(os error 13)"},
-		{"relative cwd", func(p *protocol.StartParams) { p.Cwd = "relative/dir" }, protocol.CodeInvalidParams, "invalid URI: relative URL without a base"},
-		{"native cwd", func(p *protocol.StartParams) { p.Cwd = dir }, protocol.CodeInvalidParams, "invalid URI"},
-		{"http cwd", func(p *protocol.StartParams) { p.Cwd = "http://example.com/" }, protocol.CodeInvalidParams, "unsupported path URI scheme `http`"},
-		{"foreign host", func(p *protocol.StartParams) { p.Cwd = "file://server/share" }, protocol.CodeInvalidRequest, "is invalid on 'linux'"},
+			protocol.CodeInternal, "No such file or directory (os error 2)", protocol.KindSpawnNotFound},
+		{"empty program", func(p *protocol.StartParams) { p.Argv = []string{"", "x"} }, protocol.CodeInternal, "missing program for pipe spawn", ""},
+		{"empty program, pty", func(p *protocol.StartParams) { p.Argv = []string{""}; p.TTY = true }, protocol.CodeInternal, "missing program for PTY spawn", ""},
+		{"not executable", func(p *protocol.StartParams) { p.Argv = []string{file} }, protocol.CodeInternal, "Permission denied (os error 13)", protocol.KindSpawnPermissionDenied},
+		{"program is a directory", func(p *protocol.StartParams) { p.Argv = []string{dir} }, protocol.CodeInternal, "(os error 13)", protocol.KindSpawnPermissionDenied},
+		{"relative cwd", func(p *protocol.StartParams) { p.Cwd = "relative/dir" }, protocol.CodeInvalidParams, "invalid URI: relative URL without a base", ""},
+		{"native cwd", func(p *protocol.StartParams) { p.Cwd = dir }, protocol.CodeInvalidParams, "invalid URI", ""},
+		{"http cwd", func(p *protocol.StartParams) { p.Cwd = "http://example.com/" }, protocol.CodeInvalidParams, "unsupported path URI scheme `http`", ""},
+		{"foreign host", func(p *protocol.StartParams) { p.Cwd = "file://server/share" }, protocol.CodeInvalidRequest, "is invalid on 'linux'", ""},
 	}
 	m, sink := newTestManager(t, Options{})
 	for _, tt := range tests {
@@ -278,6 +279,9 @@ func TestStartErrors(t *testing.T) {
 			tt.edit(&p)
 			_, err := m.Start(p)
 			wantErr(t, err, tt.code, tt.msg)
+			if got := protocol.KindOf(err); got != tt.kind {
+				t.Errorf("data.kind %q, want %q", got, tt.kind)
+			}
 			if m.Live() != 0 {
 				t.Errorf("Live() = %d after a failed start", m.Live())
 			}

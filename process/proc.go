@@ -114,6 +114,11 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	if sp.ShellSnapshot != nil {
+		if sp.Argv, env, err = p.m.snaps.prepare(p.m, sp, env); err != nil {
+			return err
+		}
+	}
 	nl, err := p.m.prepareNetwork(&sp, plan) // network.go
 	if err != nil {
 		return err

@@ -37,17 +37,28 @@ func planFor(raw json.RawMessage) (*sandbox.Plan, error) {
 	if err != nil || pol == nil {
 		return nil, err // Parse's errors are -32602 as they are
 	}
+	// Windows' native MXC sandbox does not exist on Linux: the reference's
+	// refusal, code and text (windowsMxc is false in the capabilities).
+	if pol.WindowsSandboxLevel == "mxc" {
+		return nil, protocol.InvalidParams("native MXC is unavailable on this executor").WithKind(protocol.KindSandboxUnavailable)
+	}
 	// Fail closed: never run with less confinement than asked for.
 	if s := sandbox.Probe(); !s.Available {
-		return nil, protocol.Internal("sandbox not available: missing %s", s.Missing)
+		return nil, protocol.Internal("sandbox not available: missing %s", s.Missing).WithKind(protocol.KindSandboxUnavailable)
 	}
 	plan, err := sandbox.Resolve(pol, sandbox.ServerEnv())
 	if err != nil {
 		var pe *protocol.Error
 		if errors.As(err, &pe) {
+			// Validation errors (-32600, -32602) carry no kind, as the
+			// reference's; a failure to resolve a valid policy is a
+			// preparation failure.
+			if pe.Code == protocol.CodeInternal && pe.Kind() == "" {
+				return nil, (&protocol.Error{Code: pe.Code, Message: pe.Message}).WithKind(protocol.KindSandboxPreparation)
+			}
 			return nil, pe
 		}
-		return nil, protocol.Internal("sandbox: %v", err)
+		return nil, protocol.Internal("sandbox: %v", err).WithKind(protocol.KindSandboxPreparation)
 	}
 	return plan, nil
 }
@@ -68,17 +79,18 @@ func checkExecutable(path string) error {
 }
 
 // commandError maps a Plan.Command error: a missing kernel feature is
-// -32603 naming it; a program or cwd that is missing (or invisible in the
+// -32603 naming it (sandboxUnavailable), another set-up failure -32603
+// sandboxPreparation; a program or cwd that is missing (or invisible in the
 // view) is the spawn error a start without a sandbox gets.
 func commandError(err error) error {
 	var errno syscall.Errno
 	switch {
 	case errors.Is(err, sandbox.ErrUnavailable):
-		return protocol.Internal("%v", err)
+		return protocol.Internal("%v", err).WithKind(protocol.KindSandboxUnavailable)
 	case errors.As(err, &errno):
 		return protocol.SpawnError(err)
 	}
-	return protocol.Internal("sandbox: %v", err)
+	return protocol.Internal("sandbox: %v", err).WithKind(protocol.KindSandboxPreparation)
 }
 
 // onceFunc makes f safe to call more than once; it runs the first time

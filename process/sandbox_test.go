@@ -596,11 +596,12 @@ func TestSandboxStartErrors(t *testing.T) {
 		name, cwd string
 		argv      []string
 		msg       string
+		kind      protocol.Kind
 	}{
-		{"missing cwd", filepath.Join(ws, "nope"), []string{"true"}, "No such file or directory (os error 2)"},
-		{"missing program", ws, []string{"/nonexistent/prog"}, "No such file or directory (os error 2)"},
-		{"not executable", ws, []string{noexec}, "Permission denied (os error 13)"},
-		{"directory", ws, []string{"/"}, "Permission denied (os error 13)"},
+		{"missing cwd", filepath.Join(ws, "nope"), []string{"true"}, "No such file or directory (os error 2)", protocol.KindSpawnNotFound},
+		{"missing program", ws, []string{"/nonexistent/prog"}, "No such file or directory (os error 2)", protocol.KindSpawnNotFound},
+		{"not executable", ws, []string{noexec}, "Permission denied (os error 13)", protocol.KindSpawnPermissionDenied},
+		{"directory", ws, []string{"/"}, "Permission denied (os error 13)", protocol.KindSpawnPermissionDenied},
 	}
 	for _, tt := range tests {
 		p := sandboxParams(t, "e", codexWorkspaceWrite, ws, tt.argv...)
@@ -610,6 +611,9 @@ func TestSandboxStartErrors(t *testing.T) {
 			t.Fatalf("%s: started", tt.name)
 		}
 		wantErr(t, err, protocol.CodeInternal, tt.msg)
+		if got := protocol.KindOf(err); got != tt.kind {
+			t.Errorf("%s: data.kind %q, want %q", tt.name, got, tt.kind)
+		}
 	}
 	checkNoTraces(t, ws)
 	// None of the failures consumed the id.
@@ -641,6 +645,9 @@ func TestSandboxFailClosed(t *testing.T) {
 				p.Sandbox, p.TTY = policy(tmpl, ws), tty
 				_, err := m.Start(p)
 				wantErr(t, err, protocol.CodeInternal, "sandbox not available")
+				if got := protocol.KindOf(err); got != protocol.KindSandboxUnavailable {
+					t.Errorf("data.kind %q, want sandboxUnavailable", got)
+				}
 				if !strings.Contains(strings.ToLower(err.Error()), missing.named) {
 					t.Errorf("the error does not name %s: %v", missing.named, err)
 				}

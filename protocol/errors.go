@@ -35,11 +35,12 @@ const (
 // generic jsonrpc package cannot know; As and FromWire convert between the
 // two.
 type Error struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
+	Code int `json:"code"`
 	// Data is the "data" member: this server's ErrorData, or whatever
-	// another server sent; nil leaves it out.
-	Data json.RawMessage `json:"data,omitempty"`
+	// another server sent; nil leaves it out. It comes before Message, in
+	// the reference's key order.
+	Data    json.RawMessage `json:"data,omitempty"`
+	Message string          `json:"message"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
@@ -57,9 +58,11 @@ func (e *Error) Is(target error) bool {
 	}
 	switch target {
 	case fs.ErrNotExist:
-		return e.Code == CodeNotFound || e.Kind() == KindNotFound
+		k := e.Kind()
+		return e.Code == CodeNotFound || k == KindNotFound || k == KindSpawnNotFound
 	case fs.ErrPermission:
-		return e.Kind() == KindPermissionDenied
+		k := e.Kind()
+		return k == KindPermissionDenied || k == KindSpawnPermissionDenied
 	case fs.ErrExist:
 		return e.Kind() == KindAlreadyExists
 	}
@@ -104,9 +107,18 @@ const (
 	KindStdinClosed      Kind = "StdinClosed"      // the process's stdin is gone or was closed: permanent
 	KindStdinFull        Kind = "StdinFull"        // the process's own stdin queue is full: retry when it reads
 	KindStdinBusy        Kind = "StdinBusy"        // the server-wide stdin budget is spent: retry later
-	// KindSandboxUnavailable is the reference's (0.171) process/start kind
-	// for a confinement the executor cannot provide.
-	KindSandboxUnavailable Kind = "sandboxUnavailable"
+)
+
+// The kinds of a process/start failure, with the reference's names
+// (0.171's ProcessStartErrorData, internally tagged by "kind"): the spawn
+// kinds classify the OS error of starting the program (or entering its
+// cwd); the sandbox kinds say the policy could not be put in place.
+const (
+	KindSpawnNotFound         Kind = "spawnNotFound"         // ENOENT: program or cwd missing; fs.ErrNotExist
+	KindSpawnPermissionDenied Kind = "spawnPermissionDenied" // EACCES, EPERM: not executable; fs.ErrPermission
+	KindSpawnFailed           Kind = "spawnFailed"           // any other reason the program did not start
+	KindSandboxUnavailable    Kind = "sandboxUnavailable"    // the requested confinement cannot be enforced here
+	KindSandboxPreparation    Kind = "sandboxPreparation"    // setting the confinement up failed
 )
 
 // ErrorData is the data member of this server's classified errors.
@@ -248,18 +260,34 @@ func OSErrorText(errno syscall.Errno) string {
 }
 
 // SpawnError maps an error from starting a process: every OS failure is
-// -32603 there (the reference reports a missing cwd or program as internal).
+// -32603 there (the reference reports a missing cwd or program as internal),
+// with the reference's spawn kind: spawnNotFound, spawnPermissionDenied or
+// spawnFailed.
 func SpawnError(err error) *Error {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
-		return errnoKind(&Error{Code: CodeInternal, Message: OSErrorText(errno)}, errno)
+		return spawnKind(&Error{Code: CodeInternal, Message: OSErrorText(errno)}, errno)
 	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return SpawnError(pe.Err)
 	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return errnoKind(&Error{Code: CodeInternal, Message: OSErrorText(syscall.ENOENT)}, syscall.ENOENT)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return spawnKind(&Error{Code: CodeInternal, Message: OSErrorText(syscall.ENOENT)}, syscall.ENOENT)
+	case errors.Is(err, fs.ErrPermission):
+		return spawnKind(&Error{Code: CodeInternal, Message: OSErrorText(syscall.EACCES)}, syscall.EACCES)
 	}
-	return &Error{Code: CodeInternal, Message: err.Error()}
+	return (&Error{Code: CodeInternal, Message: err.Error()}).WithKind(KindSpawnFailed)
+}
+
+// spawnKind gives e the process/start kind errno means.
+func spawnKind(e *Error, errno syscall.Errno) *Error {
+	switch errno {
+	case syscall.ENOENT:
+		return e.WithKind(KindSpawnNotFound)
+	case syscall.EPERM, syscall.EACCES:
+		return e.WithKind(KindSpawnPermissionDenied)
+	}
+	return e.WithKind(KindSpawnFailed)
 }

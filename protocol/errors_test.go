@@ -136,7 +136,7 @@ func TestErrorWire(t *testing.T) {
 		t.Fatalf("round trip: %+v", back)
 	}
 	out, err := json.Marshal(e)
-	if err != nil || string(out) != `{"code":-32603,"message":"failed to write to process stdin: busy","data":{"kind":"StdinBusy"}}` {
+	if err != nil || string(out) != `{"code":-32603,"data":{"kind":"StdinBusy"},"message":"failed to write to process stdin: busy"}` {
 		t.Errorf("Marshal = %s, %v", out, err)
 	}
 	if out, _ := json.Marshal(InvalidParams("x")); string(out) != `{"code":-32602,"message":"x"}` {

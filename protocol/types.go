@@ -73,16 +73,16 @@ type Shell struct {
 
 // EnvironmentInfo describes the machine the server runs on.
 type EnvironmentInfo struct {
-	Shell                Shell           `json:"shell"`
-	ExecutorVersion      string          `json:"executorVersion"`
-	ProviderID           string          `json:"providerId,omitempty"`
-	Cwd                  string          `json:"cwd"`
-	UserHomeDir          string          `json:"userHomeDir"`
-	PlatformOS           string          `json:"platformOs"`
-	PrependPathDirs      []string        `json:"prependPathDirs"`
-	TemporaryDirectories []string        `json:"temporaryDirectories"`
-	TempDir              string          `json:"tempDir"`
-	Capabilities         map[string]bool `json:"capabilities"`
+	Shell                Shell        `json:"shell"`
+	ExecutorVersion      string       `json:"executorVersion"`
+	ProviderID           string       `json:"providerId,omitempty"`
+	Cwd                  string       `json:"cwd"`
+	UserHomeDir          string       `json:"userHomeDir"`
+	PlatformOS           string       `json:"platformOs"`
+	PrependPathDirs      []string     `json:"prependPathDirs"`
+	TemporaryDirectories []string     `json:"temporaryDirectories"`
+	TempDir              string       `json:"tempDir"`
+	Capabilities         Capabilities `json:"capabilities"`
 }
 
 // EnvironmentStatus is the result of environment/status.
@@ -114,6 +114,18 @@ type StartParams struct {
 	EnforceManagedNetwork bool            `json:"enforceManagedNetwork,omitempty"`
 	ManagedNetwork        json.RawMessage `json:"managedNetwork,omitempty"`
 	NetworkProxy          json.RawMessage `json:"networkProxy,omitempty"`
+	// ShellSnapshot asks for the login shell's state to be captured once
+	// per scope and replayed instead of running the login profile
+	// (shellSnapshotV2).
+	ShellSnapshot *ShellSnapshotRequest `json:"shellSnapshot,omitempty"`
+}
+
+// ShellSnapshotRequest is process/start's shellSnapshot: the scope that
+// owns the cached state (codex: "<threadId>:<environmentId>") and the
+// shell that captures and restores it.
+type ShellSnapshotRequest struct {
+	ScopeID string `json:"scopeId"`
+	Shell   Shell  `json:"shell"`
 }
 
 // MaxTimeoutMs bounds process/start's timeoutMs (7 days).

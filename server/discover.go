@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"path/filepath"
 
+	"github.com/execgo/exec-server/caproots"
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/internal/codexhome"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
 )
 
 // capabilities/discoverV2: the skills in the executor's codex home, as the
@@ -74,7 +76,44 @@ func discoverCapabilities() (any, error) {
 	return res, nil
 }
 
+// familyCapabilityDiscovery is capabilityRoots/discoverV1's family, as the
+// reference names it in lifecycle errors.
+const familyCapabilityDiscovery = "capability discovery"
+
+// decodeCapabilityRoots checks every root before any is read: the
+// reference's -32602 texts for a missing member, a bad URI or a bad
+// sandbox.
+func decodeCapabilityRoots(raw json.RawMessage) (any, error) {
+	var top struct {
+		Roots []json.RawMessage `json:"roots"`
+	}
+	if err := jsonscan.DecodeParams(raw, &top, "CapabilityRootsDiscoverParams", "roots"); err != nil {
+		return nil, err
+	}
+	p := &protocol.CapabilityRootsDiscoverParams{Roots: make([]protocol.CapabilityRootDiscoverRequest, len(top.Roots))}
+	for i, rr := range top.Roots {
+		r := &p.Roots[i]
+		if err := jsonscan.DecodeParams(rr, r, "CapabilityRootDiscoverRequest", "id", "path"); err != nil {
+			return nil, err
+		}
+		if _, err := fileuri.Parse(r.Path); err != nil {
+			return nil, err
+		}
+		if _, err := sandbox.Parse(r.Sandbox); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
 func (s *Server) discoverMethods(m map[string]method) {
+	m[protocol.MethodCapabilityRootsDiscover] = method{
+		family: familyCapabilityDiscovery,
+		decode: decodeCapabilityRoots,
+		call: func(ctx context.Context, cs *connState, p any) (any, error) {
+			return caproots.Discover(ctx, cs.srv.fs, p.(*protocol.CapabilityRootsDiscoverParams))
+		},
+	}
 	m[methodCapabilitiesDiscoverV2] = method{
 		family: familyEnvironment,
 		decode: decodeDiscover,

@@ -19,8 +19,10 @@ import (
 
 // CompatibleVersion is the reference release whose protocol this server
 // implements; it is reported as executorVersion so clients that gate
-// features on it treat this server like that release.
-const CompatibleVersion = "0.169.0"
+// features on it treat this server like that release. 0.171: its
+// capability keys (networkProxyTransparentTcp) and process/start's
+// error kinds; the features a capability says false are not implemented.
+const CompatibleVersion = "0.171.0"
 
 // envInfo describes this machine; it is computed once.
 func (s *Server) envInfo() protocol.EnvironmentInfo {
@@ -44,32 +46,42 @@ func (s *Server) envInfo() protocol.EnvironmentInfo {
 	return s.envCache
 }
 
-// capabilities are true only for what this server implements. The
-// reference's keys stay as they are; linuxSandbox (this server's own) says
-// whether a sandbox policy can be enforced here: when false, every request
-// that needs one fails with -32603 naming what is missing.
-func (s *Server) capabilities() map[string]bool {
+// capabilities are true only for what this server implements: the
+// reference's keys (all of them, in its order: protocol.CapabilityOrder),
+// then this server's own. linuxSandbox (this server's) says whether a
+// sandbox policy can be enforced here: when false, every request that
+// needs one fails with -32603 naming what is missing.
+func (s *Server) capabilities() protocol.Capabilities {
 	fsStreaming := slices.Contains(s.fs.Methods(), protocol.MethodFsWriteBlock)
-	return map[string]bool{
-		"networkProxyLaunch":                          true,
-		"networkProxyReviewDomains":                   false,
-		"credentialMasking":                           false,
-		"credentialMaskingCustomProviders":            false,
-		"capabilityDiscoverySandbox":                  false,
-		"fsWatchMissing":                              true,
-		"fsWatch":                                     true,
-		"capabilityDiscoveryV2":                       true,
-		"environmentConfigRead":                       true,
-		"httpHeaderEnvVars":                           true,
-		"sandboxedFileStreaming":                      false,
-		"fileWriteStreaming":                          fsStreaming,
-		"shellSnapshotV2":                             false,
-		"windowsMxc":                                  false,
-		"linuxRootWritePreservesDevices":              false,
-		"linuxApprovedRootWritePreservesRestrictions": false,
-		"linuxSandbox":                                sandbox.Probe().Available,
-		// This server's extensions (process/list, process/terminate's
-		// graceMs, process/start's timeoutMs).
+	// fs/open + fs/readBlock honour `sandbox` exactly as fs/readFile does
+	// (fsys TestSandboxedFileStreamingParity).
+	sandboxedStreaming := slices.Contains(s.fs.Methods(), protocol.MethodFsOpen)
+	// The two Linux flags describe what our sandbox keeps under a writable
+	// root (pinned by process TestRootWritePreservesDevices and
+	// TestApprovedRootWritePreservesRestrictions): true where it runs.
+	linuxSandbox := sandbox.Probe().Available
+	return protocol.Capabilities{
+		protocol.CapNetworkProxyLaunch:                          true,
+		protocol.CapNetworkProxyReviewDomains:                   false,
+		protocol.CapNetworkProxyTransparentTCP:                  false,
+		protocol.CapCredentialMasking:                           false,
+		protocol.CapCredentialMaskingCustomProviders:            false,
+		protocol.CapCapabilityDiscoverySandbox:                  true, // capabilityRoots/discoverV1 under each root's sandbox (caproots)
+		protocol.CapFsWatchMissing:                              true,
+		protocol.CapCapabilityDiscoveryV2:                       true,
+		protocol.CapEnvironmentConfigRead:                       true,
+		protocol.CapHTTPHeaderEnvVars:                           true,
+		protocol.CapSandboxedFileStreaming:                      sandboxedStreaming,
+		protocol.CapFileWriteStreaming:                          fsStreaming,
+		protocol.CapShellSnapshotV2:                             true, // process/snapshot.go
+		protocol.CapWindowsMxc:                                  false,
+		protocol.CapLinuxRootWritePreservesDevices:              linuxSandbox,
+		protocol.CapLinuxApprovedRootWritePreservesRestrictions: linuxSandbox,
+		// This server's extensions: fs/watch, the sandbox probe,
+		// process/list, process/terminate's graceMs, process/start's
+		// timeoutMs.
+		"fsWatch":        true,
+		"linuxSandbox":   linuxSandbox,
 		"processList":    true,
 		"terminateGrace": true,
 		"processTimeout": true,

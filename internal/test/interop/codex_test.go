@@ -89,7 +89,11 @@ func runCodexScenario(t *testing.T, codex, base string, tg *target, sc codexScen
 		// the host (a concurrent test's) makes and removes a mount point
 		// such as /tmp/.git between the reference's policy resolution and
 		// its bind. That is the reference's race, not what is under test.
-		if race := r.model.hostRace(); tg.ref && race != "" && attempt < 3 {
+		race := r.model.hostRace()
+		if race == "" {
+			race = r.traffic.hostRace()
+		}
+		if tg.ref && race != "" && attempt < 3 {
 			t.Logf("attempt %d: the reference's sandbox lost a race with another sandbox on the host (%s); running again", attempt, race)
 			continue
 		}
