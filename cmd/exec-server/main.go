@@ -61,6 +61,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	contain := fs.Bool("contain-descendants", true, "start children through a per-session subreaper init so that no descendant (even one that called setsid) outlives its session or the server, even a SIGKILLed one; --contain-descendants=false starts them directly")
 	metricsListen := fs.String("metrics-listen", "", "also serve /metrics on `ADDR` (IP:PORT or localhost:PORT, plain HTTP), behind the same authentication as the websocket listener")
 	version := fs.Bool("version", false, "print the version and exit")
+	debugProfile := fs.String("debug-profile", "", "debugging: write a CPU profile (cpu.pprof) and, on exit, an allocation profile (allocs.pprof) of the server into `DIR`")
 	sec := addSecurityFlags(fs)
 	rem := addRemoteFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -130,6 +131,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// restores the original for children only as long as the program never
 	// calls Setrlimit for it (children would get the hard limit).
 
+	if *debugProfile != "" {
+		stopProfile, err := startDebugProfile(*debugProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-server: --debug-profile: %v\n", err)
+			return 1
+		}
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	srv := server.New(cfg)
