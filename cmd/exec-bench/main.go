@@ -62,7 +62,12 @@ type config struct {
 	budget time.Duration
 }
 
-func main() { os.Exit(run()) }
+func main() {
+	if mode := os.Getenv(floorEnv); mode != "" {
+		os.Exit(floorMain(mode))
+	}
+	os.Exit(run())
+}
 
 func run() int {
 	refBin := flag.String("reference", "", "reference codex binary (CODEX_BIN); run as `CODEX_BIN exec-server` with CODEX_HOME in a temp dir")
