@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,12 @@ type floorMsgs interface {
 
 // floorMain runs the floor server on the transport named by mode.
 func floorMain(mode string) int {
+	if dir := os.Getenv(floorEnv + "_PROFILE"); dir != "" {
+		f, err := os.CreateTemp(dir, "floor-"+mode+"-*.pprof")
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	if mode == "stdio" {
 		br := bufio.NewReaderSize(os.Stdin, 1<<20)
 		bw := bufio.NewWriterSize(os.Stdout, 1<<20)
@@ -255,6 +262,9 @@ func startFloor(tr transportKind) (*floorClient, error) {
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), floorEnv+"="+string(tr))
+	if serverProfileDir != "" {
+		cmd.Env = append(cmd.Env, floorEnv+"_PROFILE="+serverProfileDir)
+	}
 	cmd.Stderr = os.Stderr
 	fc := &floorClient{cmd: cmd, done: make(chan struct{})}
 	stdout, err := cmd.StdoutPipe()
