@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,8 +187,10 @@ func serveFloor(m floorMsgs) {
 			fi, _ := f.Stat()
 			const head, tail = `{"id":1,"result":{"dataBase64":"`, `"}}`
 			n := int(fi.Size())
-			out = append(out[:0], head...)
-			out = append(out, make([]byte, (n+2)/3*4)...)
+			// The buffer is kept across requests and never cleared.
+			out = slices.Grow(out[:0], len(head)+(n+2)/3*4+len(tail))
+			out = append(out, head...)
+			out = out[:len(head)+(n+2)/3*4]
 			at := len(head)
 			for {
 				k, err := io.ReadFull(f, chunk)
