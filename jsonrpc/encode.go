@@ -37,11 +37,12 @@ func PutBuffer(b []byte) {
 // one each time cost its clearing and page faults, a quarter of the
 // server's CPU for the call. The last large frame written is kept for
 // largeKeepFor and handed to the next GetLargeBuffer that it fits: memory
-// stays bounded (one buffer of at most largeKeepMax, gone a second after
-// the last large frame, well before the reclaim of large messages in
-// reclaim.go returns the heap to the OS).
+// stays bounded (one buffer of at most largeKeepMax, which the reply to a
+// 64 MiB file fits in, gone a second after the last large frame, well
+// before the reclaim of large messages in reclaim.go returns the heap to
+// the OS).
 const (
-	largeKeepMax = 64 << 20
+	largeKeepMax = 96 << 20
 	largeKeepFor = time.Second
 )
 
