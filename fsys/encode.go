@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/execgo/exec-server/internal/b64codec"
+	"github.com/execgo/exec-server/jsonrpc"
 )
 
 // fs/readFile of a regular file encodes while it reads: the file goes
@@ -22,7 +23,7 @@ import (
 // encChunk is a multiple of 3, so each chunk's base64 lands at an exact
 // offset with no padding except in the last one. A variable so tests can
 // make files of many chunks cheaply.
-var encChunk = 3 << 21 // 6 MiB
+var encChunk = 3 << 19 // 1.5 MiB
 
 const (
 	// frameReserve is the room kept in front of the reply for the frame
@@ -81,7 +82,9 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 	const head, tail = `{"dataBase64":"`, `"}`
 	encLen := base64.StdEncoding.EncodedLen(int(size))
 	end := frameReserve + len(head) + encLen + len(tail)
-	buf := make([]byte, end, end+frameSlack)
+	// Every byte from frameReserve to end is written below; the frame
+	// prefix goes in front (AppendJSON).
+	buf := jsonrpc.GetLargeBuffer(end, end+frameSlack)
 	copy(buf[frameReserve:], head)
 	out := buf[frameReserve+len(head) : frameReserve+len(head)+encLen]
 	copy(buf[end-len(tail):], tail)
@@ -101,12 +104,12 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 		n := int(min(int64(encChunk), size-off))
 		var bp *[]byte
 		var chunk []byte
-		if size < int64(encChunk) {
+		if workers > 1 {
+			sem <- struct{}{}
+		}
+		if size < 64<<10 {
 			chunk = make([]byte, n)
 		} else {
-			if workers > 1 {
-				sem <- struct{}{}
-			}
 			bp = getChunk(n)
 			chunk = (*bp)[:n]
 		}
@@ -133,7 +136,9 @@ func readEncoded(ctx context.Context, file *os.File, size int64) (*encodedReply,
 			go func() {
 				defer wg.Done()
 				b64codec.Encode(dst, chunk)
-				chunkPool.Put(bp)
+				if bp != nil {
+					chunkPool.Put(bp)
+				}
 				<-sem
 			}()
 		}

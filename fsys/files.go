@@ -153,6 +153,9 @@ type writeFileParams struct {
 	Path    string
 	Data    []byte // the base64 text, unquoted
 	Sandbox json.RawMessage
+	// inMessage: Data is the request's own bytes (the string had no
+	// escapes), which the handler may decode over.
+	inMessage bool
 }
 
 // decodeWriteFile walks the params once, cutting the big string out, and
@@ -179,6 +182,7 @@ func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
 	out := &writeFileParams{Path: p.Path, Sandbox: p.Sandbox}
 	if bytes.IndexByte(dataRaw, '\\') < 0 {
 		out.Data = dataRaw[1 : len(dataRaw)-1]
+		out.inMessage = true
 	} else {
 		// Escapes (such as "\/") are legal JSON; unquote the slow way.
 		var s string
@@ -206,7 +210,15 @@ func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (an
 	if n := int64(len(p.Data)) / 4 * 3; n > f.opts.MaxFileBytes+3 {
 		return nil, tooLarge(protocol.MethodFsWriteFile, path, n, f.opts.MaxFileBytes)
 	}
-	data, err := b64codec.Decode(p.Data)
+	var data []byte
+	if plan == nil && p.inMessage {
+		// Decoded over its own base64 in the request's buffer: no copy
+		// of the payload is allocated (the raw params are not read again).
+		data, err = b64codec.DecodeInPlace(p.Data)
+	} else {
+		// A confined call forwards raw to the helper as it is.
+		data, err = b64codec.Decode(p.Data)
+	}
 	if err != nil {
 		// The reference answers -32600 here, not the -32602 of process/write.
 		return nil, protocol.InvalidRequest("fs/writeFile requires valid base64 dataBase64: %v", err)
@@ -216,13 +228,35 @@ func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (an
 	}
 	if plan != nil {
 		// Checked here first: a bad request costs no helper.
-		return f.callConfined(ctx, plan, protocol.MethodFsWriteFile, raw)
+		if _, err := f.callConfined(ctx, plan, protocol.MethodFsWriteFile, raw); err != nil {
+			return nil, err
+		}
+		// The helper's result is {} as ours: this one also carries the
+		// count for the metrics.
+		return writtenReply(len(data)), nil
 	}
 	if err := f.deny.create(path); err != nil {
 		return nil, err
 	}
-	return protocol.Empty{}, writeWhole(ctx, path, data)
+	if err := writeWhole(ctx, path, data); err != nil {
+		return nil, err
+	}
+	return writtenReply(len(data)), nil
 }
+
+// writtenReply is the {} result of fs/writeFile and fs/writeBlock that also
+// tells the metrics how many bytes were written, so that they need not
+// look at the params again (they once re-scanned every payload).
+type writtenReply int
+
+// WrittenLen reports the bytes written (for metrics).
+func (r writtenReply) WrittenLen() int { return int(r) }
+
+// AppendJSON implements jsonrpc.Appender: the result is {}.
+func (writtenReply) AppendJSON(dst []byte) []byte { return append(dst, "{}"...) }
+
+// MarshalJSON makes the result usable with encoding/json too.
+func (writtenReply) MarshalJSON() ([]byte, error) { return []byte("{}"), nil }
 
 // writeWhole creates or truncates path (following symlinks) and writes data
 // in pieces. The file is truncated only once it is known to be a regular

@@ -258,8 +258,10 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	}
 	p.Chunk = chunk
 	var text []byte
+	inMessage := false
 	if len(p.Chunk) > 0 && p.Chunk[0] == '"' && bytes.IndexByte(p.Chunk, '\\') < 0 {
 		text = p.Chunk[1 : len(p.Chunk)-1]
+		inMessage = true
 	} else {
 		var s string
 		if err := json.Unmarshal(p.Chunk, &s); err != nil {
@@ -272,7 +274,14 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	if len(text) == 0 || len(text) > base64.StdEncoding.EncodedLen(protocol.FsMaxBlockLen) {
 		return nil, protocol.InvalidRequest("file write block length must be between 1 and %d", protocol.FsMaxBlockLen)
 	}
-	data, err := b64codec.Decode(text)
+	var data []byte
+	if inMessage {
+		// Decoded over its own base64 in the request's buffer, which is
+		// not read again: no copy of the block is allocated.
+		data, err = b64codec.DecodeInPlace(text)
+	} else {
+		data, err = b64codec.Decode(text)
+	}
 	if err != nil {
 		return nil, protocol.InvalidParams("%v", err)
 	}
@@ -293,7 +302,7 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	if _, err := fh.file.WriteAt(data, off); err != nil {
 		return nil, handleIOError(p.HandleID, err)
 	}
-	return protocol.Empty{}, nil
+	return writtenReply(len(data)), nil
 }
 
 func (f *FS) closeHandle(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -20,15 +21,82 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b 
 // GetBuffer returns an empty buffer from the frame pool.
 func GetBuffer() []byte { return (*bufPool.Get().(*[]byte))[:0] }
 
-// PutBuffer returns a frame buffer to the pool. Very large buffers are left
-// to the garbage collector so the pool cannot pin memory.
+// PutBuffer returns a frame buffer to the pool. A very large one is kept
+// for a moment instead (keepLarge), one at a time, so that a burst of large
+// replies does not allocate (and clear) a new one for each.
 func PutBuffer(b []byte) {
 	if cap(b) > 256<<10 {
+		keepLarge(b)
 		return
 	}
 	b = b[:0]
 	bufPool.Put(&b)
 }
+
+// Large frames. An fs/readFile reply of 8 MiB is an 11 MB buffer; a new
+// one each time cost its clearing and page faults, a quarter of the
+// server's CPU for the call. The last large frame written is kept for
+// largeKeepFor and handed to the next GetLargeBuffer that it fits: memory
+// stays bounded (one buffer of at most largeKeepMax, which the reply to a
+// 64 MiB file fits in, gone a second after the last large frame, well
+// before the reclaim of large messages in reclaim.go returns the heap to
+// the OS).
+const (
+	largeKeepMax = 96 << 20
+	largeKeepFor = time.Second
+)
+
+var large struct {
+	sync.Mutex
+	buf   []byte
+	timer *time.Timer
+}
+
+func keepLarge(b []byte) {
+	if cap(b) > largeKeepMax {
+		return
+	}
+	large.Lock()
+	defer large.Unlock()
+	if cap(b) > cap(large.buf) {
+		large.buf = b[:0]
+	}
+	if large.timer == nil {
+		large.timer = time.AfterFunc(largeKeepFor, dropLarge)
+	} else {
+		large.timer.Reset(largeKeepFor)
+	}
+}
+
+func dropLarge() {
+	large.Lock()
+	large.buf = nil
+	large.Unlock()
+}
+
+// GetLargeBuffer returns a buffer of length n and capacity at least c
+// (c >= n), the kept large frame when it is big enough; its bytes are not
+// cleared. For callers that overwrite all of buf[:n] (fs/readFile builds
+// its reply in one) and end it as a frame given to the connection, which
+// returns it through PutBuffer once written.
+func GetLargeBuffer(n, c int) []byte {
+	if c <= 256<<10 {
+		return make([]byte, n, c)
+	}
+	large.Lock()
+	if b := large.buf; cap(b) >= c {
+		large.buf = nil
+		large.Unlock()
+		return b[:n]
+	}
+	large.Unlock()
+	// Headroom: the frame that comes back may start a little into the
+	// buffer (fs/readFile's reply leaves room for the frame's prefix) and
+	// must still hold c the next time.
+	return make([]byte, n, c+largeHeadroom)
+}
+
+const largeHeadroom = 512
 
 // AppendResponse appends {"id":ID,"result":RESULT}.
 func AppendResponse(dst []byte, id json.RawMessage, result any) ([]byte, error) {

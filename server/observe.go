@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,19 +99,26 @@ func (s *Server) observeMethods(table map[string]method) {
 			if helper != nil {
 				ctx = sandbox.WithHelperObserver(ctx, helper)
 			}
+			// Read before the call: fs/writeFile and fs/writeBlock decode
+			// their payload over the request's bytes.
+			sandbox := paramSandboxed(p)
 			res, err := call(ctx, cs, p)
 			d := time.Since(t0)
-			sandbox, payload := paramFacts(name, p)
 			s.obs.request(name, p, err, d, sandbox)
 			s.audit(cs, name, p, err)
 			if name == protocol.MethodProcessStart {
 				s.obs.processStarted(cs.sess(), p, err, t0)
 			}
-			if err == nil && payload != nil {
-				s.obs.fsWritten(payload)
-			}
-			if r, ok := res.(interface{ DataLen() int }); ok && err == nil {
-				s.obs.m.fsRead(r.DataLen())
+			if err == nil {
+				// The byte counts come with the results: the metrics never
+				// walk a payload (an observer that re-decoded every write
+				// once cost more CPU than the write).
+				switch r := res.(type) {
+				case interface{ DataLen() int }:
+					s.obs.m.fsRead(r.DataLen())
+				case interface{ WrittenLen() int }:
+					s.obs.m.fsWritten(r.WrittenLen())
+				}
 			}
 			return res, err
 		}
@@ -133,33 +139,19 @@ func errorCode(err error) int {
 	return protocol.CodeInternal
 }
 
-// paramFacts reads what the metrics need from a request's params: whether
-// it asked for a sandbox (its latency is then mostly the sandbox helper's)
-// and, for fs/writeFile and fs/writeBlock, the raw base64 member.
-func paramFacts(method string, p any) (sandboxed bool, payload []byte) {
+// paramSandboxed reports whether a request asked for a sandbox (its
+// latency is then mostly the sandbox helper's). fs/* params stay raw: the
+// member is found in one walk that skips values without decoding them (a
+// large payload is passed over with one IndexByte).
+func paramSandboxed(p any) bool {
 	switch v := p.(type) {
 	case *protocol.StartParams:
-		return len(v.Sandbox) > 0 && string(v.Sandbox) != "null", nil
+		return len(v.Sandbox) > 0 && string(v.Sandbox) != "null"
 	case json.RawMessage:
-		// fs/* params stay raw. Both members are found in one walk that
-		// skips values without decoding them: encoding/json took 4 times
-		// as long as a 16 MiB fs/writeFile itself.
-		var vs [][]byte
-		switch method {
-		case protocol.MethodFsWriteFile:
-			vs = jsonscan.Members(v, "sandbox", "dataBase64")
-		case protocol.MethodFsWriteBlock:
-			vs = jsonscan.Members(v, "sandbox", "chunk")
-		default:
-			vs = jsonscan.Members(v, "sandbox")
-		}
-		sandboxed = len(vs[0]) > 0 && string(vs[0]) != "null"
-		if len(vs) > 1 {
-			payload = vs[1]
-		}
-		return sandboxed, payload
+		sb := jsonscan.Member(v, "sandbox")
+		return len(sb) > 0 && string(sb) != "null"
 	}
-	return false, nil
+	return false
 }
 
 func (o *observer) request(method string, p any, err error, d time.Duration, sandboxed bool) {
@@ -220,34 +212,6 @@ func (o *observer) processStarted(ss *session, p any, err error, t0 time.Time) {
 		o.started[procKey{ss, sp.ProcessID}] = t0
 	}
 	o.mu.Unlock()
-}
-
-// fsWritten counts the bytes a successful fs/writeFile or fs/writeBlock
-// carried, from the length of their base64 text (the member's raw JSON
-// value).
-func (o *observer) fsWritten(v []byte) {
-	if o.m == nil || len(v) < 2 || v[0] != '"' {
-		return
-	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		o.m.fsWritten(base64Len(v[1 : len(v)-1]))
-		return
-	}
-	// Escapes (such as "\/") are legal JSON, and rare.
-	var s string
-	if json.Unmarshal(v, &s) != nil {
-		return
-	}
-	o.m.fsWritten(base64Len(s))
-}
-
-// base64Len is the decoded length of standard, padded base64 text.
-func base64Len[T string | []byte](s T) int {
-	n := len(s) / 4 * 3
-	for i := len(s) - 1; i >= 0 && i >= len(s)-2 && s[i] == '='; i-- {
-		n--
-	}
-	return max(n, 0)
 }
 
 // processEvent sees every event a session delivers: output bytes by

@@ -30,6 +30,13 @@ type WebSocket struct {
 	budget     *budget.Bytes
 	budgetWait time.Duration
 	stall      *stallWatch // nil: a message may stall forever
+
+	// sizeHint is the length of the last message over smallMessage (read
+	// by one goroutine, the connection's reader): a large message's buffer
+	// grows to it at once instead of doubling from 1 KiB, which cost a
+	// large fs/writeFile three times its size in allocations, copies and
+	// cleared pages. A smaller message after it lowers it again.
+	sizeHint int
 }
 
 // NewWebSocket wraps an accepted (or dialled) websocket connection.
@@ -85,6 +92,11 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 			// Double the buffer, and take the growth from the budget
 			// first: what is counted is what is allocated.
 			grow := max(cap(buf), 1024)
+			if cap(buf) >= smallMessage && w.sizeHint > cap(buf)+grow {
+				// One byte more than the hint, so that a message of the
+				// same size ends without another growth.
+				grow = w.sizeHint + 1 - cap(buf)
+			}
 			var berr error
 			if cap(buf)+grow <= smallMessage {
 				// Small messages never wait: a client must be able to
@@ -117,6 +129,9 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 			w.stall.progress()
 		}
 		if err == io.EOF {
+			if len(buf) > smallMessage {
+				w.sizeHint = len(buf)
+			}
 			return buf, nil
 		}
 		if err != nil {

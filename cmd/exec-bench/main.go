@@ -62,7 +62,12 @@ type config struct {
 	budget time.Duration
 }
 
-func main() { os.Exit(run()) }
+func main() {
+	if mode := os.Getenv(floorEnv); mode != "" {
+		os.Exit(floorMain(mode))
+	}
+	os.Exit(run())
+}
 
 func run() int {
 	refBin := flag.String("reference", "", "reference codex binary (CODEX_BIN); run as `CODEX_BIN exec-server` with CODEX_HOME in a temp dir")
@@ -71,6 +76,11 @@ func run() int {
 	only := flag.String("only", "", "comma-separated workload names to run (default: all)")
 	transports := flag.String("transports", "ws,stdio", "transports to measure")
 	jsonOut := flag.String("json", "", "also write the JSON line to this file")
+	flag.StringVar(&serverProfileDir, "server-pprof", "", "write CPU and allocation profiles of each of our servers to `DIR`/WORKLOAD-TRANSPORT-N/{cpu,allocs}.pprof (through its --debug-profile)")
+	streamMiB := flag.Int("stream-mib", 0, "stream workload size in MiB (default 512, 128 with --quick)")
+	readMiB := flag.Int("read-mib", 0, "fs-readFile size in MiB (default 64, 16 with --quick)")
+	writeMiB := flag.Int("write-mib", 0, "fs-writeFile size in MiB (default 16)")
+	runs := flag.Int("runs", 0, "samples per side of the stream and fs-readFile/fs-writeFile workloads (default 2 and 5)")
 	pprofDir := flag.String("pprof", "", "write a CPU profile of this client (the SDK's side of every workload) to `DIR`/client.pprof")
 	flag.Parse()
 
@@ -94,6 +104,19 @@ func run() int {
 		cfg.fsFileBytes, cfg.fsWriteBytes, cfg.blockBytes = 16<<20, 16<<20, 32<<20
 		cfg.idleConns, cfg.stallFor, cfg.budget = 1000, 2*time.Second, 4*time.Second
 		cfg.sandboxN = 60
+	}
+
+	if *streamMiB > 0 {
+		cfg.streamBytes = int64(*streamMiB) << 20
+	}
+	if *readMiB > 0 {
+		cfg.fsFileBytes = *readMiB << 20
+	}
+	if *writeMiB > 0 {
+		cfg.fsWriteBytes = *writeMiB << 20
+	}
+	if *runs > 0 {
+		cfg.streamRuns, cfg.fsRuns = *runs, *runs
 	}
 
 	ours := *oursBin
@@ -140,6 +163,7 @@ func run() int {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "exec-bench: %s ...\n", w.name)
+		currentWorkload = w.name
 		var limit *float64
 		if w.limit != nil {
 			if v, err := w.limit(cfg); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +28,15 @@ type transportKind string
 const (
 	stdio     transportKind = "stdio"
 	webSocket transportKind = "ws"
+)
+
+// serverProfileDir (--server-pprof), when set, is where our servers write
+// their profiles; currentWorkload and profileSeq name each server's
+// directory. Workloads run one at a time, from main.
+var (
+	serverProfileDir string
+	currentWorkload  string
+	profileSeq       int
 )
 
 // side is one server under test: a binary run as a separate process.
@@ -70,6 +80,11 @@ func (sd side) command(tr transportKind, extra ...string) (*exec.Cmd, string, er
 	cmd.Env = os.Environ()
 	if sd.env != nil {
 		cmd.Env = sd.env
+	}
+	if !sd.ref && serverProfileDir != "" {
+		profileSeq++
+		cmd.Env = append(cmd.Env, "EXEC_SERVER_DEBUG_PROFILE="+filepath.Join(serverProfileDir,
+			fmt.Sprintf("%s-%s-%d", currentWorkload, tr, profileSeq)))
 	}
 	home := ""
 	if sd.ref && sd.env == nil {

@@ -223,7 +223,9 @@ func runStream(cfg *config, sides []side, tr transportKind) []*row {
 			close: srv.close,
 		}, nil
 	})
-	return []*row{mkrow("stream", "throughput", "MB/s", true, tr, st), cm.row("stream", tr, sides)}
+	cr := cm.row("stream", tr, sides)
+	rows := []*row{mkrow("stream", "throughput", "MB/s", true, tr, st), cr}
+	return append(rows, floorRows("stream", tr, "stream", cfg.streamBytes, "", cfg.streamRuns, cr)...)
 }
 
 // ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
@@ -337,7 +339,9 @@ func runReadFile(cfg *config, sides []side, tr transportKind) []*row {
 			return xs, nil
 		}, close: srv.close}, nil
 	})
-	return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st), cm.row("fs-readFile", tr, sides)}
+	cr := cm.row("fs-readFile", tr, sides)
+	rows := []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st), cr}
+	return append(rows, floorRows("fs-readFile", tr, "read", int64(len(data)), path, cfg.fsRuns, cr)...)
 }
 
 // fs-writeFile: a whole file through one fs/writeFile (Client.WriteFile,
@@ -371,7 +375,9 @@ func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 			return xs, nil
 		}, close: srv.close}, nil
 	})
-	return []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st), cm.row("fs-writeFile", tr, sides)}
+	cr := cm.row("fs-writeFile", tr, sides)
+	rows := []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st), cr}
+	return append(rows, floorRows("fs-writeFile", tr, "write", int64(len(data)), path, cfg.fsRuns, cr)...)
 }
 
 const blockLen = 1 << 20

@@ -64,6 +64,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	metricsListen := fs.String("metrics-listen", "", "also serve /metrics on `ADDR` (IP:PORT or localhost:PORT, plain HTTP), behind the same authentication as the websocket listener")
 	upstream := fs.String("tcp-upstream-proxy", "", "`HOST:PORT` of an HTTP proxy that every managed network proxy's outbound connection must go through (CONNECT)")
 	version := fs.Bool("version", false, "print the version and exit")
+	debugProfile := fs.String("debug-profile", "", "debugging: write a CPU profile (cpu.pprof) and, on exit, an allocation profile (allocs.pprof) of the server into `DIR`")
 	sec := addSecurityFlags(fs)
 	rem := addRemoteFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -146,6 +147,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// restores the original for children only as long as the program never
 	// calls Setrlimit for it (children would get the hard limit).
 
+	if *debugProfile != "" {
+		stopProfile, err := startDebugProfile(*debugProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-server: --debug-profile: %v\n", err)
+			return 1
+		}
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	srv := server.New(cfg)

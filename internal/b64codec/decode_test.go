@@ -89,6 +89,7 @@ func TestDecodeMatchesStrictDecoding(t *testing.T) {
 			b[i] = symbols[r.IntN(len(symbols))]
 		}
 		got, err := Decode(b)
+		checkInPlace(t, b, got, err)
 		want, werr := base64.StdEncoding.Strict().DecodeString(string(b))
 		valid := werr == nil && !bytes.ContainsAny(b, "\r\n")
 		if valid != (err == nil) {
@@ -128,6 +129,7 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("Decode(%q) = %x does not re-encode to the input", in, got)
 			}
 		}
+		checkInPlace(t, in, got, err)
 		dst := make([]byte, base64.StdEncoding.DecodedLen(len(in)))
 		n, ok := decodeFast(dst, in)
 		ref := make([]byte, len(dst))
@@ -177,5 +179,44 @@ func wantError(t *testing.T, err error, want string) {
 	t.Helper()
 	if e, ok := err.(Error); !ok || string(e) != want {
 		t.Fatalf("got error %v (%T), want %q", err, err, want)
+	}
+}
+
+// checkInPlace checks that DecodeInPlace, on a copy of in, gives what
+// Decode gave (got, err): the same bytes or the same error text.
+func checkInPlace(t *testing.T, in, got []byte, err error) {
+	t.Helper()
+	buf := append([]byte(nil), in...)
+	ip, ierr := DecodeInPlace(buf)
+	if (err == nil) != (ierr == nil) || (err != nil && err.Error() != ierr.Error()) {
+		t.Fatalf("DecodeInPlace(%q) error %v, Decode %v", in, ierr, err)
+	}
+	if err == nil && !bytes.Equal(ip, got) {
+		t.Fatalf("DecodeInPlace(%q) = %x, Decode %x", in, ip, got)
+	}
+}
+
+func TestDecodeInPlace(t *testing.T) {
+	for _, tt := range referenceBase64Errors {
+		checkInPlace(t, []byte(tt.in), nil, Error(tt.msg))
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 13, 47, 48, 1000, 1 << 16, 3<<20 + 1} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		text := []byte(base64.StdEncoding.EncodeToString(data))
+		checkInPlace(t, text, data, nil)
+		if n > 100 {
+			// A bad symbol, or a line break, far from the end: the error
+			// names it (and its offset) as Decode does.
+			for _, c := range []byte{'!', '\n', '='} {
+				bad := append([]byte(nil), text...)
+				bad[len(bad)/2] = c
+				want, err := Decode(bad)
+				checkInPlace(t, bad, want, err)
+			}
+		}
 	}
 }
