@@ -879,7 +879,11 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	if err := p.visible(dir); err != nil {
 		return nil, err
 	}
-	plan, err := json.Marshal(p)
+	q := *p
+	if q.Network == NetworkEnabled {
+		q.AllowUnixSockets = allowedUnixSockets()
+	}
+	plan, err := json.Marshal(&q)
 	if err != nil {
 		return nil, err
 	}
@@ -906,6 +910,28 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		GidMappings: gid,
 		Release:     release,
 	}, nil
+}
+
+// AllowUnixSocketsEnv names the server setting that lets sandboxed
+// commands with the network enabled connect to the listed pathname AF_UNIX
+// sockets (a colon-separated list of absolute paths) outside their
+// writable roots; by default such a connect fails with EACCES.
+const AllowUnixSocketsEnv = "EXEC_SERVER_SANDBOX_ALLOW_UNIX_SOCKETS"
+
+// allowedUnixSockets is AllowUnixSocketsEnv's list, canonical (the
+// supervisor compares the socket's path in the view, which is the host's).
+func allowedUnixSockets() []string {
+	var out []string
+	for _, s := range strings.Split(os.Getenv(AllowUnixSocketsEnv), ":") {
+		if !filepath.IsAbs(s) {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(s); err == nil {
+			s = real
+		}
+		out = append(out, filepath.Clean(s))
+	}
+	return out
 }
 
 // ---- the helper ----
@@ -1006,7 +1032,7 @@ func helperRun() {
 	if err != nil {
 		fail(err)
 	}
-	if err := lockdown(rules, NetworkRestricted); err != nil {
+	if err := lockdown(rules, NetworkRestricted, false); err != nil {
 		fail(err)
 	}
 	for {
@@ -1107,7 +1133,7 @@ func helperInit(args []string) {
 	if err := unix.Chdir(dir); err != nil {
 		initFail(fmt.Errorf("chdir %s: %w", dir, err))
 	}
-	supervise := superviseCreation(&p)
+	supervise := superviseCreation(&p) || superviseConnect(&p)
 	if supervise {
 		// The stub (this binary) must be executable (exec opens it for
 		// reading too) even where the view does not show it. This grants
@@ -1116,7 +1142,7 @@ func helperInit(args []string) {
 		// and of the stub is closed to it (neither is dumpable).
 		rules = append(rules, landlockRule{"/proc/self/exe", llExecute | llReadFile})
 	}
-	if err := lockdown(rules, p.Network); err != nil {
+	if err := lockdown(rules, p.Network, writableEverywhere(&p)); err != nil {
 		initFail(err)
 	}
 	// Nothing above 2 reaches the command.
@@ -1126,6 +1152,9 @@ func helperInit(args []string) {
 	<-notified
 	if supervise {
 		superviseInit(&p, path, argv)
+	}
+	if err := installCommandFilter(); err != nil {
+		initFail(stepErr("seccomp", err))
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: unwrapEnv(os.Environ()), Files: []uintptr{0, 1, 2}})
 	if err != nil {

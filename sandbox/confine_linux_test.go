@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/creack/pty"
 	"github.com/execgo/exec-server/internal/asnobody"
@@ -161,6 +163,43 @@ func probe(op, arg string) string {
 		return res
 	case "env":
 		return strings.Join(os.Environ(), ";")
+	case "dgram-unix": // a datagram to the pathname socket arg
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "socket " + errnoOf(err)
+		}
+		defer unix.Close(fd)
+		return errnoOf(unix.Sendto(fd, []byte("x"), 0, &unix.SockaddrUnix{Name: arg}))
+	case "dgram-pair": // the same from a datagram socketpair
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "socketpair " + errnoOf(err)
+		}
+		defer unix.Close(fds[0])
+		defer unix.Close(fds[1])
+		return errnoOf(unix.Sendmsg(fds[0], []byte("x"), nil, &unix.SockaddrUnix{Name: arg}, 0))
+	case "seqpacket-name": // sendmsg with a destination on a seqpacket pair
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "socketpair " + errnoOf(err)
+		}
+		defer unix.Close(fds[0])
+		defer unix.Close(fds[1])
+		return errnoOf(unix.Sendmsg(fds[0], []byte("x"), nil, &unix.SockaddrUnix{Name: arg}, 0))
+	case "setid": // every way to make a set-user/group-ID file in dir arg
+		return setIDProbe(arg)
+	case "mountopts": // the per-mount options of the topmost mount at arg
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return errnoOf(err)
+		}
+		res := "not a mount point"
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 5 && f[4] == arg {
+				res = f[5]
+			}
+		}
+		return res
 	}
 	return "unknown op " + op
 }
@@ -952,4 +991,221 @@ func TestProtectedMountPointShared(t *testing.T) {
 	os.Mkdir(codex, 0o755)
 	run()
 	waitTree()
+}
+
+// setIDProbe tries every call that can set S_ISUID or S_ISGID on a file in
+// dir, each on a fresh file made 0755 first; "name=errno" pairs, then
+// "left=" the files that ended up set-ID.
+func setIDProbe(dir string) string {
+	var out []string
+	n := 0
+	fresh := func() string {
+		n++
+		f := filepath.Join(dir, fmt.Sprintf("setid%d", n))
+		_ = os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755)
+		return f
+	}
+	try := func(name string, err error) { out = append(out, name+"="+errnoOf(err)) }
+	try("chmod4755", unix.Chmod(fresh(), 0o4755))
+	try("chmod2755", unix.Chmod(fresh(), 0o2755))
+	try("fchmodat", unix.Fchmodat(unix.AT_FDCWD, fresh(), 0o6755, 0))
+	name, _ := unix.BytePtrFromString(fresh())
+	_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, atFDCWD, uintptr(unsafe.Pointer(name)), 0o4755, 0, 0, 0)
+	try("fchmodat2", errnoIf(e))
+	if fd, err := unix.Open(fresh(), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		try("fchmod", unix.Fchmod(fd, 0o4755))
+		unix.Close(fd)
+	}
+	n++
+	fd, err := unix.Open(filepath.Join(dir, fmt.Sprintf("setid%d", n)), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755)
+	try("open", err)
+	if err == nil {
+		unix.Close(fd)
+	}
+	n++
+	fd, err = unix.Openat2(unix.AT_FDCWD, filepath.Join(dir, fmt.Sprintf("setid%d", n)), &unix.OpenHow{Flags: unix.O_CREAT | unix.O_WRONLY | unix.O_CLOEXEC, Mode: 0o4755})
+	try("openat2", err)
+	if err == nil {
+		unix.Close(fd)
+	}
+	n++
+	fd, err = unix.Creat(filepath.Join(dir, fmt.Sprintf("setid%d", n)), 0o2755)
+	try("creat", err)
+	if err == nil {
+		unix.Close(fd)
+	}
+	n++
+	try("mknod", unix.Mknod(filepath.Join(dir, fmt.Sprintf("setid%d", n)), unix.S_IFREG|0o4755, 0))
+	// A file capability needs CAP_SETFCAP, which no sandbox has.
+	capV2 := []byte{0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	try("setxattr-cap", unix.Setxattr(fresh(), "security.capability", capV2, 0))
+	try("control-chmod0700", unix.Chmod(fresh(), 0o700))
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(dir, e.Name()), &st) == nil && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			left = append(left, e.Name())
+		}
+		if _, err := unix.Getxattr(filepath.Join(dir, e.Name()), "security.capability", nil); err == nil {
+			left = append(left, e.Name()+"(cap)")
+		}
+	}
+	return strings.Join(out, ",") + ",left=" + strings.Join(left, " ")
+}
+
+var atFDCWD = func() uintptr { fd := unix.AT_FDCWD; return uintptr(fd) }()
+
+func errnoIf(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+const setIDWant = "chmod4755=EPERM,chmod2755=EPERM,fchmodat=EPERM,fchmodat2=EPERM,fchmod=EPERM,open=EPERM,openat2=ENOSYS,creat=EPERM,mknod=EPERM,setxattr-cap=EPERM,control-chmod0700=ok,left="
+
+// TestCommandNoSetID: a sandboxed command (of a root server: root-owned
+// files) makes no set-user-ID or set-group-ID file and no file capability
+// in its writable root, by any call; the writable root is mounted nosuid.
+// The supervised command (deny globs) gets openat2 through the supervisor,
+// which refuses the mode itself.
+func TestCommandNoSetID(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	for _, tc := range []struct {
+		name string
+		plan *Plan
+		want string
+	}{
+		{"plain", workspaceWrite(ws), setIDWant},
+		{"supervised", denyPlan(t, ws), strings.Replace(setIDWant, "openat2=ENOSYS", "openat2=EPERM", 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(ws, tc.name)
+			if err := os.Mkdir(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			got := runProbes(t, tc.plan, ws, "setid:"+dir, "mountopts:"+ws)
+			if g := got["setid:"+dir]; g != tc.want {
+				t.Errorf("setid probe:\n got %s\nwant %s", g, tc.want)
+			}
+			if o := got["mountopts:"+ws]; !strings.Contains(","+o+",", ",nosuid,") {
+				t.Errorf("the writable root is mounted %q, want nosuid", o)
+			}
+		})
+	}
+}
+
+// unixListener serves path (stream or datagram) and counts what arrives.
+func unixListener(t *testing.T, network, path string) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	if network == "unixgram" {
+		c, err := net.ListenPacket(network, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				if _, _, err := c.ReadFrom(buf); err != nil {
+					return
+				}
+				n.Add(1)
+			}
+		}()
+		return &n
+	}
+	ln, err := net.Listen(network, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return &n
+}
+
+// TestCommandUnixSockets: a host daemon's pathname AF_UNIX socket outside
+// the writable roots (here out/daemon.sock, and the datagram out/log as
+// /dev/log) is out of reach: with the network enabled connect fails with
+// EACCES (directly, through a symlink in the writable root, relatively),
+// unless the server allows that socket by name; a socket in the writable
+// root works. Datagram sockets, whose sendmsg takes a destination, are
+// refused in both network modes; a seqpacket pair ignores one.
+func TestCommandUnixSockets(t *testing.T) {
+	needSandbox(t)
+	ws, out := fixture(t)
+	daemon := unixListener(t, "unix", filepath.Join(out, "daemon.sock"))
+	logged := unixListener(t, "unixgram", filepath.Join(out, "log"))
+	own := unixListener(t, "unix", filepath.Join(ws, "own.sock"))
+	if err := os.Symlink(filepath.Join(out, "daemon.sock"), filepath.Join(ws, "link.sock")); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(ws, filepath.Join(out, "daemon.sock"))
+	for _, network := range []Network{NetworkEnabled, NetworkRestricted} {
+		t.Run(map[Network]string{NetworkEnabled: "enabled", NetworkRestricted: "restricted"}[network], func(t *testing.T) {
+			p := workspaceWrite(ws)
+			p.Network = network
+			want := map[string]string{
+				"connect-unix:" + filepath.Join(out, "daemon.sock"): "EACCES",
+				"connect-unix:" + filepath.Join(ws, "link.sock"):    "EACCES",
+				"connect-unix:" + rel:                               "EACCES",
+				"connect-unix:" + filepath.Join(ws, "own.sock"):     "ok",
+				"connect-unix:" + filepath.Join(ws, "in.txt"):       "ECONNREFUSED",
+				"dgram-unix:" + filepath.Join(out, "log"):           "socket EACCES",
+				"dgram-pair:" + filepath.Join(out, "log"):           "socketpair EACCES",
+				"seqpacket-name:" + filepath.Join(out, "log"):       "ok",
+			}
+			if network == NetworkRestricted {
+				for k := range want {
+					if strings.HasPrefix(k, "connect-unix:") {
+						want[k] = "EPERM" // no connect at all
+					}
+				}
+			}
+			if err := os.WriteFile(filepath.Join(ws, "in.txt"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var probes []string
+			for k := range want {
+				probes = append(probes, k)
+			}
+			got := runProbes(t, p, ws, probes...)
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	}
+	if n := daemon.Load(); n != 0 {
+		t.Errorf("the host daemon accepted %d connections", n)
+	}
+	if n := logged.Load(); n != 0 {
+		t.Errorf("the host datagram socket got %d datagrams", n)
+	}
+	if own.Load() == 0 {
+		t.Errorf("the command's own socket in the writable root saw no connection")
+	}
+	// Allowed by name (the server's setting): connects.
+	t.Setenv(AllowUnixSocketsEnv, filepath.Join(out, "daemon.sock"))
+	p := workspaceWrite(ws)
+	p.Network = NetworkEnabled
+	if got := runProbes(t, p, ws, "connect-unix:"+filepath.Join(ws, "link.sock")); got["connect-unix:"+filepath.Join(ws, "link.sock")] != "ok" {
+		t.Errorf("an allowed socket: %v", got)
+	}
+	if daemon.Load() != 1 {
+		t.Errorf("the allowed daemon accepted %d connections, want 1", daemon.Load())
+	}
 }

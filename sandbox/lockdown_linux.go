@@ -149,7 +149,8 @@ func landlockRuleset(rules []landlockRule, network Network) (int, error) {
 // or link across directories, even inside writable roots: as go-landlock's
 // best effort, the layer is then left out (the mount view, the empty
 // capability sets and seccomp still hold).
-func lockdown(rules []landlockRule, network Network) error {
+// unixDgram allows AF_UNIX datagram sockets (see seccompProgram).
+func lockdown(rules []landlockRule, network Network, unixDgram bool) error {
 	ruleset := -1
 	if landlockABI() >= 2 {
 		var err error
@@ -166,7 +167,7 @@ func lockdown(rules []landlockRule, network Network) error {
 			return stepErr("landlock", fmt.Errorf("restrict: %w", e))
 		}
 	}
-	return stepErr("seccomp", installSeccomp(network))
+	return stepErr("seccomp", installSeccomp(network, unixDgram))
 }
 
 // dropPrivileges empties every capability set of the calling thread and

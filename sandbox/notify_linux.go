@@ -75,18 +75,50 @@ func superviseCreation(p *Plan) bool {
 	return false
 }
 
+// superviseConnect reports whether a command under p needs the supervisor
+// for connect(2): with the network enabled, a connect to a pathname
+// AF_UNIX socket outside the writable roots (a host daemon's: docker,
+// tmux, ssh-agent, systemd) is refused, and only the supervisor can read
+// the address (it is in memory) and make the connection itself.
+func superviseConnect(p *Plan) bool {
+	return p.Network == NetworkEnabled && !writableEverywhere(p)
+}
+
+// writableEverywhere reports whether every path of p's view is writable
+// (nothing outside a writable root: no socket to keep a command from).
+func writableEverywhere(p *Plan) bool {
+	if p.Root != AccessWrite {
+		return false
+	}
+	for _, m := range p.Mounts {
+		if m.Access != AccessWrite || m.Protected {
+			return false
+		}
+	}
+	return true
+}
+
 // notifyProgram is the filter of the command: USER_NOTIF for the
 // path-creating calls (open and openat only with O_CREAT: BPF reads their
 // flags; openat2 always, its flags are in memory), ALLOW for everything
 // else. The TSYNC filter of lockdown still applies first: its ERRNO and
 // KILL beat USER_NOTIF.
-func notifyProgram() []unix.SockFilter {
+//
+// create supervises the path-creating calls (deny globs), connect
+// connect(2) (network enabled).
+func notifyProgram(create, connect bool) []unix.SockFilter {
 	const retNotif = unix.SECCOMP_RET_USER_NOTIF
 	p := []unix.SockFilter{
 		bpfStmt(ldW, offArch),
 		bpfJump(jeqK, seccompArch, 1, 0),
 		bpfStmt(retK, retAllow), // the other filter kills foreign arches
 		bpfStmt(ldW, offNr),
+	}
+	if connect {
+		p = append(p, bpfJump(jeqK, unix.SYS_CONNECT, 0, 1), bpfStmt(retK, retNotif))
+	}
+	if !create {
+		return append(p, bpfStmt(retK, retAllow))
 	}
 	// bind: an AF_UNIX socket bound to a path makes that path (its
 	// address is in memory; with a restricted network the other filter's
@@ -124,8 +156,11 @@ func stubMain(args []string) {
 	if len(args) < 1 {
 		initFail(errors.New("notify: bad arguments"))
 	}
-	path, argv := args[0], args[1:]
-	prog := notifyProgram()
+	if len(args) < 2 {
+		initFail(errors.New("notify: bad arguments"))
+	}
+	path, argv := args[1], args[2:]
+	prog := notifyProgram(strings.Contains(args[0], "c"), strings.Contains(args[0], "n"))
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	// WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has a
 	// notification, only a fatal signal interrupts the call. Otherwise a
@@ -158,13 +193,20 @@ func stubMain(args []string) {
 // startSupervised starts the command through the stub from the calling
 // (locked, confined) thread and returns its pid and the listener (-1 when
 // the stub failed before sending it: its exit status then says why).
-func startSupervised(path string, argv []string) (int, int, error) {
+func startSupervised(p *Plan, path string, argv []string) (int, int, error) {
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, -1, stepErr("seccomp listener: socketpair", err)
 	}
 	defer unix.Close(sp[0])
-	args := append([]string{"exec-server-sandbox", helperArg, notifyStubMode, path}, argv...)
+	what := "-" // what the stub's filter supervises: c creations, n connect
+	if superviseCreation(p) {
+		what += "c"
+	}
+	if superviseConnect(p) {
+		what += "n"
+	}
+	args := append([]string{"exec-server-sandbox", helperArg, notifyStubMode, what, path}, argv...)
 	// The stub gets the init's environment as it is (wrapped: nothing of it
 	// acts on the stub) and unwraps it for the command.
 	pid, err := syscall.ForkExec("/proc/self/exe", args, &syscall.ProcAttr{
@@ -290,6 +332,10 @@ func (s *supervisor) serve() {
 				continue
 			}
 			return
+		}
+		if uintptr(req.Nr) == unix.SYS_CONNECT && req.Arch == seccompArch {
+			s.connect(&req)
+			continue
 		}
 		fd, errno, pend := s.handle(&req)
 		if pend != nil {
@@ -466,6 +512,11 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 		if how.Flags>>32 != 0 || how.Mode&^0o7777 != 0 ||
 			(how.Mode != 0 && how.Flags&(unix.O_CREAT|(unix.O_TMPFILE&^unix.O_DIRECTORY)) == 0) {
 			return noFD, unix.EINVAL, nil
+		}
+		// No set-user-ID or set-group-ID file (the other filter checks
+		// the modes of every other call).
+		if how.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			return noFD, unix.EPERM, nil
 		}
 	}
 	if p1, errno = t.readPath(c.path); errno != 0 {
@@ -1576,10 +1627,145 @@ func (t *target) socket(fd int) (int, unix.Errno) {
 	return sfd, 0
 }
 
+// connect is connect(2) done for the target on its socket (pidfd_getfd:
+// the same open file), from the address as read once: never CONTINUE,
+// which would let another thread of the target change the address after
+// the check. A pathname AF_UNIX address is resolved as the target would
+// (its cwd, root, /proc/self), the socket file opened (O_PATH) and
+// checked: it must be reached through a writable mount, in a writable
+// root of the plan, or be one the server allows (AllowUnixSockets);
+// anything else is EACCES. The connection is then made to that very
+// inode (/proc/self/fd/N), so a name swapped meanwhile changes nothing.
+// Abstract and unnamed unix addresses are connected on this thread (in
+// the command's Landlock domain, which scopes abstract sockets); the other
+// families on a goroutine, since a blocking TCP connect may take minutes
+// and other notifications must not wait for it.
+func (s *supervisor) connect(req *seccompNotif) {
+	c := call{sock: int(int32(uint32(req.Args[0]))), addr: req.Args[1], addrLen: int(int32(uint32(req.Args[2])))}
+	fail := func(errno unix.Errno) { s.answer(req.ID, noFD, errno) }
+	if c.addrLen < 0 || c.addrLen > int(unsafe.Sizeof(unix.RawSockaddrAny{})) {
+		fail(unix.EINVAL)
+		return
+	}
+	t, errno := openTarget(int(req.Pid))
+	if errno != 0 {
+		fail(errno)
+		return
+	}
+	defer t.close()
+	addr := make([]byte, c.addrLen)
+	if len(addr) > 0 {
+		if m, err := unix.Pread(t.mem, addr, int64(c.addr)); err != nil || m != len(addr) {
+			fail(unix.EFAULT)
+			return
+		}
+	}
+	sock, errno := t.socket(c.sock)
+	if errno != 0 {
+		fail(errno)
+		return
+	}
+	family := -1
+	if len(addr) >= 2 {
+		family = int(binary.NativeEndian.Uint16(addr))
+	}
+	if family != unix.AF_UNIX {
+		if !s.idValid(req.ID) {
+			unix.Close(sock)
+			return
+		}
+		go func() {
+			errno := rawConnect(sock, addr)
+			unix.Close(sock)
+			s.answer(req.ID, noFD, errno)
+		}()
+		return
+	}
+	defer unix.Close(sock)
+	if len(addr) <= 2 || addr[2] == 0 {
+		if !s.idValid(req.ID) {
+			return
+		}
+		fail(rawConnect(sock, addr)) // abstract or unnamed
+		return
+	}
+	p := addr[2:]
+	if i := bytes.IndexByte(p, 0); i >= 0 {
+		p = p[:i]
+	}
+	fd, errno := s.unixTarget(t, string(p))
+	if errno != 0 {
+		fail(errno)
+		return
+	}
+	defer unix.Close(fd)
+	if !s.idValid(req.ID) {
+		return
+	}
+	via := append(addr[:2:2], "/proc/self/fd/"+strconv.Itoa(fd)+"\x00"...)
+	fail(rawConnect(sock, via))
+}
+
+// unixTarget opens (O_PATH) the socket file a pathname connect to p from
+// the target reaches, if the plan lets a command connect to it.
+func (s *supervisor) unixTarget(t *target, p string) (int, unix.Errno) {
+	base, errno := t.base(unix.AT_FDCWD, p, false)
+	if errno != 0 {
+		return -1, errno
+	}
+	dir, name, _, errno := t.walkParent(base, p)
+	unix.Close(base)
+	if errno != 0 {
+		return -1, errno
+	}
+	fd, errno := t.openFollow(dir, name)
+	unix.Close(dir)
+	if errno != 0 {
+		return -1, errno
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		unix.Close(fd)
+		return -1, unix.ECONNREFUSED // what the kernel says of a file that is no socket
+	}
+	where, ok := realDir(fd)
+	if !ok || !s.p.unixSocketAllowed(fd, where) {
+		unix.Close(fd)
+		return -1, unix.EACCES
+	}
+	return fd, 0
+}
+
+// unixSocketAllowed reports whether a command under p may connect to the
+// socket file fd, at path where in the view: one the server allows by
+// name, or one in a writable root (reached through a writable mount).
+func (p *Plan) unixSocketAllowed(fd int, where string) bool {
+	for _, a := range p.AllowUnixSockets {
+		if a == where {
+			return true
+		}
+	}
+	var fs unix.Statfs_t
+	if unix.Fstatfs(fd, &fs) != nil || fs.Flags&unix.ST_RDONLY != 0 {
+		return false
+	}
+	return p.accessOf(where) == AccessWrite
+}
+
+func rawConnect(fd int, sa []byte) unix.Errno {
+	var p unsafe.Pointer
+	if len(sa) > 0 {
+		p = unsafe.Pointer(&sa[0])
+	}
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(p), uintptr(len(sa)))
+	runtime.KeepAlive(sa)
+	return e
+}
+
 // superviseInit runs the command under the supervisor: it never returns
 // (the init exits with the command's status).
 func superviseInit(p *Plan, path string, argv []string) {
-	pid, lfd, err := startSupervised(path, argv)
+	pid, lfd, err := startSupervised(p, path, argv)
 	if err != nil {
 		initFail(err)
 	}

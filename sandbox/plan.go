@@ -96,6 +96,10 @@ type Plan struct {
 	FullWrite bool `json:"fullWrite"`
 	// Cwd is the context's cwd (a host path), "" when absent.
 	Cwd string `json:"cwd,omitempty"`
+	// AllowUnixSockets are the pathname AF_UNIX sockets outside the
+	// writable roots that a command may connect to with the network
+	// enabled (canonical host paths; the server's AllowUnixSocketsEnv).
+	AllowUnixSockets []string `json:"allowUnixSockets,omitempty"`
 }
 
 // Env is what resolution needs from the server.
