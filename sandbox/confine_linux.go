@@ -520,6 +520,9 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	// only there share helpers.
 	q := *p
 	q.Cwd = ""
+	if len(q.DenyGlobs) > 0 {
+		q.CreationLock = creationLockPath()
+	}
 	key, err := json.Marshal(&q)
 	if err != nil {
 		return nil, nil, err
@@ -883,6 +886,9 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	if q.Network == NetworkEnabled {
 		q.AllowUnixSockets = allowedUnixSockets()
 	}
+	if len(q.DenyGlobs) > 0 {
+		q.CreationLock = creationLockPath()
+	}
 	plan, err := json.Marshal(&q)
 	if err != nil {
 		return nil, err
@@ -1028,6 +1034,15 @@ func helperRun() {
 	if err := json.Unmarshal(b, &p); err != nil {
 		fail(stepErr("read the plan", err))
 	}
+	lock := -1
+	if len(p.DenyGlobs) > 0 {
+		// Every call of a plan with deny globs checks and makes its new
+		// paths under the shared creation lock (notify_linux.go): no
+		// supervised rename moves a directory meanwhile.
+		if lock, err = openCreationLock(p.CreationLock); err != nil {
+			fail(stepErr("deny globs", err))
+		}
+	}
 	rules, err := buildView(&p, viewOpts{})
 	if err != nil {
 		fail(err)
@@ -1054,7 +1069,13 @@ func helperRun() {
 			reply(replyError, []byte(fmt.Sprintf("unknown op %q (is its package linked in?)", name)), nil)
 			continue
 		}
+		unlock, errno := lockCreation(lock, false)
+		if errno != 0 {
+			reply(replyError, []byte(fmt.Sprintf("the creation lock: %v", errno)), nil)
+			continue
+		}
 		out, file, err := callOp(fn, req)
+		unlock()
 		if err != nil {
 			fail(err) // its state is unknown: no further call
 		}
@@ -1126,6 +1147,13 @@ func helperInit(args []string) {
 	}
 	p := ia.plan
 	path, dir, argv := ia.path, ia.dir, ia.argv
+	lock := -1
+	if superviseCreation(&p) {
+		// Opened on the host, before the view hides it.
+		if lock, err = openCreationLock(p.CreationLock); err != nil {
+			initFail(stepErr("deny globs", err))
+		}
+	}
 	rules, err := buildView(&p, viewOpts{command: true, ptys: findPTYs()})
 	if err != nil {
 		initFail(err)
@@ -1151,7 +1179,7 @@ func helperInit(args []string) {
 	}
 	<-notified
 	if supervise {
-		superviseInit(&p, path, argv)
+		superviseInit(&p, lock, path, argv)
 	}
 	if err := installCommandFilter(); err != nil {
 		initFail(stepErr("seccomp", err))

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -186,6 +187,60 @@ func probe(op, arg string) string {
 		defer unix.Close(fds[0])
 		defer unix.Close(fds[1])
 		return errnoOf(unix.Sendmsg(fds[0], []byte("x"), nil, &unix.SockaddrUnix{Name: arg}, 0))
+	case "loop-create": // arg times: create d/f exclusively, remove it
+		n, _ := strconv.Atoi(arg)
+		made := 0
+		errs := map[string]int{}
+		for i := 0; i < n; i++ {
+			fd, err := unix.Open("d/f", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				errs[errnoOf(err)]++
+				if err == unix.EEXIST { // left by a rename back: again
+					_ = unix.Unlink("d/f")
+				}
+			}
+			if err == nil {
+				made++
+				unix.Close(fd)
+				_ = unix.Unlink("d/f")
+			}
+		}
+		return fmt.Sprintf("made %d (failures %v)", made, errs)
+	case "guarded-create": // "GLOB|PATH": as fsys: check, create, remove
+		glob, path, _ := strings.Cut(arg, "|")
+		parent, err := filepath.EvalSymlinks(filepath.Dir(path))
+		if err != nil {
+			return errnoOf(err)
+		}
+		if (&Plan{DenyGlobs: []string{glob}}).DeniedByGlob(filepath.Join(parent, filepath.Base(path))) {
+			return "EACCES"
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			os.Remove(path) // left by a rename back: again
+		}
+		if err != nil {
+			return errnoOf(err)
+		}
+		f.Close()
+		return errnoOf(os.Remove(path))
+	case "loop-rename": // arg times: d -> secrets, look for secrets/f, back
+		n, _ := strconv.Atoi(arg)
+		moved, seen := 0, 0
+		errs := map[string]int{}
+		for i := 0; i < n; i++ {
+			if err := unix.Rename("d", "secrets"); err != nil {
+				errs[errnoOf(err)]++
+				continue
+			}
+			moved++
+			var st unix.Stat_t
+			if unix.Lstat("secrets/f", &st) == nil {
+				seen++
+			}
+			_ = unix.Rename("secrets", "d")
+		}
+		return fmt.Sprintf("moved %d, secrets/f seen %d (failures %v)", moved, seen, errs)
 	case "setid": // every way to make a set-user/group-ID file in dir arg
 		return setIDProbe(arg)
 	case "mountopts": // the per-mount options of the topmost mount at arg

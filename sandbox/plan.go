@@ -100,6 +100,9 @@ type Plan struct {
 	// writable roots that a command may connect to with the network
 	// enabled (canonical host paths; the server's AllowUnixSocketsEnv).
 	AllowUnixSockets []string `json:"allowUnixSockets,omitempty"`
+	// CreationLock is the machine-wide lock file of deny-glob creations
+	// (set by the server for its helpers; see notify_linux.go).
+	CreationLock string `json:"creationLock,omitempty"`
 }
 
 // Env is what resolution needs from the server.
