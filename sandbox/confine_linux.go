@@ -889,6 +889,11 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	if len(q.DenyGlobs) > 0 {
 		q.CreationLock = creationLockPath()
 	}
+	q.PidsMax = pidsMax()
+	removeCgroup := func() {}
+	if q.PidsMax > 0 {
+		q.PidsCgroup, removeCgroup = makePidsCgroup(q.PidsMax)
+	}
 	plan, err := json.Marshal(&q)
 	if err != nil {
 		return nil, err
@@ -903,9 +908,14 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	args = append(args, path, filepath.Clean(dir))
 	args = append(args, argv...)
 	uid, gid := idMaps()
-	release, err := acquireProtected(p)
+	releaseProtected, err := acquireProtected(p)
 	if err != nil {
+		removeCgroup()
 		return nil, err
+	}
+	release := func() {
+		releaseProtected()
+		removeCgroup()
 	}
 	return &Spec{
 		Path:        "/proc/self/exe",
@@ -916,6 +926,160 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		GidMappings: gid,
 		Release:     release,
 	}, nil
+}
+
+// ---- process limit and core dumps ----
+
+// PidsMaxEnv names the server setting that bounds the processes (and
+// threads) of each sandboxed command; DefaultPidsMax without it, 0 for no
+// bound.
+const PidsMaxEnv = "EXEC_SERVER_SANDBOX_PIDS_MAX"
+
+// DefaultPidsMax is the default bound: far above a build's needs (a make
+// -j on a large machine), far below what exhausts a host (a fork loop
+// reached 378 processes in a second without it).
+const DefaultPidsMax = 4096
+
+func pidsMax() int {
+	v := os.Getenv(PidsMaxEnv)
+	if v == "" {
+		return DefaultPidsMax
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return DefaultPidsMax
+	}
+	return n
+}
+
+var cgroupSeq struct {
+	sync.Mutex
+	n int
+}
+
+// makePidsCgroup makes a child pids cgroup of this server's own, with
+// pids.max = max, for one sandbox: it returns the child's cgroup.procs
+// (the init moves itself there before anything forks) and a func that
+// removes the child once the sandbox is gone. "" when the machine has no
+// pids controller this server may use (cgroup v1's pids hierarchy, or
+// cgroup v2 with pids enabled for its children; a server that is not root
+// usually may not write there).
+func makePidsCgroup(max int) (string, func()) {
+	none := func() {}
+	dir := pidsCgroupDir()
+	if dir == "" {
+		return "", none
+	}
+	cgroupSeq.Lock()
+	cgroupSeq.n++
+	n := cgroupSeq.n
+	cgroupSeq.Unlock()
+	child := filepath.Join(dir, fmt.Sprintf("exec-server-sandbox-%d-%d", os.Getpid(), n))
+	if err := os.Mkdir(child, 0o755); err != nil {
+		return "", none
+	}
+	remove := func() {
+		// The init exits after its command; the kernel ends the rest of
+		// the PID namespace, which takes a moment: retry for a while.
+		go func() {
+			for delay := 10 * time.Millisecond; delay < 10*time.Second; delay *= 2 {
+				if err := unix.Rmdir(child); err == nil || err == unix.ENOENT {
+					return
+				}
+				time.Sleep(delay)
+			}
+		}()
+	}
+	if os.WriteFile(filepath.Join(child, "pids.max"), []byte(strconv.Itoa(max)), 0) != nil {
+		_ = unix.Rmdir(child)
+		return "", none
+	}
+	return filepath.Join(child, "cgroup.procs"), remove
+}
+
+// pidsCgroupDir is this process's own cgroup directory in a hierarchy with
+// the pids controller, "" when there is none it may make children in.
+func pidsCgroupDir() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	var v1, v2 string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			v2 = f[2]
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if c == "pids" {
+				v1 = f[2]
+			}
+		}
+	}
+	candidates := []string{}
+	if v1 != "" {
+		candidates = append(candidates, filepath.Join("/sys/fs/cgroup/pids", v1))
+	}
+	if v2 != "" {
+		// Only where pids is already enabled for children: enabling it
+		// would be refused in a cgroup that has processes (this server).
+		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			d := filepath.Join(root, v2)
+			if sc, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control")); err == nil && slices.Contains(strings.Fields(string(sc)), "pids") {
+				candidates = append(candidates, d)
+			}
+		}
+	}
+	for _, d := range candidates {
+		if unix.Access(d, unix.W_OK) == nil {
+			return d
+		}
+	}
+	return ""
+}
+
+// limitProcesses runs in the init before anything forks: no core file
+// (RLIMIT_CORE 0, soft and hard: a core in a writable root is a file no
+// deny glob stops, and may hold the command's secrets), and the process
+// bound: the sandbox's own pids cgroup, or where the server could make
+// none and is not root, RLIMIT_NPROC, which the kernel counts per user and
+// user namespace (each sandbox has its own); for global root RLIMIT_NPROC
+// does not apply, so a root server without a pids controller has no
+// bound (docs/sandbox.md).
+func limitProcesses(p *Plan) error {
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return fmt.Errorf("RLIMIT_CORE: %w", err)
+	}
+	if p.PidsMax <= 0 {
+		return nil
+	}
+	if p.PidsCgroup != "" {
+		// "0" is the writer: the whole init (its threads), before its
+		// first fork.
+		if err := os.WriteFile(p.PidsCgroup, []byte("0"), 0); err != nil {
+			return fmt.Errorf("join %s: %w", p.PidsCgroup, err)
+		}
+		return nil
+	}
+	if os.Getuid() == 0 && !inUserNS() {
+		return nil
+	}
+	lim := uint64(p.PidsMax)
+	return unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: lim, Max: lim})
+}
+
+// inUserNS reports whether this process is in a user namespace other than
+// the initial one (its uid map is not the identity of every uid).
+func inUserNS() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b))
+	return !(len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295")
 }
 
 // AllowUnixSocketsEnv names the server setting that lets sandboxed
@@ -1153,6 +1317,9 @@ func helperInit(args []string) {
 		if lock, err = openCreationLock(p.CreationLock); err != nil {
 			initFail(stepErr("deny globs", err))
 		}
+	}
+	if err := limitProcesses(&p); err != nil {
+		initFail(stepErr("process limit", err))
 	}
 	rules, err := buildView(&p, viewOpts{command: true, ptys: findPTYs()})
 	if err != nil {

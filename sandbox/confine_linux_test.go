@@ -241,6 +241,44 @@ func probe(op, arg string) string {
 			_ = unix.Rename("secrets", "d")
 		}
 		return fmt.Sprintf("moved %d, secrets/f seen %d (failures %v)", moved, seen, errs)
+	case "forkloop": // start /bin/sleep until refused (at most arg)
+		n, _ := strconv.Atoi(arg)
+		started := 0
+		var last error
+		for ; started < n; started++ {
+			if _, last = syscall.ForkExec("/bin/sleep", []string{"sleep", "60"}, &syscall.ProcAttr{}); last != nil {
+				break
+			}
+		}
+		return fmt.Sprintf("%d %s", started, errnoOf(last))
+	case "rlimit-core": // the core limits, and whether they can be raised
+		var r unix.Rlimit
+		_ = unix.Getrlimit(unix.RLIMIT_CORE, &r)
+		err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY})
+		return fmt.Sprintf("%d %d raise %s", r.Cur, r.Max, errnoOf(err))
+	case "caps-all": // tasks of /proc/PID (arg, or self) with a capability
+		pid := arg
+		if pid == "" {
+			pid = "self"
+		}
+		ents, err := os.ReadDir("/proc/" + pid + "/task")
+		if err != nil {
+			return errnoOf(err)
+		}
+		var bad []string
+		for _, e := range ents {
+			b, err := os.ReadFile("/proc/" + pid + "/task/" + e.Name() + "/status")
+			if err != nil {
+				continue // exited meanwhile
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				k, v, _ := strings.Cut(l, ":")
+				if (k == "CapEff" || k == "CapPrm") && strings.TrimSpace(v) != "0000000000000000" {
+					bad = append(bad, e.Name()+" "+k+"="+strings.TrimSpace(v))
+				}
+			}
+		}
+		return fmt.Sprintf("%d tasks, with capabilities: %v", len(ents), bad)
 	case "setid": // every way to make a set-user/group-ID file in dir arg
 		return setIDProbe(arg)
 	case "mountopts": // the per-mount options of the topmost mount at arg
@@ -1262,5 +1300,64 @@ func TestCommandUnixSockets(t *testing.T) {
 	}
 	if daemon.Load() != 1 {
 		t.Errorf("the allowed daemon accepted %d connections, want 1", daemon.Load())
+	}
+}
+
+// TestCommandProcessLimit: a fork loop in a sandbox stops at the bound
+// (its own pids cgroup for a root server, RLIMIT_NPROC in its user
+// namespace otherwise), and no core file appears: RLIMIT_CORE is 0, soft
+// and hard.
+func TestCommandProcessLimit(t *testing.T) {
+	needSandbox(t)
+	ws, _ := fixture(t)
+	t.Setenv(PidsMaxEnv, "64")
+	p := workspaceWrite(ws)
+	got := runProbes(t, p, ws, "forkloop:500", "rlimit-core:")
+	var n int
+	var errno string
+	fmt.Sscanf(got["forkloop:500"], "%d %s", &n, &errno)
+	if n >= 64 || errno != "EAGAIN" {
+		t.Errorf("fork loop: %q, want fewer than 64 processes, then EAGAIN", got["forkloop:500"])
+	}
+	if got["rlimit-core:"] != "0 0 raise EPERM" {
+		t.Errorf("core limit: %q, want 0 0 raise EPERM", got["rlimit-core:"])
+	}
+	code, out := runSh(t, p, ws, "ulimit -c unlimited; kill -SEGV $$")
+	t.Logf("a crash: exit %d %q", code, out)
+	if ents, _ := os.ReadDir(ws); len(ents) != 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the crash left %v in the workspace", names)
+	}
+}
+
+// TestCapabilitiesEveryThread: no task of a running sandbox, the init's
+// and the fs helper's Go runtime threads included, has a capability
+// (they kept every one while only the locked thread dropped them). A
+// binary built with cgo cannot reach its threads (syscall.AllThreadsSyscall
+// refuses): go test -race needs cgo, so this runs in a CGO_ENABLED=0 test
+// binary, and the hostile suite (its server is built without cgo) checks
+// the same.
+func TestCapabilitiesEveryThread(t *testing.T) {
+	needSandbox(t)
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
+		t.Skip("a cgo build: its threads cannot all drop capabilities (covered by the hostile suite)")
+	}
+	ws, _ := fixture(t)
+	for _, tc := range []struct {
+		name string
+		plan *Plan
+	}{{"plain", workspaceWrite(ws)}, {"supervised", denyPlan(t, ws)}} {
+		got := runProbes(t, tc.plan, ws, "caps-all:1", "caps-all:")
+		for k, v := range got {
+			if !strings.HasSuffix(v, "with capabilities: []") {
+				t.Errorf("%s: %s = %s", tc.name, k, v)
+			}
+		}
+		if r := runOp(t, tc.plan, "caps-all", ""); !strings.HasSuffix(r, "with capabilities: []") {
+			t.Errorf("%s: fs helper: %s", tc.name, r)
+		}
 	}
 }

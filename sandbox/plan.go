@@ -103,6 +103,12 @@ type Plan struct {
 	// CreationLock is the machine-wide lock file of deny-glob creations
 	// (set by the server for its helpers; see notify_linux.go).
 	CreationLock string `json:"creationLock,omitempty"`
+	// PidsMax bounds the processes of a command's sandbox (0: none);
+	// PidsCgroup is the cgroup.procs file of its own pids cgroup ("" when
+	// the server could make none: a server that is not root then uses
+	// RLIMIT_NPROC, counted per user namespace). Set by the server.
+	PidsMax    int    `json:"pidsMax,omitempty"`
+	PidsCgroup string `json:"pidsCgroup,omitempty"`
 }
 
 // Env is what resolution needs from the server.
