@@ -100,9 +100,10 @@ func probe(op, arg string) string {
 			unix.Close(fd)
 		}
 		return errnoOf(err)
-	case "connect-unix":
+	case "connect-unix": // connect, and send a byte
 		c, err := net.DialTimeout("unix", arg, 2*time.Second)
 		if err == nil {
+			_, err = c.Write([]byte("x"))
 			c.Close()
 		}
 		return errnoOf(err)
@@ -164,6 +165,22 @@ func probe(op, arg string) string {
 		return res
 	case "env":
 		return strings.Join(os.Environ(), ";")
+	case "self-serve": // listen on the pathname socket arg, connect to it
+		ln, err := net.Listen("unix", arg)
+		if err != nil {
+			return "listen " + errnoOf(err)
+		}
+		defer ln.Close()
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close()
+			}
+		}()
+		c, err := net.DialTimeout("unix", arg, 5*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return errnoOf(err)
 	case "dgram-unix": // a datagram to the pathname socket arg
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -1190,7 +1207,9 @@ func TestCommandNoSetID(t *testing.T) {
 	}
 }
 
-// unixListener serves path (stream or datagram) and counts what arrives.
+// unixListener serves path (stream or datagram) and counts what arrives
+// (datagrams; connections that deliver a byte: a refused connect may have
+// been probed by the supervisor, which sends nothing).
 func unixListener(t *testing.T, network, path string) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64
@@ -1222,8 +1241,13 @@ func unixListener(t *testing.T, network, path string) *atomic.Int64 {
 			if err != nil {
 				return
 			}
-			n.Add(1)
-			c.Close()
+			go func() {
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if m, _ := c.Read(make([]byte, 1)); m > 0 {
+					n.Add(1)
+				}
+			}()
 		}
 	}()
 	return &n
@@ -1234,14 +1258,16 @@ func unixListener(t *testing.T, network, path string) *atomic.Int64 {
 // /dev/log) is out of reach: with the network enabled connect fails with
 // EACCES (directly, through a symlink in the writable root, relatively),
 // unless the server allows that socket by name; a socket in the writable
-// root works. Datagram sockets, whose sendmsg takes a destination, are
+// root works only when a process of the sandbox listens on it (a host
+// daemon's socket in /tmp is in a writable root under workspace-write).
+// Datagram sockets, whose sendmsg takes a destination, are
 // refused in both network modes; a seqpacket pair ignores one.
 func TestCommandUnixSockets(t *testing.T) {
 	needSandbox(t)
 	ws, out := fixture(t)
 	daemon := unixListener(t, "unix", filepath.Join(out, "daemon.sock"))
 	logged := unixListener(t, "unixgram", filepath.Join(out, "log"))
-	own := unixListener(t, "unix", filepath.Join(ws, "own.sock"))
+	inRoot := unixListener(t, "unix", filepath.Join(ws, "host.sock"))
 	if err := os.Symlink(filepath.Join(out, "daemon.sock"), filepath.Join(ws, "link.sock")); err != nil {
 		t.Fatal(err)
 	}
@@ -1254,7 +1280,8 @@ func TestCommandUnixSockets(t *testing.T) {
 				"connect-unix:" + filepath.Join(out, "daemon.sock"): "EACCES",
 				"connect-unix:" + filepath.Join(ws, "link.sock"):    "EACCES",
 				"connect-unix:" + rel:                               "EACCES",
-				"connect-unix:" + filepath.Join(ws, "own.sock"):     "ok",
+				"connect-unix:" + filepath.Join(ws, "host.sock"):    "EACCES", // a host daemon's in a writable root
+				"self-serve:" + filepath.Join(ws, "own.sock"):       "ok",
 				"connect-unix:" + filepath.Join(ws, "in.txt"):       "ECONNREFUSED",
 				"dgram-unix:" + filepath.Join(out, "log"):           "socket EACCES",
 				"dgram-pair:" + filepath.Join(out, "log"):           "socketpair EACCES",
@@ -1264,6 +1291,9 @@ func TestCommandUnixSockets(t *testing.T) {
 				for k := range want {
 					if strings.HasPrefix(k, "connect-unix:") {
 						want[k] = "EPERM" // no connect at all
+					}
+					if strings.HasPrefix(k, "self-serve:") {
+						want[k] = "listen EPERM" // nor bind
 					}
 				}
 			}
@@ -1288,8 +1318,8 @@ func TestCommandUnixSockets(t *testing.T) {
 	if n := logged.Load(); n != 0 {
 		t.Errorf("the host datagram socket got %d datagrams", n)
 	}
-	if own.Load() == 0 {
-		t.Errorf("the command's own socket in the writable root saw no connection")
+	if n := inRoot.Load(); n != 0 {
+		t.Errorf("the host daemon in the writable root accepted %d connections", n)
 	}
 	// Allowed by name (the server's setting): connects.
 	t.Setenv(AllowUnixSocketsEnv, filepath.Join(out, "daemon.sock"))
@@ -1297,6 +1327,9 @@ func TestCommandUnixSockets(t *testing.T) {
 	p.Network = NetworkEnabled
 	if got := runProbes(t, p, ws, "connect-unix:"+filepath.Join(ws, "link.sock")); got["connect-unix:"+filepath.Join(ws, "link.sock")] != "ok" {
 		t.Errorf("an allowed socket: %v", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); daemon.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // the listener counts after its read
 	}
 	if daemon.Load() != 1 {
 		t.Errorf("the allowed daemon accepted %d connections, want 1", daemon.Load())

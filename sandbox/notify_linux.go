@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1708,7 +1709,7 @@ func (s *supervisor) connect(req *seccompNotif) {
 	if i := bytes.IndexByte(p, 0); i >= 0 {
 		p = p[:i]
 	}
-	fd, errno := s.unixTarget(t, string(p))
+	fd, errno := s.unixTarget(t, sock, string(p))
 	if errno != 0 {
 		fail(errno)
 		return
@@ -1722,8 +1723,9 @@ func (s *supervisor) connect(req *seccompNotif) {
 }
 
 // unixTarget opens (O_PATH) the socket file a pathname connect to p from
-// the target reaches, if the plan lets a command connect to it.
-func (s *supervisor) unixTarget(t *target, p string) (int, unix.Errno) {
+// the target reaches, if the plan lets a command connect to it with its
+// socket sock.
+func (s *supervisor) unixTarget(t *target, sock int, p string) (int, unix.Errno) {
 	base, errno := t.base(unix.AT_FDCWD, p, false)
 	if errno != 0 {
 		return -1, errno
@@ -1744,27 +1746,53 @@ func (s *supervisor) unixTarget(t *target, p string) (int, unix.Errno) {
 		return -1, unix.ECONNREFUSED // what the kernel says of a file that is no socket
 	}
 	where, ok := realDir(fd)
-	if !ok || !s.p.unixSocketAllowed(fd, where) {
+	if !ok {
 		unix.Close(fd)
 		return -1, unix.EACCES
+	}
+	if slices.Contains(s.p.AllowUnixSockets, where) {
+		return fd, 0
+	}
+	var fs unix.Statfs_t
+	if unix.Fstatfs(fd, &fs) != nil || fs.Flags&unix.ST_RDONLY != 0 || s.p.accessOf(where) != AccessWrite {
+		unix.Close(fd)
+		return -1, unix.EACCES
+	}
+	// In a writable root: /tmp under codex's workspace-write holds host
+	// daemons' sockets too (tmux, ssh-agent, X11). Only a listener of this
+	// sandbox's own processes is let through.
+	if errno := listenerInside(sock, fd); errno != 0 {
+		unix.Close(fd)
+		return -1, errno
 	}
 	return fd, 0
 }
 
-// unixSocketAllowed reports whether a command under p may connect to the
-// socket file fd, at path where in the view: one the server allows by
-// name, or one in a writable root (reached through a writable mount).
-func (p *Plan) unixSocketAllowed(fd int, where string) bool {
-	for _, a := range p.AllowUnixSockets {
-		if a == where {
-			return true
-		}
+// listenerInside checks that the socket file fd is listened on by a
+// process of this sandbox: a probe socket of sock's type connects to it
+// (nonblocking) and reads the listener's credentials, whose pid the kernel
+// gives in the reader's PID namespace (the sandbox's) and as 0 for a
+// process outside it. The listener sees a connection close unused.
+func listenerInside(sock, fd int) unix.Errno {
+	typ, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return toErrno(err)
 	}
-	var fs unix.Statfs_t
-	if unix.Fstatfs(fd, &fs) != nil || fs.Flags&unix.ST_RDONLY != 0 {
-		return false
+	probe, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return toErrno(err)
 	}
-	return p.accessOf(where) == AccessWrite
+	defer unix.Close(probe)
+	via := append([]byte{0, 0}, "/proc/self/fd/"+strconv.Itoa(fd)+"\x00"...)
+	binary.NativeEndian.PutUint16(via, unix.AF_UNIX)
+	if errno := rawConnect(probe, via); errno != 0 {
+		return errno // refused, or a full backlog (EAGAIN)
+	}
+	cred, err := unix.GetsockoptUcred(probe, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil || cred.Pid <= 0 {
+		return unix.EACCES
+	}
+	return 0
 }
 
 func rawConnect(fd int, sa []byte) unix.Errno {
