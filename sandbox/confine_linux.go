@@ -957,13 +957,12 @@ var cgroupSeq struct {
 	n int
 }
 
-// makePidsCgroup makes a child pids cgroup of this server's own, with
-// pids.max = max, for one sandbox: it returns the child's cgroup.procs
-// (the init moves itself there before anything forks) and a func that
-// removes the child once the sandbox is gone. "" when the machine has no
-// pids controller this server may use (cgroup v1's pids hierarchy, or
-// cgroup v2 with pids enabled for its children; a server that is not root
-// usually may not write there).
+// makePidsCgroup makes a child pids cgroup of this server's own (cgroup
+// v1), with pids.max = max, for one sandbox: it returns the child's
+// cgroup.procs (the init moves itself there before anything forks) and a
+// func that removes the child once the sandbox is gone. "" when there is
+// no v1 pids hierarchy this server may write (a server that is not root
+// usually may not).
 func makePidsCgroup(max int) (string, func()) {
 	none := func() {}
 	dir := pidsCgroupDir()
@@ -997,45 +996,48 @@ func makePidsCgroup(max int) (string, func()) {
 	return filepath.Join(child, "cgroup.procs"), remove
 }
 
-// pidsCgroupDir is this process's own cgroup directory in a hierarchy with
-// the pids controller, "" when there is none it may make children in.
+// pidsCgroupDir is this process's own cgroup directory in cgroup v1's pids
+// hierarchy, "" when there is none it may make children in. Never a cgroup
+// v2 one: there the process package's spawner starts each child in a
+// cgroup of its own, which it kills whole; the init must not leave it
+// (limitProcesses sets pids.max on it instead).
 func pidsCgroupDir() string {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return ""
 	}
-	var v1, v2 string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 {
+		if len(f) != 3 || !slices.Contains(strings.Split(f[1], ","), "pids") {
 			continue
 		}
-		if f[0] == "0" && f[1] == "" {
-			v2 = f[2]
-		}
-		for _, c := range strings.Split(f[1], ",") {
-			if c == "pids" {
-				v1 = f[2]
-			}
-		}
-	}
-	candidates := []string{}
-	if v1 != "" {
-		candidates = append(candidates, filepath.Join("/sys/fs/cgroup/pids", v1))
-	}
-	if v2 != "" {
-		// Only where pids is already enabled for children: enabling it
-		// would be refused in a cgroup that has processes (this server).
-		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-			d := filepath.Join(root, v2)
-			if sc, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control")); err == nil && slices.Contains(strings.Fields(string(sc)), "pids") {
-				candidates = append(candidates, d)
-			}
-		}
-	}
-	for _, d := range candidates {
+		d := filepath.Join("/sys/fs/cgroup/pids", f[2])
 		if unix.Access(d, unix.W_OK) == nil {
 			return d
+		}
+	}
+	return ""
+}
+
+// spawnerCgroupPidsMax is the pids.max file of the cgroup v2 cgroup the
+// init was started in when it is the spawner's cgroup of this child alone
+// (exec-server-spawner-PID/N, docs/security.md) and has the pids
+// controller; "" otherwise.
+func spawnerCgroupPidsMax() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		path, ok := strings.CutPrefix(l, "0::")
+		if !ok || !strings.HasPrefix(filepath.Base(filepath.Dir(path)), "exec-server-spawner-") {
+			continue
+		}
+		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			f := filepath.Join(root, path, "pids.max")
+			if unix.Access(f, unix.W_OK) == nil {
+				return f
+			}
 		}
 	}
 	return ""
@@ -1044,11 +1046,12 @@ func pidsCgroupDir() string {
 // limitProcesses runs in the init before anything forks: no core file
 // (RLIMIT_CORE 0, soft and hard: a core in a writable root is a file no
 // deny glob stops, and may hold the command's secrets), and the process
-// bound: the sandbox's own pids cgroup, or where the server could make
-// none and is not root, RLIMIT_NPROC, which the kernel counts per user and
-// user namespace (each sandbox has its own); for global root RLIMIT_NPROC
-// does not apply, so a root server without a pids controller has no
-// bound (docs/sandbox.md).
+// bound: the sandbox's own pids cgroup (cgroup v1: a child of the
+// server's; cgroup v2: pids.max of the spawner's cgroup of this child,
+// where pids is enabled), or where there is none and the server is not
+// root, RLIMIT_NPROC, which the kernel counts per user and user namespace
+// (each sandbox has its own); global root is exempt from RLIMIT_NPROC, so
+// a root server without a pids controller has no bound (docs/sandbox.md).
 func limitProcesses(p *Plan) error {
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
 		return fmt.Errorf("RLIMIT_CORE: %w", err)
@@ -1063,6 +1066,11 @@ func limitProcesses(p *Plan) error {
 			return fmt.Errorf("join %s: %w", p.PidsCgroup, err)
 		}
 		return nil
+	}
+	if f := spawnerCgroupPidsMax(); f != "" {
+		if os.WriteFile(f, []byte(strconv.Itoa(p.PidsMax)), 0) == nil {
+			return nil
+		}
 	}
 	if os.Getuid() == 0 && !inUserNS() {
 		return nil
