@@ -1366,14 +1366,14 @@ func TestCommandProcessLimit(t *testing.T) {
 	}
 }
 
-// TestCapabilitiesEveryThread: no task of a running sandbox, the init's
+// TestCommandCapabilitiesEveryThread: no task of a running sandbox, the init's
 // and the fs helper's Go runtime threads included, has a capability
 // (they kept every one while only the locked thread dropped them). A
 // binary built with cgo cannot reach its threads (syscall.AllThreadsSyscall
 // refuses): go test -race needs cgo, so this runs in a CGO_ENABLED=0 test
 // binary, and the hostile suite (its server is built without cgo) checks
 // the same.
-func TestCapabilitiesEveryThread(t *testing.T) {
+func TestCommandCapabilitiesEveryThread(t *testing.T) {
 	needSandbox(t)
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
 		t.Skip("a cgo build: its threads cannot all drop capabilities (covered by the hostile suite)")
