@@ -296,6 +296,10 @@ func probe(op, arg string) string {
 			}
 		}
 		return fmt.Sprintf("%d tasks, with capabilities: %v", len(ents), bad)
+	case "name_to_handle_at": // denied by seccomp: EPERM, not EFAULT
+		path, _ := unix.BytePtrFromString("/")
+		_, _, e := unix.Syscall6(unix.SYS_NAME_TO_HANDLE_AT, atFDCWD, uintptr(unsafe.Pointer(path)), 0, 0, 0, 0)
+		return errnoOf(errnoIf(e))
 	case "setid": // every way to make a set-user/group-ID file in dir arg
 		return setIDProbe(arg)
 	case "mountopts": // the per-mount options of the topmost mount at arg
@@ -690,6 +694,7 @@ func TestCommandConfined(t *testing.T) {
 		"socket:mptcp":                              "EPERM",
 		"socket:unix":                               "ok",
 		"userns:":                                   "EPERM",
+		"name_to_handle_at:":                        "EPERM",
 		"write:/proc/sys/kernel/hostname":           "EROFS", // its own UTS namespace: harmless if it failed
 		"env:":                                      probeEnv + "=1;ONLY=this",
 		"status:CapInh,CapPrm,CapEff,CapBnd,CapAmb,NoNewPrivs,Seccomp": "CapInh=0000000000000000;CapPrm=0000000000000000;CapEff=0000000000000000;CapBnd=0000000000000000;CapAmb=0000000000000000;NoNewPrivs=1;Seccomp=2",
