@@ -1213,8 +1213,7 @@ func TestCommandNoSetID(t *testing.T) {
 }
 
 // unixListener serves path (stream or datagram) and counts what arrives
-// (datagrams; connections that deliver a byte: a refused connect may have
-// been probed by the supervisor, which sends nothing).
+// (datagrams; connections that deliver a byte).
 func unixListener(t *testing.T, network, path string) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64

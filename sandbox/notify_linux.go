@@ -1649,7 +1649,8 @@ func (t *target) socket(fd int) (int, unix.Errno) {
 // the check. A pathname AF_UNIX address is resolved as the target would
 // (its cwd, root, /proc/self), the socket file opened (O_PATH) and
 // checked: it must be reached through a writable mount, in a writable
-// root of the plan, or be one the server allows (AllowUnixSockets);
+// root of the plan, with a listener of this sandbox (listenerInside), or
+// be one the server allows (AllowUnixSockets);
 // anything else is EACCES. The connection is then made to that very
 // inode (/proc/self/fd/N), so a name swapped meanwhile changes nothing.
 // Abstract and unnamed unix addresses are connected on this thread (in
@@ -1709,7 +1710,7 @@ func (s *supervisor) connect(req *seccompNotif) {
 	if i := bytes.IndexByte(p, 0); i >= 0 {
 		p = p[:i]
 	}
-	fd, errno := s.unixTarget(t, sock, string(p))
+	fd, errno := s.unixTarget(t, string(p))
 	if errno != 0 {
 		fail(errno)
 		return
@@ -1723,9 +1724,8 @@ func (s *supervisor) connect(req *seccompNotif) {
 }
 
 // unixTarget opens (O_PATH) the socket file a pathname connect to p from
-// the target reaches, if the plan lets a command connect to it with its
-// socket sock.
-func (s *supervisor) unixTarget(t *target, sock int, p string) (int, unix.Errno) {
+// the target reaches, if the plan lets a command connect to it.
+func (s *supervisor) unixTarget(t *target, p string) (int, unix.Errno) {
 	base, errno := t.base(unix.AT_FDCWD, p, false)
 	if errno != 0 {
 		return -1, errno
@@ -1761,7 +1761,7 @@ func (s *supervisor) unixTarget(t *target, sock int, p string) (int, unix.Errno)
 	// In a writable root: /tmp under codex's workspace-write holds host
 	// daemons' sockets too (tmux, ssh-agent, X11). Only a listener of this
 	// sandbox's own processes is let through.
-	if errno := listenerInside(sock, fd); errno != 0 {
+	if errno := listenerInside(fd); errno != 0 {
 		unix.Close(fd)
 		return -1, errno
 	}
@@ -1769,30 +1769,122 @@ func (s *supervisor) unixTarget(t *target, sock int, p string) (int, unix.Errno)
 }
 
 // listenerInside checks that the socket file fd is listened on by a
-// process of this sandbox: a probe socket of sock's type connects to it
-// (nonblocking) and reads the listener's credentials, whose pid the kernel
-// gives in the reader's PID namespace (the sandbox's) and as 0 for a
-// process outside it. The listener sees a connection close unused.
-func listenerInside(sock, fd int) unix.Errno {
-	typ, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE)
-	if err != nil {
+// process of this sandbox, without touching the listener: the kernel's
+// socket diagnostics (NETLINK_SOCK_DIAG, as ss -x) name each listening
+// unix socket with the file it is bound to; the listener's socket inode
+// must then be held by a process this sandbox's /proc shows.
+func listenerInside(fd int) unix.Errno {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return toErrno(err)
 	}
-	probe, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	socks, err := unixListeners(st.Dev, st.Ino)
 	if err != nil {
-		return toErrno(err)
+		return unix.EACCES // fail closed
 	}
-	defer unix.Close(probe)
-	via := append([]byte{0, 0}, "/proc/self/fd/"+strconv.Itoa(fd)+"\x00"...)
-	binary.NativeEndian.PutUint16(via, unix.AF_UNIX)
-	if errno := rawConnect(probe, via); errno != 0 {
-		return errno // refused, or a full backlog (EAGAIN)
+	if len(socks) == 0 {
+		return unix.ECONNREFUSED // nobody listens: what connect says
 	}
-	cred, err := unix.GetsockoptUcred(probe, unix.SOL_SOCKET, unix.SO_PEERCRED)
-	if err != nil || cred.Pid <= 0 {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
 		return unix.EACCES
 	}
-	return 0
+	buf := make([]byte, 64)
+	for _, pe := range procs {
+		if _, err := strconv.Atoi(pe.Name()); err != nil {
+			continue
+		}
+		dir := "/proc/" + pe.Name() + "/fd/"
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // gone, or not ours to look at
+		}
+		for _, f := range fds {
+			n, err := unix.Readlink(dir+f.Name(), buf)
+			if err != nil {
+				continue
+			}
+			l := string(buf[:n])
+			ino, ok := strings.CutPrefix(l, "socket:[")
+			if !ok {
+				continue
+			}
+			if v, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 32); err == nil && socks[uint32(v)] {
+				return 0
+			}
+		}
+	}
+	return unix.EACCES
+}
+
+// unixListeners returns the socket inodes of the listening unix sockets
+// bound to the file dev/ino.
+func unixListeners(dev, ino uint64) (map[uint32]bool, error) {
+	nl, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(nl)
+	const (
+		sockDiagByFamily = 20
+		udiagShowVFS     = 0x2
+		unixDiagVFS      = 1
+		tcpListen        = 10
+	)
+	req := make([]byte, unix.SizeofNlMsghdr+24)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], sockDiagByFamily)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	r := req[unix.SizeofNlMsghdr:]
+	r[0] = unix.AF_UNIX
+	binary.NativeEndian.PutUint32(r[4:], 1<<tcpListen)  // udiag_states
+	binary.NativeEndian.PutUint32(r[12:], udiagShowVFS) // udiag_show
+	if err := unix.Sendto(nl, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, err
+	}
+	out := map[uint32]bool{}
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(nl, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				return nil, errors.New("sock_diag: error")
+			}
+			if len(m.Data) < 16 {
+				continue
+			}
+			sockIno := binary.NativeEndian.Uint32(m.Data[4:])
+			for b := m.Data[16:]; len(b) >= 4; {
+				alen := int(binary.NativeEndian.Uint16(b[0:]))
+				if alen < 4 || alen > len(b) {
+					break
+				}
+				typ, val := binary.NativeEndian.Uint16(b[2:]), b[4:alen]
+				b = b[min((alen+3)&^3, len(b)):]
+				if typ != unixDiagVFS || len(val) < 8 {
+					continue
+				}
+				vino := binary.NativeEndian.Uint32(val[0:])
+				kdev := binary.NativeEndian.Uint32(val[4:]) // the kernel's dev_t: major<<20 | minor
+				if uint64(vino) == ino && unix.Mkdev(kdev>>20, kdev&0xfffff) == dev {
+					out[sockIno] = true
+				}
+			}
+		}
+	}
 }
 
 func rawConnect(fd int, sa []byte) unix.Errno {

@@ -1392,8 +1392,7 @@ func case32UnixSockets(t *testing.T, c *sbxClient) {
 			if err != nil {
 				return
 			}
-			// What counts is a byte delivered: the supervisor may probe
-			// a listener (a connection closed unused) before refusing.
+			// What counts is a byte delivered.
 			go func() {
 				defer conn.Close()
 				_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
