@@ -1052,31 +1052,48 @@ func spawnerCgroupPidsMax() string {
 // root, RLIMIT_NPROC, which the kernel counts per user and user namespace
 // (each sandbox has its own); global root is exempt from RLIMIT_NPROC, so
 // a root server without a pids controller has no bound (docs/sandbox.md).
-func limitProcesses(p *Plan) error {
+//
+// Moving a process into a cgroup waits for an RCU grace period (5 to 15 ms
+// on a loaded machine): the move runs on another thread while the view is
+// built, and joined says when it is done (the init waits for it before
+// anything forks).
+func limitProcesses(p *Plan) (joined <-chan error, err error) {
+	done := make(chan error, 1)
+	done <- nil
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
-		return fmt.Errorf("RLIMIT_CORE: %w", err)
+		return nil, fmt.Errorf("RLIMIT_CORE: %w", err)
 	}
 	if p.PidsMax <= 0 {
-		return nil
+		return done, nil
 	}
 	if p.PidsCgroup != "" {
-		// "0" is the writer: the whole init (its threads), before its
-		// first fork.
-		if err := os.WriteFile(p.PidsCgroup, []byte("0"), 0); err != nil {
-			return fmt.Errorf("join %s: %w", p.PidsCgroup, err)
+		// Opened now: the view (a chroot of the whole process) hides it.
+		f, err := os.OpenFile(p.PidsCgroup, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("join %s: %w", p.PidsCgroup, err)
 		}
-		return nil
+		<-done
+		go func() {
+			defer f.Close()
+			// "0" is the writer's whole thread group: the init.
+			if _, err := f.Write([]byte("0")); err != nil {
+				done <- fmt.Errorf("join %s: %w", p.PidsCgroup, err)
+				return
+			}
+			done <- nil
+		}()
+		return done, nil
 	}
 	if f := spawnerCgroupPidsMax(); f != "" {
 		if os.WriteFile(f, []byte(strconv.Itoa(p.PidsMax)), 0) == nil {
-			return nil
+			return done, nil
 		}
 	}
 	if os.Getuid() == 0 && !inUserNS() {
-		return nil
+		return done, nil
 	}
 	lim := uint64(p.PidsMax)
-	return unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: lim, Max: lim})
+	return done, unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: lim, Max: lim})
 }
 
 // inUserNS reports whether this process is in a user namespace other than
@@ -1326,12 +1343,16 @@ func helperInit(args []string) {
 			initFail(stepErr("deny globs", err))
 		}
 	}
-	if err := limitProcesses(&p); err != nil {
+	joined, err := limitProcesses(&p)
+	if err != nil {
 		initFail(stepErr("process limit", err))
 	}
 	rules, err := buildView(&p, viewOpts{command: true, ptys: findPTYs()})
 	if err != nil {
 		initFail(err)
+	}
+	if err := <-joined; err != nil {
+		initFail(stepErr("process limit", err))
 	}
 	if err := unix.Chdir(dir); err != nil {
 		initFail(fmt.Errorf("chdir %s: %w", dir, err))
