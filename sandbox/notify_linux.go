@@ -1828,7 +1828,6 @@ func unixListeners(dev, ino uint64) (map[uint32]bool, error) {
 	const (
 		sockDiagByFamily = 20
 		udiagShowVFS     = 0x2
-		unixDiagVFS      = 1
 		tcpListen        = 10
 	)
 	req := make([]byte, unix.SizeofNlMsghdr+24)
@@ -1863,28 +1862,39 @@ func unixListeners(dev, ino uint64) (map[uint32]bool, error) {
 			case unix.NLMSG_ERROR:
 				return nil, errors.New("sock_diag: error")
 			}
-			if len(m.Data) < 16 {
-				continue
-			}
-			sockIno := binary.NativeEndian.Uint32(m.Data[4:])
-			for b := m.Data[16:]; len(b) >= 4; {
-				alen := int(binary.NativeEndian.Uint16(b[0:]))
-				if alen < 4 || alen > len(b) {
-					break
-				}
-				typ, val := binary.NativeEndian.Uint16(b[2:]), b[4:alen]
-				b = b[min((alen+3)&^3, len(b)):]
-				if typ != unixDiagVFS || len(val) < 8 {
-					continue
-				}
-				vino := binary.NativeEndian.Uint32(val[0:])
-				kdev := binary.NativeEndian.Uint32(val[4:]) // the kernel's dev_t: major<<20 | minor
-				if uint64(vino) == ino && unix.Mkdev(kdev>>20, kdev&0xfffff) == dev {
-					out[sockIno] = true
-				}
+			if sockIno, ok := unixDiagBoundTo(m.Data, dev, ino); ok {
+				out[sockIno] = true
 			}
 		}
 	}
+}
+
+// unixDiagBoundTo decodes one unix_diag_msg with its attributes: the
+// socket's inode, and whether its UNIX_DIAG_VFS attribute names the file
+// dev/ino (st_dev encoding).
+func unixDiagBoundTo(msg []byte, dev, ino uint64) (uint32, bool) {
+	const unixDiagVFS = 1
+	if len(msg) < 16 {
+		return 0, false
+	}
+	sockIno := binary.NativeEndian.Uint32(msg[4:])
+	for b := msg[16:]; len(b) >= 4; {
+		alen := int(binary.NativeEndian.Uint16(b[0:]))
+		if alen < 4 || alen > len(b) {
+			return 0, false
+		}
+		typ, val := binary.NativeEndian.Uint16(b[2:]), b[4:alen]
+		b = b[min((alen+3)&^3, len(b)):]
+		if typ != unixDiagVFS || len(val) < 8 {
+			continue
+		}
+		vino := binary.NativeEndian.Uint32(val[0:])
+		kdev := binary.NativeEndian.Uint32(val[4:]) // the kernel's dev_t: major<<20 | minor
+		if uint64(vino) == ino && unix.Mkdev(kdev>>20, kdev&0xfffff) == dev {
+			return sockIno, true
+		}
+	}
+	return 0, false
 }
 
 func rawConnect(fd int, sa []byte) unix.Errno {

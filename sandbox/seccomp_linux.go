@@ -182,7 +182,7 @@ func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
 	// binary in a writable root (or /tmp) for any local user to run. The
 	// chmod family always; open and openat when they create (their mode
 	// is garbage otherwise: musl passes whatever is in the register).
-	// openat2 carries its mode in memory: see commandFilter.
+	// openat2 carries its mode in memory: see commandProgram.
 	for _, c := range setIDCalls {
 		argBlock(c.nr, append(noSetID(c.mode, c.flags), bpfStmt(retK, retAllow))...)
 	}

@@ -84,6 +84,7 @@ var escapeCases = []escapeCase{
 	{"32_host_unix_sockets", nil, case32UnixSockets},
 	{"33_capabilities_every_thread", nil, case33Caps},
 	{"34_leases_cores", nil, case34LeasesCores},
+	{"35_deny_glob_race", setup35Race, case35Race},
 }
 
 // TestSandboxEscape runs every case under both rows of the privilege
@@ -1453,4 +1454,50 @@ func case33Caps(t *testing.T, c *sbxClient) {
 func case34LeasesCores(t *testing.T, c *sbxClient) {
 	wantProcDenied(t, "probe lease OUT/secret.txt", c.run(probeCmd("lease", c.fx.o("secret.txt")), nil), true)
 	wantProcOK(t, "probe core-limit", c.run(probeCmd("core-limit"), nil))
+}
+
+// setup35Race: WORK/d, and the deny glob secrets/**.
+func setup35Race(t *testing.T, fx *fixture) {
+	if err := os.Mkdir(fx.w("d"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	fx.fsEntries = append(workspaceWriteEntries(), entry(map[string]any{"type": "glob_pattern", "pattern": "secrets/**"}, "deny"))
+}
+
+// 35: deny globs under concurrency: two sandboxed commands on one
+// workspace, one creating d/f in a loop, the other renaming d to secrets
+// and back, while fs/writeFile writes d/g: no interleaving leaves a path
+// under secrets/ (before the creation lock, secrets/f appeared within
+// 2 000 tries, every run).
+func case35Race(t *testing.T, c *sbxClient) {
+	fx := c.fx
+	var wg sync.WaitGroup
+	var created, renamed procResult
+	done := make(chan struct{})
+	wg.Add(2)
+	go func() { defer wg.Done(); created = c.run(probeCmd("loop-create", "2000"), nil) }()
+	go func() { defer wg.Done(); defer close(done); renamed = c.run(probeCmd("loop-rename", "2000"), nil) }()
+	writes := 0
+	for stop := false; !stop; {
+		select {
+		case <-done:
+			stop = true
+		default:
+			if c.writeFile(fx.w("d", "g"), "g") == nil {
+				writes++
+			}
+			_ = os.Remove(fx.w("d", "g"))
+			_ = os.Remove(fx.w("secrets", "g"))
+		}
+	}
+	wg.Wait()
+	t.Logf("%v; %v; %d fs/writeFile of d/g", created, renamed, writes)
+	if renamed.ExitCode == 3 {
+		t.Errorf("HOLE: a creation checked as d/f landed in secrets/f: %v", renamed)
+	} else {
+		wantProcOK(t, "probe loop-rename", renamed)
+	}
+	wantProcOK(t, "probe loop-create", created)
+	mustNotExist(t, fx.w("secrets", "f"))
+	mustNotExist(t, fx.w("secrets", "g"))
 }

@@ -262,6 +262,40 @@ func main() {
 		if e != 0 {
 			fail(op, "F_SETLEASE", e)
 		}
+	case "loop-create":
+		// loop-create N: N times create d/f exclusively and remove it
+		// (or remove one a rename back left).
+		n, _ := strconv.Atoi(arg(0))
+		made := 0
+		for i := 0; i < n; i++ {
+			fd, err := syscall.Open("d/f", syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, 0o644)
+			if err == nil {
+				made++
+				syscall.Close(fd)
+			}
+			syscall.Unlink("d/f")
+		}
+		fmt.Printf("loop-create: made %d\n", made)
+	case "loop-rename":
+		// loop-rename N: N times d -> secrets, look for secrets/f, back;
+		// exit 3 when secrets/f was there.
+		n, _ := strconv.Atoi(arg(0))
+		moved, seen := 0, 0
+		for i := 0; i < n; i++ {
+			if syscall.Rename("d", "secrets") != nil {
+				continue
+			}
+			moved++
+			var st syscall.Stat_t
+			if syscall.Lstat("secrets/f", &st) == nil {
+				seen++
+			}
+			syscall.Rename("secrets", "d")
+		}
+		fmt.Printf("loop-rename: moved %d, secrets/f seen %d\n", moved, seen)
+		if seen > 0 {
+			os.Exit(3)
+		}
 	case "core-limit":
 		var r syscall.Rlimit
 		check(op, "getrlimit", syscall.Getrlimit(4, &r)) // RLIMIT_CORE
