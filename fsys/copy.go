@@ -116,16 +116,16 @@ func copyTree(ctx context.Context, src, dst string, st os.FileInfo, g guard) err
 	if err := g.create(dst); err != nil {
 		return err
 	}
+	dir, err := openDir(src)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
 	if err := os.Mkdir(dst, st.Mode().Perm()|0o700); err != nil {
 		if !errors.Is(err, fs.ErrExist) || !isDirNoFollow(dst) {
 			return err
 		}
 	}
-	dir, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
 	for {
 		ents, rerr := dir.ReadDir(256)
 		for _, e := range ents {

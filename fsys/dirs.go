@@ -121,6 +121,9 @@ func (f *FS) canonicalize(ctx context.Context, _ *Handles, raw json.RawMessage) 
 	if err != nil {
 		return nil, err
 	}
+	if err := checkMagicLinks(path); err != nil {
+		return nil, err
+	}
 	return protocol.FsCanonicalizeResult{Path: fileuri.FromPath(real)}, nil
 }
 
@@ -142,7 +145,7 @@ func (f *FS) readDirectory(ctx context.Context, _ *Handles, raw json.RawMessage)
 	if plan != nil {
 		return f.callConfined(ctx, plan, protocol.MethodFsReadDirectory, raw)
 	}
-	dir, err := os.Open(path)
+	dir, err := openDir(path)
 	if err != nil {
 		return nil, err
 	}

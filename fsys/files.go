@@ -48,6 +48,10 @@ func openRegular(p string, flag int) (*os.File, os.FileInfo, error) {
 		f.Close()
 		return nil, nil, notAFile(p)
 	}
+	if err := checkServable(f, st, p); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
 	return f, st, nil
 }
 

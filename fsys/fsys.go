@@ -39,6 +39,10 @@
 //     run confined even under full-disk read: the client sees the
 //     sandbox's /proc, not the server's /proc/self (its environment and
 //     descriptors), which the reference serves in-process;
+//   - with or without a policy, a file opened here that is in the server's
+//     own /proc directory or is one of its secret files is refused (-32600
+//     Permission denied, selfproc.go); the reference serves
+//     /proc/self/environ;
 //   - fs/open with mode "replace" counts as a mutation (confined unless the
 //     policy gives full-disk write), not as a read;
 //   - a confined operation has a deadline (30 s) and ends with the

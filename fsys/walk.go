@@ -164,7 +164,7 @@ func walkTree(ctx context.Context, root string, opts protocol.FsWalkOptions) (*p
 }
 
 func readDirSorted(p string) ([]os.DirEntry, error) {
-	dir, err := os.Open(p)
+	dir, err := openDir(p)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/execgo/exec-server/internal/jsonscan"
+	"github.com/execgo/exec-server/internal/secretenv"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -46,14 +47,14 @@ func buildEnv(env map[string]string, rawPolicy json.RawMessage) ([]string, error
 		}
 		switch pol.Inherit {
 		case "", "all":
-			for _, kv := range os.Environ() {
+			for _, kv := range secretenv.Environ() { // the scrubbed credentials too
 				if k, v, ok := strings.Cut(kv, "="); ok {
 					vars[k] = v
 				}
 			}
 		case "core":
 			for _, k := range coreVars {
-				if v, ok := os.LookupEnv(k); ok {
+				if v, ok := secretenv.LookupEnv(k); ok {
 					vars[k] = v
 				}
 			}

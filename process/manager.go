@@ -13,6 +13,7 @@ package process
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
@@ -91,6 +92,15 @@ type Options struct {
 	// runs processes, and a few tenths of a millisecond per start.
 	DirectChildren bool
 	Logger         *slog.Logger
+	// Network carries a managed proxy's decisions and policy requests to
+	// the client; nil: they are only logged, and misses denied.
+	Network NetworkPeer
+	// UpstreamProxy (host:port), when set, is an HTTP proxy that every
+	// managed proxy's outbound connection goes through by CONNECT.
+	UpstreamProxy string
+	// ForbiddenAddr, when set, reports addresses no managed proxy may
+	// connect to: the server's own listeners.
+	ForbiddenAddr func(netip.AddrPort) bool
 }
 
 func (o Options) withDefaults() Options {
@@ -162,6 +172,9 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 		return nil, protocol.InvalidParams("argv must not be empty")
 	}
 	if err := checkTimeout(&p); err != nil {
+		return nil, err
+	}
+	if err := checkNetwork(&p); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()

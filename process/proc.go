@@ -14,6 +14,7 @@ import (
 
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/peerproc"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 )
@@ -113,6 +114,19 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	nl, err := p.m.prepareNetwork(&sp, plan) // network.go
+	if err != nil {
+		return err
+	}
+	netStarted := false
+	if nl != nil {
+		env = nl.applyEnv(env)
+		defer func() {
+			if !netStarted {
+				nl.close()
+			}
+		}()
+	}
 	if sp.Argv[0] == "" {
 		// The reference's texts.
 		if sp.TTY {
@@ -150,6 +164,19 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 			return commandError(err)
 		}
 		p.release = onceFunc(spec.Release)
+		if plan.Network == sandbox.NetworkEnabled {
+			// Counted from before its start until its init is reaped: while
+			// one runs, the server checks which local peers are inside it
+			// (server/peer.go).
+			uncount := peerproc.Sandboxes.Begin()
+			release := spec.Release
+			p.release = onceFunc(func() {
+				uncount()
+				if release != nil {
+					release()
+				}
+			})
+		}
 		// The init starts in dir too: a missing cwd fails the start with
 		// the same error as without a sandbox.
 		start = childinit.SpawnAttr{Path: spec.Path, Argv: spec.Argv, Env: spec.Env, Dir: dir,
@@ -158,6 +185,10 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		attr.UidMappings, attr.GidMappings = start.UidMappings, start.GidMappings
 		p.sandboxed = true
 		p.denial = new(sandbox.Denial)
+	}
+	if nl != nil {
+		release := p.release
+		p.release = onceFunc(func() { release(); nl.close() })
 	}
 	startOK := false
 	defer func() {
@@ -271,6 +302,10 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	}
 	startOK = true
 	p.pid, p.pgid = pid, pid
+	if nl != nil {
+		nl.start(pid)
+		netStarted = true
+	}
 	p.outputs = readers
 
 	// Every reader and the reaper is a producer; the last one to finish

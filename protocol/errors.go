@@ -104,6 +104,9 @@ const (
 	KindStdinClosed      Kind = "StdinClosed"      // the process's stdin is gone or was closed: permanent
 	KindStdinFull        Kind = "StdinFull"        // the process's own stdin queue is full: retry when it reads
 	KindStdinBusy        Kind = "StdinBusy"        // the server-wide stdin budget is spent: retry later
+	// KindSandboxUnavailable is the reference's (0.171) process/start kind
+	// for a confinement the executor cannot provide.
+	KindSandboxUnavailable Kind = "sandboxUnavailable"
 )
 
 // ErrorData is the data member of this server's classified errors.

@@ -107,6 +107,13 @@ type StartParams struct {
 	// TimeoutMs (an extension) kills the process's tree once it has run
 	// this long; its exit then carries timedOut. 1..MaxTimeoutMs.
 	TimeoutMs *uint64 `json:"timeoutMs,omitempty"`
+	// EnforceManagedNetwork, ManagedNetwork and NetworkProxy ask for the
+	// command's network to go through a managed proxy (the reference's
+	// networkProxyLaunch). A start carrying any of them is never run with
+	// open network: see process/network.go.
+	EnforceManagedNetwork bool            `json:"enforceManagedNetwork,omitempty"`
+	ManagedNetwork        json.RawMessage `json:"managedNetwork,omitempty"`
+	NetworkProxy          json.RawMessage `json:"networkProxy,omitempty"`
 }
 
 // MaxTimeoutMs bounds process/start's timeoutMs (7 days).

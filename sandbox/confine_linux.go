@@ -212,7 +212,7 @@ func cloneflags(command bool, network Network) uintptr {
 	f := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID)
 	if command {
 		f |= unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
-		if network == NetworkRestricted {
+		if network == NetworkRestricted || network == NetworkProxied {
 			f |= unix.CLONE_NEWNET
 		}
 	}
@@ -883,7 +883,7 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		return nil, err
 	}
 	q := *p
-	if q.Network == NetworkEnabled {
+	if q.Network != NetworkRestricted {
 		q.AllowUnixSockets = allowedUnixSockets()
 	}
 	if len(q.DenyGlobs) > 0 {
@@ -1336,6 +1336,9 @@ func helperInit(args []string) {
 	}
 	p := ia.plan
 	path, dir, argv := ia.path, ia.dir, ia.argv
+	if err := proxyListen(&p); err != nil { // netns_linux.go
+		initFail(err)
+	}
 	lock := -1
 	if superviseCreation(&p) {
 		// Opened on the host, before the view hides it.

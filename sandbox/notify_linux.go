@@ -77,12 +77,13 @@ func superviseCreation(p *Plan) bool {
 }
 
 // superviseConnect reports whether a command under p needs the supervisor
-// for connect(2): with the network enabled, a connect to a pathname
+// for connect(2): with the network enabled (or proxied: connect is
+// allowed there too), a connect to a pathname
 // AF_UNIX socket outside the writable roots (a host daemon's: docker,
 // tmux, ssh-agent, systemd) is refused, and only the supervisor can read
 // the address (it is in memory) and make the connection itself.
 func superviseConnect(p *Plan) bool {
-	return p.Network == NetworkEnabled && !writableEverywhere(p)
+	return p.Network != NetworkRestricted && !writableEverywhere(p)
 }
 
 // writableEverywhere reports whether every path of p's view is writable

@@ -47,6 +47,11 @@ const (
 	// NetworkEnabled: the host's network (seccomp still denies AF_VSOCK
 	// and io_uring).
 	NetworkEnabled
+	// NetworkProxied: a network namespace with only loopback, on which
+	// the init opens the managed proxy's listeners and hands them to the
+	// server (Plan.Proxy; netns_linux.go). seccomp and Landlock treat it as
+	// NetworkEnabled (TCP to the listeners), the namespace cuts the rest.
+	NetworkProxied
 )
 
 // Mount is one path of the view that differs from its parent's access.
@@ -93,6 +98,10 @@ type Plan struct {
 	// FullWrite: every path is writable (a root write entry and nothing
 	// narrower; unrestricted, disabled, external). Mutating fs operations
 	// then run in the server itself.
+	//
+	// Neither flag counts the masks of the server's own secrets
+	// (SetServerSecrets), which every plan has: code that runs in the
+	// server refuses those files itself (Secret).
 	FullWrite bool `json:"fullWrite"`
 	// Cwd is the context's cwd (a host path), "" when absent.
 	Cwd string `json:"cwd,omitempty"`
@@ -109,6 +118,20 @@ type Plan struct {
 	// RLIMIT_NPROC, counted per user namespace). Set by the server.
 	PidsMax    int    `json:"pidsMax,omitempty"`
 	PidsCgroup string `json:"pidsCgroup,omitempty"`
+	// Proxy, with NetworkProxied, says where the init opens the proxy's
+	// listeners and how it hands them over.
+	Proxy *ProxyRoute `json:"proxy,omitempty"`
+}
+
+// ProxyRoute is how a NetworkProxied sandbox reaches the managed proxy:
+// the init listens on 127.0.0.1:HTTPPort (and SOCKSPort when not 0) in
+// the command's network namespace and sends those listening sockets over
+// the unix socket at Socket (a host path) to the server, which accepts
+// the command's connections on them.
+type ProxyRoute struct {
+	Socket    string `json:"socket"`
+	HTTPPort  uint16 `json:"httpPort"`
+	SOCKSPort uint16 `json:"socksPort,omitempty"`
 }
 
 // Env is what resolution needs from the server.
@@ -117,10 +140,13 @@ type Env struct {
 	// special path resolves to when the context has no
 	// temporaryDirectories.
 	TempDir string
+	// Secrets are the server's own secret paths (SetServerSecrets),
+	// masked in every plan (secrets.go).
+	Secrets []string
 }
 
-// ServerEnv is the Env of this process: its TMPDIR.
-func ServerEnv() Env { return Env{TempDir: os.Getenv("TMPDIR")} }
+// ServerEnv is the Env of this process: its TMPDIR and its secrets.
+func ServerEnv() Env { return Env{TempDir: os.Getenv("TMPDIR"), Secrets: ServerSecrets()} }
 
 // SandboxTypeLinux is the sandboxType answered when a process/start ran
 // under a policy (any policy, as the reference: even disabled).

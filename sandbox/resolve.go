@@ -87,6 +87,7 @@ func Resolve(p *Policy, env Env) (*Plan, error) {
 	}
 	if p.Permissions.Type != "managed" || p.Permissions.FileSystemType != "restricted" {
 		unrestricted(plan)
+		maskSecrets(plan, env.Secrets)
 		return plan, nil
 	}
 	r := resolver{policy: p, env: env, access: map[string]Access{}, budget: globScanBudget}
@@ -108,10 +109,12 @@ func Resolve(p *Policy, env Env) (*Plan, error) {
 		// the protected subpaths (the reference runs such fs calls
 		// in-process, unprotected).
 		unrestricted(plan)
+		maskSecrets(plan, env.Secrets)
 		return plan, nil
 	}
 	r.protect()
 	plan.Mounts = r.mounts(plan.Root)
+	maskSecrets(plan, env.Secrets)
 	return plan, nil
 }
 

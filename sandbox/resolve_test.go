@@ -107,8 +107,14 @@ func checkPlan(p *Plan) error {
 			}
 		}
 	}
-	if p.FullWrite && (!p.FullRead || p.Root != AccessWrite || len(p.Mounts) > 0) {
+	if p.FullWrite && (!p.FullRead || p.Root != AccessWrite) {
 		return errors.New("full write with a narrower view")
+	}
+	for _, m := range p.Mounts {
+		// Under full write, only the server's secrets are masked.
+		if p.FullWrite && m.Access != AccessNone {
+			return errors.New("full write with a narrower view")
+		}
 	}
 	if p.FullRead && p.Root == AccessNone {
 		return errors.New("full read with no root")

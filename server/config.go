@@ -73,6 +73,10 @@ type Config struct {
 	// InitTimeout closes a websocket connection that has not completed
 	// initialize within it. Default 30s.
 	InitTimeout time.Duration
+	// TCPUpstreamProxy (host:port), when set, is an HTTP proxy that every
+	// managed network proxy's outbound connection must go through by
+	// CONNECT (the reference's --tcp-upstream-proxy).
+	TCPUpstreamProxy string
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
 	// Stdin and Stdout carry the stdio transport (default os.Stdin/os.Stdout).
@@ -85,6 +89,11 @@ type Config struct {
 	// /readyz). A non-nil error refuses it with 401 and the error's text
 	// as a plain-text body.
 	Authenticate func(r *http.Request) error
+	// AllowSandboxPeers turns off the refusal (403) of HTTP requests
+	// (websocket upgrades, /metrics, /readyz) whose TCP peer is a process
+	// inside one of this server's sandboxes (peer.go). Only for an
+	// embedder that confines its sandboxes' network some other way.
+	AllowSandboxPeers bool
 	// TLSConfig, when set, serves wss:// and https /readyz.
 	TLSConfig *tls.Config
 	// Metrics, when set, receives the server's metrics (connections,

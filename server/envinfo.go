@@ -51,7 +51,7 @@ func (s *Server) envInfo() protocol.EnvironmentInfo {
 func (s *Server) capabilities() map[string]bool {
 	fsStreaming := slices.Contains(s.fs.Methods(), protocol.MethodFsWriteBlock)
 	return map[string]bool{
-		"networkProxyLaunch":                          false,
+		"networkProxyLaunch":                          true,
 		"networkProxyReviewDomains":                   false,
 		"credentialMasking":                           false,
 		"credentialMaskingCustomProviders":            false,

@@ -32,7 +32,7 @@ type wire struct {
 // peer is a test client: it sends raw messages (valid or not) over a
 // transport stream and collects what comes back.
 type peer struct {
-	t    *testing.T
+	t    testing.TB
 	send func(string) error
 	msgs chan wire
 	stop func()
@@ -41,7 +41,7 @@ type peer struct {
 }
 
 // newPeer reads st until it ends; stop ends the connection.
-func newPeer(t *testing.T, st jsonrpc.Stream, stop func()) *peer {
+func newPeer(t testing.TB, st jsonrpc.Stream, stop func()) *peer {
 	ctx := context.Background()
 	p := &peer{t: t, msgs: make(chan wire, 1<<14), stop: stop}
 	p.send = func(line string) error { return st.Write(ctx, []byte(line), false) }
@@ -66,7 +66,7 @@ func newPeer(t *testing.T, st jsonrpc.Stream, stop func()) *peer {
 }
 
 // stdioPeer serves s over an in-memory stdio pair.
-func stdioPeer(t *testing.T, s *Server) *peer {
+func stdioPeer(t testing.TB, s *Server) *peer {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -215,7 +215,7 @@ func (p *peer) events(id string) []wire {
 	}
 }
 
-func mustUnmarshal(t *testing.T, b []byte, v any) {
+func mustUnmarshal(t testing.TB, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("unmarshal %s: %v", b, err)

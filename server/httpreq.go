@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/internal/jsonscan"
+	"github.com/execgo/exec-server/internal/secretenv"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 )
@@ -132,7 +133,7 @@ func decodeHTTPRequest(raw json.RawMessage) (any, error) {
 			return nil, protocol.InvalidParams("http/request header name is invalid: invalid HTTP header name")
 		}
 		if h.ValueEnvVar != nil {
-			v, ok := os.LookupEnv(*h.ValueEnvVar)
+			v, ok := secretenv.LookupEnv(*h.ValueEnvVar) // scrubbed credentials included
 			if !ok || *h.ValueEnvVar == "" {
 				return nil, protocol.InvalidParams("http/request header %s requires executor environment variable %s", h.Name, *h.ValueEnvVar)
 			}

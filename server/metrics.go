@@ -81,7 +81,7 @@ func newMetrics(s *Server, reg *prometheus.Registry) (*metrics, error) {
 			Help:    "Sandboxed fs operations run in a sandbox helper, by whether a warm helper served them (false: a helper was started, its namespaces and view built); the time includes the start.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .5, 1, 5}}, []string{"warm"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_refusals_total",
-			Help: "HTTP requests refused by code: 401 (authentication), 403 (an Origin header)."}, []string{"code"}),
+			Help: "HTTP requests refused by code: 401 (authentication), 403 (an Origin header, or a peer inside one of the server's sandboxes)."}, []string{"code"}),
 	}
 	all := []prometheus.Collector{m.connections, m.connectionsTotal, m.requests, m.starts, m.exits,
 		m.outputBytes, m.droppedPushes, m.stalls, m.stallSeconds, m.fsWrittenBytes, m.fsReadBytes, m.sandboxHelper,
@@ -258,6 +258,9 @@ func (s *Server) MetricsHandler() http.Handler {
 		return nil
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.refuseSandboxPeer(w, r) {
+			return
+		}
 		if _, ok := r.Header["Origin"]; ok {
 			s.refused(r, http.StatusForbidden, errors.New("request has an Origin header (a browser page)"))
 			w.WriteHeader(http.StatusForbidden)

@@ -44,8 +44,11 @@ type Server struct {
 	// Server-wide byte budgets (see Config).
 	incoming, retained, stdin *budget.Bytes
 
+	ownAddrs    sync.Map     // netip.AddrPort of each listener → true (network.go)
 	obs         *observer    // logs and metrics of what happens
 	metricsHTTP http.Handler // /metrics; nil without Config.Metrics
+
+	peers *peerGuard // refuses peers inside this server's sandboxes; nil when off
 }
 
 // New returns a server for cfg.
@@ -67,6 +70,9 @@ func New(cfg Config) *Server {
 	}
 	s.obs = newObserver(s.cfg.Logger, m)
 	s.methods = s.buildMethods()
+	if !s.cfg.AllowSandboxPeers {
+		s.peers = newPeerGuard(s.cfg.Logger)
+	}
 	return s
 }
 
@@ -181,6 +187,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		// to the configured logger, not to the log package's stderr.
 		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	s.addOwnAddr(l.Addr())
 	url := fmt.Sprintf("%s://%s", scheme, l.Addr())
 	if s.cfg.OnListen != nil {
 		s.cfg.OnListen(url)
@@ -220,6 +227,9 @@ func (s *Server) Handler(ctx context.Context) http.Handler {
 		},
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.refuseSandboxPeer(w, r) {
+			return
+		}
 		if _, ok := r.Header["Origin"]; ok {
 			// The transport refuses it (403) on every path; logged here.
 			s.refused(r, http.StatusForbidden, errors.New("request has an Origin header (a browser page)"))

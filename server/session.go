@@ -48,6 +48,9 @@ func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 		StdinBudget:    s.stdin,
 		DirectChildren: s.cfg.DirectChildren,
 		Logger:         s.cfg.Logger,
+		Network:        ss,
+		UpstreamProxy:  s.cfg.TCPUpstreamProxy,
+		ForbiddenAddr:  s.isOwnAddr,
 	}, ss)
 	s.mu.Lock()
 	if s.closed {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -60,6 +61,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
 	contain := fs.Bool("contain-descendants", true, "start children through a per-session subreaper init so that no descendant (even one that called setsid) outlives its session or the server, even a SIGKILLed one; --contain-descendants=false starts them directly")
 	metricsListen := fs.String("metrics-listen", "", "also serve /metrics on `ADDR` (IP:PORT or localhost:PORT, plain HTTP), behind the same authentication as the websocket listener")
+	upstream := fs.String("tcp-upstream-proxy", "", "`HOST:PORT` of an HTTP proxy that every managed network proxy's outbound connection must go through (CONNECT)")
 	version := fs.Bool("version", false, "print the version and exit")
 	sec := addSecurityFlags(fs)
 	rem := addRemoteFlags(fs)
@@ -109,6 +111,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if *upstream != "" {
+		if _, _, err := net.SplitHostPort(*upstream); err != nil {
+			fmt.Fprintf(stderr, "exec-server: --tcp-upstream-proxy %q: %v\n", *upstream, err)
+			return 2
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	cfg := server.Config{
@@ -117,6 +125,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		SessionTTL:         *ttl,
 		Logger:             logger,
 		DirectChildren:     !*contain,
+		TCPUpstreamProxy:   *upstream,
 		Stdin:              stdin,
 		Stdout:             stdout,
 		OnListen:           func(url string) { fmt.Fprintln(stdout, url) },
@@ -126,6 +135,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
 		return 2
 	}
+	protectSecrets(sec, logger)
 	// No Setrlimit here: Go raises its own soft RLIMIT_NOFILE at start and
 	// restores the original for children only as long as the program never
 	// calls Setrlimit for it (children would get the hard limit).

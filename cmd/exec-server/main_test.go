@@ -22,6 +22,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/execgo/exec-server/childinit"
+	"github.com/execgo/exec-server/internal/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/transport"
@@ -51,7 +52,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	// Servers run in process (run) and as binaries record their sandbox
+	// state here, never in the user's cache directory.
+	removeState := testbin.SandboxState()
+	code := m.Run()
+	removeState()
+	os.Exit(code)
 }
 
 // serverCommand runs the server with args.
@@ -258,6 +264,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--session-ttl", "nope"}, 2, "invalid value"},
 		{[]string{"--log-level", "loud"}, 2, "invalid --log-level"},
 		{[]string{"extra"}, 2, "unexpected argument"},
+		{[]string{"--tcp-upstream-proxy", "proxy.example"}, 2, "--tcp-upstream-proxy \"proxy.example\": address proxy.example: missing port"},
 	}
 	for _, c := range cases {
 		var stderr bytes.Buffer

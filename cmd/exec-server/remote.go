@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
+	"github.com/execgo/exec-server/internal/secretenv"
 	"github.com/execgo/exec-server/remote/executor"
 	"github.com/execgo/exec-server/server"
 )
@@ -53,7 +53,7 @@ func (r *remoteFlags) run(ctx context.Context, srv *server.Server, logger *slog.
 		RegistryURL:   *r.remote,
 		EnvironmentID: *r.env,
 		Name:          *r.name,
-		Token:         os.Getenv("CODEX_API_KEY"),
+		Token:         remoteToken(),
 		Server:        srv,
 		Logger:        logger,
 	})
@@ -62,4 +62,11 @@ func (r *remoteFlags) run(ctx context.Context, srv *server.Server, logger *slog.
 		return 1, true
 	}
 	return 0, true
+}
+
+// remoteToken is CODEX_API_KEY, which protectSecrets moved out of the
+// environment.
+func remoteToken() string {
+	v, _ := secretenv.LookupEnv("CODEX_API_KEY")
+	return v
 }
