@@ -520,6 +520,9 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 	// only there share helpers.
 	q := *p
 	q.Cwd = ""
+	if len(q.DenyGlobs) > 0 {
+		q.CreationLock = creationLockPath()
+	}
 	key, err := json.Marshal(&q)
 	if err != nil {
 		return nil, nil, err
@@ -879,7 +882,19 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	if err := p.visible(dir); err != nil {
 		return nil, err
 	}
-	plan, err := json.Marshal(p)
+	q := *p
+	if q.Network != NetworkRestricted {
+		q.AllowUnixSockets = allowedUnixSockets()
+	}
+	if len(q.DenyGlobs) > 0 {
+		q.CreationLock = creationLockPath()
+	}
+	q.PidsMax = pidsMax()
+	removeCgroup := func() {}
+	if q.PidsMax > 0 {
+		q.PidsCgroup, removeCgroup = makePidsCgroup(q.PidsMax)
+	}
+	plan, err := json.Marshal(&q)
 	if err != nil {
 		return nil, err
 	}
@@ -893,9 +908,14 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 	args = append(args, path, filepath.Clean(dir))
 	args = append(args, argv...)
 	uid, gid := idMaps()
-	release, err := acquireProtected(p)
+	releaseProtected, err := acquireProtected(p)
 	if err != nil {
+		removeCgroup()
 		return nil, err
+	}
+	release := func() {
+		releaseProtected()
+		removeCgroup()
 	}
 	return &Spec{
 		Path:        "/proc/self/exe",
@@ -906,6 +926,207 @@ func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, erro
 		GidMappings: gid,
 		Release:     release,
 	}, nil
+}
+
+// ---- process limit and core dumps ----
+
+// PidsMaxEnv names the server setting that bounds the processes (and
+// threads) of each sandboxed command; DefaultPidsMax without it, 0 for no
+// bound.
+const PidsMaxEnv = "EXEC_SERVER_SANDBOX_PIDS_MAX"
+
+// DefaultPidsMax is the default bound: far above a build's needs (a make
+// -j on a large machine), far below what exhausts a host (a fork loop
+// reached 378 processes in a second without it).
+const DefaultPidsMax = 4096
+
+func pidsMax() int {
+	v := os.Getenv(PidsMaxEnv)
+	if v == "" {
+		return DefaultPidsMax
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return DefaultPidsMax
+	}
+	return n
+}
+
+var cgroupSeq struct {
+	sync.Mutex
+	n int
+}
+
+// makePidsCgroup makes a child pids cgroup of this server's own (cgroup
+// v1), with pids.max = max, for one sandbox: it returns the child's
+// cgroup.procs (the init moves itself there before anything forks) and a
+// func that removes the child once the sandbox is gone. "" when there is
+// no v1 pids hierarchy this server may write (a server that is not root
+// usually may not).
+func makePidsCgroup(max int) (string, func()) {
+	none := func() {}
+	dir := pidsCgroupDir()
+	if dir == "" {
+		return "", none
+	}
+	cgroupSeq.Lock()
+	cgroupSeq.n++
+	n := cgroupSeq.n
+	cgroupSeq.Unlock()
+	child := filepath.Join(dir, fmt.Sprintf("exec-server-sandbox-%d-%d", os.Getpid(), n))
+	if err := os.Mkdir(child, 0o755); err != nil {
+		return "", none
+	}
+	remove := func() {
+		// The init exits after its command; the kernel ends the rest of
+		// the PID namespace, which takes a moment: retry for a while.
+		go func() {
+			for delay := 10 * time.Millisecond; delay < 10*time.Second; delay *= 2 {
+				if err := unix.Rmdir(child); err == nil || err == unix.ENOENT {
+					return
+				}
+				time.Sleep(delay)
+			}
+		}()
+	}
+	if os.WriteFile(filepath.Join(child, "pids.max"), []byte(strconv.Itoa(max)), 0) != nil {
+		_ = unix.Rmdir(child)
+		return "", none
+	}
+	return filepath.Join(child, "cgroup.procs"), remove
+}
+
+// pidsCgroupDir is this process's own cgroup directory in cgroup v1's pids
+// hierarchy, "" when there is none it may make children in. Never a cgroup
+// v2 one: there the process package's spawner starts each child in a
+// cgroup of its own, which it kills whole; the init must not leave it
+// (limitProcesses sets pids.max on it instead).
+func pidsCgroupDir() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 || !slices.Contains(strings.Split(f[1], ","), "pids") {
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup/pids", f[2])
+		if unix.Access(d, unix.W_OK) == nil {
+			return d
+		}
+	}
+	return ""
+}
+
+// spawnerCgroupPidsMax is the pids.max file of the cgroup v2 cgroup the
+// init was started in when it is the spawner's cgroup of this child alone
+// (exec-server-spawner-PID/N, docs/security.md) and has the pids
+// controller; "" otherwise.
+func spawnerCgroupPidsMax() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		path, ok := strings.CutPrefix(l, "0::")
+		if !ok || !strings.HasPrefix(filepath.Base(filepath.Dir(path)), "exec-server-spawner-") {
+			continue
+		}
+		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			f := filepath.Join(root, path, "pids.max")
+			if unix.Access(f, unix.W_OK) == nil {
+				return f
+			}
+		}
+	}
+	return ""
+}
+
+// limitProcesses runs in the init before anything forks: no core file
+// (RLIMIT_CORE 0, soft and hard: a core in a writable root is a file no
+// deny glob stops, and may hold the command's secrets), and the process
+// bound: the sandbox's own pids cgroup (cgroup v1: a child of the
+// server's; cgroup v2: pids.max of the spawner's cgroup of this child,
+// where pids is enabled), or where there is none and the server is not
+// root, RLIMIT_NPROC, which the kernel counts per user and user namespace
+// (each sandbox has its own); global root is exempt from RLIMIT_NPROC, so
+// a root server without a pids controller has no bound (docs/sandbox.md).
+//
+// Moving a process into a cgroup waits for an RCU grace period (5 to 15 ms
+// on a loaded machine): the move runs on another thread while the view is
+// built, and joined says when it is done (the init waits for it before
+// anything forks).
+func limitProcesses(p *Plan) (joined <-chan error, err error) {
+	done := make(chan error, 1)
+	done <- nil
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return nil, fmt.Errorf("RLIMIT_CORE: %w", err)
+	}
+	if p.PidsMax <= 0 {
+		return done, nil
+	}
+	if p.PidsCgroup != "" {
+		// Opened now: the view (a chroot of the whole process) hides it.
+		f, err := os.OpenFile(p.PidsCgroup, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("join %s: %w", p.PidsCgroup, err)
+		}
+		<-done
+		go func() {
+			defer f.Close()
+			// "0" is the writer's whole thread group: the init.
+			if _, err := f.Write([]byte("0")); err != nil {
+				done <- fmt.Errorf("join %s: %w", p.PidsCgroup, err)
+				return
+			}
+			done <- nil
+		}()
+		return done, nil
+	}
+	if f := spawnerCgroupPidsMax(); f != "" {
+		if os.WriteFile(f, []byte(strconv.Itoa(p.PidsMax)), 0) == nil {
+			return done, nil
+		}
+	}
+	if os.Getuid() == 0 && !inUserNS() {
+		return done, nil
+	}
+	lim := uint64(p.PidsMax)
+	return done, unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: lim, Max: lim})
+}
+
+// inUserNS reports whether this process is in a user namespace other than
+// the initial one (its uid map is not the identity of every uid).
+func inUserNS() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b))
+	return !(len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295")
+}
+
+// AllowUnixSocketsEnv names the server setting that lets sandboxed
+// commands with the network enabled connect to the listed pathname AF_UNIX
+// sockets (a colon-separated list of absolute paths) outside their
+// writable roots; by default such a connect fails with EACCES.
+const AllowUnixSocketsEnv = "EXEC_SERVER_SANDBOX_ALLOW_UNIX_SOCKETS"
+
+// allowedUnixSockets is AllowUnixSocketsEnv's list, canonical (the
+// supervisor compares the socket's path in the view, which is the host's).
+func allowedUnixSockets() []string {
+	var out []string
+	for _, s := range strings.Split(os.Getenv(AllowUnixSocketsEnv), ":") {
+		if !filepath.IsAbs(s) {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(s); err == nil {
+			s = real
+		}
+		out = append(out, filepath.Clean(s))
+	}
+	return out
 }
 
 // ---- the helper ----
@@ -1002,11 +1223,20 @@ func helperRun() {
 	if err := json.Unmarshal(b, &p); err != nil {
 		fail(stepErr("read the plan", err))
 	}
+	lock := -1
+	if len(p.DenyGlobs) > 0 {
+		// Every call of a plan with deny globs checks and makes its new
+		// paths under the shared creation lock (notify_linux.go): no
+		// supervised rename moves a directory meanwhile.
+		if lock, err = openCreationLock(p.CreationLock); err != nil {
+			fail(stepErr("deny globs", err))
+		}
+	}
 	rules, err := buildView(&p, viewOpts{})
 	if err != nil {
 		fail(err)
 	}
-	if err := lockdown(rules, NetworkRestricted); err != nil {
+	if err := lockdown(rules, NetworkRestricted, false); err != nil {
 		fail(err)
 	}
 	for {
@@ -1028,7 +1258,13 @@ func helperRun() {
 			reply(replyError, []byte(fmt.Sprintf("unknown op %q (is its package linked in?)", name)), nil)
 			continue
 		}
+		unlock, errno := lockCreation(lock, false)
+		if errno != 0 {
+			reply(replyError, []byte(fmt.Sprintf("the creation lock: %v", errno)), nil)
+			continue
+		}
 		out, file, err := callOp(fn, req)
+		unlock()
 		if err != nil {
 			fail(err) // its state is unknown: no further call
 		}
@@ -1103,14 +1339,28 @@ func helperInit(args []string) {
 	if err := proxyListen(&p); err != nil { // netns_linux.go
 		initFail(err)
 	}
+	lock := -1
+	if superviseCreation(&p) {
+		// Opened on the host, before the view hides it.
+		if lock, err = openCreationLock(p.CreationLock); err != nil {
+			initFail(stepErr("deny globs", err))
+		}
+	}
+	joined, err := limitProcesses(&p)
+	if err != nil {
+		initFail(stepErr("process limit", err))
+	}
 	rules, err := buildView(&p, viewOpts{command: true, ptys: findPTYs()})
 	if err != nil {
 		initFail(err)
 	}
+	if err := <-joined; err != nil {
+		initFail(stepErr("process limit", err))
+	}
 	if err := unix.Chdir(dir); err != nil {
 		initFail(fmt.Errorf("chdir %s: %w", dir, err))
 	}
-	supervise := superviseCreation(&p)
+	supervise := superviseCreation(&p) || superviseConnect(&p)
 	if supervise {
 		// The stub (this binary) must be executable (exec opens it for
 		// reading too) even where the view does not show it. This grants
@@ -1119,7 +1369,7 @@ func helperInit(args []string) {
 		// and of the stub is closed to it (neither is dumpable).
 		rules = append(rules, landlockRule{"/proc/self/exe", llExecute | llReadFile})
 	}
-	if err := lockdown(rules, p.Network); err != nil {
+	if err := lockdown(rules, p.Network, writableEverywhere(&p)); err != nil {
 		initFail(err)
 	}
 	// Nothing above 2 reaches the command.
@@ -1128,7 +1378,10 @@ func helperInit(args []string) {
 	}
 	<-notified
 	if supervise {
-		superviseInit(&p, path, argv)
+		superviseInit(&p, lock, path, argv)
+	}
+	if err := installCommandFilter(); err != nil {
+		initFail(stepErr("seccomp", err))
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: unwrapEnv(os.Environ()), Files: []uintptr{0, 1, 2}})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -149,7 +150,8 @@ func landlockRuleset(rules []landlockRule, network Network) (int, error) {
 // or link across directories, even inside writable roots: as go-landlock's
 // best effort, the layer is then left out (the mount view, the empty
 // capability sets and seccomp still hold).
-func lockdown(rules []landlockRule, network Network) error {
+// unixDgram allows AF_UNIX datagram sockets (see seccompProgram).
+func lockdown(rules []landlockRule, network Network, unixDgram bool) error {
 	ruleset := -1
 	if landlockABI() >= 2 {
 		var err error
@@ -166,7 +168,7 @@ func lockdown(rules []landlockRule, network Network) error {
 			return stepErr("landlock", fmt.Errorf("restrict: %w", e))
 		}
 	}
-	return stepErr("seccomp", installSeccomp(network))
+	return stepErr("seccomp", installSeccomp(network, unixDgram))
 }
 
 // dropPrivileges empties every capability set of the calling thread and
@@ -193,6 +195,32 @@ func dropPrivileges() error {
 	var data [2]unix.CapUserData
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %w", err)
+	}
+	return dropOtherThreads(&hdr, &data)
+}
+
+// dropOtherThreads empties the capability sets of every other thread of
+// the process too and sets no_new_privs there (credentials are per
+// thread: the Go runtime's threads kept everything the locked one
+// dropped, which only seccomp then limited). With no permitted set left
+// and no_new_privs, a thread's bounding set no longer matters. A binary
+// built with cgo cannot reach its threads (syscall.AllThreadsSyscall says
+// ENOTSUP: cgo makes threads the runtime does not know): its other threads
+// stay as they were, behind seccomp; the shipped binary is built without
+// cgo (.ci/run checks it is static).
+func dropOtherThreads(hdr *unix.CapUserHeader, data *[2]unix.CapUserData) error {
+	_, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	if e == syscall.ENOTSUP {
+		return nil
+	}
+	if e != 0 {
+		return fmt.Errorf("no_new_privs on every thread: %w", e)
+	}
+	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 {
+		return fmt.Errorf("ambient capabilities of every thread: %w", e)
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset on every thread: %w", e)
 	}
 	return nil
 }

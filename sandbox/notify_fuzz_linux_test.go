@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"encoding/binary"
+
+	"golang.org/x/sys/unix"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -72,6 +75,23 @@ func FuzzDecodeCall(f *testing.F) {
 		}
 		if c.path == 0 && a0 != 0 && a1 != 0 {
 			t.Fatalf("decodeCall(nr %d): no path address", nr)
+		}
+	})
+}
+
+// FuzzUnixDiag: the sock_diag reply decoder never panics and matches only
+// an attribute that names the file.
+func FuzzUnixDiag(f *testing.F) {
+	msg := make([]byte, 16+12)
+	msg[4] = 7                           // socket inode 7
+	msg[16], msg[18] = 12, 1             // UNIX_DIAG_VFS, 12 bytes
+	msg[20], msg[24], msg[27] = 42, 3, 0 // vfs inode 42, dev (0, 3)
+	f.Add(msg, uint64(42))
+	f.Add([]byte{}, uint64(0))
+	f.Fuzz(func(t *testing.T, b []byte, ino uint64) {
+		sock, ok := unixDiagBoundTo(b, unix.Mkdev(0, 3), ino)
+		if ok && (len(b) < 16 || sock != binary.NativeEndian.Uint32(b[4:])) {
+			t.Fatalf("matched socket %d from %x", sock, b)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,18 +76,51 @@ func superviseCreation(p *Plan) bool {
 	return false
 }
 
+// superviseConnect reports whether a command under p needs the supervisor
+// for connect(2): with the network enabled (or proxied: connect is
+// allowed there too), a connect to a pathname
+// AF_UNIX socket outside the writable roots (a host daemon's: docker,
+// tmux, ssh-agent, systemd) is refused, and only the supervisor can read
+// the address (it is in memory) and make the connection itself.
+func superviseConnect(p *Plan) bool {
+	return p.Network != NetworkRestricted && !writableEverywhere(p)
+}
+
+// writableEverywhere reports whether every path of p's view is writable
+// (nothing outside a writable root: no socket to keep a command from).
+func writableEverywhere(p *Plan) bool {
+	if p.Root != AccessWrite {
+		return false
+	}
+	for _, m := range p.Mounts {
+		if m.Access != AccessWrite || m.Protected {
+			return false
+		}
+	}
+	return true
+}
+
 // notifyProgram is the filter of the command: USER_NOTIF for the
 // path-creating calls (open and openat only with O_CREAT: BPF reads their
 // flags; openat2 always, its flags are in memory), ALLOW for everything
 // else. The TSYNC filter of lockdown still applies first: its ERRNO and
 // KILL beat USER_NOTIF.
-func notifyProgram() []unix.SockFilter {
+//
+// create supervises the path-creating calls (deny globs), connect
+// connect(2) (network enabled).
+func notifyProgram(create, connect bool) []unix.SockFilter {
 	const retNotif = unix.SECCOMP_RET_USER_NOTIF
 	p := []unix.SockFilter{
 		bpfStmt(ldW, offArch),
 		bpfJump(jeqK, seccompArch, 1, 0),
 		bpfStmt(retK, retAllow), // the other filter kills foreign arches
 		bpfStmt(ldW, offNr),
+	}
+	if connect {
+		p = append(p, bpfJump(jeqK, unix.SYS_CONNECT, 0, 1), bpfStmt(retK, retNotif))
+	}
+	if !create {
+		return append(p, bpfStmt(retK, retAllow))
 	}
 	// bind: an AF_UNIX socket bound to a path makes that path (its
 	// address is in memory; with a restricted network the other filter's
@@ -124,8 +158,11 @@ func stubMain(args []string) {
 	if len(args) < 1 {
 		initFail(errors.New("notify: bad arguments"))
 	}
-	path, argv := args[0], args[1:]
-	prog := notifyProgram()
+	if len(args) < 2 {
+		initFail(errors.New("notify: bad arguments"))
+	}
+	path, argv := args[1], args[2:]
+	prog := notifyProgram(strings.Contains(args[0], "c"), strings.Contains(args[0], "n"))
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	// WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has a
 	// notification, only a fatal signal interrupts the call. Otherwise a
@@ -158,13 +195,20 @@ func stubMain(args []string) {
 // startSupervised starts the command through the stub from the calling
 // (locked, confined) thread and returns its pid and the listener (-1 when
 // the stub failed before sending it: its exit status then says why).
-func startSupervised(path string, argv []string) (int, int, error) {
+func startSupervised(p *Plan, path string, argv []string) (int, int, error) {
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, -1, stepErr("seccomp listener: socketpair", err)
 	}
 	defer unix.Close(sp[0])
-	args := append([]string{"exec-server-sandbox", helperArg, notifyStubMode, path}, argv...)
+	what := "-" // what the stub's filter supervises: c creations, n connect
+	if superviseCreation(p) {
+		what += "c"
+	}
+	if superviseConnect(p) {
+		what += "n"
+	}
+	args := append([]string{"exec-server-sandbox", helperArg, notifyStubMode, what, path}, argv...)
 	// The stub gets the init's environment as it is (wrapped: nothing of it
 	// acts on the stub) and unwraps it for the command.
 	pid, err := syscall.ForkExec("/proc/self/exe", args, &syscall.ProcAttr{
@@ -242,6 +286,8 @@ type supervisor struct {
 	// made relative to another one (this thread's own: CLONE_FS
 	// unshared); -1: binds to a path are refused.
 	cwd int
+	// lock is the creation lock (creationLock), -1 without deny globs.
+	lock int
 }
 
 // pendingOpen is an O_CREAT open of an existing FIFO for writing that has
@@ -290,6 +336,10 @@ func (s *supervisor) serve() {
 				continue
 			}
 			return
+		}
+		if uintptr(req.Nr) == unix.SYS_CONNECT && req.Arch == seccompArch {
+			s.connect(&req)
+			continue
 		}
 		fd, errno, pend := s.handle(&req)
 		if pend != nil {
@@ -449,6 +499,11 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 	}
 	defer t.close()
 	if c.op == "bind" {
+		unlock, errno := lockCreation(s.lock, false)
+		if errno != 0 {
+			return noFD, errno, nil
+		}
+		defer unlock()
 		return noFD, s.bind(t, c, req.ID), nil
 	}
 	// Read everything from the target's memory first, then check that the
@@ -466,6 +521,11 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 		if how.Flags>>32 != 0 || how.Mode&^0o7777 != 0 ||
 			(how.Mode != 0 && how.Flags&(unix.O_CREAT|(unix.O_TMPFILE&^unix.O_DIRECTORY)) == 0) {
 			return noFD, unix.EINVAL, nil
+		}
+		// No set-user-ID or set-group-ID file (the other filter checks
+		// the modes of every other call).
+		if how.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			return noFD, unix.EPERM, nil
 		}
 	}
 	if p1, errno = t.readPath(c.path); errno != 0 {
@@ -497,6 +557,14 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 	if !s.idValid(req.ID) {
 		return noFD, unix.ENOENT, nil
 	}
+	// From the check of a new name to its creation, no supervised rename
+	// (of any sandbox, of any server) may move a directory on its path;
+	// a rename, walked and done, excludes every creation.
+	unlock, errno := lockCreation(s.lock, c.op == "rename")
+	if errno != 0 {
+		return noFD, errno, nil
+	}
+	defer unlock()
 	unix.Umask(t.umask) // the target's, for what the kernel makes here
 	switch c.op {
 	case "open":
@@ -1576,10 +1644,274 @@ func (t *target) socket(fd int) (int, unix.Errno) {
 	return sfd, 0
 }
 
+// connect is connect(2) done for the target on its socket (pidfd_getfd:
+// the same open file), from the address as read once: never CONTINUE,
+// which would let another thread of the target change the address after
+// the check. A pathname AF_UNIX address is resolved as the target would
+// (its cwd, root, /proc/self), the socket file opened (O_PATH) and
+// checked: it must be reached through a writable mount, in a writable
+// root of the plan, with a listener of this sandbox (listenerInside), or
+// be one the server allows (AllowUnixSockets);
+// anything else is EACCES. The connection is then made to that very
+// inode (/proc/self/fd/N), so a name swapped meanwhile changes nothing.
+// Abstract and unnamed unix addresses are connected on this thread (in
+// the command's Landlock domain, which scopes abstract sockets); the other
+// families on a goroutine, since a blocking TCP connect may take minutes
+// and other notifications must not wait for it.
+func (s *supervisor) connect(req *seccompNotif) {
+	c := call{sock: int(int32(uint32(req.Args[0]))), addr: req.Args[1], addrLen: int(int32(uint32(req.Args[2])))}
+	fail := func(errno unix.Errno) { s.answer(req.ID, noFD, errno) }
+	if c.addrLen < 0 || c.addrLen > int(unsafe.Sizeof(unix.RawSockaddrAny{})) {
+		fail(unix.EINVAL)
+		return
+	}
+	t, errno := openTarget(int(req.Pid))
+	if errno != 0 {
+		fail(errno)
+		return
+	}
+	defer t.close()
+	addr := make([]byte, c.addrLen)
+	if len(addr) > 0 {
+		if m, err := unix.Pread(t.mem, addr, int64(c.addr)); err != nil || m != len(addr) {
+			fail(unix.EFAULT)
+			return
+		}
+	}
+	sock, errno := t.socket(c.sock)
+	if errno != 0 {
+		fail(errno)
+		return
+	}
+	family := -1
+	if len(addr) >= 2 {
+		family = int(binary.NativeEndian.Uint16(addr))
+	}
+	if family != unix.AF_UNIX {
+		if !s.idValid(req.ID) {
+			unix.Close(sock)
+			return
+		}
+		go func() {
+			errno := rawConnect(sock, addr)
+			unix.Close(sock)
+			s.answer(req.ID, noFD, errno)
+		}()
+		return
+	}
+	defer unix.Close(sock)
+	if len(addr) <= 2 || addr[2] == 0 {
+		if !s.idValid(req.ID) {
+			return
+		}
+		fail(rawConnect(sock, addr)) // abstract or unnamed
+		return
+	}
+	p := addr[2:]
+	if i := bytes.IndexByte(p, 0); i >= 0 {
+		p = p[:i]
+	}
+	fd, errno := s.unixTarget(t, string(p))
+	if errno != 0 {
+		fail(errno)
+		return
+	}
+	defer unix.Close(fd)
+	if !s.idValid(req.ID) {
+		return
+	}
+	via := append(addr[:2:2], "/proc/self/fd/"+strconv.Itoa(fd)+"\x00"...)
+	fail(rawConnect(sock, via))
+}
+
+// unixTarget opens (O_PATH) the socket file a pathname connect to p from
+// the target reaches, if the plan lets a command connect to it.
+func (s *supervisor) unixTarget(t *target, p string) (int, unix.Errno) {
+	base, errno := t.base(unix.AT_FDCWD, p, false)
+	if errno != 0 {
+		return -1, errno
+	}
+	dir, name, _, errno := t.walkParent(base, p)
+	unix.Close(base)
+	if errno != 0 {
+		return -1, errno
+	}
+	fd, errno := t.openFollow(dir, name)
+	unix.Close(dir)
+	if errno != 0 {
+		return -1, errno
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		unix.Close(fd)
+		return -1, unix.ECONNREFUSED // what the kernel says of a file that is no socket
+	}
+	where, ok := realDir(fd)
+	if !ok {
+		unix.Close(fd)
+		return -1, unix.EACCES
+	}
+	if slices.Contains(s.p.AllowUnixSockets, where) {
+		return fd, 0
+	}
+	var fs unix.Statfs_t
+	if unix.Fstatfs(fd, &fs) != nil || fs.Flags&unix.ST_RDONLY != 0 || s.p.accessOf(where) != AccessWrite {
+		unix.Close(fd)
+		return -1, unix.EACCES
+	}
+	// In a writable root: /tmp under codex's workspace-write holds host
+	// daemons' sockets too (tmux, ssh-agent, X11). Only a listener of this
+	// sandbox's own processes is let through.
+	if errno := listenerInside(fd); errno != 0 {
+		unix.Close(fd)
+		return -1, errno
+	}
+	return fd, 0
+}
+
+// listenerInside checks that the socket file fd is listened on by a
+// process of this sandbox, without touching the listener: the kernel's
+// socket diagnostics (NETLINK_SOCK_DIAG, as ss -x) name each listening
+// unix socket with the file it is bound to; the listener's socket inode
+// must then be held by a process this sandbox's /proc shows.
+func listenerInside(fd int) unix.Errno {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return toErrno(err)
+	}
+	socks, err := unixListeners(st.Dev, st.Ino)
+	if err != nil {
+		return unix.EACCES // fail closed
+	}
+	if len(socks) == 0 {
+		return unix.ECONNREFUSED // nobody listens: what connect says
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return unix.EACCES
+	}
+	buf := make([]byte, 64)
+	for _, pe := range procs {
+		if _, err := strconv.Atoi(pe.Name()); err != nil {
+			continue
+		}
+		dir := "/proc/" + pe.Name() + "/fd/"
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // gone, or not ours to look at
+		}
+		for _, f := range fds {
+			n, err := unix.Readlink(dir+f.Name(), buf)
+			if err != nil {
+				continue
+			}
+			l := string(buf[:n])
+			ino, ok := strings.CutPrefix(l, "socket:[")
+			if !ok {
+				continue
+			}
+			if v, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 32); err == nil && socks[uint32(v)] {
+				return 0
+			}
+		}
+	}
+	return unix.EACCES
+}
+
+// unixListeners returns the socket inodes of the listening unix sockets
+// bound to the file dev/ino.
+func unixListeners(dev, ino uint64) (map[uint32]bool, error) {
+	nl, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(nl)
+	const (
+		sockDiagByFamily = 20
+		udiagShowVFS     = 0x2
+		tcpListen        = 10
+	)
+	req := make([]byte, unix.SizeofNlMsghdr+24)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], sockDiagByFamily)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	r := req[unix.SizeofNlMsghdr:]
+	r[0] = unix.AF_UNIX
+	binary.NativeEndian.PutUint32(r[4:], 1<<tcpListen)  // udiag_states
+	binary.NativeEndian.PutUint32(r[12:], udiagShowVFS) // udiag_show
+	if err := unix.Sendto(nl, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, err
+	}
+	out := map[uint32]bool{}
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(nl, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				return nil, errors.New("sock_diag: error")
+			}
+			if sockIno, ok := unixDiagBoundTo(m.Data, dev, ino); ok {
+				out[sockIno] = true
+			}
+		}
+	}
+}
+
+// unixDiagBoundTo decodes one unix_diag_msg with its attributes: the
+// socket's inode, and whether its UNIX_DIAG_VFS attribute names the file
+// dev/ino (st_dev encoding).
+func unixDiagBoundTo(msg []byte, dev, ino uint64) (uint32, bool) {
+	const unixDiagVFS = 1
+	if len(msg) < 16 {
+		return 0, false
+	}
+	sockIno := binary.NativeEndian.Uint32(msg[4:])
+	for b := msg[16:]; len(b) >= 4; {
+		alen := int(binary.NativeEndian.Uint16(b[0:]))
+		if alen < 4 || alen > len(b) {
+			return 0, false
+		}
+		typ, val := binary.NativeEndian.Uint16(b[2:]), b[4:alen]
+		b = b[min((alen+3)&^3, len(b)):]
+		if typ != unixDiagVFS || len(val) < 8 {
+			continue
+		}
+		vino := binary.NativeEndian.Uint32(val[0:])
+		kdev := binary.NativeEndian.Uint32(val[4:]) // the kernel's dev_t: major<<20 | minor
+		if uint64(vino) == ino && unix.Mkdev(kdev>>20, kdev&0xfffff) == dev {
+			return sockIno, true
+		}
+	}
+	return 0, false
+}
+
+func rawConnect(fd int, sa []byte) unix.Errno {
+	var p unsafe.Pointer
+	if len(sa) > 0 {
+		p = unsafe.Pointer(&sa[0])
+	}
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(p), uintptr(len(sa)))
+	runtime.KeepAlive(sa)
+	return e
+}
+
 // superviseInit runs the command under the supervisor: it never returns
 // (the init exits with the command's status).
-func superviseInit(p *Plan, path string, argv []string) {
-	pid, lfd, err := startSupervised(path, argv)
+func superviseInit(p *Plan, lock int, path string, argv []string) {
+	pid, lfd, err := startSupervised(p, path, argv)
 	if err != nil {
 		initFail(err)
 	}
@@ -1589,7 +1921,7 @@ func superviseInit(p *Plan, path string, argv []string) {
 	if lfd < 0 {
 		select {} // the stub failed and says why; its status is the init's
 	}
-	s := &supervisor{listener: lfd, p: p, cwd: -1}
+	s := &supervisor{listener: lfd, p: p, cwd: -1, lock: lock}
 	// A bind to a path is made relative to its directory: this thread's
 	// working directory must be its own to change.
 	if unix.Unshare(unix.CLONE_FS) == nil {
@@ -1603,5 +1935,104 @@ func superviseInit(p *Plan, path string, argv []string) {
 	unix.Close(lfd)
 	for {
 		time.Sleep(time.Hour)
+	}
+}
+
+// ---- the creation lock ----
+
+// Deny globs hold under concurrency. A supervisor checks a new name's
+// path and then makes it relative to the directory it checked; another
+// sandbox's supervisor checks a rename's new paths (walking a moved
+// directory) and then renames. Each is sound alone, but interleaved a
+// creation checked as d/f lands in secrets/f when d becomes secrets in
+// between (TestCommandDenyGlobConcurrentRename: every run within 2 000
+// tries). So every supervised creation (and every fs helper call of a
+// plan with deny globs) holds a shared flock on one machine-wide lock file
+// from its check to its creation, and every supervised rename holds it
+// exclusively from its walk to the rename: no interleaving of sandboxes
+// of any number of servers, of any user, is left. The file is in /dev/shm,
+// which no sandbox view shows (each gets a fresh /dev), opened by the
+// helper before it builds its view; where there is no /dev/shm, it is in
+// the state directory's parent.
+
+// creationLockName is the lock file's name.
+const creationLockName = "exec-server-sandbox-creation.lock"
+
+// creationLockWait bounds a wait for the lock (a process outside every
+// sandbox holding it cannot stall a sandbox for longer): the call then
+// fails with EAGAIN.
+const creationLockWait = 30 * time.Second
+
+// creationLockPath is where the lock file is ("" when nowhere).
+func creationLockPath() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() && unix.Access("/dev/shm", unix.W_OK|unix.X_OK) == nil {
+		return "/dev/shm/" + creationLockName
+	}
+	if d := registryDir(); d != "" {
+		return filepath.Join(filepath.Dir(d), creationLockName)
+	}
+	return ""
+}
+
+// openCreationLock opens (making it if needed, 0644: a shared flock needs
+// only reading) the lock file at path, read-only and close-on-exec.
+func openCreationLock(path string) (int, error) {
+	if path == "" {
+		return -1, errors.New("no place for the creation lock (no /dev/shm, no state directory)")
+	}
+	for try := 0; try < 10; try++ {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != unix.ENOENT {
+			if err != nil {
+				return -1, fmt.Errorf("creation lock %s: %w", path, err)
+			}
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				unix.Close(fd)
+				return -1, fmt.Errorf("creation lock %s: not a regular file", path)
+			}
+			return fd, nil
+		}
+		_ = os.MkdirAll(filepath.Dir(path), 0o700)
+		// O_EXCL: never through a name planted meanwhile (protected_regular
+		// would refuse O_CREAT on another user's file in a sticky dir).
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err == nil {
+			_ = unix.Fchmod(fd, 0o644) // whatever the umask
+			return fd, nil
+		}
+		if err != unix.EEXIST {
+			return -1, fmt.Errorf("creation lock %s: %w", path, err)
+		}
+	}
+	return -1, fmt.Errorf("creation lock %s: keeps changing", path)
+}
+
+// lockCreation takes the creation lock (exclusive for a rename), waiting
+// at most creationLockWait; the returned func releases it. fd < 0: no lock
+// (a plan without deny globs).
+func lockCreation(fd int, exclusive bool) (func(), unix.Errno) {
+	if fd < 0 {
+		return func() {}, 0
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	deadline := time.Now().Add(creationLockWait)
+	wait := 50 * time.Microsecond
+	for {
+		err := unix.Flock(fd, how|unix.LOCK_NB)
+		if err == nil {
+			return func() { _ = unix.Flock(fd, unix.LOCK_UN) }, 0
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			return nil, unix.EACCES // fail closed
+		}
+		if time.Now().After(deadline) {
+			return nil, unix.EAGAIN
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 5*time.Millisecond)
 	}
 }

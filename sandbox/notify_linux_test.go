@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -761,5 +762,123 @@ func checkResults(t *testing.T, out string, want map[string]string) {
 		if got[k] != v {
 			t.Errorf("%s = %q, want %q (output %q)", k, got[k], v, out)
 		}
+	}
+}
+
+// runProbesAsync is runProbes for concurrent commands: the probe output,
+// or an error.
+func runProbesAsync(p *Plan, dir string, probes ...string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	spec, err := p.Command(self, append([]string{"probe"}, probes...), []string{probeEnv + "=1"}, dir)
+	if err != nil {
+		return "", err
+	}
+	defer spec.Release()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	done := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); r.Close(); done <- b }()
+	proc, err := startSpecProcess(spec, []*os.File{null, w, w}, nil)
+	w.Close()
+	if err != nil {
+		<-done
+		return "", err
+	}
+	timer := time.AfterFunc(120*time.Second, func() { _ = syscall.Kill(-proc.Pid, syscall.SIGKILL) })
+	defer timer.Stop()
+	st, err := proc.Wait()
+	out := string(<-done)
+	if err == nil && st.ExitCode() != 0 {
+		err = fmt.Errorf("exit %d: %s", st.ExitCode(), out)
+	}
+	return out, err
+}
+
+// TestCommandDenyGlobConcurrentRename: two sandboxed commands (two
+// supervisors) on one workspace under secrets/**: one creates d/f in a
+// loop, the other renames d to secrets and back. Each check alone holds;
+// interleaved, a creation checked as d/f landed in secrets/f (within 2 000
+// tries, every run) until creations and renames took the cross-process
+// creation lock. The fs helper's creations (an fs/writeFile racing a
+// command) hold it too (TestRunDenyGlobConcurrentRename).
+func TestCommandDenyGlobConcurrentRename(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	if err := os.Mkdir(filepath.Join(ws, "d"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	p := denyPlan(t, ws)
+	const n = "3000"
+	var wg sync.WaitGroup
+	var created, renamed string
+	var errC, errR error
+	wg.Add(2)
+	go func() { defer wg.Done(); created, errC = runProbesAsync(p, ws, "loop-create:"+n) }()
+	go func() { defer wg.Done(); renamed, errR = runProbesAsync(p, ws, "loop-rename:"+n) }()
+	wg.Wait()
+	if errC != nil || errR != nil {
+		t.Fatalf("probes: %v, %v", errC, errR)
+	}
+	t.Logf("%s; %s", strings.TrimSpace(created), strings.TrimSpace(renamed))
+	if !strings.Contains(renamed, "secrets/f seen 0") {
+		t.Errorf("HOLE: a creation checked as d/f landed in secrets/f: %s", renamed)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "secrets", "f")); err == nil {
+		t.Errorf("HOLE: WORK/secrets/f is on the host")
+	}
+	if strings.Contains(created, "made 0") || strings.Contains(renamed, "moved 0,") {
+		t.Errorf("the loops did not race: %s; %s", created, renamed)
+	}
+}
+
+// TestRunDenyGlobConcurrentRename: an fs call (the fs helper: check, then
+// create by path, as fsys does) racing a command that renames d to secrets
+// and back: the helper's calls hold the shared creation lock, the
+// supervisor's rename the exclusive one.
+func TestRunDenyGlobConcurrentRename(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	if err := os.Mkdir(filepath.Join(ws, "d"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	p := denyPlan(t, ws)
+	done := make(chan struct{})
+	var renamed string
+	var errR error
+	go func() { defer close(done); renamed, errR = runProbesAsync(p, ws, "loop-rename:3000") }()
+	calls, made := 0, 0
+	arg := filepath.Join(ws, "secrets/**") + "|" + filepath.Join(ws, "d", "f")
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		default:
+		}
+		calls++
+		if r := runOp(t, p, "guarded-create", arg); r == "ok" || r == "ENOENT" {
+			made++ // created (ENOENT: created, then moved before the remove)
+		}
+		if calls > 20000 {
+			break
+		}
+	}
+	<-done
+	if errR != nil {
+		t.Fatal(errR)
+	}
+	t.Logf("%d fs calls, %d created; %s", calls, made, strings.TrimSpace(renamed))
+	if !strings.Contains(renamed, "secrets/f seen 0") {
+		t.Errorf("HOLE: an fs call's creation checked as d/f landed in secrets/f: %s", renamed)
+	}
+	if made == 0 || strings.Contains(renamed, "moved 0,") {
+		t.Errorf("the loops did not race: %d created; %s", made, renamed)
 	}
 }

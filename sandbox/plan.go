@@ -105,6 +105,19 @@ type Plan struct {
 	FullWrite bool `json:"fullWrite"`
 	// Cwd is the context's cwd (a host path), "" when absent.
 	Cwd string `json:"cwd,omitempty"`
+	// AllowUnixSockets are the pathname AF_UNIX sockets outside the
+	// writable roots that a command may connect to with the network
+	// enabled (canonical host paths; the server's AllowUnixSocketsEnv).
+	AllowUnixSockets []string `json:"allowUnixSockets,omitempty"`
+	// CreationLock is the machine-wide lock file of deny-glob creations
+	// (set by the server for its helpers; see notify_linux.go).
+	CreationLock string `json:"creationLock,omitempty"`
+	// PidsMax bounds the processes of a command's sandbox (0: none);
+	// PidsCgroup is the cgroup.procs file of its own pids cgroup ("" when
+	// the server could make none: a server that is not root then uses
+	// RLIMIT_NPROC, counted per user namespace). Set by the server.
+	PidsMax    int    `json:"pidsMax,omitempty"`
+	PidsCgroup string `json:"pidsCgroup,omitempty"`
 	// Proxy, with NetworkProxied, says where the init opens the proxy's
 	// listeners and how it hands them over.
 	Proxy *ProxyRoute `json:"proxy,omitempty"`

@@ -28,6 +28,7 @@ const (
 	offArg0 = 16 // low 32 bits on little-endian: both supported arches
 	offArg1 = 24
 	offArg2 = 32
+	offArg3 = 40
 )
 
 // Syscalls denied under every policy.
@@ -46,7 +47,14 @@ var alwaysDenied = []uintptr{
 	// Host-wide switches (the fs helper shares the host's UTS namespace).
 	unix.SYS_REBOOT, unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME, unix.SYS_CLOCK_ADJTIME,
 	unix.SYS_SWAPON, unix.SYS_SWAPOFF, unix.SYS_ACCT, unix.SYS_SETHOSTNAME,
-	unix.SYS_SETDOMAINNAME, unix.SYS_QUOTACTL,
+	unix.SYS_SETDOMAINNAME, unix.SYS_QUOTACTL, unix.SYS_QUOTACTL_FD,
+	// Host files without a path: a file handle names any file of a
+	// filesystem (open_by_handle_at above; name_to_handle_at makes them);
+	// fanotify marks a whole filesystem or mount and hands out descriptors
+	// of whatever is accessed there. userfaultfd is kernel attack surface
+	// a command never needs.
+	unix.SYS_NAME_TO_HANDLE_AT, unix.SYS_FANOTIFY_INIT, unix.SYS_FANOTIFY_MARK,
+	unix.SYS_USERFAULTFD, unix.SYS_NFSSERVCTL,
 }
 
 // archDenied are denied syscalls that exist on some arches only.
@@ -63,6 +71,44 @@ var networkDenied = []uintptr{
 	unix.SYS_SENDMMSG, unix.SYS_RECVMMSG, unix.SYS_GETSOCKOPT, unix.SYS_SETSOCKOPT,
 }
 
+// setIDCall is a syscall that sets a file mode: the offset of its mode
+// argument, and of its open flags (0: it always applies the mode).
+type setIDCall struct {
+	nr          uintptr
+	mode, flags uint32
+}
+
+// setIDCalls are the mode-setting calls checked for S_ISUID and S_ISGID
+// (mknod and mknodat are checked with their device rule); arch files add
+// the legacy ones.
+var setIDCalls = []setIDCall{
+	{unix.SYS_FCHMOD, offArg1, 0},
+	{unix.SYS_FCHMODAT, offArg2, 0},
+	{unix.SYS_FCHMODAT2, offArg2, 0},
+	{unix.SYS_OPENAT, offArg3, offArg2},
+}
+
+// oTmpfileBit is __O_TMPFILE, the bit O_TMPFILE adds to O_DIRECTORY: an
+// O_TMPFILE open applies its mode too.
+const oTmpfileBit = unix.O_TMPFILE &^ unix.O_DIRECTORY
+
+// noSetID answers EPERM when the mode at off has S_ISUID or S_ISGID, and
+// falls through (nr still in the accumulator) otherwise. With flags, only
+// when the flags at that offset create a file.
+func noSetID(off, flags uint32) []unix.SockFilter {
+	var p []unix.SockFilter
+	if flags != 0 {
+		p = append(p,
+			bpfStmt(ldW, flags),
+			bpfJump(jsetK, unix.O_CREAT|oTmpfileBit, 0, 3))
+	}
+	return append(p,
+		bpfStmt(ldW, off),
+		bpfJump(jsetK, unix.S_ISUID|unix.S_ISGID, 0, 1),
+		bpfStmt(retK, retEPERM),
+		bpfStmt(ldW, offNr))
+}
+
 func bpfStmt(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
 
 func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
@@ -70,19 +116,21 @@ func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
 }
 
 const (
-	retAllow = unix.SECCOMP_RET_ALLOW
-	retEPERM = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-	retNOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
-	retKill  = unix.SECCOMP_RET_KILL_PROCESS
-	ldW      = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-	jeqK     = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-	jgeK     = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-	jsetK    = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-	retK     = unix.BPF_RET | unix.BPF_K
+	retAllow  = unix.SECCOMP_RET_ALLOW
+	retEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	retNOSYS  = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	retEACCES = unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
+	retKill   = unix.SECCOMP_RET_KILL_PROCESS
+	ldW       = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	jeqK      = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	jgeK      = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	jsetK     = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	retK      = unix.BPF_RET | unix.BPF_K
 )
 
-// seccompProgram builds the filter for a network mode.
-func seccompProgram(network Network) []unix.SockFilter {
+// seccompProgram builds the filter for a network mode. unixDgram allows
+// AF_UNIX datagram sockets (a plan in which every path is writable).
+func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
 	p := []unix.SockFilter{
 		bpfStmt(ldW, offArch),
 		bpfJump(jeqK, seccompArch, 1, 0),
@@ -125,12 +173,46 @@ func seccompProgram(network Network) []unix.SockFilter {
 			bpfStmt(retK, retEPERM),
 		}
 	}
-	argBlock(unix.SYS_MKNODAT, noDevice(offArg2)...)
+	argBlock(unix.SYS_MKNODAT, append(noSetID(offArg2, 0), noDevice(offArg2)...)...)
 	if legacyMknod >= 0 {
-		argBlock(uintptr(legacyMknod), noDevice(offArg1)...)
+		argBlock(uintptr(legacyMknod), append(noSetID(offArg1, 0), noDevice(offArg1)...)...)
 	}
+	// No set-user-ID or set-group-ID file (systemd's RestrictSUIDSGID=): a
+	// root server's sandbox would otherwise leave a root-owned setuid
+	// binary in a writable root (or /tmp) for any local user to run. The
+	// chmod family always; open and openat when they create (their mode
+	// is garbage otherwise: musl passes whatever is in the register).
+	// openat2 carries its mode in memory: see commandProgram.
+	for _, c := range setIDCalls {
+		argBlock(c.nr, append(noSetID(c.mode, c.flags), bpfStmt(retK, retAllow))...)
+	}
+	// File leases: a lease on a host file readable through the view
+	// (F_SETLEASE needs only ownership, and a root server's sandbox owns
+	// root's files) stalls every host writer for the lease-break time.
+	argBlock(unix.SYS_FCNTL,
+		bpfStmt(ldW, offArg1),
+		bpfJump(jeqK, unix.F_SETLEASE, 0, 1),
+		bpfStmt(retK, retEPERM),
+		bpfStmt(retK, retAllow))
 	argBlock(unix.SYS_CLONE, noNewUser...)
 	argBlock(unix.SYS_UNSHARE, noNewUser...)
+	// AF_UNIX datagram sockets (SOCK_RAW is one too) take a destination
+	// in sendmsg's msghdr, in memory that BPF cannot read: a command would
+	// reach any host datagram socket it can name (/dev/log, journald),
+	// even with the network restricted. Only stream and seqpacket sockets
+	// (whose sendmsg refuses or ignores a destination) are left; their
+	// connect is supervised (notify_linux.go) when the network is enabled.
+	unixSock := []unix.SockFilter{bpfStmt(retK, retAllow)}
+	if !unixDgram {
+		unixSock = []unix.SockFilter{
+			bpfStmt(ldW, offArg1),
+			bpfStmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, 0xf), // SOCK_TYPE_MASK
+			bpfJump(jeqK, unix.SOCK_STREAM, 1, 0),
+			bpfJump(jeqK, unix.SOCK_SEQPACKET, 0, 1),
+			bpfStmt(retK, retAllow),
+			bpfStmt(retK, retEACCES),
+		}
+	}
 	var sock []unix.SockFilter
 	if network == NetworkRestricted {
 		for _, nr := range networkDenied {
@@ -138,8 +220,7 @@ func seccompProgram(network Network) []unix.SockFilter {
 		}
 		sock = []unix.SockFilter{
 			bpfStmt(ldW, offArg0),
-			bpfJump(jeqK, unix.AF_UNIX, 0, 1),
-			bpfStmt(retK, retAllow),
+			bpfJump(jeqK, unix.AF_UNIX, 1, 0),
 			bpfStmt(retK, retEPERM),
 		}
 	} else {
@@ -147,9 +228,11 @@ func seccompProgram(network Network) []unix.SockFilter {
 			bpfStmt(ldW, offArg0),
 			bpfJump(jeqK, unix.AF_VSOCK, 0, 1),
 			bpfStmt(retK, retEPERM),
+			bpfJump(jeqK, unix.AF_UNIX, 1, 0),
 			bpfStmt(retK, retAllow),
 		}
 	}
+	sock = append(sock, unixSock...)
 	argBlock(unix.SYS_SOCKET, sock...)
 	argBlock(unix.SYS_SOCKETPAIR, sock...)
 	return append(p, bpfStmt(retK, retAllow))
@@ -157,11 +240,11 @@ func seccompProgram(network Network) []unix.SockFilter {
 
 // installSeccomp installs the filter on every thread of the process
 // (TSYNC). no_new_privs must already be set on the calling thread.
-func installSeccomp(network Network) error {
+func installSeccomp(network Network, unixDgram bool) error {
 	if seccompArch == 0 {
 		return errors.New("seccomp: unsupported architecture " + runtime.GOARCH)
 	}
-	prog := seccompProgram(network)
+	prog := seccompProgram(network, unixDgram)
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
 		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
@@ -171,6 +254,37 @@ func installSeccomp(network Network) error {
 	}
 	if r != 0 { // TSYNC could not sync thread r
 		return fmt.Errorf("seccomp: thread %d could not be synchronized", r)
+	}
+	return nil
+}
+
+// commandProgram is the filter the init adds on its locked thread just
+// before it forks an unsupervised command: openat2 answers ENOSYS (libc and
+// Go fall back to openat, whose flags and mode the filter can read), as
+// under systemd's RestrictSUIDSGID=, because its mode (set-user-ID or not)
+// is in memory. A supervised command's openat2 goes to the supervisor,
+// which reads the mode itself; the init's own threads keep openat2.
+func commandProgram() []unix.SockFilter {
+	return []unix.SockFilter{
+		bpfStmt(ldW, offArch),
+		bpfJump(jeqK, seccompArch, 1, 0),
+		bpfStmt(retK, retAllow), // the other filter kills foreign arches
+		bpfStmt(ldW, offNr),
+		bpfJump(jeqK, unix.SYS_OPENAT2, 0, 1),
+		bpfStmt(retK, retNOSYS),
+		bpfStmt(retK, retAllow),
+	}
+}
+
+// installCommandFilter installs commandProgram on the calling thread only
+// (what it forks inherits it).
+func installCommandFilter() error {
+	prog := commandProgram()
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if e != 0 {
+		return e
 	}
 	return nil
 }

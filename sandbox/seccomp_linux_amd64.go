@@ -4,7 +4,11 @@ import "golang.org/x/sys/unix"
 
 func init() {
 	legacyMknod = unix.SYS_MKNOD
-	archDenied = []uintptr{unix.SYS_IOPL, unix.SYS_IOPERM}
+	archDenied = []uintptr{unix.SYS_IOPL, unix.SYS_IOPERM, unix.SYS_LOOKUP_DCOOKIE}
+	setIDCalls = append(setIDCalls,
+		setIDCall{unix.SYS_CHMOD, offArg1, 0},
+		setIDCall{unix.SYS_OPEN, offArg2, offArg1},
+		setIDCall{unix.SYS_CREAT, offArg1, 0})
 }
 
 func init() {

@@ -80,6 +80,11 @@ var escapeCases = []escapeCase{
 	{"27_two_servers", nil, case27TwoServers},
 	{"28_legacy_windows_levels", nil, case28Levels},
 	{"30_move_mount_parent", setup30MoveParent, case30MoveParent},
+	{"31_setuid_artifact", nil, case31SetUID},
+	{"32_host_unix_sockets", nil, case32UnixSockets},
+	{"33_capabilities_every_thread", nil, case33Caps},
+	{"34_leases_cores", nil, case34LeasesCores},
+	{"35_deny_glob_race", setup35Race, case35Race},
 }
 
 // TestSandboxEscape runs every case under both rows of the privilege
@@ -1344,4 +1349,155 @@ func case30MoveParent(t *testing.T, c *sbxClient) {
 	if r.StartErr != nil || r.ExitCode != 0 {
 		t.Errorf("FAIL: control: renaming a directory that holds no mount: %v", r)
 	}
+}
+
+// 31: a sandboxed command (of a root server: root-owned) leaves no
+// set-user-ID file in its writable root: chmod 4755 and an open with mode
+// 04755 are refused (EPERM), and no such file is there afterwards.
+func case31SetUID(t *testing.T, c *sbxClient) {
+	fx := c.fx
+	wantProcOK(t, "control: touch WORK/tool", c.run([]string{"touch", "tool"}, nil))
+	wantProcDenied(t, "probe setuid WORK/tool", c.run(probeCmd("setuid", fx.w("tool")), nil), true)
+	wantProcDenied(t, "chmod u+s WORK/tool", c.run([]string{"chmod", "u+s,g+s", "tool"}, nil), true)
+	_ = filepath.Walk(fx.WORK, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("HOLE: %s is %v", p, fi.Mode())
+		}
+		return nil
+	})
+}
+
+// 32: host daemons over pathname unix sockets: a stream socket in OUT (a
+// tmux, docker or ssh-agent stand-in, mode 0777 so that only the sandbox
+// can refuse; in a sibling temporary directory) is refused to a network-enabled command, directly and
+// through a symlink in WORK; a datagram socket in OUT (a /dev/log
+// stand-in) gets nothing from a network-restricted command.
+func case32UnixSockets(t *testing.T, c *sbxClient) {
+	fx := c.fx
+	// The daemons' sockets live in a sibling temporary directory of their
+	// own (outside every root; the fixture's host snapshot stays as is).
+	host := t.TempDir()
+	if err := os.Chmod(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostPath := func(name string) string { return filepath.Join(host, name) }
+	var accepted, datagrams atomic.Int64
+	ln, err := net.Listen("unix", hostPath("daemon.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// What counts is a byte delivered.
+			go func() {
+				defer conn.Close()
+				_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if n, _ := conn.Read(make([]byte, 1)); n > 0 {
+					accepted.Add(1)
+				}
+			}()
+		}
+	}()
+	pc, err := net.ListenPacket("unixgram", hostPath("log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			datagrams.Add(1)
+		}
+	}()
+	for _, p := range []string{hostPath("daemon.sock"), hostPath("log")} {
+		if err := os.Chmod(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(hostPath("daemon.sock"), fx.w("d.sock")); err != nil {
+		t.Fatal(err)
+	}
+	enabled := procContext(fx.WORK, workspaceWriteEntries())
+	enabled["permissions"].(map[string]any)["network"] = "enabled"
+	wantProcDenied(t, "network enabled: connect OUT/daemon.sock", c.run(probeCmd("unix-connect", hostPath("daemon.sock")), enabled), true)
+	wantProcDenied(t, "network enabled: connect WORK/d.sock -> OUT/daemon.sock", c.run(probeCmd("unix-connect", fx.w("d.sock")), enabled), true)
+	wantProcDenied(t, "network enabled: a datagram to OUT/log", c.run(probeCmd("unix-dgram", hostPath("log")), enabled), true)
+	wantProcDenied(t, "network restricted: a datagram to OUT/log", c.run(probeCmd("unix-dgram", hostPath("log")), nil), true)
+	time.Sleep(100 * time.Millisecond) // a byte in flight, if any
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("HOLE: the host daemon's socket got bytes on %d connections", n)
+	}
+	if n := datagrams.Load(); n != 0 {
+		t.Errorf("HOLE: the host datagram socket got %d datagrams", n)
+	}
+}
+
+// 33: no task of a running sandbox has a capability: the init's Go
+// runtime threads (they kept every one) and the command's.
+func case33Caps(t *testing.T, c *sbxClient) {
+	wantProcOK(t, "probe caps (every task of the init and of the command)", c.run(probeCmd("caps"), nil))
+	deny := procContext(c.fx.WORK, append(workspaceWriteEntries(), entry(map[string]any{"type": "glob_pattern", "pattern": "**/*.env"}, "deny")))
+	wantProcOK(t, "probe caps under a deny glob (the supervisor)", c.run(probeCmd("caps"), deny))
+}
+
+// 34: no file lease on a host file readable through the view (it stalls
+// host writers for the lease-break time), and no core file: RLIMIT_CORE
+// is 0, soft and hard.
+func case34LeasesCores(t *testing.T, c *sbxClient) {
+	wantProcDenied(t, "probe lease OUT/secret.txt", c.run(probeCmd("lease", c.fx.o("secret.txt")), nil), true)
+	wantProcOK(t, "probe core-limit", c.run(probeCmd("core-limit"), nil))
+}
+
+// setup35Race: WORK/d, and the deny glob secrets/**.
+func setup35Race(t *testing.T, fx *fixture) {
+	if err := os.Mkdir(fx.w("d"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	fx.fsEntries = append(workspaceWriteEntries(), entry(map[string]any{"type": "glob_pattern", "pattern": "secrets/**"}, "deny"))
+}
+
+// 35: deny globs under concurrency: two sandboxed commands on one
+// workspace, one creating d/f in a loop, the other renaming d to secrets
+// and back, while fs/writeFile writes d/g: no interleaving leaves a path
+// under secrets/ (before the creation lock, secrets/f appeared within
+// 2 000 tries, every run).
+func case35Race(t *testing.T, c *sbxClient) {
+	fx := c.fx
+	var wg sync.WaitGroup
+	var created, renamed procResult
+	done := make(chan struct{})
+	wg.Add(2)
+	go func() { defer wg.Done(); created = c.run(probeCmd("loop-create", "2000"), nil) }()
+	go func() { defer wg.Done(); defer close(done); renamed = c.run(probeCmd("loop-rename", "2000"), nil) }()
+	writes := 0
+	for stop := false; !stop; {
+		select {
+		case <-done:
+			stop = true
+		default:
+			if c.writeFile(fx.w("d", "g"), "g") == nil {
+				writes++
+			}
+			_ = os.Remove(fx.w("d", "g"))
+			_ = os.Remove(fx.w("secrets", "g"))
+		}
+	}
+	wg.Wait()
+	t.Logf("%v; %v; %d fs/writeFile of d/g", created, renamed, writes)
+	if renamed.ExitCode == 3 {
+		t.Errorf("HOLE: a creation checked as d/f landed in secrets/f: %v", renamed)
+	} else {
+		wantProcOK(t, "probe loop-rename", renamed)
+	}
+	wantProcOK(t, "probe loop-create", created)
+	mustNotExist(t, fx.w("secrets", "f"))
+	mustNotExist(t, fx.w("secrets", "g"))
 }

@@ -215,6 +215,94 @@ func main() {
 		check(op, "clone", cmd.Run())
 	case "unshare-user":
 		check(op, "unshare", syscall.Unshare(syscall.CLONE_NEWUSER))
+	case "setuid":
+		// setuid FILE: chmod 4755, then a fresh 04755 file by open(2).
+		check(op, "chmod", syscall.Chmod(arg(0), 0o4755))
+		fd, err := syscall.Open(arg(0)+".new", syscall.O_CREAT|syscall.O_WRONLY, 0o4755)
+		check(op, "open", err)
+		syscall.Close(fd)
+		var st syscall.Stat_t
+		check(op, "stat", syscall.Stat(arg(0)+".new", &st))
+		if st.Mode&(syscall.S_ISUID|syscall.S_ISGID) == 0 {
+			fail(op, "open", syscall.EPERM)
+		}
+	case "unix-connect":
+		fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+		check(op, "socket", err)
+		check(op, "connect", syscall.Connect(fd, &syscall.SockaddrUnix{Name: arg(0)}))
+		_, err = syscall.Write(fd, []byte("x"))
+		check(op, "write", err)
+	case "unix-dgram":
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
+		check(op, "socketpair", err)
+		check(op, "sendmsg", syscall.Sendmsg(fds[0], []byte("escape"), nil, &syscall.SockaddrUnix{Name: arg(0)}, 0))
+	case "caps":
+		// caps: every task of the init (pid 1) and of this process without
+		// a capability.
+		for _, pid := range []string{"1", "self"} {
+			ents, err := os.ReadDir("/proc/" + pid + "/task")
+			check(op, "readdir", err)
+			for _, e := range ents {
+				b, err := os.ReadFile("/proc/" + pid + "/task/" + e.Name() + "/status")
+				if err != nil {
+					continue
+				}
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(l, "CapEff:") && strings.TrimSpace(l[7:]) != "0000000000000000" {
+						fmt.Printf("task %s/%s has %s\n", pid, e.Name(), l)
+						os.Exit(3)
+					}
+				}
+			}
+		}
+	case "lease":
+		fd, err := syscall.Open(arg(0), syscall.O_RDONLY, 0)
+		check(op, "open", err)
+		_, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), 1024, 0) // F_SETLEASE, F_RDLCK
+		if e != 0 {
+			fail(op, "F_SETLEASE", e)
+		}
+	case "loop-create":
+		// loop-create N: N times create d/f exclusively and remove it
+		// (or remove one a rename back left).
+		n, _ := strconv.Atoi(arg(0))
+		made := 0
+		for i := 0; i < n; i++ {
+			fd, err := syscall.Open("d/f", syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, 0o644)
+			if err == nil {
+				made++
+				syscall.Close(fd)
+			}
+			syscall.Unlink("d/f")
+		}
+		fmt.Printf("loop-create: made %d\n", made)
+	case "loop-rename":
+		// loop-rename N: N times d -> secrets, look for secrets/f, back;
+		// exit 3 when secrets/f was there.
+		n, _ := strconv.Atoi(arg(0))
+		moved, seen := 0, 0
+		for i := 0; i < n; i++ {
+			if syscall.Rename("d", "secrets") != nil {
+				continue
+			}
+			moved++
+			var st syscall.Stat_t
+			if syscall.Lstat("secrets/f", &st) == nil {
+				seen++
+			}
+			syscall.Rename("secrets", "d")
+		}
+		fmt.Printf("loop-rename: moved %d, secrets/f seen %d\n", moved, seen)
+		if seen > 0 {
+			os.Exit(3)
+		}
+	case "core-limit":
+		var r syscall.Rlimit
+		check(op, "getrlimit", syscall.Getrlimit(4, &r)) // RLIMIT_CORE
+		if r.Max != 0 {
+			fmt.Printf("core-limit: RLIMIT_CORE hard %d\n", r.Max)
+			os.Exit(3)
+		}
 	default:
 		fmt.Println("unknown op", op)
 		os.Exit(2)
