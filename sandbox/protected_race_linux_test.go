@@ -305,7 +305,7 @@ func TestProtectedHeldByRemover(t *testing.T) {
 		}
 		return f
 	}
-	command := func() (*Spec, error) {
+	plan := func() *Plan {
 		t.Helper()
 		p, err := codexPlan(ws)
 		if err != nil {
@@ -314,21 +314,26 @@ func TestProtectedHeldByRemover(t *testing.T) {
 		if m, ok := findMount(p, git); !ok || m.Missing || m.Access != AccessRead {
 			t.Fatalf(".git: %+v, %v", m, ok)
 		}
-		return p.Command("/bin/true", []string{"true"}, nil, ws)
+		return p
 	}
-	// The remover is slow: fail closed.
+	// The remover is slow (longer than lockWait): fail closed.
+	defer func(w time.Duration) { lockWait = w }(lockWait)
+	lockWait = 300 * time.Millisecond
 	other := lockedDir()
-	if spec, err := command(); err == nil {
+	if spec, err := plan().Command("/bin/true", []string{"true"}, nil, ws); err == nil {
 		spec.Release()
 		t.Error("a protected directory held exclusively by another server was used")
 	}
-	// The remover finishes: the sandbox makes and holds its own.
+	// The remover finishes (after the plan was resolved, which saw its
+	// directory): the sandbox makes and holds its own.
+	lockWait = 20 * time.Second
+	p := plan()
 	go func() {
 		time.Sleep(5 * time.Millisecond)
 		_ = os.Remove(git)
 		other.Close()
 	}()
-	spec, err := command()
+	spec, err := p.Command("/bin/true", []string{"true"}, nil, ws)
 	if err != nil {
 		t.Fatalf("after the remover finished: %v", err)
 	}
