@@ -413,3 +413,37 @@ func TestResolveServerMountPoint(t *testing.T) {
 		t.Errorf("a real .codex: %+v, %v\n%s", m, ok, dump(p))
 	}
 }
+
+// TestProtectedRemovedWhileHeld: the mount point of a missing protected
+// path goes while a warm helper holds it (the workspace's owner removes
+// it: rm -rf, a test's cleanup). The next sandbox of this server must make
+// and hold it again; reusing the entry started it without a mount point
+// and failed it closed (-32603 "mount …/.codex: protected path missing and
+// its mount point could not be made"), which a loaded machine (helpers
+// warm for longer) turned into flaky tests.
+func TestProtectedRemovedWhileHeld(t *testing.T) {
+	needSandbox(t)
+	ws, out := fixture(t)
+	codex := filepath.Join(ws, ".codex")
+	p := workspaceWrite(ws)
+	p.Mounts = append(p.Mounts, Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
+		t.Fatalf("write under the mask = %s", got)
+	}
+	if !isMountPoint(codex) {
+		t.Fatal("the warm helper holds no mount point")
+	}
+	if err := os.RemoveAll(codex); err != nil {
+		t.Fatal(err)
+	}
+	// Another plan (another helper), same protected path.
+	q := workspaceWrite(ws)
+	q.Mounts = append(q.Mounts, Mount{Path: out, Access: AccessRead, Dir: true},
+		Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	sortMounts(q.Mounts)
+	if got := runOp(t, q, "write", filepath.Join(codex, "x")); got != "EROFS" {
+		t.Errorf("write under the mask after the mount point went = %s", got)
+	}
+	closeIdle()
+	waitGone(t, codex)
+}
