@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/internal/asnobody"
 )
 
 // TestDenyGlobAnyDepth: without glob_scan_max_depth a deny glob masks its
@@ -62,4 +64,13 @@ func TestDenyGlobAnyDepth(t *testing.T) {
 	if p := resolve(t, bounded, Env{}); func() bool { _, ok := findMount(p, secret); return ok }() {
 		t.Errorf("glob_scan_max_depth 8 masked a match 41 levels deep")
 	}
+}
+
+// TestHostCleanupNonRoot re-runs this file's and the protected-path
+// tests of #17 as an unprivileged user (nobody).
+func TestHostCleanupNonRoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	asnobody.Run(t, "", "^Test(DenyGlobAnyDepth|ProtectedRemovedWhileHeld|ProtectedRemovalRetried|ProtectedMountPointOfConcurrentSandbox)$", []string{"SANDBOX_TEST_NONROOT=1"}, "sandbox not available")
 }
