@@ -31,6 +31,7 @@ func TestNothingLeftAfterOrderlyEnd(t *testing.T) {
 					name += "/command"
 				}
 				t.Run(name, func(t *testing.T) {
+					t.Parallel() // each has its own server and fixture, and mostly waits
 					enterMode(t, m)
 					fx := newFixture(t, m)
 					orderlyEnd(t, m, fx, end, withCommand)
