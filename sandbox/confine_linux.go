@@ -237,233 +237,7 @@ func sysMaps(m []IDMap) []syscall.SysProcIDMap {
 	return out
 }
 
-// ---- missing protected paths ----
-
-// Mount points of missing protected paths are created on the host for the
-// life of the sandboxes that need them and removed by the last one, if an
-// exec-server made them (a marker file in them says so, hidden by the mask
-// in every view) and they hold nothing else. Several servers, of any uid,
-// may share one (a workspace, /tmp): each holds a shared flock on the
-// directory while it uses it, and a server removes it only under an
-// exclusive one. That matters beyond tidiness: rmdir of a directory that
-// is a mount point in another namespace succeeds and lazily unmounts the
-// mask there, which would let that sandbox create the protected path.
-var (
-	protMu  sync.Mutex
-	protReg = map[string]*protEntry{}
-)
-
-type protEntry struct {
-	n   int
-	dir *os.File // the directory, flocked shared; nil if it could not be
-}
-
-// protMadeMarker marks a directory an exec-server made.
-const protMadeMarker = mountPointMarker
-
-func acquireProtected(p *Plan) (func(), error) {
-	var paths []string
-	var failed error
-	protMu.Lock()
-	for _, m := range p.Mounts {
-		// A plan resolved while another sandbox held the mount point saw
-		// it exist: it must hold it too, or make it again if it went.
-		// Any mount on an exec-server's mount point holds it, protected
-		// or not: its last holder's removal would unmount it in this view.
-		// An existing protected directory is held too, marker or not:
-		// another server may be between its mkdir and its marker, or
-		// between the marker's unlink and its rmdir (under its exclusive
-		// lock, which this shared one then waits out).
-		// So is a protected name that an entry of its own names (codex's
-		// read entry for .git) below a writable parent: Resolve saw a
-		// real directory there, or another server's mount point between
-		// its rmdir and its marker.
-		hold := isMountPoint(m.Path) ||
-			m.Protected && (m.Missing || missingOrDir(m.Path)) ||
-			!m.Protected && !m.Missing && isProtectedName(m.Path) && missingOrDir(m.Path) &&
-				p.accessOf(filepath.Dir(m.Path)) == AccessWrite
-		if !hold {
-			continue
-		}
-		e := protReg[m.Path]
-		if e == nil {
-			// A failure for a missing path (a missing parent) leaves it
-			// to the helper, which fails closed if the path could be
-			// created inside. One that exists and cannot be held (another
-			// server is removing it, for longer than lockMountPoint
-			// waits) could go while the sandbox uses it: fail. One this
-			// server cannot read is none of an exec-server's (0755).
-			dir := lockMountPoint(m.Path)
-			if dir == nil && exists(m.Path) && unix.Access(m.Path, unix.R_OK) == nil {
-				failed = fmt.Errorf("protected path %s: its mount point could not be held", m.Path)
-				break
-			}
-			e = &protEntry{dir: dir}
-			protReg[m.Path] = e
-		}
-		e.n++
-		paths = append(paths, m.Path)
-	}
-	protMu.Unlock()
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			protMu.Lock()
-			defer protMu.Unlock()
-			for _, path := range paths {
-				e := protReg[path]
-				if e.n--; e.n > 0 {
-					continue
-				}
-				delete(protReg, path)
-				if e.dir != nil {
-					e.dir.Close() // drops the shared lock
-					if !removeMountPoint(path) {
-						go retryRemoval(path)
-					}
-				}
-			}
-		})
-	}
-	if failed != nil {
-		release()
-		return nil, failed
-	}
-	return release, nil
-}
-
-func exists(path string) bool {
-	var st unix.Stat_t
-	return unix.Lstat(path, &st) == nil
-}
-
-// isProtectedName reports whether path's last component is one of
-// ProtectedNames.
-func isProtectedName(path string) bool {
-	base := filepath.Base(path)
-	for _, n := range ProtectedNames {
-		if base == n {
-			return true
-		}
-	}
-	return false
-}
-
-// missingOrDir reports whether path is missing or a directory (not a
-// symlink).
-func missingOrDir(path string) bool {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return true
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR
-}
-
-// isMountPoint reports whether path is a mount point an exec-server made
-// (a directory, not a symlink to one, holding the marker).
-func isMountPoint(path string) bool {
-	var st unix.Stat_t
-	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return false
-	}
-	return unix.Lstat(filepath.Join(path, protMadeMarker), &st) == nil
-}
-
-// lockMountPoint makes path (a directory) if needed and holds a shared
-// flock on it; nil on failure.
-func lockMountPoint(path string) *os.File {
-	// Another server's remover holds the directory for microseconds, but
-	// on a loaded machine it may be preempted meanwhile: ten 1 ms tries
-	// gave up under load 90 and the request failed closed (-32603 "mount
-	// …/.codex: no such file"). Retry for up to 2 s, backing off.
-	deadline := time.Now().Add(2 * time.Second)
-	wait := time.Millisecond
-	for try := 0; time.Now().Before(deadline); try++ {
-		if try > 0 {
-			time.Sleep(wait)
-			wait = min(2*wait, 50*time.Millisecond)
-		}
-		made := unix.Mkdir(path, 0o755) == nil
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == unix.ENOENT {
-			continue // removed by its last user meanwhile
-		}
-		if err != nil {
-			return nil
-		}
-		if made {
-			if m, err := unix.Openat(fd, protMadeMarker, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400); err == nil {
-				unix.Close(m)
-			}
-			recordMountPoint(path) // for CleanStale, should this server die
-		}
-		// Never blocking: anyone who can open the directory can lock it.
-		if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
-			unix.Close(fd) // a remover holds it
-			continue
-		}
-		// Still the directory at path (not removed before the lock)?
-		var a, b unix.Stat_t
-		if unix.Fstat(fd, &a) == nil && unix.Lstat(path, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino {
-			return os.NewFile(uintptr(fd), path)
-		}
-		unix.Close(fd)
-	}
-	return nil
-}
-
-// retryRemoval tries removeMountPoint again for a while, with backoff,
-// while this server does not use path again (its release then removes
-// it). Without it a lock held for longer than removeMountPoint waits (a
-// child forked on a loaded machine that has not exec'ed yet) left the
-// mount point on the host for good.
-func retryRemoval(path string) {
-	for delay := 20 * time.Millisecond; delay <= 5*time.Second; delay *= 2 {
-		time.Sleep(delay)
-		protMu.Lock()
-		done := protReg[path] != nil || removeMountPoint(path)
-		protMu.Unlock()
-		if done {
-			return
-		}
-	}
-	// Another server's sandbox uses it: that server removes it.
-}
-
-// removeMountPoint removes path if nobody holds it, an exec-server made it
-// and it holds nothing but the marker. It is false when the lock was held
-// (another server's sandbox, or a child this one is forking, uses it).
-func removeMountPoint(path string) bool {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return true
-	}
-	dir := os.NewFile(uintptr(fd), path)
-	defer dir.Close()
-	// A shared lock may also be held for a moment by a child this server
-	// is forking (the descriptor is close-on-exec, but between fork and
-	// exec the child shares it): retry briefly before concluding that
-	// another server's sandbox uses it.
-	locked := false
-	for try := 0; try < 25 && !locked; try++ {
-		if locked = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil; !locked {
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	if !locked {
-		return false // another server's sandbox uses it
-	}
-	names, err := dir.Readdirnames(3)
-	if err != nil && err != io.EOF {
-		return true
-	}
-	if len(names) == 1 && names[0] == protMadeMarker {
-		if unix.Unlinkat(fd, protMadeMarker, 0) == nil && unix.Rmdir(path) == nil {
-			forgetMountPoint(path)
-		}
-	}
-	return true
-}
+// ---- missing protected paths: protected_linux.go ----
 
 // ---- Run ----
 
@@ -679,6 +453,8 @@ func startHelper(p *Plan, key string) (*helper, error) {
 		conn.Close()
 		return nil, err
 	}
+	// Quiesce waits for the helper's exit and the release after it.
+	live := track(false)
 	uid, gid := idMaps()
 	h.proc, err = os.StartProcess("/proc/self/exe", []string{"exec-server-sandbox", helperArg, "run"}, &os.ProcAttr{
 		Env:   []string{},
@@ -694,6 +470,7 @@ func startHelper(p *Plan, key string) (*helper, error) {
 	null.Close()
 	if err != nil {
 		release()
+		live.end()
 		conn.Close()
 		return nil, stepErr("start the helper", err)
 	}
@@ -702,6 +479,7 @@ func startHelper(p *Plan, key string) (*helper, error) {
 	go func() {
 		st, _ := h.proc.Wait()
 		release()
+		live.end()
 		h.exited <- st
 	}()
 	// The plan goes first: the helper builds its view while the call is

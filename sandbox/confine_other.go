@@ -30,3 +30,6 @@ func MaybeMain() {}
 
 // CleanStale does nothing: no mount points are made here.
 func CleanStale() []string { return nil }
+
+// Quiesce does nothing: no helpers or mount points are made here.
+func Quiesce(context.Context) {}

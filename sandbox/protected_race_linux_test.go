@@ -305,7 +305,7 @@ func TestProtectedHeldByRemover(t *testing.T) {
 		}
 		return f
 	}
-	command := func() (*Spec, error) {
+	plan := func() *Plan {
 		t.Helper()
 		p, err := codexPlan(ws)
 		if err != nil {
@@ -314,21 +314,26 @@ func TestProtectedHeldByRemover(t *testing.T) {
 		if m, ok := findMount(p, git); !ok || m.Missing || m.Access != AccessRead {
 			t.Fatalf(".git: %+v, %v", m, ok)
 		}
-		return p.Command("/bin/true", []string{"true"}, nil, ws)
+		return p
 	}
-	// The remover is slow: fail closed.
+	// The remover is slow (longer than lockWait): fail closed.
+	defer func(w time.Duration) { lockWait = w }(lockWait)
+	lockWait = 300 * time.Millisecond
 	other := lockedDir()
-	if spec, err := command(); err == nil {
+	if spec, err := plan().Command("/bin/true", []string{"true"}, nil, ws); err == nil {
 		spec.Release()
 		t.Error("a protected directory held exclusively by another server was used")
 	}
-	// The remover finishes: the sandbox makes and holds its own.
+	// The remover finishes (after the plan was resolved, which saw its
+	// directory): the sandbox makes and holds its own.
+	lockWait = 20 * time.Second
+	p := plan()
 	go func() {
 		time.Sleep(5 * time.Millisecond)
 		_ = os.Remove(git)
 		other.Close()
 	}()
-	spec, err := command()
+	spec, err := p.Command("/bin/true", []string{"true"}, nil, ws)
 	if err != nil {
 		t.Fatalf("after the remover finished: %v", err)
 	}
@@ -407,4 +412,38 @@ func TestResolveServerMountPoint(t *testing.T) {
 	if m, ok := findMount(p, filepath.Join(ws, ".codex")); !ok || m.Protected || m.Missing || m.Access != AccessRead {
 		t.Errorf("a real .codex: %+v, %v\n%s", m, ok, dump(p))
 	}
+}
+
+// TestProtectedRemovedWhileHeld: the mount point of a missing protected
+// path goes while a warm helper holds it (the workspace's owner removes
+// it: rm -rf, a test's cleanup). The next sandbox of this server must make
+// and hold it again; reusing the entry started it without a mount point
+// and failed it closed (-32603 "mount …/.codex: protected path missing and
+// its mount point could not be made"), which a loaded machine (helpers
+// warm for longer) turned into flaky tests.
+func TestProtectedRemovedWhileHeld(t *testing.T) {
+	needSandbox(t)
+	ws, out := fixture(t)
+	codex := filepath.Join(ws, ".codex")
+	p := workspaceWrite(ws)
+	p.Mounts = append(p.Mounts, Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
+		t.Fatalf("write under the mask = %s", got)
+	}
+	if !isMountPoint(codex) {
+		t.Fatal("the warm helper holds no mount point")
+	}
+	if err := os.RemoveAll(codex); err != nil {
+		t.Fatal(err)
+	}
+	// Another plan (another helper), same protected path.
+	q := workspaceWrite(ws)
+	q.Mounts = append(q.Mounts, Mount{Path: out, Access: AccessRead, Dir: true},
+		Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	sortMounts(q.Mounts)
+	if got := runOp(t, q, "write", filepath.Join(codex, "x")); got != "EROFS" {
+		t.Errorf("write under the mask after the mount point went = %s", got)
+	}
+	closeIdle()
+	waitGone(t, codex)
 }

@@ -178,8 +178,10 @@ func TestCleanStaleKeepsMounted(t *testing.T) {
 	protMu.Lock()
 	e := protReg[p]
 	delete(protReg, p)
-	e.dir.Close()
-	e.dir = nil
+	for _, d := range e.dirs {
+		d.Close()
+	}
+	e.dirs = nil
 	protMu.Unlock()
 	setRecord(t, p, deadPid(t))
 	removed := CleanStale()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,12 +17,10 @@ import (
 
 // Limits of the scan that expands deny glob patterns.
 const (
-	// DefaultGlobScanDepth is how many components below a pattern's
-	// fixed prefix are scanned when glob_scan_max_depth is absent. The
-	// reference's default is at least 4 (observed) and a file left out is
-	// a file left readable, so the default is generous: the entry cap, not
-	// the depth, is what keeps a huge tree from stalling the server.
-	DefaultGlobScanDepth = 32
+	// Without glob_scan_max_depth the scan has no depth limit, as the
+	// reference masks matches at any depth (a depth of 32 used to leave a
+	// deeper match readable): the entry cap, not the depth, is what keeps
+	// a huge tree from stalling the server.
 	// MaxGlobScanEntries is how many directory entries one Resolve may
 	// read for its deny globs. Past it the request fails (-32603) rather
 	// than run with matches left unmasked.
@@ -658,7 +657,7 @@ func (r *resolver) scan(comps []string) error {
 	}
 	maxDepth := int(min(r.policy.Permissions.GlobScanMaxDepth, 1<<16))
 	if maxDepth == 0 {
-		maxDepth = DefaultGlobScanDepth
+		maxDepth = math.MaxInt // any depth: MaxGlobScanEntries bounds the work
 	}
 	// Components before the first "**" prune the walk.
 	prefix := rest
@@ -683,6 +682,11 @@ func (r *resolver) scan(comps []string) error {
 			}
 		}
 		ents, err := os.ReadDir(dir)
+		if errors.Is(err, syscall.ENAMETOOLONG) {
+			// Deeper than a path can name: its matches could be neither
+			// found nor masked. Fail rather than leave them readable.
+			return protocol.Internal("sandbox deny glob `%s`: %s is too deep to scan; use glob_scan_max_depth", g, dir[:min(len(dir), 64)]+"…")
+		}
 		if err != nil {
 			return nil // unreadable or gone: nothing to mask there
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/transport"
 )
 
@@ -356,6 +357,15 @@ func (s *Server) Close() {
 		go func() { defer wg.Done(); ss.end() }()
 	}
 	wg.Wait()
+	// The sandboxes' traces on the host (the mount points of missing
+	// protected paths, such as WORK/.codex) go before the server does:
+	// idle fs helpers end now, and those in flight are waited for.
+	ctx, cancel := context.WithTimeout(context.Background(), quiesceTimeout)
+	sandbox.Quiesce(ctx)
+	cancel()
 }
+
+// quiesceTimeout bounds how long Close waits for the sandboxes' clean-up.
+const quiesceTimeout = 15 * time.Second
 
 var errServerClosed = errors.New("server is shutting down")

@@ -416,7 +416,12 @@ func TestAbandonedProcesses(t *testing.T) {
 			defer wg.Done()
 			for {
 				i := next.Add(1)
-				if i > int64(n) || ctx.Err() != nil || time.Now().After(stopAt) {
+				// Past the budget the attack goes on only until it has
+				// exceeded the live limit (1 000), which is what the test
+				// is about: on a loaded machine (CPU hogs beside -race
+				// runs) 25 s gave only 894 starts and the test failed
+				// for the machine's speed, not the server's.
+				if i > int64(n) || ctx.Err() != nil || time.Now().After(stopAt) && accepted.Load() > 1000 {
 					return
 				}
 				err := attacker.startProcess(ctx, fmt.Sprintf("p%d", i), []string{"true"}, map[string]string{"HOSTILE_MARK": mark})

@@ -618,8 +618,10 @@ func connect(t *testing.T, s *server, fx *fixture) *sbxClient {
 }
 
 // opTimeout bounds every single call: a sandboxed operation answers within
-// it or the case fails (a hang is a failure, never a wait).
-const opTimeout = 20 * time.Second
+// it or the case fails (a hang is a failure, never a wait). Generous: a
+// hang guard, not a latency bound (TestSandboxStress runs 32 clients
+// beside CPU hogs, at load averages of 30 to 40 on 2 cores).
+const opTimeout = 60 * time.Second
 
 // fs sends an fs method with the case's sandbox (sbx nil: the default fs
 // context; pass noSandbox to send none).
