@@ -46,6 +46,9 @@ flags:
 `
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if code, ok := refuseForward(args, stderr); ok {
+		return code
+	}
 	if len(args) > 0 {
 		if code, ok := runSubcommand(args[0], args[1:], stdin, stdout, stderr); ok {
 			return code
@@ -143,7 +146,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		defer stopMetrics()
 	}
-	if code, ok := rem.run(ctx, srv, logger, stderr); ok {
+	if code, ok := rem.run(ctx, srv, logger, stdin, stderr); ok {
 		return code
 	}
 	if err := srv.Run(ctx); err != nil {
