@@ -46,7 +46,7 @@ flags:
 `
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if code, ok := refuseForward(args, stderr); ok {
+	if code, ok := forwardCommand(args, stdin, stderr); ok {
 		return code
 	}
 	if len(args) > 0 {

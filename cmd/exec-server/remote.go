@@ -57,14 +57,13 @@ func addRemoteFlags(fs *flag.FlagSet) *remoteFlags {
 	}
 }
 
-// refuseForward answers `exec-server forward`, which is not built: a clear
-// refusal instead of "unexpected argument".
-func refuseForward(args []string, stderr io.Writer) (int, bool) {
+// forwardCommand runs `exec-server forward` (forward.go); ok is false
+// for any other command line.
+func forwardCommand(args []string, stdin io.Reader, stderr io.Writer) (int, bool) {
 	if len(args) == 0 || args[0] != "forward" {
 		return 0, false
 	}
-	fmt.Fprintln(stderr, "exec-server: `exec-server forward` (bridging remote streams to a local exec-server) is not supported yet")
-	return 2, true
+	return runForward(args[1:], stdin, stderr), true
 }
 
 // usageError is a command-line error: exit status 2.
@@ -191,6 +190,11 @@ func (r *remoteFlags) run(ctx context.Context, srv *server.Server, logger *slog.
 		return 0, false
 	}
 	defer srv.Close()
+	return r.serve(ctx, srv, logger, stdin, stderr)
+}
+
+// serve runs the executor with server serving its streams.
+func (r *remoteFlags) serve(ctx context.Context, server executor.StreamServer, logger *slog.Logger, stdin io.Reader, stderr io.Writer) (code int, ok bool) {
 	in := bufio.NewReaderSize(stdin, executor.MaxStdinCredential)
 	tok, account, mode, err := r.credential(in)
 	if err != nil {
@@ -221,7 +225,7 @@ func (r *remoteFlags) run(ctx context.Context, srv *server.Server, logger *slog.
 		Token:         tok,
 		Auth:          mode,
 		AccountID:     account,
-		Server:        srv,
+		Server:        server,
 		Logger:        logger,
 	}
 	if pool != nil {
