@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/execgo/exec-server/internal/secretenv"
 	"github.com/execgo/exec-server/remote/executor"
@@ -148,11 +149,21 @@ func (r *remoteFlags) credential(in *bufio.Reader) (tok, account string, mode ex
 	case af.APIKey != "":
 		return af.APIKey, "", executor.AuthAPIKey, nil
 	case af.Expired:
-		// The reference refreshes it first (POST to its token endpoint);
-		// that is not built here, and registering with an expired token
-		// (what the reference does when the refresh fails) only fails
-		// later.
-		return "", "", executor.AuthChatGPT, errors.New("the ChatGPT access token in $CODEX_HOME/auth.json has expired; run `codex login` again (or any codex command, which refreshes it)")
+		// Refreshed first, as codex does; if that fails, refused (the
+		// reference then registers with the expired token, which only
+		// fails later).
+		pool, err := rootCAs()
+		if err != nil {
+			return "", "", executor.AuthChatGPT, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Its name holds TOKEN: secretenv moved it out of os.Environ.
+		endpoint, _ := secretenv.LookupEnv("CODEX_REFRESH_TOKEN_URL_OVERRIDE")
+		af, err = executor.RefreshAuthFile(ctx, executor.DefaultHTTPClient(pool), executor.CodexHome(), endpoint)
+		if err != nil {
+			return "", "", executor.AuthChatGPT, fmt.Errorf("the ChatGPT access token in $CODEX_HOME/auth.json has expired and %v; run `codex login` again", err)
+		}
 	}
 	return af.AccessToken, af.AccountID, executor.AuthChatGPT, nil
 }

@@ -71,6 +71,13 @@ func newRecorder(t *testing.T) *recorder {
 			}
 		}
 		sort.Strings(rr.Headers)
+		if strings.HasSuffix(req.URL.Path, "/oauth/token") {
+			r.mu.Lock()
+			r.reqs = append(r.reqs, rr)
+			r.mu.Unlock()
+			json.NewEncoder(w).Encode(map[string]string{"id_token": freshTok, "access_token": freshTok, "refresh_token": "r2"})
+			return
+		}
 		if strings.HasSuffix(req.URL.Path, "/wham/config/bundle") {
 			io.WriteString(w, "{}")
 			return
@@ -182,6 +189,9 @@ func testJWT(claims map[string]any) string {
 	return enc(h) + "." + enc(c) + "." + enc([]byte("sig"))
 }
 
+// freshTok is the access token the double's token endpoint hands out.
+var freshTok = testJWT(map[string]any{"exp": float64(time.Now().Add(24 * time.Hour).Unix()), "fresh": true})
+
 type authCase struct {
 	name     string
 	tls      bool // the https double, else the plain loopback one
@@ -193,6 +203,7 @@ type authCase struct {
 	code     int    // exit status
 	refusal  string // the reference's refusal text, "" when it registers
 	want     *regRequest
+	refresh  bool // a token refresh request comes before want
 }
 
 func authCases() []authCase {
@@ -256,6 +267,8 @@ func authCases() []authCase {
 		{name: "auth.json without account", authJSON: signIn(without("account_id"), true), code: 1, want: reg("Bearer "+bareTok, "")},
 		{name: "auth.json api key", authJSON: `{"OPENAI_API_KEY":"sk-file"}`, code: 1, want: reg("Bearer sk-file", "")},
 		{name: "api key beats auth.json", authJSON: signIn(full, true), env: []string{"CODEX_API_KEY=k-1"}, code: 1, want: reg("Bearer k-1", "")},
+		{name: "auth.json expired is refreshed", authJSON: signIn(map[string]any{"id_token": idTok, "access_token": expiredTok, "refresh_token": "r", "account_id": "acct-file"}, true),
+			env: []string{"CODEX_REFRESH_TOKEN_URL_OVERRIDE={tls}/oauth/token"}, code: 1, refresh: true, want: reg("Bearer "+freshTok, "acct-file")},
 		{name: "auth.json without refresh token", authJSON: signIn(without("refresh_token"), true), code: 1, refusal: "requires ChatGPT authentication or API key authentication; run `codex login` or set CODEX_API_KEY"},
 		{name: "auth.json id_token not a JWT", authJSON: signIn(map[string]any{"id_token": "x", "access_token": bareTok, "refresh_token": "r"}, true), code: 1, refusal: "requires ChatGPT authentication or API key authentication"},
 		{name: "auth.json without last_refresh", authJSON: signIn(full, false), code: 1, refusal: "executor credential has no usable bearer"},
@@ -306,7 +319,9 @@ func runAuthCase(t *testing.T, r *recorder, c authCase, ref, home string) authRu
 	// from the test's own environment.
 	cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"), "HOME="+codexHome, "CODEX_HOME="+codexHome,
 		"SSL_CERT_FILE="+r.caFile, "CODEX_CA_CERTIFICATE="+r.caFile, "RUST_BACKTRACE=0")
-	cmd.Env = append(cmd.Env, c.env...)
+	for _, kv := range c.env {
+		cmd.Env = append(cmd.Env, strings.ReplaceAll(kv, "{tls}", r.tls.URL))
+	}
 	cmd.Stdin = strings.NewReader(c.stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -334,6 +349,15 @@ func checkAuthRun(t *testing.T, who string, c authCase, got authRun) {
 			t.Errorf("%s: a refused credential still reached the registry: %+v", who, got.reqs)
 		}
 		return
+	}
+	if c.refresh {
+		want := regRequest{Method: "POST", Path: "/oauth/token", Headers: []string{"accept", "content-type", "originator"},
+			BodyShape: `{"client_id":"s","grant_type":"s","refresh_reason":"s","refresh_token":"s"}`}
+		if len(got.reqs) == 0 || !reflect.DeepEqual(got.reqs[0], want) {
+			t.Errorf("%s: requests\n%+v\nwant first\n%+v", who, got.reqs, want)
+			return
+		}
+		got.reqs = got.reqs[1:]
 	}
 	if len(got.reqs) != 1 || !reflect.DeepEqual(got.reqs[0], *c.want) {
 		t.Errorf("%s: requests\n%+v\nwant one\n%+v\nstderr %q", who, got.reqs, *c.want, got.stderr)

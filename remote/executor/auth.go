@@ -2,10 +2,14 @@ package executor
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -248,4 +252,111 @@ func checkAuthURL(raw string, mode AuthMode) (string, error) {
 		return "", fmt.Errorf("--remote URL %q must be http(s)://", raw)
 	}
 	return base, nil
+}
+
+// RefreshURL is where an expired ChatGPT sign-in is refreshed, as codex
+// does it (CODEX_REFRESH_TOKEN_URL_OVERRIDE replaces it there).
+const RefreshURL = "https://auth.openai.com/oauth/token"
+
+// refreshClientID is codex's public OAuth client id, which the refresh
+// request names.
+const refreshClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
+
+// RefreshAuthFile refreshes the expired sign-in of codexHome/auth.json as
+// codex does: POST {client_id, grant_type: refresh_token, refresh_reason:
+// proactive_expiry, refresh_token} to the token endpoint, then rewrite
+// auth.json (atomically, mode 0600) with the tokens of the answer and a new
+// last_refresh, keeping every other field. Any failure is returned: the
+// caller refuses to register rather than send the expired token.
+// endpoint "" is RefreshURL.
+func RefreshAuthFile(ctx context.Context, client *http.Client, codexHome, endpoint string) (AuthFile, error) {
+	path := filepath.Join(codexHome, "auth.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return AuthFile{}, err
+	}
+	var file map[string]json.RawMessage
+	var tokens map[string]any
+	if err := json.Unmarshal(data, &file); err != nil {
+		return AuthFile{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := json.Unmarshal(file["tokens"], &tokens); err != nil || tokens == nil {
+		return AuthFile{}, fmt.Errorf("%s: no tokens to refresh", path)
+	}
+	refresh, _ := tokens["refresh_token"].(string)
+	body, _ := json.Marshal(map[string]string{
+		"client_id":      refreshClientID,
+		"grant_type":     "refresh_token",
+		"refresh_reason": "proactive_expiry",
+		"refresh_token":  refresh,
+	})
+	if endpoint == "" {
+		endpoint = RefreshURL
+	}
+	// The refresh token goes only where a registry credential may.
+	if _, err := checkAuthURL(endpoint, AuthChatGPT); err != nil {
+		return AuthFile{}, fmt.Errorf("token refresh URL %q: %w", endpoint, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		return AuthFile{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "*/*")
+	req.Header.Set("Originator", "codex_cli_rs")
+	resp, err := client.Do(req)
+	if err != nil {
+		return AuthFile{}, fmt.Errorf("refreshing the ChatGPT sign-in: %w", err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return AuthFile{}, fmt.Errorf("refreshing the ChatGPT sign-in: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return AuthFile{}, fmt.Errorf("refreshing the ChatGPT sign-in: HTTP %d", resp.StatusCode)
+	}
+	var fresh struct {
+		IDToken      string `json:"id_token"`
+		AccessToken  string `json:"access_token"`
+		RefreshToken string `json:"refresh_token"`
+	}
+	if err := json.Unmarshal(answer, &fresh); err != nil || fresh.AccessToken == "" {
+		return AuthFile{}, errors.New("refreshing the ChatGPT sign-in: the answer has no access_token")
+	}
+	tokens["access_token"] = fresh.AccessToken
+	if fresh.IDToken != "" {
+		tokens["id_token"] = fresh.IDToken
+	}
+	if fresh.RefreshToken != "" {
+		tokens["refresh_token"] = fresh.RefreshToken
+	}
+	tb, _ := json.Marshal(tokens)
+	file["tokens"] = tb
+	lr, _ := json.Marshal(time.Now().UTC().Format(time.RFC3339Nano))
+	file["last_refresh"] = lr
+	out, err := json.MarshalIndent(file, "", "  ")
+	if err != nil {
+		return AuthFile{}, err
+	}
+	tmp, err := os.CreateTemp(codexHome, ".auth.json.*")
+	if err != nil {
+		return AuthFile{}, err
+	}
+	_, werr := tmp.Write(out)
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return AuthFile{}, fmt.Errorf("rewriting %s: %w", path, werr)
+	}
+	af, _, err := LoadAuthFile(codexHome)
+	if err == nil && af.Expired {
+		err = errors.New("refreshing the ChatGPT sign-in: the new access token has expired too")
+	}
+	return af, err
 }

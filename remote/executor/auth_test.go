@@ -2,8 +2,11 @@ package executor
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +135,52 @@ func TestCheckAuthURL(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("%s %s: %q %v", c.url, c.mode, got, err)
 		}
+	}
+}
+
+func TestRefreshAuthFile(t *testing.T) {
+	fresh := jwtFor(map[string]any{"exp": float64(time.Now().Add(time.Hour).Unix())})
+	dead := jwtFor(map[string]any{"exp": float64(time.Now().Add(-time.Hour).Unix())})
+	status := http.StatusOK
+	var got map[string]string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&got)
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]string{"access_token": fresh, "refresh_token": "r2"})
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	orig := `{"OPENAI_API_KEY":null,"other":7,"last_refresh":"2026-01-01T00:00:00Z","tokens":{"id_token":"` + dead + `","access_token":"` + dead + `","refresh_token":"r1","account_id":"acct"}}`
+	path := filepath.Join(dir, "auth.json")
+	if err := os.WriteFile(path, []byte(orig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status = http.StatusInternalServerError
+	if _, err := RefreshAuthFile(context.Background(), srv.Client(), dir, srv.URL+"/oauth/token"); err == nil {
+		t.Error("a refused refresh passed")
+	}
+	if b, _ := os.ReadFile(path); string(b) != orig {
+		t.Errorf("a failed refresh changed auth.json: %s", b)
+	}
+	if _, err := RefreshAuthFile(context.Background(), srv.Client(), dir, "http://auth.example.com/oauth/token"); err == nil {
+		t.Error("the refresh token went over plain http to a non-loopback host")
+	}
+	status = http.StatusOK
+	af, err := RefreshAuthFile(context.Background(), srv.Client(), dir, srv.URL+"/oauth/token")
+	if err != nil || af.AccessToken != fresh || af.AccountID != "acct" || af.Expired {
+		t.Fatalf("%+v %v", af, err)
+	}
+	if got["refresh_token"] != "r1" || got["grant_type"] != "refresh_token" || got["client_id"] == "" {
+		t.Errorf("request %v", got)
+	}
+	var file map[string]any
+	b, _ := os.ReadFile(path)
+	json.Unmarshal(b, &file)
+	tok := file["tokens"].(map[string]any)
+	if tok["refresh_token"] != "r2" || tok["id_token"] != dead || file["other"] != float64(7) || file["last_refresh"] == "2026-01-01T00:00:00Z" {
+		t.Errorf("rewritten auth.json %s", b)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("auth.json mode %v", fi.Mode())
 	}
 }
