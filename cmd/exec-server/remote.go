@@ -121,7 +121,7 @@ func (r *remoteFlags) check(lookup func(string) (string, bool)) error {
 
 // credential resolves the registry credential (see remoteFlags), reading
 // stdin for the stdin modes through in.
-func (r *remoteFlags) credential(in *bufio.Reader) (tok, account string, mode executor.AuthMode, err error) {
+func (r *remoteFlags) credential(in *bufio.Reader, logger *slog.Logger) (tok, account string, mode executor.AuthMode, err error) {
 	switch {
 	case *r.bearerStdin:
 		tok, err = executor.ReadCredentialLine(in, "registration bearer")
@@ -148,10 +148,10 @@ func (r *remoteFlags) credential(in *bufio.Reader) (tok, account string, mode ex
 		return "", "", executor.AuthAPIKey, errors.New("CODEX_API_KEY is required for --remote (the registry bearer token), or a ChatGPT sign-in in $CODEX_HOME/auth.json (`codex login`), --registration-bearer-stdin or --chatgpt-token-stdin")
 	case af.APIKey != "":
 		return af.APIKey, "", executor.AuthAPIKey, nil
-	case af.Expired:
-		// Refreshed first, as codex does; if that fails, refused (the
-		// reference then registers with the expired token, which only
-		// fails later).
+	case af.RefreshDue:
+		// Refreshed first, as codex does. If that fails, a token not yet
+		// expired is used (as there); an expired one is refused (the
+		// reference sends it anyway, which only fails later).
 		pool, err := rootCAs()
 		if err != nil {
 			return "", "", executor.AuthChatGPT, err
@@ -160,9 +160,14 @@ func (r *remoteFlags) credential(in *bufio.Reader) (tok, account string, mode ex
 		defer cancel()
 		// Its name holds TOKEN: secretenv moved it out of os.Environ.
 		endpoint, _ := secretenv.LookupEnv("CODEX_REFRESH_TOKEN_URL_OVERRIDE")
-		af, err = executor.RefreshAuthFile(ctx, executor.DefaultHTTPClient(pool), executor.CodexHome(), endpoint)
-		if err != nil {
+		fresh, err := executor.RefreshAuthFile(ctx, executor.DefaultHTTPClient(pool), executor.CodexHome(), endpoint)
+		switch {
+		case err == nil:
+			af = fresh
+		case af.Expired:
 			return "", "", executor.AuthChatGPT, fmt.Errorf("the ChatGPT access token in $CODEX_HOME/auth.json has expired and %v; run `codex login` again", err)
+		default:
+			logger.Warn("could not refresh the ChatGPT sign-in; registering with the current access token, which expires soon", "err", err)
 		}
 	}
 	return af.AccessToken, af.AccountID, executor.AuthChatGPT, nil
@@ -207,7 +212,7 @@ func (r *remoteFlags) run(ctx context.Context, srv *server.Server, logger *slog.
 // serve runs the executor with server serving its streams.
 func (r *remoteFlags) serve(ctx context.Context, server executor.StreamServer, logger *slog.Logger, stdin io.Reader, stderr io.Writer) (code int, ok bool) {
 	in := bufio.NewReaderSize(stdin, executor.MaxStdinCredential)
-	tok, account, mode, err := r.credential(in)
+	tok, account, mode, err := r.credential(in, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "exec-server: %v\n", err)
 		return 1, true

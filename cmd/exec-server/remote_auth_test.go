@@ -269,6 +269,8 @@ func authCases() []authCase {
 		{name: "api key beats auth.json", authJSON: signIn(full, true), env: []string{"CODEX_API_KEY=k-1"}, code: 1, want: reg("Bearer k-1", "")},
 		{name: "auth.json expired is refreshed", authJSON: signIn(map[string]any{"id_token": idTok, "access_token": expiredTok, "refresh_token": "r", "account_id": "acct-file"}, true),
 			env: []string{"CODEX_REFRESH_TOKEN_URL_OVERRIDE={tls}/oauth/token"}, code: 1, refresh: true, want: reg("Bearer "+freshTok, "acct-file")},
+		{name: "auth.json expiring in 60 s is refreshed", authJSON: signIn(map[string]any{"id_token": idTok, "access_token": testJWT(map[string]any{"exp": float64(time.Now().Add(time.Minute).Unix())}), "refresh_token": "r", "account_id": "acct-file"}, true),
+			env: []string{"CODEX_REFRESH_TOKEN_URL_OVERRIDE={tls}/oauth/token"}, code: 1, refresh: true, want: reg("Bearer "+freshTok, "acct-file")},
 		{name: "auth.json without refresh token", authJSON: signIn(without("refresh_token"), true), code: 1, refusal: "requires ChatGPT authentication or API key authentication; run `codex login` or set CODEX_API_KEY"},
 		{name: "auth.json id_token not a JWT", authJSON: signIn(map[string]any{"id_token": "x", "access_token": bareTok, "refresh_token": "r"}, true), code: 1, refusal: "requires ChatGPT authentication or API key authentication"},
 		{name: "auth.json without last_refresh", authJSON: signIn(full, false), code: 1, refusal: "executor credential has no usable bearer"},

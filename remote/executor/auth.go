@@ -146,7 +146,13 @@ type AuthFile struct {
 	AccessToken string
 	AccountID   string // tokens.account_id; empty: no ChatGPT-Account-ID
 	Expired     bool   // the access token's exp has passed
+	RefreshDue  bool   // it has passed or comes within RefreshMargin
 }
+
+// RefreshMargin: an access token this close to its expiry is refreshed
+// before registering. The reference 0.171 refreshes one expiring in 240 s
+// and not one expiring in 330 s: 5 minutes, measured to that resolution.
+const RefreshMargin = 5 * time.Minute
 
 type authJSON struct {
 	APIKey *string `json:"OPENAI_API_KEY"`
@@ -203,8 +209,10 @@ func LoadAuthFile(codexHome string) (af AuthFile, ok bool, err error) {
 	}
 	af.AccessToken, af.AccountID = t.AccessToken, t.AccountID
 	if claims, isJWT := jwtClaims(t.AccessToken); isJWT {
-		if exp, ok := claims["exp"].(float64); ok && time.Unix(int64(exp), 0).Before(time.Now()) {
-			af.Expired = true
+		if exp, ok := claims["exp"].(float64); ok {
+			at := time.Unix(int64(exp), 0)
+			af.Expired = at.Before(time.Now())
+			af.RefreshDue = at.Before(time.Now().Add(RefreshMargin))
 		}
 	}
 	return af, true, nil
@@ -355,8 +363,8 @@ func RefreshAuthFile(ctx context.Context, client *http.Client, codexHome, endpoi
 		return AuthFile{}, fmt.Errorf("rewriting %s: %w", path, werr)
 	}
 	af, _, err := LoadAuthFile(codexHome)
-	if err == nil && af.Expired {
-		err = errors.New("refreshing the ChatGPT sign-in: the new access token has expired too")
+	if err == nil && af.RefreshDue {
+		err = errors.New("refreshing the ChatGPT sign-in: the new access token expires within 5 minutes too")
 	}
 	return af, err
 }

@@ -79,6 +79,7 @@ func TestChatGPTTokenAccount(t *testing.T) {
 func TestLoadAuthFile(t *testing.T) {
 	live := jwtFor(map[string]any{"exp": float64(time.Now().Add(time.Hour).Unix())})
 	dead := jwtFor(map[string]any{"exp": float64(time.Now().Add(-time.Hour).Unix())})
+	soon := jwtFor(map[string]any{"exp": float64(time.Now().Add(RefreshMargin / 2).Unix())})
 	tokens := func(access, refresh, id string) string {
 		b, _ := json.Marshal(map[string]any{"OPENAI_API_KEY": nil, "last_refresh": "2026-01-01T00:00:00Z",
 			"tokens": map[string]any{"id_token": id, "access_token": access, "refresh_token": refresh, "account_id": "acct"}})
@@ -90,7 +91,8 @@ func TestLoadAuthFile(t *testing.T) {
 		err        string
 	}{
 		{"sign-in", tokens(live, "r", live), AuthFile{AccessToken: live, AccountID: "acct"}, ""},
-		{"expired", tokens(dead, "r", live), AuthFile{AccessToken: dead, AccountID: "acct", Expired: true}, ""},
+		{"expired", tokens(dead, "r", live), AuthFile{AccessToken: dead, AccountID: "acct", Expired: true, RefreshDue: true}, ""},
+		{"expiring", tokens(soon, "r", live), AuthFile{AccessToken: soon, AccountID: "acct", RefreshDue: true}, ""},
 		{"api key", `{"OPENAI_API_KEY":"sk"}`, AuthFile{APIKey: "sk"}, ""},
 		{"no refresh token", tokens(live, "", live), AuthFile{}, "run `codex login`"},
 		{"id token not a JWT", tokens(live, "r", "x"), AuthFile{}, "run `codex login`"},
@@ -167,7 +169,7 @@ func TestRefreshAuthFile(t *testing.T) {
 	}
 	status = http.StatusOK
 	af, err := RefreshAuthFile(context.Background(), srv.Client(), dir, srv.URL+"/oauth/token")
-	if err != nil || af.AccessToken != fresh || af.AccountID != "acct" || af.Expired {
+	if err != nil || af.AccessToken != fresh || af.AccountID != "acct" || af.RefreshDue {
 		t.Fatalf("%+v %v", af, err)
 	}
 	if got["refresh_token"] != "r1" || got["grant_type"] != "refresh_token" || got["client_id"] == "" {
