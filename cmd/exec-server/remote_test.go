@@ -31,6 +31,7 @@ func TestRemoteFlags(t *testing.T) {
 		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E"}, 1, "CODEX_API_KEY"},
 	}
 	t.Setenv("CODEX_API_KEY", "")
+	t.Setenv("CODEX_HOME", t.TempDir()) // no auth.json to fall back on
 	for _, c := range cases {
 		var out, errb bytes.Buffer
 		code := run(c.args, strings.NewReader(""), &out, &errb)
