@@ -114,7 +114,7 @@ func (r *remoteFlags) check(lookup func(string) (string, bool)) error {
 	if _, ok := secretenv.LookupEnv("CODEX_ACCESS_TOKEN"); ok {
 		// The reference refuses CODEX_ACCESS_TOKEN without
 		// --use-agent-identity-auth, which is not built here.
-		return usageError{errors.New("Agent Identity auth (CODEX_ACCESS_TOKEN) is not supported yet by this executor; unset CODEX_ACCESS_TOKEN to use another credential")}
+		return usageError{errors.New("the Agent Identity auth of CODEX_ACCESS_TOKEN is not supported yet by this executor; unset CODEX_ACCESS_TOKEN to use another credential")}
 	}
 	return nil
 }
