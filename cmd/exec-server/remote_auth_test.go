@@ -499,7 +499,8 @@ func TestExitOnStdinCloseFlags(t *testing.T) {
 		if code != c.code || !strings.Contains(errb.String(), c.msg) {
 			t.Errorf("%v (env %q): exit %d, stderr %q; want %d and %q", c.args, c.env, code, errb.String(), c.code, c.msg)
 		}
-	}	// CODEX_ACCESS_TOKEN is never silently ignored for another credential.
+	}
+	// CODEX_ACCESS_TOKEN is never silently ignored for another credential.
 	// A child process: run's secretenv keeps what it scrubs for the
 	// process's life, past t.Setenv's restore.
 	cmd := serverCommand("--remote", "http://127.0.0.1:1", "--environment-id", "E")
