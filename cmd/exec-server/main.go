@@ -48,6 +48,9 @@ flags:
 `
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if code, ok := forwardCommand(args, stdin, stderr); ok {
+		return code
+	}
 	if len(args) > 0 {
 		if code, ok := runSubcommand(args[0], args[1:], stdin, stdout, stderr); ok {
 			return code
@@ -168,7 +171,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		defer stopMetrics()
 	}
-	if code, ok := rem.run(ctx, srv, logger, stderr); ok {
+	if code, ok := rem.run(ctx, srv, logger, stdin, stderr); ok {
 		return code
 	}
 	context.AfterFunc(ctx, func() { _ = sdNotify("STOPPING=1") })

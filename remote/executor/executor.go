@@ -10,6 +10,8 @@ package executor
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,10 +40,16 @@ type Config struct {
 	RegistryURL   string // --remote
 	EnvironmentID string // --environment-id
 	Name          string // --name: accepted, not sent (as the reference)
-	Token         string // CODEX_API_KEY, sent as a bearer token
-	Server        StreamServer
-	Logger        *slog.Logger
-	HTTPClient    *http.Client // default: no redirects, TCP_NODELAY
+	Token         string // the registry bearer: CODEX_API_KEY, or what Auth names
+	// Auth is where Token came from, which decides the registry URLs it
+	// may go to (checkAuthURL); the zero value is CODEX_API_KEY's rule.
+	Auth AuthMode
+	// AccountID is sent as ChatGPT-Account-ID on registry requests when
+	// not empty (the ChatGPT modes).
+	AccountID  string
+	Server     StreamServer
+	Logger     *slog.Logger
+	HTTPClient *http.Client // default: no redirects, TCP_NODELAY
 
 	MaxStreams            int           // 128
 	MaxPendingValidations int           // 32
@@ -94,12 +102,23 @@ func (c *Config) defaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{
-			// Redirects are not followed (spec §3): a bearer token must
-			// not travel to wherever a redirect points.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		c.HTTPClient = DefaultHTTPClient(nil)
 	}
+}
+
+// DefaultHTTPClient is the registry and rendezvous client: redirects are
+// not followed (spec §3: a bearer token must not travel to wherever a
+// redirect points); roots, when not nil, replace the system's trusted CAs.
+func DefaultHTTPClient(roots *x509.CertPool) *http.Client {
+	c := &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	if roots != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{RootCAs: roots}
+		c.Transport = t
+	}
+	return c
 }
 
 // Run registers and serves until ctx ends (nil) or a fatal error: the
@@ -115,9 +134,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("executor: --environment-id is required with --remote")
 	}
 	if cfg.Token == "" {
-		return errors.New("executor: CODEX_API_KEY is required for --remote (the registry bearer token)")
+		if cfg.Auth == AuthAPIKey {
+			return errors.New("executor: CODEX_API_KEY is required for --remote (the registry bearer token)")
+		}
+		return fmt.Errorf("executor: no registry credential (%s)", cfg.Auth)
 	}
-	base, err := checkRegistryURL(cfg.RegistryURL)
+	base, err := checkAuthURL(cfg.RegistryURL, cfg.Auth)
 	if err != nil {
 		return err
 	}
@@ -129,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 	e := &executor{
 		cfg: cfg,
 		log: cfg.Logger.With("environment_id", cfg.EnvironmentID),
-		reg: &registry{base: base, env: cfg.EnvironmentID, token: cfg.Token, client: cfg.HTTPClient},
+		reg: &registry{base: base, env: cfg.EnvironmentID, token: cfg.Token, account: cfg.AccountID, client: cfg.HTTPClient},
 		key: kp,
 	}
 	return e.run(ctx)

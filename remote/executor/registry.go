@@ -21,10 +21,11 @@ const SecurityProfile = "noise_hybrid_ik_v1"
 
 // registry talks to the environment registry (spec §3).
 type registry struct {
-	base   string // trimmed, without a trailing slash; a path prefix is kept
-	env    string
-	token  string
-	client *http.Client
+	base    string // trimmed, without a trailing slash; a path prefix is kept
+	env     string
+	token   string
+	account string // ChatGPT-Account-ID, sent when not empty
+	client  *http.Client
 }
 
 // checkRegistryURL trims base and refuses to send a bearer token anywhere
@@ -84,6 +85,13 @@ func (e *RegistryError) retryable() bool {
 }
 
 func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Header, out any) error {
+	if r.account != "" {
+		h := http.Header{"Chatgpt-Account-Id": {r.account}}
+		for k, v := range hdr {
+			h[k] = v
+		}
+		hdr = h
+	}
 	status, data, err := envreg.Post(ctx, r.client, r.base, r.env, verb, r.token, hdr, body, 1<<20)
 	if err != nil {
 		return err
