@@ -1041,7 +1041,7 @@ func (p *Process) TimedOut() bool {
 // of this project's server). Other servers make it fail with
 // errors.ErrUnsupported.
 func (p *Process) Resize(ctx context.Context, rows, cols int) error {
-	return p.c.extension(ctx, "process/resize", resizeParams{ProcessID: p.id, Rows: rows, Cols: cols}, nil, true)
+	return p.c.extension(ctx, protocol.MethodProcessResize, resizeParams{ProcessID: p.id, Rows: rows, Cols: cols}, nil, true)
 }
 
 // maxWriteChunk bounds one process/write: big writes are split so no

@@ -10,17 +10,12 @@ import (
 	"sync/atomic"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/protocol"
 )
 
 // Filesystem watches (fs/watch, fs/changed, fs/unwatch): an extension of
 // this project's server (README "Filesystem watches"); other servers make
 // Watch fail with errors.ErrUnsupported.
-
-const (
-	methodFsWatch   = "fs/watch"
-	methodFsUnwatch = "fs/unwatch"
-	methodFsChanged = "fs/changed"
-)
 
 // Change kinds, as the server reports them.
 const (
@@ -135,7 +130,7 @@ func (c *Client) Watch(ctx context.Context, path string, recursive bool) (*Watch
 	cw.mu.Lock()
 	cw.byID[w.id] = w
 	cw.mu.Unlock()
-	if err := c.extension(ctx, methodFsWatch, map[string]any{"watchId": w.id, "path": u, "recursive": recursive}, nil, true); err != nil {
+	if err := c.extension(ctx, protocol.MethodFsWatch, map[string]any{"watchId": w.id, "path": u, "recursive": recursive}, nil, true); err != nil {
 		cw.mu.Lock()
 		delete(cw.byID, w.id)
 		cw.mu.Unlock()
@@ -183,7 +178,7 @@ func (w *Watch) Close() error {
 	w.end(nil)
 	ctx, cancel := context.WithTimeout(w.c.ctx, w.c.opts.ReconnectTimeout)
 	defer cancel()
-	err := w.c.extension(ctx, methodFsUnwatch, map[string]any{"watchId": w.id}, nil, false)
+	err := w.c.extension(ctx, protocol.MethodFsUnwatch, map[string]any{"watchId": w.id}, nil, false)
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrSessionLost) {
 		return nil // the server's watch went with the connection
 	}
@@ -249,7 +244,7 @@ func (w *Watch) deliver() {
 // extNotify routes the notifications of this project's extensions; it runs
 // on the read loop (Client.onNotify) and must not block.
 func (c *Client) extNotify(method string, params json.RawMessage) {
-	if method != methodFsChanged {
+	if method != protocol.NotifyFsChanged {
 		return
 	}
 	var n struct {
@@ -318,7 +313,7 @@ func (c *Client) rewatch() {
 		defer c.wg.Done()
 		for _, w := range ws {
 			ctx, cancel := context.WithTimeout(c.ctx, c.opts.ReconnectTimeout)
-			err := c.call(ctx, methodFsWatch, map[string]any{"watchId": w.id, "path": fileuri.FromPath(w.path), "recursive": w.recursive}, nil, true)
+			err := c.call(ctx, protocol.MethodFsWatch, map[string]any{"watchId": w.id, "path": fileuri.FromPath(w.path), "recursive": w.recursive}, nil, true)
 			cancel()
 			var pe *Error
 			if errors.As(err, &pe) && pe.Code == -32600 && strings.Contains(pe.Message, "already in use") {

@@ -37,6 +37,24 @@ const (
 	MethodFsReadBlock       = "fs/readBlock"
 	MethodFsWriteBlock      = "fs/writeBlock"
 	MethodFsClose           = "fs/close"
+
+	// MethodFsWatchMissing is the reference's: it reports, once, when a
+	// missing path appears (NotifyFsMissingChanged).
+	MethodFsWatchMissing = "fs/watchMissing"
+	// MethodFsWatch and MethodFsUnwatch are an extension of this server
+	// (README "Filesystem watches"): changes under a path arrive as
+	// NotifyFsChanged. The reference answers -32601.
+	MethodFsWatch   = "fs/watch"
+	MethodFsUnwatch = "fs/unwatch"
+
+	// MethodEnvironmentConfigRead is the reference's environmentConfig/read:
+	// the executor's CODEX_HOME configuration and skills.
+	MethodEnvironmentConfigRead = "environmentConfig/read"
+
+	// MethodHTTPRequest is the reference's http/request: the executor makes
+	// an HTTP call for the client; a streamed body follows the result as
+	// NotifyHTTPRequestBodyDelta notifications.
+	MethodHTTPRequest = "http/request"
 )
 
 // Notification names, server to client.
@@ -44,6 +62,13 @@ const (
 	NotifyProcessOutput = "process/output"
 	NotifyProcessExited = "process/exited"
 	NotifyProcessClosed = "process/closed"
+
+	// NotifyFsMissingChanged answers MethodFsWatchMissing.
+	NotifyFsMissingChanged = "fs/missingChanged"
+	// NotifyFsChanged carries the changes of a MethodFsWatch watch.
+	NotifyFsChanged = "fs/changed"
+	// NotifyHTTPRequestBodyDelta carries a streamed MethodHTTPRequest body.
+	NotifyHTTPRequestBodyDelta = "http/request/bodyDelta"
 )
 
 // Output stream names.

@@ -15,7 +15,6 @@ import (
 // projected on the key paths the client asks for (codex asks for
 // [["mcp_servers"]] to learn the executor's MCP servers). Shapes as the
 // reference's (codex-rs/exec-server; docs/protocol.md).
-const methodEnvironmentConfigRead = "environmentConfig/read"
 
 type envConfigParams struct {
 	Cwd               string     `json:"cwd"`
@@ -104,7 +103,7 @@ func (cs *connState) readEnvConfig(p *envConfigParams) (any, error) {
 }
 
 func (s *Server) envConfigMethods(m map[string]method) {
-	m[methodEnvironmentConfigRead] = method{
+	m[protocol.MethodEnvironmentConfigRead] = method{
 		family: familyEnvironment,
 		decode: decodeEnvConfig,
 		call: func(_ context.Context, cs *connState, p any) (any, error) {

@@ -34,11 +34,7 @@ import (
 // status, the headers as received, and the body, whole or streamed as
 // http/request/bodyDelta notifications after the result. Shapes and texts
 // as the reference's (codex-rs/exec-server, http/request; docs/protocol.md).
-const (
-	methodHTTPRequest   = "http/request"
-	methodHTTPBodyDelta = "http/request/bodyDelta"
-	familyHTTP          = "http"
-)
+const familyHTTP = "http"
 
 // Bounds per connection. A whole (non-streamed) body travels in one
 // message as base64, so it must stay well under the message limit; a
@@ -287,7 +283,7 @@ func streamBody(ctx context.Context, conn *jsonrpc.Conn, id string, body io.Read
 }
 
 func appendDelta(dst []byte, id string, seq uint64, data []byte, done bool, errMsg string) []byte {
-	dst = append(dst, `{"method":"`+methodHTTPBodyDelta+`","params":{"requestId":`...)
+	dst = append(dst, `{"method":"`+protocol.NotifyHTTPRequestBodyDelta+`","params":{"requestId":`...)
 	dst = jsonrpc.AppendString(dst, id)
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendUint(dst, seq, 10)
@@ -529,7 +525,7 @@ func sortedHeaders(resp *http.Response) []httpHeader {
 }
 
 func (s *Server) httpMethods(m map[string]method) {
-	m[methodHTTPRequest] = method{
+	m[protocol.MethodHTTPRequest] = method{
 		family: familyHTTP,
 		decode: decodeHTTPRequest,
 		call: func(ctx context.Context, cs *connState, p any) (any, error) {

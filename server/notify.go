@@ -15,7 +15,7 @@ import (
 func encodeEvent(dst []byte, ev process.Event) []byte {
 	switch ev.Kind {
 	case process.EventOutput:
-		dst = append(dst, `{"method":"process/output","params":{"processId":`...)
+		dst = append(dst, `{"method":"`+protocol.NotifyProcessOutput+`","params":{"processId":`...)
 		dst = jsonrpc.AppendString(dst, ev.ProcessID)
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendUint(dst, ev.Seq, 10)
@@ -25,7 +25,7 @@ func encodeEvent(dst []byte, ev process.Event) []byte {
 		dst = b64codec.AppendEncode(dst, ev.Data)
 		return append(dst, `"}}`...)
 	case process.EventExited:
-		dst = append(dst, `{"method":"process/exited","params":{"processId":`...)
+		dst = append(dst, `{"method":"`+protocol.NotifyProcessExited+`","params":{"processId":`...)
 		dst = jsonrpc.AppendString(dst, ev.ProcessID)
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendUint(dst, ev.Seq, 10)
@@ -40,7 +40,7 @@ func encodeEvent(dst []byte, ev process.Event) []byte {
 		}
 		return append(dst, `}}`...)
 	default:
-		dst = append(dst, `{"method":"process/closed","params":{"processId":`...)
+		dst = append(dst, `{"method":"`+protocol.NotifyProcessClosed+`","params":{"processId":`...)
 		dst = jsonrpc.AppendString(dst, ev.ProcessID)
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendUint(dst, ev.Seq, 10)

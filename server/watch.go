@@ -12,16 +12,6 @@ import (
 	"github.com/execgo/exec-server/protocol"
 )
 
-// Watch methods: fs/watchMissing is the reference's; fs/watch and
-// fs/unwatch are this server's extension (README "Filesystem watches").
-const (
-	methodFsWatchMissing   = "fs/watchMissing"
-	methodFsMissingChanged = "fs/missingChanged"
-	methodFsWatch          = "fs/watch"
-	methodFsUnwatch        = "fs/unwatch"
-	methodFsChanged        = "fs/changed"
-)
-
 // watches is one connection's watch state. Watches belong to the
 // connection: their notifications can only go to it, and they end with it.
 type watches struct {
@@ -39,7 +29,7 @@ func (cs *connState) missingFor() *fswatch.Missing {
 	defer w.mu.Unlock()
 	if w.missing == nil {
 		w.missing = fswatch.NewMissing(func(id uint64) {
-			frame := append(jsonrpc.GetBuffer(), `{"method":"`+methodFsMissingChanged+`","params":{"watchId":`...)
+			frame := append(jsonrpc.GetBuffer(), `{"method":"`+protocol.NotifyFsMissingChanged+`","params":{"watchId":`...)
 			frame = strconv.AppendUint(frame, id, 10)
 			frame = append(frame, "}}"...)
 			_ = cs.conn.Send(cs.conn.Context(), frame)
@@ -87,7 +77,7 @@ func (cs *connState) treeFor() *fswatch.Tree {
 // encodeChanged writes an fs/changed notification; paths are file URIs,
 // as everywhere in the protocol.
 func encodeChanged(dst []byte, b fswatch.Batch) []byte {
-	dst = append(dst, `{"method":"`+methodFsChanged+`","params":{"watchId":`...)
+	dst = append(dst, `{"method":"`+protocol.NotifyFsChanged+`","params":{"watchId":`...)
 	dst = jsonrpc.AppendString(dst, b.WatchID)
 	dst = append(dst, `,"changes":[`...)
 	for i, c := range b.Changes {
@@ -112,7 +102,7 @@ type watchingResult struct {
 }
 
 func (s *Server) watchMethods(m map[string]method) {
-	m[methodFsWatchMissing] = method{
+	m[protocol.MethodFsWatchMissing] = method{
 		family: familyFilesystem, inline: true,
 		decode: func(raw json.RawMessage) (any, error) {
 			p, err := fswatch.DecodeMissingParams(raw)
@@ -131,7 +121,7 @@ func (s *Server) watchMethods(m map[string]method) {
 	}
 	// fs/watch runs on the read loop, as fs/unwatch does, so that an
 	// fs/unwatch pipelined behind it finds the watch.
-	m[methodFsWatch] = method{
+	m[protocol.MethodFsWatch] = method{
 		family: familyFilesystem, inline: true,
 		decode: func(raw json.RawMessage) (any, error) {
 			p, err := fswatch.DecodeWatchParams(raw)
@@ -148,7 +138,7 @@ func (s *Server) watchMethods(m map[string]method) {
 			return protocol.Empty{}, nil
 		},
 	}
-	m[methodFsUnwatch] = method{
+	m[protocol.MethodFsUnwatch] = method{
 		family: familyFilesystem, inline: true,
 		decode: func(raw json.RawMessage) (any, error) {
 			p, err := fswatch.DecodeUnwatchParams(raw)

@@ -33,6 +33,7 @@ import (
 	"github.com/execgo/exec-server/internal/b64codec"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/transport"
 )
 
@@ -219,7 +220,7 @@ func serveFloor(m floorMsgs) {
 			for seq := 1; ; seq++ {
 				k, err := pipe.Read(buf)
 				if k > 0 {
-					out = append(out[:0], `{"method":"process/output","params":{"processId":"p","seq":`...)
+					out = append(out[:0], `{"method":"`+protocol.NotifyProcessOutput+`","params":{"processId":"p","seq":`...)
 					out = strconv.AppendInt(out, int64(seq), 10)
 					out = append(out, `,"stream":"stdout","chunk":"`...)
 					out = b64codec.AppendEncode(out, buf[:k])
@@ -233,7 +234,7 @@ func serveFloor(m floorMsgs) {
 				}
 			}
 			_ = cmd.Wait()
-			if m.write([]byte(`{"method":"process/closed"}`)) != nil {
+			if m.write([]byte(`{"method":"`+protocol.NotifyProcessClosed+`"}`)) != nil {
 				return
 			}
 		}
@@ -410,7 +411,7 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 					err = rerr
 					break
 				}
-				if bytes.Contains(h, []byte("process/closed")) {
+				if bytes.Contains(h, []byte(protocol.NotifyProcessClosed)) {
 					break
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/protocol"
 )
 
 // rawConn is a protocol-level client on the project's JSON-RPC engine,
@@ -50,10 +51,10 @@ func newRawConn(st jsonrpc.Stream) *rawConn {
 }
 
 func (rc *rawConn) initialize(ctx context.Context) error {
-	if err := rc.conn.Call(ctx, "initialize", map[string]any{"clientName": "exec-bench"}, nil); err != nil {
+	if err := rc.conn.Call(ctx, protocol.MethodInitialize, map[string]any{"clientName": "exec-bench"}, nil); err != nil {
 		return err
 	}
-	return rc.conn.Notify(ctx, "initialized", map[string]any{})
+	return rc.conn.Notify(ctx, protocol.MethodInitialized, map[string]any{})
 }
 
 // Close ends the connection.
@@ -107,13 +108,13 @@ func (rc *rawConn) handle(m *jsonrpc.Message) jsonrpc.Action {
 		}
 	}
 	switch m.Method {
-	case "process/output":
+	case protocol.NotifyProcessOutput:
 		if sink != nil {
 			id, _ := stringField(m.Params, `"processId":"`)
 			b64, _ := stringField(m.Params, `"chunk":"`)
 			sink(string(id), seqField(m.Params), b64)
 		}
-	case "process/exited", "process/closed":
+	case protocol.NotifyProcessExited, protocol.NotifyProcessClosed:
 		var ev struct {
 			ProcessID string `json:"processId"`
 			ExitCode  int    `json:"exitCode"`
@@ -122,7 +123,7 @@ func (rc *rawConn) handle(m *jsonrpc.Message) jsonrpc.Action {
 			break
 		}
 		rc.mu.Lock()
-		if m.Method == "process/exited" {
+		if m.Method == protocol.NotifyProcessExited {
 			rc.exits[ev.ProcessID] = ev.ExitCode
 		} else {
 			rc.closed[ev.ProcessID] = true

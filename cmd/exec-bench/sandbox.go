@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/protocol"
 )
 
 // The sandboxed workloads send what codex sends in `-s workspace-write`
@@ -146,7 +147,7 @@ func runSandboxWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 		r.take = func(n int) ([]float64, error) {
 			ctx := timeout(time.Minute)
 			xs, err := r.timedRetry(n, &next, func(int) error {
-				return c.call(ctx, "fs/writeFile", json.RawMessage(params), nil)
+				return c.call(ctx, protocol.MethodFsWriteFile, json.RawMessage(params), nil)
 			})
 			if err == nil && len(xs) > 0 {
 				if got, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(got, data) {
@@ -178,7 +179,7 @@ func runSandboxSpawn(cfg *config, sides []side, tr transportKind) []*row {
 			var res struct {
 				SandboxType string `json:"sandboxType"`
 			}
-			if err := c.call(ctx, "process/start", p, &res); err != nil {
+			if err := c.call(ctx, protocol.MethodProcessStart, p, &res); err != nil {
 				return "", err
 			}
 			code, err := c.waitClosed(ctx, id)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/protocol"
 )
 
 // spawn: /bin/true, Start → Wait (process/start → process/closed), one
@@ -642,7 +643,7 @@ func stallOne(cfg *config, sd side, tr transportKind) (float64, error) {
 	}
 	z := newZeroSink("stall")
 	c.setSink(z.sink)
-	if err := c.call(ctx, "process/start", startParams(cfg, "stall", false, zeroCmd(cfg.streamBytes)...), nil); err != nil {
+	if err := c.call(ctx, protocol.MethodProcessStart, startParams(cfg, "stall", false, zeroCmd(cfg.streamBytes)...), nil); err != nil {
 		return 0, err
 	}
 	select {
@@ -670,7 +671,7 @@ func stallOne(cfg *config, sd side, tr transportKind) (float64, error) {
 		var r struct {
 			Closed bool `json:"closed"`
 		}
-		if err := c.call(ctx, "process/read", map[string]any{"processId": "stall", "afterSeq": z.seq.Load()}, &r); err != nil || !r.Closed {
+		if err := c.call(ctx, protocol.MethodProcessRead, map[string]any{"processId": "stall", "afterSeq": z.seq.Load()}, &r); err != nil || !r.Closed {
 			return 0, fmt.Errorf("stall: bytes lost (%d gaps) and process/read does not say closed: %v", z.gaps.Load(), err)
 		}
 	}

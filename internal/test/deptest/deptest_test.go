@@ -1,0 +1,197 @@
+package deptest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/execgo/exec-server"
+
+// testOnly are the packages written for tests alone: no product package
+// may link them (docs/architecture.md, "Import rules", rule 2).
+var testOnly = []string{
+	"internal/test/...",
+	"internal/testbin",
+	"internal/asnobody",
+	"internal/procmark",
+	"internal/jsontest",
+}
+
+// serverSide are the packages that make up the server; the client SDK
+// links none of them (rule 3).
+var serverSide = []string{
+	"server/...", "process/...", "fsys/...", "sandbox/...", "childinit/...", "relay/...", "netproxy/...",
+	"fswatch/...", "caproots/...", "auth/...",
+}
+
+// A rule forbids the packages matching pkgs (and, through Deps, everything
+// they link, transitively) to depend on any package of the module matching
+// forbid, or, when allow is set, on any package of the module outside allow.
+// Patterns are module-relative; "x/..." matches x and everything below it.
+type rule struct {
+	name   string
+	pkgs   []string
+	forbid []string
+	allow  []string
+}
+
+// rules is the table docs/architecture.md ("Import rules") describes; keep
+// the two in step.
+var rules = []rule{
+	{name: "1. jsonrpc imports nothing of this project", pkgs: []string{"jsonrpc/..."}, allow: []string{"jsonrpc/..."}},
+	{name: "2. no product package links a test-only package", pkgs: []string{"..."}, forbid: testOnly},
+	{name: "3. the client SDK links no server-side package", pkgs: []string{"client/..."}, forbid: serverSide},
+	{
+		name:  "4. protocol links only jsonrpc and internal/b64codec",
+		pkgs:  []string{"protocol/..."},
+		allow: []string{"protocol/...", "jsonrpc", "internal/b64codec"},
+	},
+}
+
+// exceptions are known violations, by rule name and "pkg -> dep", each
+// with a TODO naming its issue. Empty: every rule holds today.
+var exceptions = map[string]map[string]string{}
+
+// pkg is the part of `go list -json` this test reads.
+type pkg struct {
+	ImportPath string
+	Deps       []string
+}
+
+// match reports whether the module-relative path rel matches pattern.
+func match(pattern, rel string) bool {
+	if pattern == "..." {
+		return true
+	}
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return rel == base || strings.HasPrefix(rel, base+"/")
+	}
+	return rel == pattern
+}
+
+func matchAny(patterns []string, rel string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool { return match(p, rel) })
+}
+
+// check returns every violation of rules in pkgs, as "rule: pkg -> dep",
+// leaving out the listed exceptions. Package paths are module-relative;
+// test-only packages are never subject to rule 2's pkgs.
+func check(pkgs []pkg, rules []rule, exceptions map[string]map[string]string) []string {
+	var bad []string
+	for _, r := range rules {
+		for _, p := range pkgs {
+			if !matchAny(r.pkgs, p.ImportPath) || matchAny(testOnly, p.ImportPath) {
+				continue
+			}
+			for _, d := range p.Deps {
+				forbidden := r.forbid != nil && matchAny(r.forbid, d) ||
+					r.allow != nil && !matchAny(r.allow, d)
+				if !forbidden {
+					continue
+				}
+				edge := p.ImportPath + " -> " + d
+				if _, ok := exceptions[r.name][edge]; ok {
+					continue
+				}
+				bad = append(bad, r.name+": "+edge)
+			}
+		}
+	}
+	return bad
+}
+
+// list runs `go list -e -json ./...` for goos and returns the module's
+// packages with their module dependencies, paths relative to the module.
+func list(t *testing.T, goos string) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Deps", "./...")
+	cmd.Dir = "../../.."
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list (GOOS=%s): %v\n%s", goos, err, stderr.Bytes())
+	}
+	rel := func(path string) (string, bool) {
+		if path == module {
+			return ".", true
+		}
+		return strings.CutPrefix(path, module+"/")
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		r, ok := rel(p.ImportPath)
+		if !ok {
+			continue
+		}
+		q := pkg{ImportPath: r}
+		for _, d := range p.Deps {
+			if dr, ok := rel(d); ok {
+				q.Deps = append(q.Deps, dr)
+			}
+		}
+		pkgs = append(pkgs, q)
+	}
+	return pkgs
+}
+
+// TestImportRules enforces the table above on the module as built for
+// Linux (the server) and for darwin and windows (where the SDK runs too).
+func TestImportRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list over the module")
+	}
+	for _, goos := range []string{"linux", "darwin", "windows"} {
+		t.Run(goos, func(t *testing.T) {
+			pkgs := list(t, goos)
+			if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == "jsonrpc" }) ||
+				!slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == "client" }) {
+				t.Fatalf("go list returned %d packages, without jsonrpc or client", len(pkgs))
+			}
+			for _, b := range check(pkgs, rules, exceptions) {
+				t.Error(b)
+			}
+		})
+	}
+}
+
+// TestCheckFindsViolations shows check is not vacuous: a graph breaking each
+// rule reports each break, and an exception silences exactly its edge.
+func TestCheckFindsViolations(t *testing.T) {
+	g := []pkg{
+		{ImportPath: "jsonrpc", Deps: []string{"protocol"}},
+		{ImportPath: "server", Deps: []string{"internal/testbin", "jsonrpc"}},
+		{ImportPath: "client", Deps: []string{"sandbox", "jsonrpc", "protocol"}},
+		{ImportPath: "protocol", Deps: []string{"jsonrpc", "fileuri"}},
+		{ImportPath: "internal/test/interop", Deps: []string{"server", "internal/testbin"}},
+	}
+	got := check(g, rules, nil)
+	want := []string{
+		rules[0].name + ": jsonrpc -> protocol",
+		rules[1].name + ": server -> internal/testbin",
+		rules[2].name + ": client -> sandbox",
+		rules[3].name + ": protocol -> fileuri",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("check = %q\nwant %q", got, want)
+	}
+	exc := map[string]map[string]string{rules[2].name: {"client -> sandbox": "TODO(#0): test"}}
+	if got := check(g, rules, exc); len(got) != 3 || slices.Contains(got, want[2]) {
+		t.Fatalf("with an exception, check = %q", got)
+	}
+}
