@@ -44,33 +44,10 @@ func remotePath(s string) (string, bool) {
 }
 
 func (c *command) cat(ctx context.Context, args []string) int {
-	fs := c.flags(":/FILE...")
-	if code, ok := c.parse(fs, args, true); !ok {
-		return code
-	}
-	if fs.NArg() == 0 {
-		return c.usageErr("no file given")
-	}
-	var files []string
-	for _, a := range fs.Args() {
-		p, ok := remotePath(a)
-		if !ok {
-			return c.usageErr("%q is not an absolute remote path (:/abs/path)", a)
-		}
-		files = append(files, p)
-	}
-	cl, code := c.dial(ctx)
-	if cl == nil {
-		return code
-	}
-	defer cl.Close()
-	code = 0
-	for _, f := range files {
-		if _, err := cl.Download(ctx, f, c.stdout, nil); err != nil {
-			code = c.fail(exitFailure, "%s: %s", f, describe(err))
-		}
-	}
-	return code
+	return c.eachPath(ctx, c.flags(":/FILE..."), args, "file", func(cl *client.Client, f string) error {
+		_, err := cl.Download(ctx, f, c.stdout, nil)
+		return err
+	})
 }
 
 func (c *command) ls(ctx context.Context, args []string) int {
@@ -290,7 +267,7 @@ func (c *command) rm(ctx context.Context, args []string) int {
 	fs := c.flags("[-r] [-f] :/PATH...")
 	recursive := fs.BoolP("recursive", "r", false, "remove directories and their contents")
 	force := fs.BoolP("force", "f", false, "ignore missing paths")
-	return c.eachPath(ctx, fs, args, func(cl *client.Client, p string) error {
+	return c.eachPath(ctx, fs, args, "path", func(cl *client.Client, p string) error {
 		if p == "/" {
 			return fmt.Errorf("refusing to remove /")
 		}
@@ -313,7 +290,7 @@ func (c *command) rm(ctx context.Context, args []string) int {
 func (c *command) mkdir(ctx context.Context, args []string) int {
 	fs := c.flags("[-p] :/DIR...")
 	parents := fs.BoolP("parents", "p", false, "make parent directories as needed; an existing directory is fine")
-	return c.eachPath(ctx, fs, args, func(cl *client.Client, p string) error {
+	return c.eachPath(ctx, fs, args, "path", func(cl *client.Client, p string) error {
 		if *parents {
 			return cl.MkdirAll(ctx, p)
 		}
@@ -348,14 +325,14 @@ func (c *command) mv(ctx context.Context, args []string) int {
 	return 0
 }
 
-// eachPath parses remote path operands and runs op on each; a failure is
+// eachPath parses remote path operands (noun names them in the usage error) and runs op on each; a failure is
 // reported naming the path, and the rest still run (exit 1 then).
-func (c *command) eachPath(ctx context.Context, fs *pflag.FlagSet, args []string, op func(*client.Client, string) error) int {
+func (c *command) eachPath(ctx context.Context, fs *pflag.FlagSet, args []string, noun string, op func(*client.Client, string) error) int {
 	if code, ok := c.parse(fs, args, true); !ok {
 		return code
 	}
 	if fs.NArg() == 0 {
-		return c.usageErr("no path given")
+		return c.usageErr("no %s given", noun)
 	}
 	var paths []string
 	for _, a := range fs.Args() {
