@@ -37,6 +37,10 @@ type WebSocket struct {
 	// large fs/writeFile three times its size in allocations, copies and
 	// cleared pages. A smaller message after it lowers it again.
 	sizeHint int
+
+	// co, for an accepted connection, sends each frame with one write
+	// (coalesce.go); nil for a dialled one.
+	co *coalescer
 }
 
 // NewWebSocket wraps an accepted (or dialled) websocket connection.
@@ -220,7 +224,15 @@ const FrameSize = 1 << 20
 
 // Write sends msg as one text message, fragmented into frames of at most
 // FrameSize.
-func (w *WebSocket) Write(ctx context.Context, msg []byte, _ bool) error {
+func (w *WebSocket) Write(ctx context.Context, msg []byte, _ bool) (err error) {
+	if w.co != nil {
+		w.co.hold()
+		defer func() {
+			if rerr := w.co.release(ctx); err == nil {
+				err = rerr
+			}
+		}()
+	}
 	if len(msg) <= FrameSize {
 		return w.c.Write(ctx, websocket.MessageText, msg)
 	}
@@ -358,7 +370,8 @@ func NewHandler(opts HandlerOptions) http.Handler {
 		}
 		defer active.Add(-1)
 
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		cw := &coalescingWriter{ResponseWriter: w}
+		c, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
 			CompressionMode:    websocket.CompressionDisabled,
 			InsecureSkipVerify: true, // Origin is refused above, whatever its value
 		})
@@ -375,6 +388,7 @@ func NewHandler(opts HandlerOptions) http.Handler {
 		stopPing := startPinger(ctx, c, opts.PingInterval)
 		defer stopPing()
 		ws := NewWebSocket(c, r.RemoteAddr)
+		ws.co = cw.co
 		ws.budget, ws.budgetWait = opts.MessageBudget, opts.BudgetWait
 		if opts.StallTimeout > 0 {
 			peer := r.RemoteAddr

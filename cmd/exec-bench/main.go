@@ -315,6 +315,7 @@ var workloads = []workload{
 	{name: "spawn", metric: "latency", run: runSpawn, limit: limitSpawn},
 	{name: "concurrent", metric: "rate", run: runConcurrent, limit: limitConcurrent},
 	{name: "stream", metric: "throughput", run: runStream, limit: limitStream},
+	{name: "stream-tty", metric: "throughput", run: runStreamTTY},
 	{name: "tty-echo", metric: "latency", run: runTTY, limit: limitTTY},
 	{name: "fs-readFile", metric: "rate", run: runReadFile, limit: limitReadFile},
 	{name: "fs-writeFile", metric: "rate", run: runWriteFile, limit: limitWriteFile},

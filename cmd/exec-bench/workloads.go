@@ -188,6 +188,18 @@ func zeroCmd(n int64) []string { return []string{"head", "-c", fmt.Sprint(n), "/
 // stream: head -c N /dev/zero, Start → every byte of Stdout read and
 // checked → Wait. Samples are MB/s (10^6 bytes).
 func runStream(cfg *config, sides []side, tr transportKind) []*row {
+	return streamRows("stream", false, cfg, sides, tr)
+}
+
+// stream-tty: the stream workload with the command on a PTY (tty: true),
+// so PTY output can be set against pipe output. NUL bytes pass the line
+// discipline unchanged (only newlines are rewritten), so the check is the
+// same. No floor row: the floor reads a pipe.
+func runStreamTTY(cfg *config, sides []side, tr transportKind) []*row {
+	return streamRows("stream-tty", true, cfg, sides, tr)
+}
+
+func streamRows(name string, tty bool, cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
 	st := interleave(cfg, sides, tr, cfg.streamRuns, cfg.streamRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
@@ -202,9 +214,11 @@ func runStream(cfg *config, sides []side, tr transportKind) []*row {
 					c0 := cpuSeconds(srv.pid())
 					t0 := time.Now()
 					var z zeroCounter
-					p, err := c.Start(ctx, command(cfg, zeroCmd(cfg.streamBytes)...))
+					cmd := command(cfg, zeroCmd(cfg.streamBytes)...)
+					cmd.TTY = tty
+					p, err := c.Start(ctx, cmd)
 					if err == nil {
-						_, err = io.Copy(&z, p.Stdout())
+						_, err = io.Copy(&z, p.Output())
 					}
 					if err == nil {
 						_, err = p.Wait(ctx)
@@ -214,7 +228,7 @@ func runStream(cfg *config, sides []side, tr transportKind) []*row {
 						return xs, err
 					}
 					if z.n != cfg.streamBytes || z.bad {
-						return xs, fmt.Errorf("stream: got %d bytes (want %d), non-zero bytes: %v", z.n, cfg.streamBytes, z.bad)
+						return xs, fmt.Errorf("%s: got %d bytes (want %d), non-zero bytes: %v", name, z.n, cfg.streamBytes, z.bad)
 					}
 					xs = append(xs, float64(cfg.streamBytes)/el.Seconds()/1e6)
 					cm.add(sd, cpuSeconds(srv.pid())-c0, float64(cfg.streamBytes))
@@ -224,9 +238,12 @@ func runStream(cfg *config, sides []side, tr transportKind) []*row {
 			close: srv.close,
 		}, nil
 	})
-	cr := cm.row("stream", tr, sides)
-	rows := []*row{mkrow("stream", "throughput", "MB/s", true, tr, st), cr}
-	return append(rows, floorRows("stream", tr, "stream", cfg.streamBytes, "", cfg.streamRuns, cr)...)
+	cr := cm.row(name, tr, sides)
+	rows := []*row{mkrow(name, "throughput", "MB/s", true, tr, st), cr}
+	if tty {
+		return rows
+	}
+	return append(rows, floorRows(name, tr, "stream", cfg.streamBytes, "", cfg.streamRuns, cr)...)
 }
 
 // ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
