@@ -447,8 +447,13 @@ wait:
 				}
 			}
 			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && !seen[sig] {
+				// Either way the user learns that a second one stops
+				// waiting: whether the exit is known yet here depends on
+				// when its notification arrives, not on the command.
 				if code, exited := p.ExitCode(); exited {
 					c.notef("the remote command exited with %d, but its output is still open (a background job?); %s again stops waiting", code, describeSignal(sig))
+				} else {
+					c.notef("%s passed to the remote command; %s again stops waiting", describeSignal(sig), describeSignal(sig))
 				}
 			}
 			seen[sig] = true
