@@ -460,30 +460,8 @@ func (b *lb) proxy(c net.Conn) {
 // the harness's stream resumes there, with no reset and every message
 // byte for byte.
 func TestFleetNodeLoss(t *testing.T) {
-	url := startNATS(t)
-	front := startLB(t)
-	nodes := []*fleetNode{}
-	for _, name := range []string{"a", "b", "c"} {
-		nodes = append(nodes, startNode(t, url, name, front.url(), func(o *Options) { o.TakeoverGrace = 10 * time.Second }))
-	}
+	front, nodes, ctx, ch := threeNodeStream(t, func(o *Options) { o.TakeoverGrace = 10 * time.Second })
 	a, b, c := nodes[0], nodes[1], nodes[2]
-	front.nodes = nodes
-
-	front.pick.Store(0)
-	startExecutor(t, front.url(), "E")
-	a.executorOn(t, "E", 15*time.Second)
-	front.pick.Store(1)
-	d, err := harness.NewDialer(front.url(), "E", harnessToken, harness.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	ch, err := d.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
 	if b.rec.count(func(e Event) bool { return e.Kind == "attach" && e.Code == "forward" }) != 1 {
 		t.Fatal("the harness socket is not on node b")
 	}
@@ -523,29 +501,8 @@ func TestFleetNodeLoss(t *testing.T) {
 // forwards its resume to the home; the home moves the stream to the new
 // leg without a reset.
 func TestFleetHarnessNodeLoss(t *testing.T) {
-	url := startNATS(t)
-	front := startLB(t)
-	nodes := []*fleetNode{}
-	for _, name := range []string{"a", "b", "c"} {
-		nodes = append(nodes, startNode(t, url, name, front.url(), nil))
-	}
+	front, nodes, ctx, ch := threeNodeStream(t, nil)
 	a, b, c := nodes[0], nodes[1], nodes[2]
-	front.nodes = nodes
-	front.pick.Store(0)
-	startExecutor(t, front.url(), "E")
-	a.executorOn(t, "E", 15*time.Second)
-	front.pick.Store(1)
-	d, err := harness.NewDialer(front.url(), "E", harnessToken, harness.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	ch, err := d.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
 	if err := exchange(ctx, ch, 0, 100); err != nil {
 		t.Fatal(err)
 	}
@@ -579,4 +536,34 @@ func TestFleetForwarderBound(t *testing.T) {
 	if st, reason := dialStatus(t, b.connect(t, "E", randomKey())["url"].(string)); st != 503 || reason != "route_unavailable" {
 		t.Fatalf("third forwarded socket: %d %q", st, reason)
 	}
+}
+
+// threeNodeStream starts NATS, a test balancer and nodes a, b, c (with
+// opts), an executor for environment E through node a and a harness
+// stream through node b; all end with the test.
+func threeNodeStream(t *testing.T, opts func(*Options)) (*lb, []*fleetNode, context.Context, *channel.Channel) {
+	t.Helper()
+	url := startNATS(t)
+	front := startLB(t)
+	nodes := []*fleetNode{}
+	for _, name := range []string{"a", "b", "c"} {
+		nodes = append(nodes, startNode(t, url, name, front.url(), opts))
+	}
+	front.nodes = nodes
+	front.pick.Store(0)
+	startExecutor(t, front.url(), "E")
+	nodes[0].executorOn(t, "E", 15*time.Second)
+	front.pick.Store(1)
+	d, err := harness.NewDialer(front.url(), "E", harnessToken, harness.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	t.Cleanup(cancel)
+	ch, err := d.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	return front, nodes, ctx, ch
 }
