@@ -931,6 +931,8 @@ func MaybeMain() {
 		helperInit(os.Args[3:])
 	case notifyStubMode:
 		stubMain(os.Args[3:])
+	case transparentProbeMode: // transparent_linux.go
+		transparentProbeMain()
 	}
 	fmt.Fprintln(os.Stderr, "exec-server sandbox: unknown helper mode")
 	os.Exit(125)

@@ -33,7 +33,7 @@ func proxyListen(p *Plan) error {
 	if err := loopbackUp(); err != nil {
 		return stepErr("network proxy: loopback up", err)
 	}
-	fds := make([]int, 0, 2)
+	fds := make([]int, 0, 4)
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -48,6 +48,13 @@ func proxyListen(p *Plan) error {
 			return stepErr(fmt.Sprintf("network proxy: listen on 127.0.0.1:%d", port), err)
 		}
 		fds = append(fds, fd)
+	}
+	if r.TransparentPort != 0 {
+		tfds, err := transparentListen(r.TransparentPort) // transparent_linux.go
+		if err != nil {
+			return err
+		}
+		fds = append(fds, tfds...)
 	}
 	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

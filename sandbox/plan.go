@@ -132,6 +132,10 @@ type ProxyRoute struct {
 	Socket    string `json:"socket"`
 	HTTPPort  uint16 `json:"httpPort"`
 	SOCKSPort uint16 `json:"socksPort,omitempty"`
+	// TransparentPort, when not 0, routes the namespace's raw TCP to
+	// 127.0.0.1 and [::1] on this port, whose two listeners follow the
+	// others (transparent_linux.go).
+	TransparentPort uint16 `json:"transparentPort,omitempty"`
 }
 
 // Env is what resolution needs from the server.

@@ -63,7 +63,7 @@ func (s *Server) capabilities() protocol.Capabilities {
 	return protocol.Capabilities{
 		protocol.CapNetworkProxyLaunch:                          true,
 		protocol.CapNetworkProxyReviewDomains:                   false,
-		protocol.CapNetworkProxyTransparentTCP:                  false,
+		protocol.CapNetworkProxyTransparentTCP:                  sandbox.TransparentSupport() == nil, // raw TCP redirected into the proxy (sandbox/transparent_linux.go)
 		protocol.CapCredentialMasking:                           false,
 		protocol.CapCredentialMaskingCustomProviders:            false,
 		protocol.CapCapabilityDiscoverySandbox:                  true, // capabilityRoots/discoverV1 under each root's sandbox (caproots)
