@@ -21,7 +21,8 @@ import (
 // listen; it registers with an environment registry and serves relay
 // streams (package remote/executor). The registry credential comes, in the
 // reference's order, from --registration-bearer-stdin or
-// --chatgpt-token-stdin, else CODEX_API_KEY, else $CODEX_HOME/auth.json
+// --chatgpt-token-stdin or --use-agent-identity-auth (CODEX_ACCESS_TOKEN),
+// else CODEX_API_KEY, else $CODEX_HOME/auth.json
 // (`codex login`: its API key or its ChatGPT sign-in).
 type remoteFlags struct {
 	fs                *flag.FlagSet
@@ -36,6 +37,10 @@ type remoteFlags struct {
 	// provided but not defined".
 	transport, awsProfile, awsRegion, awsService *string
 	agentIdentity, credentialStdin, awsSigV4     *bool
+
+	// agent is the verified Agent Identity (--use-agent-identity-auth),
+	// set by credential.
+	agent *executor.AgentIdentity
 }
 
 func addRemoteFlags(fs *flag.FlagSet) *remoteFlags {
@@ -52,7 +57,7 @@ func addRemoteFlags(fs *flag.FlagSet) *remoteFlags {
 		awsProfile:       fs.String("aws-profile", "", "not supported yet: SigV4 for the direct transport"),
 		awsRegion:        fs.String("aws-region", "", "not supported yet: SigV4 for the direct transport"),
 		awsService:       fs.String("aws-service", "", "not supported yet: SigV4 for the direct transport"),
-		agentIdentity:    fs.Bool("use-agent-identity-auth", false, "not supported yet: Agent Identity auth from CODEX_ACCESS_TOKEN"),
+		agentIdentity:    fs.Bool("use-agent-identity-auth", false, "with --remote: authenticate with the Agent Identity JWT in CODEX_ACCESS_TOKEN (an Agent task is registered; each registry request carries an AgentAssertion)"),
 		credentialStdin:  fs.Bool("executor-credential-stdin", false, "not supported yet: rotating executor credentials from stdin"),
 		awsSigV4:         fs.Bool("aws-sigv4", false, "not supported yet: SigV4 for the direct transport"),
 	}
@@ -84,13 +89,13 @@ func (r *remoteFlags) check(lookup func(string) (string, bool)) error {
 			return usageError{fmt.Errorf("invalid value %q in CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE for --exit-on-stdin-close: expected true or false", v)}
 		}
 	}
-	for _, f := range []string{"remote-transport", "aws-profile", "aws-region", "aws-service", "aws-sigv4", "use-agent-identity-auth", "executor-credential-stdin"} {
+	for _, f := range []string{"remote-transport", "aws-profile", "aws-region", "aws-service", "aws-sigv4", "executor-credential-stdin"} {
 		if set[f] {
-			return usageError{fmt.Errorf("--%s is not supported yet by this executor (only the noise transport, CODEX_API_KEY, $CODEX_HOME/auth.json, --registration-bearer-stdin and --chatgpt-token-stdin are)", f)}
+			return usageError{fmt.Errorf("--%s is not supported yet by this executor (only the noise transport, CODEX_API_KEY, $CODEX_HOME/auth.json, --registration-bearer-stdin, --chatgpt-token-stdin and --use-agent-identity-auth are)", f)}
 		}
 	}
 	if *r.remote == "" {
-		for _, f := range []string{"environment-id", "exit-on-stdin-close", "registration-bearer-stdin", "chatgpt-token-stdin", "chatgpt-account-id"} {
+		for _, f := range []string{"environment-id", "exit-on-stdin-close", "registration-bearer-stdin", "chatgpt-token-stdin", "chatgpt-account-id", "use-agent-identity-auth"} {
 			if set[f] || f == "exit-on-stdin-close" && *r.exitOnStdinClose {
 				return usageError{fmt.Errorf("--%s requires --remote", f)}
 			}
@@ -106,15 +111,20 @@ func (r *remoteFlags) check(lookup func(string) (string, bool)) error {
 	if *r.bearerStdin && *r.chatgptStdin {
 		return usageError{errors.New("--chatgpt-token-stdin cannot be used with --registration-bearer-stdin")}
 	}
+	if *r.agentIdentity && (*r.bearerStdin || *r.chatgptStdin) {
+		// As the reference's argument groups: one credential source.
+		return usageError{errors.New("--use-agent-identity-auth cannot be used with --registration-bearer-stdin or --chatgpt-token-stdin")}
+	}
 	if set["chatgpt-account-id"] && !*r.chatgptStdin {
 		// The reference accepts and ignores it; refused here rather than
 		// silently not sent.
 		return usageError{errors.New("--chatgpt-account-id requires --chatgpt-token-stdin")}
 	}
-	if _, ok := secretenv.LookupEnv("CODEX_ACCESS_TOKEN"); ok {
-		// The reference refuses CODEX_ACCESS_TOKEN without
-		// --use-agent-identity-auth, which is not built here.
-		return usageError{errors.New("the Agent Identity auth of CODEX_ACCESS_TOKEN is not supported yet by this executor; unset CODEX_ACCESS_TOKEN to use another credential")}
+	if _, ok := secretenv.LookupEnv("CODEX_ACCESS_TOKEN"); ok && !*r.agentIdentity {
+		// The reference then registers with another credential if it has
+		// one (CODEX_API_KEY) and refuses otherwise; refused here in both
+		// cases rather than silently not used.
+		return usageError{errors.New("Agent Identity auth requires --use-agent-identity-auth (CODEX_ACCESS_TOKEN is set); unset CODEX_ACCESS_TOKEN to use another credential")}
 	}
 	return nil
 }
@@ -123,6 +133,8 @@ func (r *remoteFlags) check(lookup func(string) (string, bool)) error {
 // stdin for the stdin modes through in.
 func (r *remoteFlags) credential(in *bufio.Reader, logger *slog.Logger) (tok, account string, mode executor.AuthMode, err error) {
 	switch {
+	case *r.agentIdentity:
+		return r.agentCredential()
 	case *r.bearerStdin:
 		tok, err = executor.ReadCredentialLine(in, "registration bearer")
 		if err == nil && !executor.ValidBearer(tok) {
@@ -173,6 +185,35 @@ func (r *remoteFlags) credential(in *bufio.Reader, logger *slog.Logger) (tok, ac
 	return af.AccessToken, af.AccountID, executor.AuthChatGPT, nil
 }
 
+// agentCredential verifies CODEX_ACCESS_TOKEN and registers the
+// process's Agent task (--use-agent-identity-auth; it wins over
+// CODEX_API_KEY, as in the reference).
+func (r *remoteFlags) agentCredential() (tok, account string, mode executor.AuthMode, err error) {
+	mode = executor.AuthAgentIdentity
+	token, _ := secretenv.LookupEnv("CODEX_ACCESS_TOKEN")
+	if token == "" {
+		return "", "", mode, errors.New("CODEX_ACCESS_TOKEN is required when --use-agent-identity-auth is set")
+	}
+	pool, err := rootCAs()
+	if err != nil {
+		return "", "", mode, err
+	}
+	client := executor.DefaultHTTPClient(pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	jwks := os.Getenv("CODEX_AGENT_IDENTITY_JWKS_BASE_URL")
+	authapi := os.Getenv("CODEX_AGENT_IDENTITY_AUTHAPI_BASE_URL")
+	agent, err := executor.LoadAgentIdentity(ctx, client, token, jwks)
+	if err != nil {
+		return "", "", mode, err
+	}
+	if err := agent.RegisterTask(ctx, client, authapi); err != nil {
+		return "", "", mode, err
+	}
+	r.agent = agent
+	return "", agent.AccountID, mode, nil
+}
+
 // rootCAs is the system pool plus CODEX_CA_CERTIFICATE (a PEM file), as
 // the reference trusts it; nil when the variable is unset (SSL_CERT_FILE
 // is honoured by crypto/x509 itself).
@@ -193,6 +234,15 @@ func rootCAs() (*x509.CertPool, error) {
 		return nil, fmt.Errorf("CODEX_CA_CERTIFICATE: no PEM certificate in %s", path)
 	}
 	return pool, nil
+}
+
+// authorize is the per-request Authorization of the Agent Identity, nil
+// for the bearer modes.
+func (r *remoteFlags) authorize() func() string {
+	if r.agent == nil {
+		return nil
+	}
+	return r.agent.Authorization
 }
 
 // run serves remote mode when --remote was given; ok is false otherwise
@@ -242,6 +292,7 @@ func (r *remoteFlags) serve(ctx context.Context, server executor.StreamServer, l
 		Auth:          mode,
 		AccountID:     account,
 		Server:        server,
+		Authorize:     r.authorize(),
 		Logger:        logger,
 	}
 	if pool != nil {
