@@ -535,12 +535,13 @@ func TestExitOnStdinCloseFlags(t *testing.T) {
 		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E"}, "1", 2, "expected true or false"},
 		{[]string{"--chatgpt-token-stdin"}, "", 2, "requires --remote"},
 		{[]string{"--use-agent-identity-auth"}, "", 2, "--use-agent-identity-auth requires --remote"},
-		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E", "--remote-transport", "direct"}, "", 2, "not supported yet"},
+		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E", "--remote-transport", "direct"}, "", 2, "requires --aws-sigv4"},
 		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E", "--executor-credential-stdin"}, "", 2, "not supported yet"},
 		{[]string{"forward", "--remote", "http://127.0.0.1:1"}, "", 2, "--connect are required"},
 		{[]string{"forward", "--remote", "http://127.0.0.1:1", "--environment-id", "E", "--connect", "http://127.0.0.1:1"}, "", 2, "invalid --connect URL"},
 		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--chatgpt-token-stdin"}, "", 2, "cannot be used with forward"},
-		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--aws-sigv4"}, "", 2, "not supported yet"},
+		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--aws-sigv4"}, "", 1, "requires --remote-transport direct"},
+		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--aws-sigv4", "--remote-transport", "direct"}, "", 1, "direct exec-server transport does not support forwarding"},
 	}
 	for _, c := range cases {
 		if c.env != "" {
