@@ -9,9 +9,13 @@ package awssig
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -108,4 +112,64 @@ func (s *Signer) Sign(ctx context.Context, req *http.Request, body []byte) error
 		}
 	}
 	return nil
+}
+
+// MaxSkew is how far a signed request's X-Amz-Date may be from the
+// verifier's clock (AWS's own rule: 15 minutes).
+const MaxSkew = 15 * time.Minute
+
+var credentialRe = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([A-Za-z0-9]+)/(\d{8})/([a-z0-9-]+)/([A-Za-z0-9._-]+)/aws4_request, ?SignedHeaders=([a-z0-9;.-]+), ?Signature=([0-9a-f]{64})$`)
+
+// Verify checks req's SigV4 signature over body (nil: empty) with the
+// secret that secrets holds for its access key id, as a self-hosted
+// registry does (exec-relay's direct transport): it recomputes the
+// signature with the SDK's signer over the headers the request names as
+// signed (host and x-amz-date among them), within MaxSkew of now. A
+// request with temporary credentials (X-Amz-Security-Token) is refused:
+// only an STS-aware service could check those. It returns the access key
+// id.
+func Verify(req *http.Request, body []byte, secrets func(keyID string) (string, bool), now time.Time) (string, error) {
+	m := credentialRe.FindStringSubmatch(req.Header.Get("Authorization"))
+	if m == nil {
+		return "", errors.New("no AWS4-HMAC-SHA256 authorization")
+	}
+	keyID, day, region, service, signed := m[1], m[2], m[3], m[4], m[5]
+	if req.Header.Get("X-Amz-Security-Token") != "" {
+		return "", errors.New("temporary credentials are not accepted")
+	}
+	at, err := time.Parse("20060102T150405Z", req.Header.Get("X-Amz-Date"))
+	if err != nil || at.Format("20060102") != day {
+		return "", errors.New("bad X-Amz-Date")
+	}
+	if d := now.Sub(at); d > MaxSkew || d < -MaxSkew {
+		return "", errors.New("signature expired or from the future")
+	}
+	names := strings.Split(signed, ";")
+	if !slices.Contains(names, "host") || !slices.Contains(names, "x-amz-date") {
+		return "", errors.New("host and x-amz-date must be signed")
+	}
+	secret, ok := secrets(keyID)
+	if !ok {
+		return "", errors.New("unknown access key")
+	}
+	c, err := http.NewRequest(req.Method, "http://"+req.Host+req.URL.RequestURI(), nil)
+	if err != nil {
+		return "", err
+	}
+	for _, h := range names {
+		if h != "host" && h != "x-amz-date" && h != "content-length" {
+			c.Header[http.CanonicalHeaderKey(h)] = req.Header.Values(h)
+		}
+	}
+	if slices.Contains(names, "content-length") {
+		c.ContentLength = int64(len(body))
+	}
+	sum := sha256.Sum256(body)
+	if err := v4.NewSigner().SignHTTP(req.Context(), aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret}, c, hex.EncodeToString(sum[:]), service, region, at); err != nil {
+		return "", err
+	}
+	if subtle.ConstantTimeCompare([]byte(c.Header.Get("Authorization")), []byte(req.Header.Get("Authorization"))) != 1 {
+		return "", errors.New("signature does not match")
+	}
+	return keyID, nil
 }
