@@ -127,6 +127,7 @@ func (r *remoteFlags) check(lookup func(string) (string, bool)) error {
 		// The reference then registers with another credential if it has
 		// one (CODEX_API_KEY) and refuses otherwise; refused here in both
 		// cases rather than silently not used.
+		//lint:ignore ST1005 the reference's wording, which names a product
 		return usageError{errors.New("Agent Identity auth requires --use-agent-identity-auth (CODEX_ACCESS_TOKEN is set); unset CODEX_ACCESS_TOKEN to use another credential")}
 	}
 	return nil
@@ -319,7 +320,8 @@ func (r *remoteFlags) agentCredential() (tok, account string, mode executor.Auth
 		return "", "", mode, err
 	}
 	if err := agent.RegisterTask(ctx, client, authapi); err != nil {
-		return "", "", mode, err
+		// The reference's words for it.
+		return "", "", mode, fmt.Errorf("%w: %v", executor.ErrAgentIdentityUnavailable, err)
 	}
 	r.agent = agent
 	return "", agent.AccountID, mode, nil

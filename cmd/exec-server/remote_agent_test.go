@@ -162,7 +162,7 @@ func agentCases(reg func(auth, acct string) *regRequest) []authCase {
 		{name: "agent identity wrong audience", args: flag, env: bases("CODEX_ACCESS_TOKEN=" + a.wrongAud), code: 1, pre: []regRequest{jwksGet}, refusal: unavailable},
 		{name: "agent identity without account", args: flag, env: bases("CODEX_ACCESS_TOKEN=" + a.noAccount), code: 1, pre: []regRequest{jwksGet}, refusal: unavailable},
 		{name: "agent identity not a JWT", args: flag, env: bases("CODEX_ACCESS_TOKEN=notajwt"), code: 1, pre: []regRequest{jwksGet}, refusal: unavailable},
-		{name: "agent identity task refused", args: flag, env: bases("CODEX_ACCESS_TOKEN=" + a.good), task: 500, code: 1, pre: []regRequest{jwksGet, task}, refusal: "failed to register agent task"},
+		{name: "agent identity task refused", args: flag, env: bases("CODEX_ACCESS_TOKEN=" + a.good), task: 500, code: 1, pre: []regRequest{jwksGet, task}, refusal: unavailable},
 		{name: "agent identity and bearer stdin", args: append(flag, "--registration-bearer-stdin"), env: bases("CODEX_ACCESS_TOKEN=" + a.good), stdin: "brr-Z9q\n", code: 2, refusal: "cannot be used with"},
 	}
 }

@@ -389,7 +389,26 @@ func checkAuthRun(t *testing.T, who string, c authCase, got authRun) {
 	if got.code != c.code {
 		t.Errorf("%s: exit %d, want %d; stderr %q", who, got.code, c.code, got.stderr)
 	}
-	if len(c.pre) > 0 {
+	if len(c.pre) > 0 && c.refusal != "" {
+		// A retried request counts once. The reference 0.171 retries a
+		// refused task registration, and may refuse a token before its
+		// JWKS fetch has reached the double (the two run concurrently
+		// there): of its requests before a refusal, a prefix is enough.
+		var uniq []regRequest
+		for _, r := range got.reqs {
+			if len(uniq) == 0 || !reflect.DeepEqual(uniq[len(uniq)-1], r) {
+				uniq = append(uniq, r)
+			}
+		}
+		n := len(c.pre)
+		if who == "reference" {
+			n = min(n, len(uniq))
+		}
+		if len(uniq) != n || (n > 0 && !reflect.DeepEqual(uniq, c.pre[:n])) {
+			t.Errorf("%s: requests\n%+v\nwant\n%+v\nstderr %q", who, got.reqs, c.pre, got.stderr)
+		}
+		got.reqs = nil
+	} else if len(c.pre) > 0 {
 		n := min(len(c.pre), len(got.reqs))
 		if !reflect.DeepEqual(got.reqs[:n], c.pre) {
 			t.Errorf("%s: requests\n%+v\nwant first\n%+v\nstderr %q", who, got.reqs, c.pre, got.stderr)

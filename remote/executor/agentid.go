@@ -47,6 +47,8 @@ const (
 
 // ErrAgentIdentityUnavailable is the reference's refusal of a
 // CODEX_ACCESS_TOKEN that does not verify (or whose JWKS cannot be had).
+//
+//lint:ignore ST1005 the reference's wording, which names a product
 var ErrAgentIdentityUnavailable = errors.New("Agent Identity authentication is unavailable")
 
 // AgentIdentity is a verified Agent Identity: the runtime id, its signing
@@ -143,12 +145,22 @@ func LoadAgentIdentity(ctx context.Context, client *http.Client, token, jwksBase
 	if status/100 != 2 {
 		return nil, unavailable(fmt.Errorf("fetching the JWKS: HTTP %d", status))
 	}
+	a, err := parseAgentIdentity(token, data)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return a, nil
+}
+
+// parseAgentIdentity verifies token against the JWKS document jwksData
+// (the rules of LoadAgentIdentity) and returns the identity it carries.
+func parseAgentIdentity(token string, data []byte) (*AgentIdentity, error) {
 	var set jwks
 	if err := json.Unmarshal(data, &set); err != nil {
-		return nil, unavailable(fmt.Errorf("decoding the JWKS: %w", err))
+		return nil, fmt.Errorf("decoding the JWKS: %w", err)
 	}
 	var claims agentClaims
-	_, err = jwt.ParseWithClaims(token, &claims, func(t *jwt.Token) (any, error) {
+	_, err := jwt.ParseWithClaims(token, &claims, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
 		if kid == "" {
 			return nil, errors.New("the JWT header has no kid")
@@ -162,23 +174,23 @@ func LoadAgentIdentity(ctx context.Context, client *http.Client, token, jwksBase
 	}, jwt.WithValidMethods([]string{"RS256"}), jwt.WithAudience(agentIdentityAudience), jwt.WithIssuer(agentIdentityIssuer),
 		jwt.WithExpirationRequired(), jwt.WithLeeway(60*time.Second))
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, err
 	}
 	switch {
 	// As the reference's claims type: every field present (iat too,
 	// though not checked against the clock).
 	case claims.AgentRuntimeID == "", claims.AccountID == "", claims.IssuedAt == nil, claims.ChatGPTUserID == nil,
 		claims.Email == nil, claims.FedRAMP == nil, claims.PlanType == nil:
-		return nil, unavailable(errors.New("the JWT lacks a required claim"))
+		return nil, errors.New("the JWT lacks a required claim")
 	}
 	der, err := base64.StdEncoding.DecodeString(claims.AgentPrivateKey)
 	if err != nil {
-		return nil, unavailable(errors.New("the agent private key is not valid base64"))
+		return nil, errors.New("the agent private key is not valid base64")
 	}
 	pk, err := x509.ParsePKCS8PrivateKey(der)
 	key, ok := pk.(ed25519.PrivateKey)
 	if err != nil || !ok {
-		return nil, unavailable(errors.New("the agent private key is not an Ed25519 PKCS#8 key"))
+		return nil, errors.New("the agent private key is not an Ed25519 PKCS#8 key")
 	}
 	return &AgentIdentity{RuntimeID: claims.AgentRuntimeID, AccountID: claims.AccountID, key: key, now: time.Now}, nil
 }
@@ -212,20 +224,33 @@ func (a *AgentIdentity) RegisterTask(ctx context.Context, client *http.Client, a
 	if err != nil {
 		return err
 	}
-	ts := a.timestamp()
-	// Field order as the reference sends it.
-	body, _ := json.Marshal(struct {
-		Timestamp string `json:"timestamp"`
-		Signature string `json:"signature"`
-	}{ts, a.sign(a.RuntimeID + ":" + ts)})
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	status, data, err := agentRequest(rctx, client, http.MethodPost, base+"/v1/agent/"+url.PathEscape(a.RuntimeID)+"/task/register", body, 1<<20)
-	if err != nil {
-		return fmt.Errorf("failed to register agent task: %w", err)
-	}
-	if status/100 != 2 {
-		return fmt.Errorf("failed to register agent task with status %d", status)
+	// A failed attempt (no answer, or a 5xx) is retried, as the
+	// reference does, with the registration delay: three attempts.
+	var data []byte
+	for n := 0; ; n++ {
+		ts := a.timestamp()
+		// Field order as the reference sends it.
+		body, _ := json.Marshal(struct {
+			Timestamp string `json:"timestamp"`
+			Signature string `json:"signature"`
+		}{ts, a.sign(a.RuntimeID + ":" + ts)})
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var status int
+		status, data, err = agentRequest(rctx, client, http.MethodPost, base+"/v1/agent/"+url.PathEscape(a.RuntimeID)+"/task/register", body, 1<<20)
+		cancel()
+		switch {
+		case err == nil && status/100 == 2:
+		case (err != nil || status >= 500) && n < 2:
+			if sleep(ctx, registerDelay(n)) != nil {
+				return ctx.Err()
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("failed to register agent task: %w", err)
+		default:
+			return fmt.Errorf("failed to register agent task with status %d", status)
+		}
+		break
 	}
 	var out struct {
 		TaskID      string `json:"task_id"`
