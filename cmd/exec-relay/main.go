@@ -26,7 +26,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/execgo/exec-server/relay"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 func main() {

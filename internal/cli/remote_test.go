@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/internal/cli"
-	"github.com/execgo/exec-server/relay"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 const (

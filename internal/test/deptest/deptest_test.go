@@ -27,7 +27,7 @@ var testOnly = []string{
 // serverSide are the packages that make up the server; the client SDK
 // links none of them (rule 3).
 var serverSide = []string{
-	"server/...", "process/...", "fsys/...", "sandbox/...", "childinit/...", "relay/...", "netproxy/...",
+	"server/...", "process/...", "fsys/...", "sandbox/...", "childinit/...", "remote/relay/...", "netproxy/...",
 	"fswatch/...", "caproots/...", "auth/...",
 }
 
