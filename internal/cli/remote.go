@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/execgo/exec-server/client"
+	"github.com/execgo/exec-server/remote/harness"
 )
 
 // The variables codex's own harness reads for remote mode; the CLI takes
@@ -24,14 +27,17 @@ const (
 // through its environment registry and rendezvous, end-to-end encrypted,
 // instead of dialling --url.
 type remoteConn struct {
-	registry string
-	envID    string
-	urlFlag  bool // --url was given too: a usage error
+	registry   string
+	envID      string
+	tokenStdin bool
+	urlFlag    bool // --url was given too: a usage error
+	tokenFlag  bool // --token or --token-file given
 }
 
 func (c *command) remoteFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.remote.registry, "remote", "", "reach an executor through the registry at `URL` (exec-relay or codex's), end-to-end encrypted; token from --token or $"+envRemoteToken)
+	fs.StringVar(&c.remote.registry, "remote", "", "reach an executor through the registry at `URL` (exec-relay or codex's), end-to-end encrypted; token from --token-stdin, --token, --token-file, $"+envRemoteToken+", $CODEX_API_KEY or a `codex login` sign-in")
 	fs.StringVar(&c.remote.envID, "environment-id", "", "with --remote: the executor's environment `ID` (default $"+envRemoteEnvID+")")
+	fs.BoolVar(&c.remote.tokenStdin, "token-stdin", false, "with --remote: read the registry token from the first line of standard input (the rest is the command's)")
 }
 
 // remoteDefaults applies the environment after parsing. In remote mode
@@ -41,8 +47,9 @@ func (c *command) remoteDefaults(fs *pflag.FlagSet) {
 		return
 	}
 	c.remote.urlFlag = fs.Changed("url")
+	c.remote.tokenFlag = fs.Changed("token") || fs.Changed("token-file")
 	if !fs.Changed("token") {
-		c.token = os.Getenv(envRemoteToken)
+		c.token = ""
 	}
 	if !fs.Changed("environment-id") {
 		c.remote.envID = os.Getenv(envRemoteEnvID)
@@ -60,22 +67,50 @@ func (c *command) dialRemote(ctx context.Context) (*client.Client, int) {
 	case !strings.HasPrefix(c.remote.registry, "http://") && !strings.HasPrefix(c.remote.registry, "https://"):
 		return nil, c.usageErr("--remote %q: want http://HOST[:PORT] or https://HOST[:PORT]", c.remote.registry)
 	}
-	token := c.token
-	if c.tokenFile != "" {
+	// The first of: --token-stdin, --token, --token-file, then where a
+	// codex harness has one (CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN,
+	// CODEX_API_KEY, $CODEX_HOME/auth.json). Never printed or logged.
+	var cred client.CodexCredential
+	switch {
+	case c.remote.tokenStdin && c.remote.tokenFlag:
+		return nil, c.usageErr("--token-stdin conflicts with --token and --token-file")
+	case c.remote.tokenStdin:
+		tok, err := readTokenLine(c.stdin)
+		if err != nil {
+			return nil, c.usageErr("--token-stdin: %v", err)
+		}
+		cred = client.CodexCredential{Token: tok, Source: "stdin"}
+	case c.tokenFile != "":
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
 			return nil, c.fail(exitRemote, "reading --token-file: %v", err)
 		}
-		token = strings.TrimSpace(string(b))
+		cred = client.CodexCredential{Token: strings.TrimSpace(string(b)), Source: "--token-file"}
+	case c.token != "":
+		cred = client.CodexCredential{Token: c.token, Source: "--token"}
+	default:
+		var err error
+		cred, err = client.LoadCodexCredential()
+		if errors.Is(err, harness.ErrNoCredential) {
+			return nil, c.usageErr("--remote needs a registry token: --token, --token-file, --token-stdin, %s, CODEX_API_KEY or a `codex login` sign-in", envRemoteToken)
+		}
+		if err != nil {
+			return nil, c.fail(exitRemote, "%v", err)
+		}
 	}
-	if token == "" {
-		return nil, c.usageErr("--remote needs a registry token: --token, --token-file or %s", envRemoteToken)
+	if v := os.Getenv("CODEX_EXEC_SERVER_NOISE_CHATGPT_ACCOUNT_ID"); v != "" && cred.AccountID == "" {
+		cred.AccountID = v
 	}
+	if cred.Token == "" {
+		return nil, c.usageErr("--remote needs a registry token: --token, --token-file, --token-stdin, %s, CODEX_API_KEY or a `codex login` sign-in", envRemoteToken)
+	}
+	token := cred.Token
 	opts := client.Options{
 		ClientName:       "exec-server-cli",
 		ResumeSession:    c.session,
 		ReconnectTimeout: c.reconnectTimeout,
 		OnStateChange:    c.reconnectNotice,
+		ChatGPTAccountID: cred.AccountID,
 	}
 	if c.caFile != "" {
 		hc, err := httpClientTrusting(c.caFile)
@@ -94,4 +129,30 @@ func (c *command) dialRemote(ctx context.Context) (*client.Client, int) {
 		return nil, c.fail(exitRemote, "%s", describe(err))
 	}
 	return cl, 0
+}
+
+// readTokenLine reads one newline-terminated line of at most 16 KiB from
+// r a byte at a time, so that nothing after it is consumed: the rest of
+// stdin stays the command's.
+func readTokenLine(r io.Reader) (string, error) {
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) <= 16<<10 {
+		n, err := r.Read(b)
+		if n == 1 {
+			if b[0] == '\n' {
+				tok := strings.TrimSuffix(string(line), "\r")
+				if tok == "" || strings.ContainsAny(tok, " \t") {
+					return "", errors.New("expected one token on the first line")
+				}
+				return tok, nil
+			}
+			line = append(line, b[0])
+			continue
+		}
+		if err != nil {
+			break
+		}
+	}
+	return "", errors.New("expected a newline-terminated token of at most 16 KiB on the first line")
 }
