@@ -466,30 +466,68 @@ func BenchmarkDataPath(b *testing.B) {
 				c.roundTrip(b, msg)
 			}
 		})
-		b.Run("stream/"+tr, func(b *testing.B) {
-			const n = 64 << 20
+		b.Run("readBlock/"+tr, func(b *testing.B) {
 			c := dpServer(b, tr)
-			b.SetBytes(n)
+			c.call(b, fmt.Sprintf(`{"id":2,"method":"fs/open","params":{"handleId":"h","path":%q}}`, "file://"+rpath))
+			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
-			i := 0
 			for b.Loop() {
-				i++
-				start := fmt.Appendf(nil, `{"id":3,"method":"process/start","params":{"processId":"p%d","argv":["head","-c","%d","/dev/zero"],"cwd":%q,"env":{"PATH":"/usr/bin:/bin"},"tty":false}}`,
-					i, n, "file://"+dir)
-				if err := c.send(start); err != nil {
-					b.Fatal(err)
-				}
-				var head [64]byte
-				for {
-					k, err := c.recv(head[:])
-					if err != nil {
-						b.Fatal(err)
-					}
-					if bytes.HasPrefix(head[:min(k, len(head))], []byte(`{"method":"process/closed"`)) {
-						break
-					}
+				for off := 0; off < len(data); off += dpBlock {
+					c.roundTrip(b, fmt.Appendf(nil, `{"id":3,"method":"fs/readBlock","params":{"handleId":"h","offset":%d,"len":%d}}`, off, dpBlock))
 				}
 			}
 		})
+		b.Run("writeBlock/"+tr, func(b *testing.B) {
+			c := dpServer(b, tr)
+			c.call(b, fmt.Sprintf(`{"id":2,"method":"fs/open","params":{"handleId":"h","path":%q,"mode":"replace"}}`, "file://"+filepath.Join(dir, "wb-"+tr+".bin")))
+			var msgs [][]byte
+			for off := 0; off < len(data); off += dpBlock {
+				m := fmt.Appendf(nil, `{"id":3,"method":"fs/writeBlock","params":{"handleId":"h","offset":%d,"chunk":"`, off)
+				m = base64.StdEncoding.AppendEncode(m, data[off:off+dpBlock])
+				msgs = append(msgs, append(m, `"}}`...))
+			}
+			work := make([]byte, len(msgs[0]))
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, m := range msgs {
+					// Decoded in place: send a copy.
+					c.roundTrip(b, append(work[:0], m...))
+				}
+			}
+		})
+		for _, tty := range []bool{false, true} {
+			name := "stream/"
+			if tty {
+				name = "streamTTY/"
+			}
+			b.Run(name+tr, func(b *testing.B) { benchStream(b, tr, dir, tty) })
+		}
+	}
+}
+
+func benchStream(b *testing.B, tr, dir string, tty bool) {
+	const n = 64 << 20
+	c := dpServer(b, tr)
+	b.SetBytes(n)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		start := fmt.Appendf(nil, `{"id":3,"method":"process/start","params":{"processId":"p%d","argv":["head","-c","%d","/dev/zero"],"cwd":%q,"env":{"PATH":"/usr/bin:/bin"},"tty":%v}}`,
+			i, n, "file://"+dir, tty)
+		if err := c.send(start); err != nil {
+			b.Fatal(err)
+		}
+		var head [64]byte
+		for {
+			k, err := c.recv(head[:])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bytes.HasPrefix(head[:min(k, len(head))], []byte(`{"method":"process/closed"`)) {
+				break
+			}
+		}
 	}
 }
