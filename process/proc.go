@@ -348,9 +348,10 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	return nil
 }
 
-// pump reads one output stream until EOF and emits each read. When the
-// delivery blocks (the client is not keeping up) the pump blocks too and
-// the child's writes stall: back-pressure, not loss.
+// pump reads one output stream until EOF and emits what it has at hand
+// as one chunk at a time (see gatherer). When the delivery blocks (the
+// client is not keeping up) the pump blocks too and the child's writes
+// stall: back-pressure, not loss.
 func (p *Proc) pump(f *os.File, stream string) {
 	if stream != protocol.StreamPTY {
 		// A PTY master stays open until the child is reaped (see emit):
@@ -360,8 +361,9 @@ func (p *Proc) pump(f *os.File, stream string) {
 	}
 	size := p.m.opts.ReadSize
 	buf := make([]byte, size)
+	g := newGatherer(f, p.m.opts.OutputHold)
 	for {
-		n, err := f.Read(buf)
+		n, err := g.read(buf)
 		if n > 0 {
 			if p.denial != nil {
 				p.denial.Write(stream, buf[:n])
