@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The helper is this binary re-executed with helperArg as argv[1]
@@ -156,7 +158,7 @@ func probeKernel() Support {
 		// The only proof that counts: build a real view and lock down.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		reply, f, err := (&Plan{Root: AccessRead}).runHelper(ctx, probeOp, nil)
+		reply, f, err := runHelper(ctx, &policy.Plan{Root: policy.AccessRead}, probeOp, nil)
 		if f != nil {
 			f.Close()
 		}
@@ -208,11 +210,11 @@ func unavailable(s Support) error {
 // cloneflags are the helper's namespaces: a user namespace when the
 // server is not root (it maps the server's uid and gid to 0 inside, as the
 // reference does: the view needs root in the namespace after exec).
-func cloneflags(command bool, network Network) uintptr {
+func cloneflags(command bool, network policy.Network) uintptr {
 	f := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID)
 	if command {
 		f |= unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
-		if network == NetworkRestricted || network == NetworkProxied {
+		if network == policy.NetworkRestricted || network == policy.NetworkProxied {
 			f |= unix.CLONE_NEWNET
 		}
 	}
@@ -247,11 +249,11 @@ const (
 	replyError = 'E'
 )
 
-func (p *Plan) run(ctx context.Context, name string, req []byte) ([]byte, *os.File, error) {
+func run(ctx context.Context, p *policy.Plan, name string, req []byte) ([]byte, *os.File, error) {
 	if s := Probe(); !s.Available {
 		return nil, nil, unavailable(s)
 	}
-	return p.runHelper(ctx, name, req)
+	return runHelper(ctx, p, name, req)
 }
 
 // A helper serves calls one at a time, for one plan. After a call it waits
@@ -286,7 +288,7 @@ var (
 	warmN    int
 )
 
-func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []byte, file *os.File, err error) {
+func runHelper(ctx context.Context, p *policy.Plan, name string, req []byte) (reply []byte, file *os.File, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("sandbox helper: %w", err)
 	}
@@ -320,7 +322,7 @@ func (p *Plan) runHelper(ctx context.Context, name string, req []byte) (reply []
 }
 
 // inodesOf records what p's paths are now.
-func inodesOf(p *Plan) map[string][2]uint64 {
+func inodesOf(p *policy.Plan) map[string][2]uint64 {
 	m := map[string][2]uint64{}
 	for _, mt := range p.Mounts {
 		var st unix.Stat_t
@@ -331,7 +333,7 @@ func inodesOf(p *Plan) map[string][2]uint64 {
 	return m
 }
 
-func takeWarm(key string, p *Plan) *helper {
+func takeWarm(key string, p *policy.Plan) *helper {
 	warmMu.Lock()
 	defer warmMu.Unlock()
 	for hs := warmPool[key]; len(hs) > 0; hs = warmPool[key] {
@@ -420,7 +422,7 @@ func (h *helper) close(kill bool) {
 	h.conn.Close()
 }
 
-func startHelper(p *Plan, key string) (*helper, error) {
+func startHelper(p *policy.Plan, key string) (*helper, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, stepErr("socketpair", err)
@@ -460,7 +462,7 @@ func startHelper(p *Plan, key string) (*helper, error) {
 		Env:   []string{},
 		Files: []*os.File{null, null, null, child}, // failures travel on the socket
 		Sys: &syscall.SysProcAttr{
-			Cloneflags:  cloneflags(false, NetworkRestricted),
+			Cloneflags:  cloneflags(false, policy.NetworkRestricted),
 			UidMappings: sysMaps(uid),
 			GidMappings: sysMaps(gid),
 			Pdeathsig:   syscall.SIGKILL,
@@ -609,12 +611,12 @@ func readReply(conn *net.UnixConn) (byte, []byte, int, error) {
 // ---- Command ----
 
 // accessOf is the access path has in p's view (ignoring symlinks).
-func (p *Plan) accessOf(path string) Access {
+func accessOf(p *policy.Plan, path string) policy.Access {
 	acc := p.Root
-	if acc == AccessNone {
+	if acc == policy.AccessNone {
 		for _, d := range platformMinimum {
 			if path == d || strings.HasPrefix(path, d+"/") {
-				acc = AccessRead
+				acc = policy.AccessRead
 			}
 		}
 	}
@@ -625,7 +627,7 @@ func (p *Plan) accessOf(path string) Access {
 		if path == m.Path || strings.HasPrefix(path, m.Path+"/") {
 			acc = m.Access
 			if m.Protected {
-				acc = AccessRead
+				acc = policy.AccessRead
 			}
 		}
 	}
@@ -633,7 +635,7 @@ func (p *Plan) accessOf(path string) Access {
 }
 
 // visible fails with ENOENT when path does not exist or the view hides it.
-func (p *Plan) visible(path string) error {
+func visibleIn(p *policy.Plan, path string) error {
 	if !filepath.IsAbs(path) {
 		return &os.PathError{Op: "sandbox", Path: path, Err: syscall.EINVAL}
 	}
@@ -641,7 +643,7 @@ func (p *Plan) visible(path string) error {
 	if _, err := os.Stat(path); err != nil {
 		return err
 	}
-	if p.accessOf(path) == AccessNone {
+	if accessOf(p, path) == policy.AccessNone {
 		return &os.PathError{Op: "sandbox", Path: path, Err: syscall.ENOENT}
 	}
 	return nil
@@ -650,18 +652,18 @@ func (p *Plan) visible(path string) error {
 // planArgMax keeps each argv string under the kernel's MAX_ARG_STRLEN.
 const planArgMax = 64 << 10
 
-func (p *Plan) command(path string, argv, env []string, dir string) (*Spec, error) {
+func command(p *policy.Plan, path string, argv, env []string, dir string) (*Spec, error) {
 	if s := Probe(); !s.Available {
 		return nil, unavailable(s)
 	}
-	if err := p.visible(path); err != nil {
+	if err := visibleIn(p, path); err != nil {
 		return nil, err
 	}
-	if err := p.visible(dir); err != nil {
+	if err := visibleIn(p, dir); err != nil {
 		return nil, err
 	}
 	q := *p
-	if q.Network != NetworkRestricted {
+	if q.Network != policy.NetworkRestricted {
 		q.AllowUnixSockets = allowedUnixSockets()
 	}
 	if len(q.DenyGlobs) > 0 {
@@ -835,7 +837,7 @@ func spawnerCgroupPidsMax() string {
 // on a loaded machine): the move runs on another thread while the view is
 // built, and joined says when it is done (the init waits for it before
 // anything forks).
-func limitProcesses(p *Plan) (joined <-chan error, err error) {
+func limitProcesses(p *policy.Plan) (joined <-chan error, err error) {
 	done := make(chan error, 1)
 	done <- nil
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
@@ -997,7 +999,7 @@ func helperRun() {
 	if err != nil {
 		fail(stepErr("read the plan", err))
 	}
-	var p Plan
+	var p policy.Plan
 	if err := json.Unmarshal(b, &p); err != nil {
 		fail(stepErr("read the plan", err))
 	}
@@ -1014,7 +1016,7 @@ func helperRun() {
 	if err != nil {
 		fail(err)
 	}
-	if err := lockdown(rules, NetworkRestricted, false); err != nil {
+	if err := lockdown(rules, policy.NetworkRestricted, false); err != nil {
 		fail(err)
 	}
 	for {
@@ -1235,7 +1237,7 @@ func unwrapEnv(environ []string) []string {
 }
 
 type initArgs struct {
-	plan      Plan
+	plan      policy.Plan
 	path, dir string
 	argv      []string
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"os"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 var errUnsupported = errors.New("sandbox: not supported on this system")
@@ -17,11 +19,11 @@ func Probe() Support { return probe() }
 
 func registerOp(string, OpFunc) {}
 
-func (p *Plan) run(context.Context, string, []byte) ([]byte, *os.File, error) {
+func run(context.Context, *policy.Plan, string, []byte) ([]byte, *os.File, error) {
 	return nil, nil, errUnsupported
 }
 
-func (p *Plan) command(string, []string, []string, string) (*Spec, error) {
+func command(*policy.Plan, string, []string, []string, string) (*Spec, error) {
 	return nil, errUnsupported
 }
 

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Privilege drop. Credentials, no_new_privs and a Landlock domain belong
@@ -89,7 +91,7 @@ type rulesetAttr struct {
 // (best effort: what an older ABI cannot express is left to the mount view
 // and seccomp, the first layers). It runs before the capabilities go:
 // opening a rule's path may need them.
-func landlockRuleset(rules []landlockRule, network Network) (int, error) {
+func landlockRuleset(rules []landlockRule, network policy.Network) (int, error) {
 	abi := landlockABI()
 	if abi < 1 {
 		return -1, fmt.Errorf("landlock: not available")
@@ -99,7 +101,7 @@ func landlockRuleset(rules []landlockRule, network Network) (int, error) {
 	size := unsafe.Sizeof(attr.fs)
 	if abi >= 4 {
 		size += unsafe.Sizeof(attr.net)
-		if network == NetworkRestricted {
+		if network == policy.NetworkRestricted {
 			attr.net = llBindTCP | llConnectTCP // no rule: no TCP at all
 		}
 	}
@@ -151,7 +153,7 @@ func landlockRuleset(rules []landlockRule, network Network) (int, error) {
 // best effort, the layer is then left out (the mount view, the empty
 // capability sets and seccomp still hold).
 // unixDgram allows AF_UNIX datagram sockets (see seccompProgram).
-func lockdown(rules []landlockRule, network Network, unixDgram bool) error {
+func lockdown(rules []landlockRule, network policy.Network, unixDgram bool) error {
 	ruleset := -1
 	if landlockABI() >= 2 {
 		var err error

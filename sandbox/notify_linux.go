@@ -16,11 +16,13 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Deny globs for commands. A mount can mask only what exists when the view
 // is built; a *new* path matching a deny glob (or a missing deny path, which
-// resolve.go turns into a literal glob) can only be refused when it is
+// sandbox/policy/resolve.go turns into a literal glob) can only be refused when it is
 // made. When the plan has deny globs and something writable, the init
 // supervises the command's path-creating syscalls with a seccomp user
 // notification filter and does each of them itself, after checking the
@@ -61,15 +63,15 @@ const (
 
 // superviseCreation reports whether a command under p needs the supervisor:
 // deny globs and something a command could create in.
-func superviseCreation(p *Plan) bool {
+func superviseCreation(p *policy.Plan) bool {
 	if len(p.DenyGlobs) == 0 {
 		return false
 	}
-	if p.Root == AccessWrite {
+	if p.Root == policy.AccessWrite {
 		return true
 	}
 	for _, m := range p.Mounts {
-		if m.Access == AccessWrite && !m.Protected && !m.Missing {
+		if m.Access == policy.AccessWrite && !m.Protected && !m.Missing {
 			return true
 		}
 	}
@@ -82,18 +84,18 @@ func superviseCreation(p *Plan) bool {
 // AF_UNIX socket outside the writable roots (a host daemon's: docker,
 // tmux, ssh-agent, systemd) is refused, and only the supervisor can read
 // the address (it is in memory) and make the connection itself.
-func superviseConnect(p *Plan) bool {
-	return p.Network != NetworkRestricted && !writableEverywhere(p)
+func superviseConnect(p *policy.Plan) bool {
+	return p.Network != policy.NetworkRestricted && !writableEverywhere(p)
 }
 
 // writableEverywhere reports whether every path of p's view is writable
 // (nothing outside a writable root: no socket to keep a command from).
-func writableEverywhere(p *Plan) bool {
-	if p.Root != AccessWrite {
+func writableEverywhere(p *policy.Plan) bool {
+	if p.Root != policy.AccessWrite {
 		return false
 	}
 	for _, m := range p.Mounts {
-		if m.Access != AccessWrite || m.Protected {
+		if m.Access != policy.AccessWrite || m.Protected {
 			return false
 		}
 	}
@@ -195,7 +197,7 @@ func stubMain(args []string) {
 // startSupervised starts the command through the stub from the calling
 // (locked, confined) thread and returns its pid and the listener (-1 when
 // the stub failed before sending it: its exit status then says why).
-func startSupervised(p *Plan, path string, argv []string) (int, int, error) {
+func startSupervised(p *policy.Plan, path string, argv []string) (int, int, error) {
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, -1, stepErr("seccomp listener: socketpair", err)
@@ -280,7 +282,7 @@ const (
 // supervisor serves the notifications of one command tree.
 type supervisor struct {
 	listener int
-	p        *Plan
+	p        *policy.Plan
 	pending  []pendingOpen
 	// cwd is the init's directory (O_PATH), to come back to after a bind
 	// made relative to another one (this thread's own: CLONE_FS
@@ -1462,7 +1464,7 @@ func (s *supervisor) checkSymlink(t *target, dir int, name, text string) unix.Er
 	at := filepath.Join(d, name)
 	var scopes []string
 	for _, g := range s.p.DenyGlobs {
-		if f := fixedPrefix(g); within(at, f) {
+		if f := fixedPrefix(g); policy.Within(at, f) {
 			scopes = append(scopes, f)
 		}
 	}
@@ -1470,7 +1472,7 @@ func (s *supervisor) checkSymlink(t *target, dir int, name, text string) unix.Er
 		return 0
 	}
 	// procfs links change with the process (fd/N, cwd, root): refused.
-	if within(filepath.Join(d, text), "/proc") || (filepath.IsAbs(text) && within(filepath.Clean(text), "/proc")) {
+	if policy.Within(filepath.Join(d, text), "/proc") || (filepath.IsAbs(text) && policy.Within(filepath.Clean(text), "/proc")) {
 		return unix.EACCES
 	}
 	td, tn, _, errno := t.walkParent(dir, text)
@@ -1506,7 +1508,7 @@ func (s *supervisor) checkSymlink(t *target, dir int, name, text string) unix.Er
 		}
 	}
 	for _, f := range scopes {
-		if !within(where, f) {
+		if !policy.Within(where, f) {
 			return unix.EACCES
 		}
 	}
@@ -1516,9 +1518,9 @@ func (s *supervisor) checkSymlink(t *target, dir int, name, text string) unix.Er
 // fixedPrefix is the directory of a glob's components before its first
 // one with a wildcard (an escape counts as one: shorter is safer).
 func fixedPrefix(g string) string {
-	comps := splitPath(g)
+	comps := policy.SplitPath(g)
 	n := 0
-	for n < len(comps) && !hasMeta(comps[n]) {
+	for n < len(comps) && !policy.HasMeta(comps[n]) {
 		n++
 	}
 	return "/" + strings.Join(comps[:n], "/")
@@ -1755,7 +1757,7 @@ func (s *supervisor) unixTarget(t *target, p string) (int, unix.Errno) {
 		return fd, 0
 	}
 	var fs unix.Statfs_t
-	if unix.Fstatfs(fd, &fs) != nil || fs.Flags&unix.ST_RDONLY != 0 || s.p.accessOf(where) != AccessWrite {
+	if unix.Fstatfs(fd, &fs) != nil || fs.Flags&unix.ST_RDONLY != 0 || accessOf(s.p, where) != policy.AccessWrite {
 		unix.Close(fd)
 		return -1, unix.EACCES
 	}
@@ -1910,7 +1912,7 @@ func rawConnect(fd int, sa []byte) unix.Errno {
 
 // superviseInit runs the command under the supervisor: it never returns
 // (the init exits with the command's status).
-func superviseInit(p *Plan, lock int, path string, argv []string) {
+func superviseInit(p *policy.Plan, lock int, path string, argv []string) {
 	pid, lfd, err := startSupervised(p, path, argv)
 	if err != nil {
 		initFail(err)

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The seccomp filter is hand-written classic BPF (libseccomp needs cgo and
@@ -130,7 +132,7 @@ const (
 
 // seccompProgram builds the filter for a network mode. unixDgram allows
 // AF_UNIX datagram sockets (a plan in which every path is writable).
-func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
+func seccompProgram(network policy.Network, unixDgram bool) []unix.SockFilter {
 	p := []unix.SockFilter{
 		bpfStmt(ldW, offArch),
 		bpfJump(jeqK, seccompArch, 1, 0),
@@ -214,7 +216,7 @@ func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
 		}
 	}
 	var sock []unix.SockFilter
-	if network == NetworkRestricted {
+	if network == policy.NetworkRestricted {
 		for _, nr := range networkDenied {
 			deny(nr, retEPERM)
 		}
@@ -240,7 +242,7 @@ func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
 
 // installSeccomp installs the filter on every thread of the process
 // (TSYNC). no_new_privs must already be set on the calling thread.
-func installSeccomp(network Network, unixDgram bool) error {
+func installSeccomp(network policy.Network, unixDgram bool) error {
 	if seccompArch == 0 {
 		return errors.New("seccomp: unsupported architecture " + runtime.GOARCH)
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package policy
 
 import (
 	"bufio"
@@ -35,9 +35,9 @@ var globScanBudget = MaxGlobScanEntries
 // ProtectedNames are the subpaths kept read-only under every writable root.
 var ProtectedNames = [...]string{".git", ".agents", ".codex", ".aws"}
 
-// mountPointMarker is in every mount point an exec-server made on the host
+// MountPointMarker is in every mount point an exec-server made on the host
 // for a missing protected path (hidden in every view by the mask).
-const mountPointMarker = ".exec-server-sandbox-made"
+const MountPointMarker = ".exec-server-sandbox-made"
 
 // isServerMountPoint reports whether p is a directory (not a symlink)
 // holding the marker: a missing protected path that a concurrent sandbox
@@ -47,7 +47,7 @@ func isServerMountPoint(p string) bool {
 	if err != nil || !fi.IsDir() {
 		return false
 	}
-	_, err = os.Lstat(path.Join(p, mountPointMarker))
+	_, err = os.Lstat(path.Join(p, MountPointMarker))
 	return err == nil
 }
 
@@ -247,7 +247,7 @@ func (r *resolver) special(e Entry) ([]string, error) {
 				return nil, protocol.InvalidRequest("file system sandbox workspace root is not native to this exec-server host: '%s' is invalid on 'linux'", root.URI)
 			}
 			j := path.Join(root.Path, e.Path.Subpath) // an absolute subpath is relative too
-			if !within(j, root.Path) && e.Access != AccessNone {
+			if !Within(j, root.Path) && e.Access != AccessNone {
 				// A subpath climbing out of its root never grants
 				// access there (the reference granted nothing for "..");
 				// a deny entry still denies.
@@ -260,8 +260,8 @@ func (r *resolver) special(e Entry) ([]string, error) {
 	return nil, nil // unknown kinds: ignored, as the reference does
 }
 
-// within reports whether p is dir or below it (both clean and absolute).
-func within(p, dir string) bool {
+// Within reports whether p is dir or below it (both clean and absolute).
+func Within(p, dir string) bool {
 	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
@@ -442,7 +442,7 @@ func (r *resolver) mounts(root Access) []Mount {
 	for _, m := range r.prot {
 		all = append(all, m)
 	}
-	sortMounts(all)
+	SortMounts(all)
 	// Drop what changes nothing: a mount whose access is what its nearest
 	// applied ancestor (or the root) already gives. A missing mount is
 	// skipped by the kernel side, so it is never an ancestor.
@@ -481,8 +481,9 @@ func depth(p string) int {
 	return strings.Count(p, "/")
 }
 
-// sortMounts orders mounts shallowest first, then by path.
-func sortMounts(ms []Mount) {
+// SortMounts puts ms in the order a Plan keeps its mounts: shallowest first,
+// then by path (the kernel side mounts them in that order).
+func SortMounts(ms []Mount) {
 	sort.SliceStable(ms, func(i, j int) bool {
 		di, dj := depth(ms[i].Path), depth(ms[j].Path)
 		if di != dj {
@@ -504,7 +505,7 @@ func (p *Plan) AccessAt(host string) Access {
 		if m.Missing && !m.Protected {
 			continue
 		}
-		if within(host, m.Path) && depth(m.Path) > bestDepth {
+		if Within(host, m.Path) && depth(m.Path) > bestDepth {
 			best, bestDepth = m.Access, depth(m.Path)
 		}
 	}
@@ -519,7 +520,7 @@ func (p *Plan) DeniedByGlob(host string) bool {
 	if len(p.DenyGlobs) == 0 {
 		return false
 	}
-	comps := splitPath(host)
+	comps := SplitPath(host)
 	for n := len(comps); n >= 1; n-- {
 		for _, g := range p.DenyGlobs {
 			if MatchGlob(g, comps[:n]) {
@@ -534,10 +535,11 @@ func (p *Plan) DeniedByGlob(host string) bool {
 // pattern g: path.Match per component, "**" for any number of components
 // (at least one when it ends the pattern).
 func MatchGlob(g string, s []string) bool {
-	return matchComps(splitPath(g), s)
+	return matchComps(SplitPath(g), s)
 }
 
-func splitPath(p string) []string {
+// SplitPath returns the components of the absolute path p (none for "/").
+func SplitPath(p string) []string {
 	p = strings.Trim(p, "/")
 	if p == "" {
 		return nil
@@ -587,7 +589,7 @@ func (r *resolver) denyGlob(pattern string) error {
 		return protocol.InvalidParams("invalid glob pattern `%s`: %v", pattern, err)
 	}
 	for _, alt := range alts {
-		comps := cleanComps(splitPath(alt))
+		comps := cleanComps(SplitPath(alt))
 		for _, c := range comps {
 			if _, err := path.Match(c, ""); err != nil {
 				return protocol.InvalidParams("invalid glob pattern `%s`: %v", pattern, err)
@@ -631,14 +633,15 @@ func escapeGlob(p string) string {
 	return b.String()
 }
 
-func hasMeta(c string) bool { return strings.ContainsAny(c, `*?[\`) }
+// HasMeta reports whether the path component c holds a glob metacharacter.
+func HasMeta(c string) bool { return strings.ContainsAny(c, `*?[\`) }
 
 // scan records the pattern comps in DenyGlobs (also with its fixed prefix
 // canonical, when that differs: fs operations see canonical paths) and
 // finds its existing matches.
 func (r *resolver) scan(comps []string) error {
 	fixed := 0
-	for fixed < len(comps) && !hasMeta(comps[fixed]) {
+	for fixed < len(comps) && !HasMeta(comps[fixed]) {
 		fixed++
 	}
 	lexBase := "/" + strings.Join(comps[:fixed], "/")

@@ -1,14 +1,16 @@
-package sandbox
+package policy
 
 import "os"
 
-// This file is the contract between the three parts of the package:
+// This file is the contract between what a sandbox allows and how the
+// kernel enforces it:
 //
 //   - policy.go / resolve.go: the wire policy (Parse) and its resolution into
 //     a Plan of concrete host paths (Resolve);
-//   - confine_linux.go and friends: the kernel side, which builds the view a
-//     Plan describes in fresh namespaces and runs a command (Command) or a
-//     registered in-process operation (Run) inside it;
+//   - package sandbox (sandbox/confine_linux.go and friends): the kernel
+//     side, which builds the view a Plan describes in fresh namespaces and
+//     runs a command (sandbox.Command) or a registered in-process operation
+//     (sandbox.Run) inside it;
 //   - denied.go: the sandboxDenied heuristic.
 //
 // A Plan is plain data: it can be marshalled to JSON and handed to the

@@ -1,23 +1,25 @@
-package sandbox
+package policy
 
 import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/execgo/exec-server/internal/test/plantest"
 )
 
 // The server's secrets are masked in every plan that would show them, and
 // only there (a mask on an invisible path would need a mount point the
 // view lacks).
 func TestResolveMasksServerSecrets(t *testing.T) {
-	d := tree(t, "w/a.go", "state/reg", "keys/token", "keys/tls.key", "w/inside.key")
+	d := plantest.Tree(t, "w/a.go", "state/reg", "keys/token", "keys/tls.key", "w/inside.key")
 	work := d + "/w"
 	if err := os.Symlink(d+"/keys/token", d+"/w/token-link"); err != nil {
 		t.Fatal(err)
 	}
 	secrets := []string{d + "/keys/token", d + "/keys/tls.key", d + "/state", work + "/inside.key", d + "/missing"}
 	env := Env{Secrets: secrets}
-	cwd := `,"cwd":"` + uri(work) + `","workspaceRoots":["` + uri(work) + `"]`
+	cwd := `,"cwd":"` + plantest.URI(work) + `","workspaceRoots":["` + plantest.URI(work) + `"]`
 	masked := func(p *Plan) map[string]bool {
 		m := map[string]bool{}
 		for _, mt := range p.Mounts {
@@ -31,13 +33,13 @@ func TestResolveMasksServerSecrets(t *testing.T) {
 		name, raw string
 		want      []string
 	}{
-		{"full read", ctx([]string{special("root", "read")}, cwd), secrets[:4]},
-		{"workspace write", ctx([]string{special("root", "read"), special("project_roots", "write")}, cwd), secrets[:4]},
-		{"full write", ctx([]string{special("root", "write")}, cwd), secrets[:4]},
+		{"full read", plantest.Context([]string{plantest.Special("root", "read")}, cwd), secrets[:4]},
+		{"workspace write", plantest.Context([]string{plantest.Special("root", "read"), plantest.Special("project_roots", "write")}, cwd), secrets[:4]},
+		{"full write", plantest.Context([]string{plantest.Special("root", "write")}, cwd), secrets[:4]},
 		{"disabled", `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`, secrets[:4]},
 		{"external", `{"permissions":{"type":"external","network":"enabled"},"windowsSandboxLevel":"disabled"}`, secrets[:4]},
-		{"empty root, workspace only", ctx([]string{special("project_roots", "write")}, cwd), []string{work + "/inside.key"}},
-		{"keys denied already", ctx([]string{special("root", "read"), pathEntry(d+"/keys", "deny")}, cwd), []string{d + "/keys", d + "/state", work + "/inside.key"}},
+		{"empty root, workspace only", plantest.Context([]string{plantest.Special("project_roots", "write")}, cwd), []string{work + "/inside.key"}},
+		{"keys denied already", plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(d+"/keys", "deny")}, cwd), []string{d + "/keys", d + "/state", work + "/inside.key"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := resolve(t, c.raw, env)
@@ -56,13 +58,13 @@ func TestResolveMasksServerSecrets(t *testing.T) {
 		})
 	}
 	// Without secrets nothing changes (the full-write plan stays empty).
-	if p := resolve(t, ctx([]string{special("root", "write")}, cwd), Env{}); len(p.Mounts) != 0 || !p.FullWrite {
+	if p := resolve(t, plantest.Context([]string{plantest.Special("root", "write")}, cwd), Env{}); len(p.Mounts) != 0 || !p.FullWrite {
 		t.Fatalf("full write without secrets:\n%s", dump(p))
 	}
 }
 
 func TestSecretIdentity(t *testing.T) {
-	d := tree(t, "keys/token", "other")
+	d := plantest.Tree(t, "keys/token", "other")
 	if err := os.Link(d+"/keys/token", d+"/hardlink"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package policy
 
 import (
 	"errors"
@@ -8,52 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/internal/test/plantest"
 	"github.com/execgo/exec-server/protocol"
 )
-
-// tree makes files (names ending in "/" are directories) under a fresh
-// temporary directory, canonical, and returns it.
-func tree(t testing.TB, names ...string) string {
-	t.Helper()
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		p := filepath.Join(dir, n)
-		if strings.HasSuffix(n, "/") {
-			err = os.MkdirAll(p, 0o755)
-		} else if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-			err = os.WriteFile(p, []byte("x"), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
-func uri(p string) string { return fileuri.FromPath(p) }
-
-// ctx builds a sandbox context: a managed restricted profile with entries
-// (JSON texts) and extra top-level members.
-func ctx(entries []string, extra string) string {
-	return `{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[` +
-		strings.Join(entries, ",") + `]}},"windowsSandboxLevel":"disabled"` + extra + `}`
-}
-
-func pathEntry(p, access string) string {
-	return `{"path":{"type":"path","path":"` + uri(p) + `"},"access":"` + access + `"}`
-}
-
-func special(kind, access string) string {
-	return `{"path":{"type":"special","value":{"kind":"` + kind + `"}},"access":"` + access + `"}`
-}
-
-func glob(pattern, access string) string {
-	return `{"path":{"type":"glob_pattern","pattern":"` + pattern + `"},"access":"` + access + `"}`
-}
 
 func resolve(t testing.TB, raw string, env Env) *Plan {
 	t.Helper()
@@ -142,10 +99,10 @@ func findMount(p *Plan, path string) (Mount, bool) {
 
 // The objects codex 0.169 sends (codex-client.md), against a temporary WORK.
 func TestResolveCodexReadOnly(t *testing.T) {
-	work := tree(t, "src/a.go")
+	work := plantest.Tree(t, "src/a.go")
 	raw := `{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[
    {"path":{"type":"special","value":{"kind":"root"}},"access":"read"}]},"network":"restricted"},
- "cwd":"` + uri(work) + `","workspaceRoots":["` + uri(work) + `"],"windowsSandboxLevel":"disabled",
+ "cwd":"` + plantest.URI(work) + `","workspaceRoots":["` + plantest.URI(work) + `"],"windowsSandboxLevel":"disabled",
  "windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`
 	p := resolve(t, raw, Env{})
 	if p.Root != AccessRead || !p.FullRead || p.FullWrite || len(p.Mounts) != 0 || p.Network != NetworkRestricted || p.Cwd != work {
@@ -155,7 +112,7 @@ func TestResolveCodexReadOnly(t *testing.T) {
 }
 
 func TestResolveCodexWorkspaceWrite(t *testing.T) {
-	d := tree(t, "w/.git/config", "w/src/a.go", "tmp/")
+	d := plantest.Tree(t, "w/.git/config", "w/src/a.go", "tmp/")
 	work, tmp := d+"/w", d+"/tmp"
 	entries := `{"path":{"type":"special","value":{"kind":"root"}},"access":"read"},
    {"path":{"type":"special","value":{"kind":"project_roots"}},"access":"write"},
@@ -165,7 +122,7 @@ func TestResolveCodexWorkspaceWrite(t *testing.T) {
    {"path":{"type":"special","value":{"kind":"project_roots","subpath":".agents"}},"access":"read","missing_path_behavior":"skip"},
    {"path":{"type":"special","value":{"kind":"project_roots","subpath":".codex"}},"access":"read","missing_path_behavior":"skip"},
    {"path":{"type":"special","value":{"kind":"project_roots","subpath":".aws"}},"access":"read","missing_path_behavior":"skip"}`
-	w := uri(work)
+	w := plantest.URI(work)
 	for _, tail := range []string{
 		// process/start
 		`"cwd":"` + w + `","workspaceRoots":["` + w + `"],"windowsSandboxLevel":"disabled","windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false`,
@@ -198,30 +155,30 @@ func TestResolveCodexWorkspaceWrite(t *testing.T) {
 }
 
 func TestResolveSpecificity(t *testing.T) {
-	d := tree(t, "w/sub/x/f", "w/sub/y", "w/other", "r/f", "n/f")
+	d := plantest.Tree(t, "w/sub/x/f", "w/sub/y", "w/other", "r/f", "n/f")
 	for _, c := range []struct {
 		name    string
 		entries []string
 		want    map[string]Access
 	}{
-		{"most specific wins", []string{special("root", "read"), pathEntry(d+"/w", "write"), pathEntry(d+"/w/sub", "read"), pathEntry(d+"/w/sub/x", "write")},
+		{"most specific wins", []string{plantest.Special("root", "read"), plantest.Path(d+"/w", "write"), plantest.Path(d+"/w/sub", "read"), plantest.Path(d+"/w/sub/x", "write")},
 			map[string]Access{d + "/w/other": AccessWrite, d + "/w/sub/y": AccessRead, d + "/w/sub/x/f": AccessWrite, d + "/r/f": AccessRead}},
-		{"deny beats read at equal depth", []string{special("root", "read"), pathEntry(d+"/r", "read"), pathEntry(d+"/r", "deny")},
+		{"deny beats read at equal depth", []string{plantest.Special("root", "read"), plantest.Path(d+"/r", "read"), plantest.Path(d+"/r", "deny")},
 			map[string]Access{d + "/r/f": AccessNone, d + "/w": AccessRead}},
-		{"deny beats write at equal depth", []string{special("root", "read"), pathEntry(d+"/w", "deny"), pathEntry(d+"/w", "write")},
+		{"deny beats write at equal depth", []string{plantest.Special("root", "read"), plantest.Path(d+"/w", "deny"), plantest.Path(d+"/w", "write")},
 			map[string]Access{d + "/w/other": AccessNone}},
-		{"write beats read at equal depth", []string{special("root", "read"), pathEntry(d+"/w", "read"), pathEntry(d+"/w", "write")},
+		{"write beats read at equal depth", []string{plantest.Special("root", "read"), plantest.Path(d+"/w", "read"), plantest.Path(d+"/w", "write")},
 			map[string]Access{d + "/w/other": AccessWrite}},
-		{"none is deny", []string{special("root", "read"), pathEntry(d+"/w", "write"), pathEntry(d+"/w/sub", "none")},
+		{"none is deny", []string{plantest.Special("root", "read"), plantest.Path(d+"/w", "write"), plantest.Path(d+"/w/sub", "none")},
 			map[string]Access{d + "/w/sub/y": AccessNone, d + "/w/other": AccessWrite}},
-		{"deeper read under a deny", []string{special("root", "deny"), pathEntry(d+"/r", "read")},
+		{"deeper read under a deny", []string{plantest.Special("root", "deny"), plantest.Path(d+"/r", "read")},
 			map[string]Access{d + "/r/f": AccessRead, d + "/w": AccessNone, "/etc": AccessNone}},
-		{"no match is no access", []string{pathEntry(d+"/r", "read")},
+		{"no match is no access", []string{plantest.Path(d+"/r", "read")},
 			map[string]Access{d + "/r/f": AccessRead, d + "/w": AccessNone, "/": AccessNone}},
-		{"write implies read", []string{pathEntry(d+"/w", "write")},
+		{"write implies read", []string{plantest.Path(d+"/w", "write")},
 			map[string]Access{d + "/w/other": AccessWrite}},
 	} {
-		p := resolve(t, ctx(c.entries, ""), Env{})
+		p := resolve(t, plantest.Context(c.entries, ""), Env{})
 		for path, a := range c.want {
 			if got := p.AccessAt(path); got != a {
 				t.Errorf("%s: AccessAt(%s) = %v, want %v\n%s", c.name, path, got, a, dump(p))
@@ -231,7 +188,7 @@ func TestResolveSpecificity(t *testing.T) {
 }
 
 func TestResolveFullAccessFlags(t *testing.T) {
-	d := tree(t, "w/f")
+	d := plantest.Tree(t, "w/f")
 	for _, c := range []struct {
 		name                string
 		raw                 string
@@ -242,15 +199,15 @@ func TestResolveFullAccessFlags(t *testing.T) {
 		{"disabled", `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`, AccessWrite, true, true, NetworkEnabled},
 		{"external restricted", `{"permissions":{"type":"external","network":"restricted"},"windowsSandboxLevel":"disabled"}`, AccessWrite, true, true, NetworkRestricted},
 		{"unrestricted enabled", `{"permissions":{"type":"managed","network":"enabled","file_system":{"type":"unrestricted"}},"windowsSandboxLevel":"disabled"}`, AccessWrite, true, true, NetworkEnabled},
-		{"root write alone", ctx([]string{special("root", "write")}, ""), AccessWrite, true, true, NetworkRestricted},
-		{"root write and a write", ctx([]string{special("root", "write"), pathEntry(d+"/w", "write")}, ""), AccessWrite, true, true, NetworkRestricted},
-		{"root write narrowed", ctx([]string{special("root", "write"), pathEntry(d+"/w", "read")}, ""), AccessWrite, true, false, NetworkRestricted},
-		{"root read", ctx([]string{special("root", "read"), pathEntry(d+"/w", "write")}, ""), AccessRead, true, false, NetworkRestricted},
-		{"root read with a deny", ctx([]string{special("root", "read"), pathEntry(d+"/w", "deny")}, ""), AccessRead, false, false, NetworkRestricted},
-		{"root read with a deny glob", ctx([]string{special("root", "read"), glob(d+"/*.env", "deny")}, ""), AccessRead, false, false, NetworkRestricted},
-		{"root write with a deny", ctx([]string{special("root", "write"), pathEntry(d+"/w", "none")}, ""), AccessWrite, false, false, NetworkRestricted},
-		{"no root", ctx([]string{pathEntry(d+"/w", "write")}, ""), AccessNone, false, false, NetworkRestricted},
-		{"root denied", ctx([]string{special("root", "deny")}, ""), AccessNone, false, false, NetworkRestricted},
+		{"root write alone", plantest.Context([]string{plantest.Special("root", "write")}, ""), AccessWrite, true, true, NetworkRestricted},
+		{"root write and a write", plantest.Context([]string{plantest.Special("root", "write"), plantest.Path(d+"/w", "write")}, ""), AccessWrite, true, true, NetworkRestricted},
+		{"root write narrowed", plantest.Context([]string{plantest.Special("root", "write"), plantest.Path(d+"/w", "read")}, ""), AccessWrite, true, false, NetworkRestricted},
+		{"root read", plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(d+"/w", "write")}, ""), AccessRead, true, false, NetworkRestricted},
+		{"root read with a deny", plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(d+"/w", "deny")}, ""), AccessRead, false, false, NetworkRestricted},
+		{"root read with a deny glob", plantest.Context([]string{plantest.Special("root", "read"), plantest.Glob(d+"/*.env", "deny")}, ""), AccessRead, false, false, NetworkRestricted},
+		{"root write with a deny", plantest.Context([]string{plantest.Special("root", "write"), plantest.Path(d+"/w", "none")}, ""), AccessWrite, false, false, NetworkRestricted},
+		{"no root", plantest.Context([]string{plantest.Path(d+"/w", "write")}, ""), AccessNone, false, false, NetworkRestricted},
+		{"root denied", plantest.Context([]string{plantest.Special("root", "deny")}, ""), AccessNone, false, false, NetworkRestricted},
 	} {
 		p := resolve(t, c.raw, Env{})
 		if p.Root != c.root || p.FullRead != c.fullRead || p.FullWrite != c.fullWrite || p.Network != c.net {
@@ -264,49 +221,49 @@ func TestResolveFullAccessFlags(t *testing.T) {
 }
 
 func TestResolveWorkspaceRoots(t *testing.T) {
-	d := tree(t, "a/sub/f", "b/f", "c/f")
-	a, b := uri(d+"/a"), uri(d+"/b")
+	d := plantest.Tree(t, "a/sub/f", "b/f", "c/f")
+	a, b := plantest.URI(d+"/a"), plantest.URI(d+"/b")
 	for _, c := range []struct {
 		name    string
 		entries []string
 		extra   string
 		want    map[string]Access
 	}{
-		{"project_roots", []string{special("project_roots", "write")}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `","` + b + `"]`,
+		{"project_roots", []string{plantest.Special("project_roots", "write")}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `","` + b + `"]`,
 			map[string]Access{d + "/a/f": AccessWrite, d + "/b/f": AccessWrite, d + "/c/f": AccessNone}},
-		{"current_working_directory is the roots, not cwd", []string{special("current_working_directory", "read")}, `,"cwd":"` + a + `","workspaceRoots":["` + b + `"]`,
+		{"current_working_directory is the roots, not cwd", []string{plantest.Special("current_working_directory", "read")}, `,"cwd":"` + a + `","workspaceRoots":["` + b + `"]`,
 			map[string]Access{d + "/a/f": AccessNone, d + "/b/f": AccessRead}},
-		{"cwd without roots grants nothing (ref)", []string{special("project_roots", "read")}, `,"cwd":"` + a + `"`,
+		{"cwd without roots grants nothing (ref)", []string{plantest.Special("project_roots", "read")}, `,"cwd":"` + a + `"`,
 			map[string]Access{d + "/a/f": AccessNone}},
-		{"policyContext roots win (ref)", []string{special("project_roots", "read")}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"],"policyContext":{"workspaceRoots":["` + b + `"]}`,
+		{"policyContext roots win (ref)", []string{plantest.Special("project_roots", "read")}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"],"policyContext":{"workspaceRoots":["` + b + `"]}`,
 			map[string]Access{d + "/a/f": AccessNone, d + "/b/f": AccessRead}},
-		{"an empty policyContext has no roots (ref)", []string{special("project_roots", "read")}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"],"policyContext":{}`,
+		{"an empty policyContext has no roots (ref)", []string{plantest.Special("project_roots", "read")}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"],"policyContext":{}`,
 			map[string]Access{d + "/a/f": AccessNone}},
 		{"subpath", []string{`{"path":{"type":"special","value":{"kind":"project_roots","subpath":"sub"}},"access":"read"}`}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"]`,
 			map[string]Access{d + "/a/sub/f": AccessRead, d + "/a/f": AccessNone}},
 		{"subpath climbing out grants nothing", []string{`{"path":{"type":"special","value":{"kind":"project_roots","subpath":"../b"}},"access":"read"}`}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"]`,
 			map[string]Access{d + "/b/f": AccessNone}},
-		{"subpath climbing out still denies", []string{special("root", "read"), `{"path":{"type":"special","value":{"kind":"project_roots","subpath":"../b"}},"access":"deny"}`}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"]`,
+		{"subpath climbing out still denies", []string{plantest.Special("root", "read"), `{"path":{"type":"special","value":{"kind":"project_roots","subpath":"../b"}},"access":"deny"}`}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"]`,
 			map[string]Access{d + "/b/f": AccessNone, d + "/c/f": AccessRead}},
 		{"absolute subpath is relative", []string{`{"path":{"type":"special","value":{"kind":"project_roots","subpath":"/sub"}},"access":"read"}`}, `,"cwd":"` + a + `","workspaceRoots":["` + a + `"]`,
 			map[string]Access{d + "/a/sub/f": AccessRead, d + "/a/f": AccessNone}},
-		{"unknown kind ignored", []string{`{"path":{"type":"special","value":{"kind":"unknown","path":":future"}},"access":"write"}`, special("root", "read")}, "",
+		{"unknown kind ignored", []string{`{"path":{"type":"special","value":{"kind":"unknown","path":":future"}},"access":"write"}`, plantest.Special("root", "read")}, "",
 			map[string]Access{d + "/a/f": AccessRead}},
-		{"tmpdir from temporaryDirectories", []string{special("tmpdir", "write")}, `,"temporaryDirectories":["` + a + `"]`,
+		{"tmpdir from temporaryDirectories", []string{plantest.Special("tmpdir", "write")}, `,"temporaryDirectories":["` + a + `"]`,
 			map[string]Access{d + "/a/f": AccessWrite, d + "/c/f": AccessNone}},
-		{"tmpdir from TMPDIR", []string{special("tmpdir", "write")}, "",
+		{"tmpdir from TMPDIR", []string{plantest.Special("tmpdir", "write")}, "",
 			map[string]Access{d + "/c/f": AccessWrite, d + "/a/f": AccessNone}},
-		{"read and write globs grant nothing (ref)", []string{glob(d+"/a/*", "read"), glob(d+"/b/*", "write")}, "",
+		{"read and write globs grant nothing (ref)", []string{plantest.Glob(d+"/a/*", "read"), plantest.Glob(d+"/b/*", "write")}, "",
 			map[string]Access{d + "/a/f": AccessNone, d + "/b/f": AccessNone}},
-		{"slash_tmp", []string{special("slash_tmp", "read")}, "",
+		{"slash_tmp", []string{plantest.Special("slash_tmp", "read")}, "",
 			map[string]Access{"/tmp/x": AccessRead, d + "/a/f": AccessWrite}},
 	} {
 		env := Env{TempDir: d + "/c"}
 		if c.name == "slash_tmp" {
 			env.TempDir = "/nonexistent-tmpdir"
-			c.entries = append(c.entries, pathEntry(d, "write"))
+			c.entries = append(c.entries, plantest.Path(d, "write"))
 		}
-		p := resolve(t, ctx(c.entries, c.extra), env)
+		p := resolve(t, plantest.Context(c.entries, c.extra), env)
 		for path, a := range c.want {
 			if !strings.HasPrefix(d, "/tmp/") && path == "/tmp/x" {
 				continue
@@ -319,7 +276,7 @@ func TestResolveWorkspaceRoots(t *testing.T) {
 }
 
 func TestResolveForeignTemporaryDirectory(t *testing.T) {
-	raw := ctx([]string{special("root", "read"), special("tmpdir", "write")}, `,"temporaryDirectories":["file://other/t"]`)
+	raw := plantest.Context([]string{plantest.Special("root", "read"), plantest.Special("tmpdir", "write")}, `,"temporaryDirectories":["file://other/t"]`)
 	p, err := Parse([]byte(raw))
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +288,7 @@ func TestResolveForeignTemporaryDirectory(t *testing.T) {
 		t.Errorf("got %v, want -32600 %s", err, want)
 	}
 	// Unused, it is accepted (as the reference accepts it).
-	p, err = Parse([]byte(ctx([]string{special("root", "read")}, `,"temporaryDirectories":["file://other/t"]`)))
+	p, err = Parse([]byte(plantest.Context([]string{plantest.Special("root", "read")}, `,"temporaryDirectories":["file://other/t"]`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +298,7 @@ func TestResolveForeignTemporaryDirectory(t *testing.T) {
 }
 
 func TestResolveMinimal(t *testing.T) {
-	p := resolve(t, ctx([]string{special("minimal", "read")}, ""), Env{})
+	p := resolve(t, plantest.Context([]string{plantest.Special("minimal", "read")}, ""), Env{})
 	if p.Root != AccessNone || p.FullRead {
 		t.Fatalf("minimal:\n%s", dump(p))
 	}
@@ -357,7 +314,7 @@ func TestResolveMinimal(t *testing.T) {
 }
 
 func TestResolveProtected(t *testing.T) {
-	d := tree(t, "w/.agents/a", "w/src/f", "gitdirs/wt/HEAD", "w/inner/.git/x", "outside/")
+	d := plantest.Tree(t, "w/.agents/a", "w/src/f", "gitdirs/wt/HEAD", "w/inner/.git/x", "outside/")
 	w := d + "/w"
 	if err := os.WriteFile(w+"/.git", []byte("gitdir: ../gitdirs/wt\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -368,7 +325,7 @@ func TestResolveProtected(t *testing.T) {
 
 	// The gitdir and the symlink's target are writable here (d write):
 	// both are protected too.
-	p := resolve(t, ctx([]string{pathEntry(d, "write"), pathEntry(w, "write")}, ""), Env{})
+	p := resolve(t, plantest.Context([]string{plantest.Path(d, "write"), plantest.Path(w, "write")}, ""), Env{})
 	for path, want := range map[string]Mount{
 		w + "/.git":            {Access: AccessRead, Protected: true},
 		w + "/.agents":         {Access: AccessRead, Protected: true, Dir: true},
@@ -392,10 +349,10 @@ func TestResolveProtected(t *testing.T) {
 	// Outside the writable roots (read-only there, or not visible at
 	// all) nothing is added: protecting never widens.
 	for _, entries := range [][]string{
-		{special("root", "read"), pathEntry(w, "write")},
-		{pathEntry(w, "write")},
+		{plantest.Special("root", "read"), plantest.Path(w, "write")},
+		{plantest.Path(w, "write")},
 	} {
-		p = resolve(t, ctx(entries, ""), Env{})
+		p = resolve(t, plantest.Context(entries, ""), Env{})
 		for _, path := range []string{d + "/gitdirs/wt", d + "/outside"} {
 			if m, ok := findMount(p, path); ok {
 				t.Errorf("%s protected outside the writable roots: %+v\n%s", path, m, dump(p))
@@ -408,32 +365,32 @@ func TestResolveProtected(t *testing.T) {
 
 	// An explicit narrower entry stays; a protected path already read-only
 	// or denied by the entries is not re-added.
-	p = resolve(t, ctx([]string{pathEntry(w, "write"), pathEntry(w+"/.agents", "deny")}, ""), Env{})
+	p = resolve(t, plantest.Context([]string{plantest.Path(w, "write"), plantest.Path(w+"/.agents", "deny")}, ""), Env{})
 	if m, _ := findMount(p, w+"/.agents"); m.Access != AccessNone || m.Protected {
 		t.Errorf(".agents denied by an entry: %+v\n%s", m, dump(p))
 	}
 	// A write entry on a protected path does not lift the protection.
-	p = resolve(t, ctx([]string{pathEntry(w, "write"), pathEntry(w+"/.agents", "write")}, ""), Env{})
+	p = resolve(t, plantest.Context([]string{plantest.Path(w, "write"), plantest.Path(w+"/.agents", "write")}, ""), Env{})
 	if m, _ := findMount(p, w+"/.agents"); m.Access != AccessRead || !m.Protected {
 		t.Errorf(".agents given write: %+v\n%s", m, dump(p))
 	}
 	// A missing protected path stays protected whatever a (missing) entry
 	// on it says: its mount would be skipped, leaving it writable.
 	for _, access := range []string{"read", "deny", "write"} {
-		p = resolve(t, ctx([]string{pathEntry(w, "write"), pathEntry(w+"/.aws", access)}, ""), Env{})
+		p = resolve(t, plantest.Context([]string{plantest.Path(w, "write"), plantest.Path(w+"/.aws", access)}, ""), Env{})
 		if m, _ := findMount(p, w+"/.aws"); m.Access != AccessRead || !m.Protected || !m.Missing {
 			t.Errorf("missing .aws with a %s entry: %+v\n%s", access, m, dump(p))
 		}
 	}
 	// A missing writable root has no protected paths.
-	p = resolve(t, ctx([]string{special("root", "read"), pathEntry(d+"/nope", "write")}, ""), Env{})
+	p = resolve(t, plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(d+"/nope", "write")}, ""), Env{})
 	if len(p.Mounts) != 0 {
 		t.Errorf("missing root gave mounts:\n%s", dump(p))
 	}
 }
 
 func TestResolveAliasRoot(t *testing.T) {
-	d := tree(t, "real/w/f", "real/w/secret/s", "links/")
+	d := plantest.Tree(t, "real/w/f", "real/w/secret/s", "links/")
 	alias := d + "/links/a/b/c"
 	if err := os.MkdirAll(filepath.Dir(alias), 0o755); err != nil {
 		t.Fatal(err)
@@ -444,7 +401,7 @@ func TestResolveAliasRoot(t *testing.T) {
 	// The writable root is given through a deep alias, the deny through
 	// the real path: mounted lexically, the alias's bind (deeper) would
 	// come after the mask and hide it.
-	p := resolve(t, ctx([]string{special("root", "read"), pathEntry(alias, "write"), pathEntry(d+"/real/w/secret", "deny")}, ""), Env{})
+	p := resolve(t, plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(alias, "write"), plantest.Path(d+"/real/w/secret", "deny")}, ""), Env{})
 	if _, ok := findMount(p, d+"/real/w"); !ok {
 		t.Fatalf("alias root not mounted at its real path\n%s", dump(p))
 	}
@@ -456,26 +413,26 @@ func TestResolveAliasRoot(t *testing.T) {
 		t.Errorf("protected path of the alias root: %+v\n%s", m, dump(p))
 	}
 	// A missing path under an alias resolves its existing prefix.
-	p = resolve(t, ctx([]string{special("root", "read"), pathEntry(alias+"/new/x", "deny")}, ""), Env{})
+	p = resolve(t, plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(alias+"/new/x", "deny")}, ""), Env{})
 	if m, ok := findMount(p, d+"/real/w/new/x"); !ok || !m.Missing || m.Access != AccessNone {
 		t.Errorf("missing path under an alias: %+v\n%s", m, dump(p))
 	}
 }
 
 func TestResolveMissingPaths(t *testing.T) {
-	d := tree(t, "w/f")
+	d := plantest.Tree(t, "w/f")
 	for _, c := range []struct {
 		name  string
 		entry string
 		want  []Mount
 	}{
-		{"skip drops a missing entry", `{"path":{"type":"path","path":"` + uri(d+"/nope") + `"},"access":"deny","missing_path_behavior":"skip"}`, nil},
-		{"a missing write path grants nothing", pathEntry(d+"/nope", "write"), nil},
-		{"a missing read path grants nothing", pathEntry(d+"/nope", "read"), nil},
-		{"a missing deny path stays, marked", pathEntry(d+"/w/nope", "deny"), []Mount{{Path: d + "/w/nope", Access: AccessNone, Missing: true, Dir: true}}},
-		{"skip keeps an existing entry", `{"path":{"type":"path","path":"` + uri(d+"/w/f") + `"},"access":"deny","missing_path_behavior":"skip"}`, []Mount{{Path: d + "/w/f", Access: AccessNone}}},
+		{"skip drops a missing entry", `{"path":{"type":"path","path":"` + plantest.URI(d+"/nope") + `"},"access":"deny","missing_path_behavior":"skip"}`, nil},
+		{"a missing write path grants nothing", plantest.Path(d+"/nope", "write"), nil},
+		{"a missing read path grants nothing", plantest.Path(d+"/nope", "read"), nil},
+		{"a missing deny path stays, marked", plantest.Path(d+"/w/nope", "deny"), []Mount{{Path: d + "/w/nope", Access: AccessNone, Missing: true, Dir: true}}},
+		{"skip keeps an existing entry", `{"path":{"type":"path","path":"` + plantest.URI(d+"/w/f") + `"},"access":"deny","missing_path_behavior":"skip"}`, []Mount{{Path: d + "/w/f", Access: AccessNone}}},
 	} {
-		p := resolve(t, ctx([]string{special("root", "read"), c.entry}, ""), Env{})
+		p := resolve(t, plantest.Context([]string{plantest.Special("root", "read"), c.entry}, ""), Env{})
 		if fmt.Sprint(p.Mounts) != fmt.Sprint(c.want) {
 			t.Errorf("%s: mounts\n%s\nwant %+v", c.name, dump(p), c.want)
 		}
@@ -485,15 +442,15 @@ func TestResolveMissingPaths(t *testing.T) {
 	}
 	// A missing deny path cannot be created by fs operations (the
 	// reference masks it: creating it failed with EROFS).
-	p := resolve(t, ctx([]string{special("root", "read"), pathEntry(d+"/w", "write"), pathEntry(d+"/w/n*[e?", "deny")}, ""), Env{})
+	p := resolve(t, plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(d+"/w", "write"), plantest.Path(d+"/w/n*[e?", "deny")}, ""), Env{})
 	if p.AccessAt(d+"/w/n*[e?") != AccessNone || p.AccessAt(d+"/w/nxe?") != AccessWrite || p.AccessAt(d+"/w/n*[e?/below") != AccessNone {
 		t.Errorf("missing deny path: %q\n%s", p.DenyGlobs, dump(p))
 	}
 }
 
 func TestResolveRedundantMounts(t *testing.T) {
-	d := tree(t, "w/sub/deeper/f", "r/")
-	p := resolve(t, ctx([]string{special("root", "read"), pathEntry(d+"/w", "write"), pathEntry(d+"/w/sub", "write"), pathEntry(d+"/r", "read"), pathEntry(d+"/w/sub/deeper", "read")}, ""), Env{})
+	d := plantest.Tree(t, "w/sub/deeper/f", "r/")
+	p := resolve(t, plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(d+"/w", "write"), plantest.Path(d+"/w/sub", "write"), plantest.Path(d+"/r", "read"), plantest.Path(d+"/w/sub/deeper", "read")}, ""), Env{})
 	var paths []string
 	for _, m := range p.Mounts {
 		if !m.Protected {
@@ -506,12 +463,12 @@ func TestResolveRedundantMounts(t *testing.T) {
 }
 
 func TestResolveDenyGlobs(t *testing.T) {
-	d := tree(t, "w/a.env", "w/.hidden.env", "w/keep.txt", "w/sub/k.env", "w/sub/deep/er/k.env", "w/dir.env/inside", "w/x/y.txt", "w/x/z.md", "other/o.env")
+	d := plantest.Tree(t, "w/a.env", "w/.hidden.env", "w/keep.txt", "w/sub/k.env", "w/sub/deep/er/k.env", "w/dir.env/inside", "w/x/y.txt", "w/x/z.md", "other/o.env")
 	w := d + "/w"
 	if err := os.Symlink(d+"/other/o.env", w+"/link.env"); err != nil {
 		t.Fatal(err)
 	}
-	cwd := `,"cwd":"` + uri(w) + `"`
+	cwd := `,"cwd":"` + plantest.URI(w) + `"`
 	for _, c := range []struct {
 		name    string
 		pattern string
@@ -529,7 +486,7 @@ func TestResolveDenyGlobs(t *testing.T) {
 		{"absolute pattern", w + "/x/*", "", []string{"x/y.txt", "x/z.md"}, []string{"keep.txt"}},
 	} {
 		raw := `{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[` +
-			special("root", "read") + "," + pathEntry(w, "write") + "," + glob(c.pattern, "deny") + `]` + c.depth + `}},"windowsSandboxLevel":"disabled"` + cwd + `}`
+			plantest.Special("root", "read") + "," + plantest.Path(w, "write") + "," + plantest.Glob(c.pattern, "deny") + `]` + c.depth + `}},"windowsSandboxLevel":"disabled"` + cwd + `}`
 		p := resolve(t, raw, Env{})
 		if p.FullRead {
 			t.Errorf("%s: full read with a deny glob", c.name)
@@ -558,7 +515,7 @@ func TestResolveDenyGlobs(t *testing.T) {
 		{"", []string{"a.env", "sub/k.env", "sub/deep/er/k.env", ".hidden.env", "dir.env"}, nil}, // (ref, but dir.env)
 	} {
 		raw := `{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[` +
-			special("root", "read") + "," + glob("**/*.env", "deny") + `]` + c.depth + `}},"windowsSandboxLevel":"disabled"` + cwd + `}`
+			plantest.Special("root", "read") + "," + plantest.Glob("**/*.env", "deny") + `]` + c.depth + `}},"windowsSandboxLevel":"disabled"` + cwd + `}`
 		p := resolve(t, raw, Env{})
 		for _, f := range c.masked {
 			if m, ok := findMount(p, w+"/"+f); !ok || m.Access != AccessNone {
@@ -575,7 +532,7 @@ func TestResolveDenyGlobs(t *testing.T) {
 		}
 	}
 
-	p := resolve(t, ctx([]string{special("root", "read"), glob("**/*.env", "deny")}, cwd), Env{})
+	p := resolve(t, plantest.Context([]string{plantest.Special("root", "read"), plantest.Glob("**/*.env", "deny")}, cwd), Env{})
 	if m, ok := findMount(p, w+"/link.env"); !ok || m.Access != AccessNone || m.Dir {
 		t.Errorf("a matching symlink is masked itself: %+v %v\n%s", m, ok, dump(p))
 	}
@@ -594,15 +551,15 @@ func TestResolveDenyGlobs(t *testing.T) {
 }
 
 func TestResolveDenyGlobErrors(t *testing.T) {
-	d := tree(t, "w/a/b/c", "w/a/d", "w/e")
-	cwd := `,"cwd":"` + uri(d+"/w") + `"`
+	d := plantest.Tree(t, "w/a/b/c", "w/a/d", "w/e")
+	cwd := `,"cwd":"` + plantest.URI(d+"/w") + `"`
 	for _, c := range []struct{ pattern, want string }{
 		{"[", "invalid glob pattern `[`: syntax error in pattern"},
 		{"{a,b", "invalid glob pattern `{a,b`: unbalanced braces"},
 		{"a}", "invalid glob pattern `a}`: unbalanced braces"},
 		{"{a,b}{c,d}{e,f}{g,h}{i,j}{k,l}{m,n}", "invalid glob pattern `{a,b}{c,d}{e,f}{g,h}{i,j}{k,l}{m,n}`: too many {} alternatives"},
 	} {
-		p, err := Parse([]byte(ctx([]string{glob(c.pattern, "deny")}, cwd)))
+		p, err := Parse([]byte(plantest.Context([]string{plantest.Glob(c.pattern, "deny")}, cwd)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -617,7 +574,7 @@ func TestResolveDenyGlobErrors(t *testing.T) {
 	// left unmasked.
 	defer func(b int) { globScanBudget = b }(globScanBudget)
 	globScanBudget = 3
-	p, err := Parse([]byte(ctx([]string{glob("**/zz", "deny")}, cwd)))
+	p, err := Parse([]byte(plantest.Context([]string{plantest.Glob("**/zz", "deny")}, cwd)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +604,7 @@ func TestMatchGlob(t *testing.T) {
 		{"/w/a\\*", "/w/a*", true},
 		{"/w/a\\*", "/w/ab", false},
 	} {
-		if got := MatchGlob(c.g, splitPath(c.p)); got != c.want {
+		if got := MatchGlob(c.g, SplitPath(c.p)); got != c.want {
 			t.Errorf("MatchGlob(%q, %q) = %v, want %v", c.g, c.p, got, c.want)
 		}
 	}
@@ -665,7 +622,7 @@ func TestMatchGlob(t *testing.T) {
 // than its most specific entry does, and that a deny entry wins at its own
 // path.
 func FuzzResolve(f *testing.F) {
-	d := tree(f, "w/a/b/f", "w/x.env", "o/x.env", "o/y")
+	d := plantest.Tree(f, "w/a/b/f", "w/x.env", "o/x.env", "o/y")
 	for _, err := range []error{
 		os.WriteFile(d+"/w/.git", []byte("gitdir: ../o\n"), 0o644),
 		os.Symlink(d+"/o", d+"/w/link"),
@@ -702,7 +659,7 @@ func FuzzResolve(f *testing.F) {
 			var e string
 			switch k := int(b[i]) % 15; {
 			case k < len(paths):
-				e = `{"path":{"type":"path","path":"` + uri(paths[k]) + `"},"access":"` + access + `"` + skip + `}`
+				e = `{"path":{"type":"path","path":"` + plantest.URI(paths[k]) + `"},"access":"` + access + `"` + skip + `}`
 				if c, err := filepath.EvalSymlinks(paths[k]); err == nil {
 					a := map[string]Access{"read": AccessRead, "write": AccessWrite}[access]
 					named_ = append(named_, named{c, a})
@@ -711,21 +668,21 @@ func FuzzResolve(f *testing.F) {
 				if access == "write" {
 					access = "read" // a writable "/" would look for /.git on the host
 				}
-				e = special("root", access)
+				e = plantest.Special("root", access)
 			case k == 11:
 				e = `{"path":{"type":"special","value":{"kind":"project_roots","subpath":"` + subpaths[int(b[i+2]>>1)%len(subpaths)] + `"}},"access":"` + access + `"}`
 			case k == 12:
-				e = special("tmpdir", access)
+				e = plantest.Special("tmpdir", access)
 			default:
-				e = glob(globs[int(b[i+2]>>1)%len(globs)], access)
+				e = plantest.Glob(globs[int(b[i+2]>>1)%len(globs)], access)
 			}
 			entries = append(entries, e)
 		}
-		extra := `,"cwd":"` + uri(d+"/w") + `","workspaceRoots":["` + uri(d+"/w") + `"],"temporaryDirectories":["` + uri(d+"/o") + `"]`
+		extra := `,"cwd":"` + plantest.URI(d+"/w") + `","workspaceRoots":["` + plantest.URI(d+"/w") + `"],"temporaryDirectories":["` + plantest.URI(d+"/o") + `"]`
 		if len(b) > 0 && b[0]&0x80 != 0 {
-			extra += `,"policyContext":{"workspaceRoots":["` + uri(d+"/w/a") + `"]}`
+			extra += `,"policyContext":{"workspaceRoots":["` + plantest.URI(d+"/w/a") + `"]}`
 		}
-		raw := ctx(entries, extra)
+		raw := plantest.Context(entries, extra)
 		if len(b) > 0 && b[len(b)-1]&0x40 != 0 {
 			raw = strings.Replace(raw, `]}},`, fmt.Sprintf(`],"glob_scan_max_depth":%d}},`, 1+b[len(b)-1]%4), 1)
 		}
@@ -760,7 +717,7 @@ func FuzzResolve(f *testing.F) {
 			}
 			best, bestDepth, specialsOnly := AccessNone, -1, true
 			for _, n := range named_ {
-				if within(c, n.path) && depth(n.path) >= bestDepth {
+				if Within(c, n.path) && depth(n.path) >= bestDepth {
 					if depth(n.path) > bestDepth {
 						best = n.access
 					} else {
@@ -782,9 +739,9 @@ func FuzzResolve(f *testing.F) {
 // BenchmarkResolveCodexWorkspaceWrite: the cost Resolve adds to each
 // sandboxed request codex makes in workspace-write mode.
 func BenchmarkResolveCodexWorkspaceWrite(b *testing.B) {
-	d := tree(b, "w/.git/config", "w/src/a.go", "tmp/")
-	w := uri(d + "/w")
-	raw := ctx([]string{special("root", "read"), special("project_roots", "write"), special("slash_tmp", "write"), special("tmpdir", "write"),
+	d := plantest.Tree(b, "w/.git/config", "w/src/a.go", "tmp/")
+	w := plantest.URI(d + "/w")
+	raw := plantest.Context([]string{plantest.Special("root", "read"), plantest.Special("project_roots", "write"), plantest.Special("slash_tmp", "write"), plantest.Special("tmpdir", "write"),
 		`{"path":{"type":"special","value":{"kind":"project_roots","subpath":".git"}},"access":"read","missing_path_behavior":"skip"}`,
 		`{"path":{"type":"special","value":{"kind":"project_roots","subpath":".agents"}},"access":"read","missing_path_behavior":"skip"}`,
 	}, `,"cwd":"`+w+`","workspaceRoots":["`+w+`"]`)

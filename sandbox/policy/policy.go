@@ -1,7 +1,9 @@
-// Package sandbox parses the protocol's sandbox parameter (Parse), resolves
-// it into a Plan of host paths (Resolve), enforces a Plan with the kernel
-// (confine*.go) and decides sandboxDenied (Denial).
-package sandbox
+// Package policy is what a sandbox allows, apart from how the kernel
+// enforces it (package sandbox): it parses the protocol's sandbox parameter
+// (Parse), resolves it into a Plan of host paths (Resolve) and decides
+// sandboxDenied (Denial). It makes no namespace, Landlock or seccomp call
+// and imports no golang.org/x/sys/unix (internal/test/deptest checks it).
+package policy
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package sandbox
+package policy
 
 import (
 	"os"
@@ -102,7 +102,7 @@ func maskSecrets(plan *Plan, secrets []string) {
 		added = true
 	}
 	if added {
-		sortMounts(plan.Mounts)
+		SortMounts(plan.Mounts)
 	}
 }
 
@@ -115,7 +115,7 @@ func visible(plan *Plan, p string) bool {
 	acc, best := plan.Root, -1
 	if acc == AccessNone {
 		for _, d := range minimalPaths {
-			if p == d || within(p, d) {
+			if p == d || Within(p, d) {
 				acc = AccessRead
 			}
 		}
@@ -124,7 +124,7 @@ func visible(plan *Plan, p string) bool {
 		if m.Missing && !m.Protected {
 			continue
 		}
-		if (p == m.Path || within(p, m.Path)) && depth(m.Path) > best {
+		if (p == m.Path || Within(p, m.Path)) && depth(m.Path) > best {
 			acc, best = m.Access, depth(m.Path)
 			if m.Protected {
 				acc = AccessRead
