@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -168,19 +166,15 @@ func stubMain(args []string) {
 	}
 	path, argv := args[1], args[2:]
 	prog := notifyProgram(strings.Contains(args[0], "c"), strings.Contains(args[0], "n"))
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	// WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has a
 	// notification, only a fatal signal interrupts the call. Otherwise a
 	// signal (Go's preemption, a timer) restarts a call the supervisor
 	// already did: an O_EXCL creation then fails with EEXIST on its own
 	// file, a mkdir on its own directory. Older kernels go without.
-	lfd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, uintptr(unsafe.Pointer(&fprog)))
+	lfd, e := seccompSetFilter(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, prog)
 	if e == unix.EINVAL {
-		lfd, _, e = unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-			unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+		lfd, e = seccompSetFilter(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, prog)
 	}
-	runtime.KeepAlive(prog)
 	if e != 0 {
 		initFail(stepErr("seccomp listener", e))
 	}

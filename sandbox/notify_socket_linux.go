@@ -5,12 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -93,16 +91,6 @@ func (s *supervisor) bind(t *target, c call, id uint64) unix.Errno {
 	return errno
 }
 
-func rawBind(fd int, sa []byte) unix.Errno {
-	var p unsafe.Pointer
-	if len(sa) > 0 {
-		p = unsafe.Pointer(&sa[0])
-	}
-	_, _, e := unix.Syscall(unix.SYS_BIND, uintptr(fd), uintptr(p), uintptr(len(sa)))
-	runtime.KeepAlive(sa)
-	return e
-}
-
 // socket returns the target's socket fd (a copy of its descriptor).
 func (t *target) socket(fd int) (int, unix.Errno) {
 	pfd, err := unix.PidfdOpen(t.tid, pidfdThread)
@@ -145,7 +133,7 @@ func (t *target) socket(fd int) (int, unix.Errno) {
 func (s *supervisor) connect(req *seccompNotif) {
 	c := call{sock: int(int32(uint32(req.Args[0]))), addr: req.Args[1], addrLen: int(int32(uint32(req.Args[2])))}
 	fail := func(errno unix.Errno) { s.answer(req.ID, noFD, errno) }
-	if c.addrLen < 0 || c.addrLen > int(unsafe.Sizeof(unix.RawSockaddrAny{})) {
+	if c.addrLen < 0 || c.addrLen > sockaddrMax {
 		fail(unix.EINVAL)
 		return
 	}
@@ -380,14 +368,4 @@ func unixDiagBoundTo(msg []byte, dev, ino uint64) (uint32, bool) {
 		}
 	}
 	return 0, false
-}
-
-func rawConnect(fd int, sa []byte) unix.Errno {
-	var p unsafe.Pointer
-	if len(sa) > 0 {
-		p = unsafe.Pointer(&sa[0])
-	}
-	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(p), uintptr(len(sa)))
-	runtime.KeepAlive(sa)
-	return e
 }

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"errors"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -67,7 +66,7 @@ func (s *supervisor) serve() {
 			return
 		}
 		var req seccompNotif
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(s.listener), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&req))); e != 0 {
+		if e := notifIoctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_RECV, &req); e != 0 {
 			if e == unix.EINTR || e == unix.ENOENT {
 				continue
 			}
@@ -97,7 +96,7 @@ func (s *supervisor) answer(id uint64, fd fdResult, errno unix.Errno) {
 		if fd.cloexec {
 			add.NewfdFlags = unix.O_CLOEXEC
 		}
-		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(s.listener), ioctlNotifAddfd, uintptr(unsafe.Pointer(&add)))
+		e := notifIoctl(s.listener, ioctlNotifAddfd, &add)
 		unix.Close(fd.fd)
 		if e == 0 || e == unix.ENOENT {
 			return
@@ -108,12 +107,11 @@ func (s *supervisor) answer(id uint64, fd fdResult, errno unix.Errno) {
 	if errno != 0 {
 		resp.Error = -int32(errno)
 	}
-	_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(s.listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
+	_ = notifIoctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, &resp)
 }
 
 func (s *supervisor) idValid(id uint64) bool {
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(s.listener), ioctlNotifIDValid, uintptr(unsafe.Pointer(&id)))
-	return e == 0
+	return notifIoctl(s.listener, ioctlNotifIDValid, &id) == 0
 }
 
 func (s *supervisor) retryPending() {

@@ -4,7 +4,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -112,7 +111,7 @@ func (t *target) readHow(addr, size uint64, how *unix.OpenHow) unix.Errno {
 			return unix.E2BIG
 		}
 	}
-	*how = *(*unix.OpenHow)(unsafe.Pointer(&b[0]))
+	*how = openHowOf(b)
 	return 0
 }
 

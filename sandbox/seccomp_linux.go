@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -246,11 +245,7 @@ func installSeccomp(network policy.Network, unixDgram bool) error {
 	if seccompArch == 0 {
 		return errors.New("seccomp: unsupported architecture " + runtime.GOARCH)
 	}
-	prog := seccompProgram(network, unixDgram)
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
+	r, e := seccompSetFilter(unix.SECCOMP_FILTER_FLAG_TSYNC, seccompProgram(network, unixDgram))
 	if e != 0 {
 		return e
 	}
@@ -281,11 +276,7 @@ func commandProgram() []unix.SockFilter {
 // installCommandFilter installs commandProgram on the calling thread only
 // (what it forks inherits it).
 func installCommandFilter() error {
-	prog := commandProgram()
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if e != 0 {
+	if _, e := seccompSetFilter(0, commandProgram()); e != 0 {
 		return e
 	}
 	return nil
