@@ -11,9 +11,9 @@ import (
 // against the deny globs), plain opens through the supervisor, FIFOs.
 
 // open is the open family: openat2 without O_CREAT, or a creating open.
-func (s *supervisor) open(t *target, c call, base int, p string, how unix.OpenHow) (fdResult, unix.Errno, *pendingOpen) {
+func (s *supervisor) open(t *target, c call, base int, p string, how unix.OpenHow) reply {
 	if c.flags&unix.O_CREAT != 0 && c.flags&(unix.O_TMPFILE&^unix.O_DIRECTORY) != 0 {
-		return noFD, unix.EINVAL, nil
+		return replyErrno(unix.EINVAL)
 	}
 	if c.how != 0 && c.flags&unix.O_CREAT == 0 {
 		// openat2 without O_CREAT creates nothing: done as asked,
@@ -44,7 +44,7 @@ func (s *supervisor) checkNew(dir int, name string) unix.Errno {
 // existing one is opened without O_CREAT (one that goes meanwhile is looked
 // at again); a symlink is followed as the kernel would (unless O_EXCL or
 // O_NOFOLLOW), so that a dangling one cannot create a denied target.
-func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode uint32, resolve uint64) (fdResult, unix.Errno, *pendingOpen) {
+func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode uint32, resolve uint64) reply {
 	cloexec := flags&unix.O_CLOEXEC != 0
 	flags |= unix.O_CLOEXEC
 	var dir int
@@ -56,22 +56,22 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 		// under them; a final symlink is not followed here.
 		d, n := filepath.Split(p)
 		if n == "" {
-			return noFD, unix.EISDIR, nil
+			return replyErrno(unix.EISDIR)
 		}
 		if d == "" {
 			d = "."
 		}
 		fd, errno := openParent2(base, d, resolve)
 		if errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 		dir, name = fd, n
 	} else if dir, name, slash, errno = t.walkParent(base, p); errno != 0 {
-		return noFD, errno, nil
+		return replyErrno(errno)
 	}
 	defer func() { unix.Close(dir) }()
 	if slash {
-		return noFD, unix.EISDIR, nil
+		return replyErrno(unix.EISDIR)
 	}
 	hops := 0
 	for try := 0; try < 100; try++ {
@@ -80,80 +80,80 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 		switch {
 		case err == unix.ENOENT:
 			if errno := s.checkNew(dir, name); errno != 0 {
-				return noFD, errno, nil
+				return replyErrno(errno)
 			}
 			fd, err := unix.Openat(dir, name, flags|unix.O_EXCL|unix.O_NOFOLLOW, mode)
 			if err == unix.EEXIST && flags&unix.O_EXCL == 0 {
 				continue // made meanwhile (by the host): look again
 			}
 			if err != nil {
-				return noFD, toErrno(err), nil
+				return replyErrno(toErrno(err))
 			}
-			return fdResult{fd, cloexec}, 0, nil
+			return install(fd, cloexec)
 		case err != nil:
-			return noFD, toErrno(err), nil
+			return replyErrno(toErrno(err))
 		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 			if flags&unix.O_EXCL != 0 {
-				return noFD, unix.EEXIST, nil
+				return replyErrno(unix.EEXIST)
 			}
 			if flags&unix.O_NOFOLLOW != 0 || resolve&unix.RESOLVE_NO_SYMLINKS != 0 {
-				return noFD, unix.ELOOP, nil
+				return replyErrno(unix.ELOOP)
 			}
 			if resolve != 0 {
-				return noFD, unix.EACCES, nil // not emulated: refused
+				return replyErrno(unix.EACCES) // not emulated: refused
 			}
 			if hops++; hops > maxSymlinkHops {
-				return noFD, unix.ELOOP, nil
+				return replyErrno(unix.ELOOP)
 			}
 			rest, magic, errno := t.readLink(dir, name)
 			if errno != 0 {
-				return noFD, errno, nil
+				return replyErrno(errno)
 			}
 			if magic {
 				// A procfs link of the target names an existing object:
 				// nothing is created through it.
 				fd, err := unix.Openat(dir, name, flags&^(unix.O_CREAT|unix.O_EXCL), 0)
 				if err != nil {
-					return noFD, toErrno(err), nil
+					return replyErrno(toErrno(err))
 				}
-				return fdResult{fd, cloexec}, 0, nil
+				return install(fd, cloexec)
 			}
 			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
 			if errno != 0 {
-				return noFD, errno, nil
+				return replyErrno(errno)
 			}
 			unix.Close(dir)
 			dir, name = nd, nn
 			if nslash {
-				return noFD, unix.EISDIR, nil
+				return replyErrno(unix.EISDIR)
 			}
 		default:
 			if flags&unix.O_EXCL != 0 {
-				return noFD, unix.EEXIST, nil
+				return replyErrno(unix.EEXIST)
 			}
 			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				return noFD, unix.EISDIR, nil
+				return replyErrno(unix.EISDIR)
 			}
 			if st.Mode&unix.S_IFMT == unix.S_IFIFO && flags&unix.O_NONBLOCK == 0 {
 				fd, errno, again := openFIFO(dir, name, flags)
 				if again {
 					d, _ := unix.Dup(dir)
 					unix.CloseOnExec(d)
-					return noFD, 0, &pendingOpen{dir: d, name: name, flags: flags}
+					return later(&pendingOpen{dir: d, name: name, flags: flags})
 				}
-				return fdResult{fd, cloexec}, errno, nil
+				return reply{fd: fdResult{fd, cloexec}, errno: errno}
 			}
 			fd, err := unix.Openat(dir, name, (flags&^unix.O_CREAT)|unix.O_NOFOLLOW, 0)
 			if (err == unix.ENOENT || err == unix.ELOOP) && flags&unix.O_NOFOLLOW == 0 {
 				continue // removed or replaced meanwhile: look again
 			}
 			if err != nil {
-				return noFD, toErrno(err), nil
+				return replyErrno(toErrno(err))
 			}
-			return fdResult{fd, cloexec}, 0, nil
+			return install(fd, cloexec)
 		}
 	}
-	return noFD, unix.EAGAIN, nil
+	return replyErrno(unix.EAGAIN)
 }
 
 // openParent2 opens directory d from base under openat2's resolve rules
@@ -176,7 +176,7 @@ func openParent2(base int, d string, resolve uint64) (int, unix.Errno) {
 // kernel's walk for the supervisor, whose /proc/self is the init's (its
 // descriptors, the target's memory); with resolve rules it is refused
 // (not emulated), as for a creating open.
-func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) (fdResult, unix.Errno, *pendingOpen) {
+func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) reply {
 	var dir int
 	var name string
 	var errno unix.Errno
@@ -189,11 +189,11 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 			d = "."
 		}
 		if dir, errno = openParent2(base, d, how.Resolve); errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 		name = n
 	} else if dir, name, _, errno = t.walkParent(base, p); errno != 0 {
-		return noFD, errno, nil
+		return replyErrno(errno)
 	}
 	defer func() { unix.Close(dir) }()
 	cloexec := how.Flags&unix.O_CLOEXEC != 0
@@ -210,30 +210,30 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 		var st unix.Stat_t
 		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK && follow {
 			if how.Resolve&unix.RESOLVE_NO_SYMLINKS != 0 {
-				return noFD, unix.ELOOP, nil
+				return replyErrno(unix.ELOOP)
 			}
 			if how.Resolve != 0 {
-				return noFD, unix.EACCES, nil // not emulated: refused
+				return replyErrno(unix.EACCES) // not emulated: refused
 			}
 			if hops++; hops > maxSymlinkHops {
-				return noFD, unix.ELOOP, nil
+				return replyErrno(unix.ELOOP)
 			}
 			rest, magic, errno := t.readLink(dir, name)
 			if errno != 0 {
-				return noFD, errno, nil
+				return replyErrno(errno)
 			}
 			if magic {
 				// A procfs link in a directory of the target (never the
 				// init's: walkParent refuses those) names its object.
 				fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags, Mode: how.Mode})
 				if err != nil {
-					return noFD, toErrno(err), nil
+					return replyErrno(toErrno(err))
 				}
-				return fdResult{fd, cloexec}, 0, nil
+				return install(fd, cloexec)
 			}
 			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
 			if errno != 0 {
-				return noFD, errno, nil
+				return replyErrno(errno)
 			}
 			unix.Close(dir)
 			dir, name = nd, nn
@@ -249,11 +249,11 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 			continue // replaced by a symlink meanwhile: look again
 		}
 		if err != nil {
-			return noFD, toErrno(err), nil
+			return replyErrno(toErrno(err))
 		}
-		return fdResult{fd, cloexec}, 0, nil
+		return install(fd, cloexec)
 	}
-	return noFD, unix.EAGAIN, nil
+	return replyErrno(unix.EAGAIN)
 }
 
 // openFIFO opens an existing FIFO without waiting (again: no reader yet

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -76,13 +77,13 @@ func (s *supervisor) serve() {
 			s.connect(&req)
 			continue
 		}
-		fd, errno, pend := s.handle(&req)
-		if pend != nil {
-			pend.id = req.ID
-			s.pending = append(s.pending, *pend)
+		r := s.handle(&req)
+		if r.pending != nil {
+			r.pending.id = req.ID
+			s.pending = append(s.pending, *r.pending)
 			continue
 		}
-		s.answer(req.ID, fd, errno)
+		s.answer(req.ID, r.fd, r.errno)
 	}
 }
 
@@ -140,9 +141,45 @@ type fdResult struct {
 
 var noFD = fdResult{fd: -1}
 
+// reply completes a notification: a descriptor to install in the target
+// (the call's result), an errno (0: the call returns 0), or, for a FIFO
+// with no reader yet, later (pending: retried between notifications).
+type reply struct {
+	fd      fdResult
+	errno   unix.Errno
+	pending *pendingOpen
+}
+
+func replyErrno(e unix.Errno) reply      { return reply{fd: noFD, errno: e} }
+func install(fd int, cloexec bool) reply { return reply{fd: fdResult{fd, cloexec}} }
+func later(p *pendingOpen) reply         { return reply{fd: noFD, pending: p} }
+
+// op is what a notification asks the supervisor to do in the target's place.
+type op uint8
+
+const (
+	opOpen op = iota + 1 // open, creat, openat (O_CREAT), openat2
+	opMkdir
+	opMknod
+	opLink
+	opSymlink
+	opRename
+	opBind
+)
+
+var opNames = [...]string{opOpen: "open", opMkdir: "mkdir", opMknod: "mknod", opLink: "link",
+	opSymlink: "symlink", opRename: "rename", opBind: "bind"}
+
+func (o op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return "op(" + strconv.Itoa(int(o)) + ")"
+}
+
 // call is a notification decoded: which operation, on which paths.
 type call struct {
-	op            string // open, mkdir, mknod, link, symlink, rename
+	op            op
 	dirfd, dirfd2 int
 	path, path2   uint64 // addresses; path2 is link's/rename's new path, symlink's link path
 	flags         int
@@ -161,23 +198,23 @@ func decodeCall(req *seccompNotif) (call, bool) {
 	nr := uintptr(req.Nr)
 	switch nr {
 	case unix.SYS_OPENAT:
-		return call{op: "open", dirfd: fdOf(a[0]), path: a[1], flags: int(int32(a[2])), mode: uint32(a[3])}, true
+		return call{op: opOpen, dirfd: fdOf(a[0]), path: a[1], flags: int(int32(a[2])), mode: uint32(a[3])}, true
 	case unix.SYS_OPENAT2:
-		return call{op: "open", dirfd: fdOf(a[0]), path: a[1], how: a[2], howSize: a[3]}, true
+		return call{op: opOpen, dirfd: fdOf(a[0]), path: a[1], how: a[2], howSize: a[3]}, true
 	case unix.SYS_MKDIRAT:
-		return call{op: "mkdir", dirfd: fdOf(a[0]), path: a[1], mode: uint32(a[2])}, true
+		return call{op: opMkdir, dirfd: fdOf(a[0]), path: a[1], mode: uint32(a[2])}, true
 	case unix.SYS_MKNODAT:
-		return call{op: "mknod", dirfd: fdOf(a[0]), path: a[1], mode: uint32(a[2]), dev: a[3]}, true
+		return call{op: opMknod, dirfd: fdOf(a[0]), path: a[1], mode: uint32(a[2]), dev: a[3]}, true
 	case unix.SYS_LINKAT:
-		return call{op: "link", dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
+		return call{op: opLink, dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
 	case unix.SYS_SYMLINKAT:
-		return call{op: "symlink", path: a[0], dirfd2: fdOf(a[1]), path2: a[2]}, true
+		return call{op: opSymlink, path: a[0], dirfd2: fdOf(a[1]), path2: a[2]}, true
 	case unix.SYS_RENAMEAT:
-		return call{op: "rename", dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3]}, true
+		return call{op: opRename, dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3]}, true
 	case unix.SYS_BIND:
-		return call{op: "bind", sock: fdOf(a[0]), addr: a[1], addrLen: int(int32(uint32(a[2])))}, true
+		return call{op: opBind, sock: fdOf(a[0]), addr: a[1], addrLen: int(int32(uint32(a[2])))}, true
 	case unix.SYS_RENAMEAT2:
-		return call{op: "rename", dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
+		return call{op: opRename, dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
 	}
 	cwd := unix.AT_FDCWD
 	for name, lnr := range legacyCreate {
@@ -186,19 +223,19 @@ func decodeCall(req *seccompNotif) (call, bool) {
 		}
 		switch name {
 		case "open":
-			return call{op: "open", dirfd: cwd, path: a[0], flags: int(int32(a[1])), mode: uint32(a[2])}, true
+			return call{op: opOpen, dirfd: cwd, path: a[0], flags: int(int32(a[1])), mode: uint32(a[2])}, true
 		case "creat":
-			return call{op: "open", dirfd: cwd, path: a[0], flags: unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC, mode: uint32(a[1])}, true
+			return call{op: opOpen, dirfd: cwd, path: a[0], flags: unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC, mode: uint32(a[1])}, true
 		case "mkdir":
-			return call{op: "mkdir", dirfd: cwd, path: a[0], mode: uint32(a[1])}, true
+			return call{op: opMkdir, dirfd: cwd, path: a[0], mode: uint32(a[1])}, true
 		case "mknod":
-			return call{op: "mknod", dirfd: cwd, path: a[0], mode: uint32(a[1]), dev: a[2]}, true
+			return call{op: opMknod, dirfd: cwd, path: a[0], mode: uint32(a[1]), dev: a[2]}, true
 		case "link":
-			return call{op: "link", dirfd: cwd, path: a[0], dirfd2: cwd, path2: a[1]}, true
+			return call{op: opLink, dirfd: cwd, path: a[0], dirfd2: cwd, path2: a[1]}, true
 		case "symlink":
-			return call{op: "symlink", path: a[0], dirfd2: cwd, path2: a[1]}, true
+			return call{op: opSymlink, path: a[0], dirfd2: cwd, path2: a[1]}, true
 		case "rename":
-			return call{op: "rename", dirfd: cwd, path: a[0], dirfd2: cwd, path2: a[1]}, true
+			return call{op: opRename, dirfd: cwd, path: a[0], dirfd2: cwd, path2: a[1]}, true
 		}
 	}
 	return call{}, false
@@ -206,52 +243,52 @@ func decodeCall(req *seccompNotif) (call, bool) {
 
 // handle does one notification's call; every failure is an errno (fail
 // closed), never a continue.
-func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOpen) {
+func (s *supervisor) handle(req *seccompNotif) reply {
 	c, ok := decodeCall(req)
 	if !ok || req.Arch != seccompArch {
-		return noFD, unix.ENOSYS, nil
+		return replyErrno(unix.ENOSYS)
 	}
 	t, errno := openTarget(int(req.Pid))
 	if errno != 0 {
-		return noFD, errno, nil
+		return replyErrno(errno)
 	}
 	defer t.close()
-	if c.op == "bind" {
+	if c.op == opBind {
 		unlock, errno := lockCreation(s.lock, false)
 		if errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 		defer unlock()
-		return noFD, s.bind(t, c, req.ID), nil
+		return replyErrno(s.bind(t, c, req.ID))
 	}
 	// Read everything from the target's memory first, then check that the
 	// notification still stands (the tid was not reused: /proc/TID is the
 	// notifying task), then act on the copies only.
 	var p1, p2 string
 	var how unix.OpenHow
-	if c.op == "open" && c.how != 0 {
+	if c.op == opOpen && c.how != 0 {
 		if errno = t.readHow(c.how, c.howSize, &how); errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 		c.flags, c.mode = int(how.Flags), uint32(how.Mode)
 		// openat2 refuses what openat ignores: a mode with bits beyond
 		// 07777, or one without O_CREAT or O_TMPFILE.
 		if how.Flags>>32 != 0 || how.Mode&^0o7777 != 0 ||
 			(how.Mode != 0 && how.Flags&(unix.O_CREAT|(unix.O_TMPFILE&^unix.O_DIRECTORY)) == 0) {
-			return noFD, unix.EINVAL, nil
+			return replyErrno(unix.EINVAL)
 		}
 		// No set-user-ID or set-group-ID file (the other filter checks
 		// the modes of every other call).
 		if how.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			return noFD, unix.EPERM, nil
+			return replyErrno(unix.EPERM)
 		}
 	}
 	if p1, errno = t.readPath(c.path); errno != 0 {
-		return noFD, errno, nil
+		return replyErrno(errno)
 	}
 	if c.path2 != 0 {
 		if p2, errno = t.readPath(c.path2); errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 	}
 	base1, base2 := -1, -1
@@ -262,83 +299,83 @@ func (s *supervisor) handle(req *seccompNotif) (fdResult, unix.Errno, *pendingOp
 			}
 		}
 	}()
-	if c.op != "symlink" {
-		if base1, errno = t.base(c.dirfd, p1, c.op == "link" && c.flags&unix.AT_EMPTY_PATH != 0); errno != 0 {
-			return noFD, errno, nil
+	if c.op != opSymlink {
+		if base1, errno = t.base(c.dirfd, p1, c.op == opLink && c.flags&unix.AT_EMPTY_PATH != 0); errno != 0 {
+			return replyErrno(errno)
 		}
 	}
 	if c.path2 != 0 {
 		if base2, errno = t.base(c.dirfd2, p2, false); errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 	}
 	if !s.idValid(req.ID) {
-		return noFD, unix.ENOENT, nil
+		return replyErrno(unix.ENOENT)
 	}
 	// From the check of a new name to its creation, no supervised rename
 	// (of any sandbox, of any server) may move a directory on its path;
 	// a rename, walked and done, excludes every creation.
-	unlock, errno := lockCreation(s.lock, c.op == "rename")
+	unlock, errno := lockCreation(s.lock, c.op == opRename)
 	if errno != 0 {
-		return noFD, errno, nil
+		return replyErrno(errno)
 	}
 	defer unlock()
 	unix.Umask(t.umask) // the target's, for what the kernel makes here
 	switch c.op {
-	case "open":
-		fd, errno, pend := s.open(t, c, base1, p1, how)
-		if fd.fd >= 0 && inSupervisor(fd.fd) {
+	case opOpen:
+		r := s.open(t, c, base1, p1, how)
+		if r.fd.fd >= 0 && inSupervisor(r.fd.fd) {
 			// Reopened through a descriptor of the command that names a
 			// file of the supervisor (an O_PATH one on /proc/1/mem).
-			unix.Close(fd.fd)
-			return noFD, unix.EACCES, nil
+			unix.Close(r.fd.fd)
+			return replyErrno(unix.EACCES)
 		}
-		return fd, errno, pend
-	case "mkdir", "mknod", "symlink":
+		return r
+	case opMkdir, opMknod, opSymlink:
 		dir, name, slash, errno := t.walkParent(base1Or2(c, base1, base2), pathOf(c, p1, p2))
 		if errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 		defer unix.Close(dir)
 		if errno := s.checkNew(dir, name); errno != 0 {
-			return noFD, errno, nil
+			return replyErrno(errno)
 		}
 		var err error
 		switch c.op {
-		case "mkdir":
+		case opMkdir:
 			err = unix.Mkdirat(dir, name, c.mode)
-		case "mknod":
+		case opMknod:
 			if slash {
-				return noFD, existsErr(dir, name, unix.ENOENT), nil
+				return replyErrno(existsErr(dir, name, unix.ENOENT))
 			}
 			err = unix.Mknodat(dir, name, c.mode, int(c.dev))
-		case "symlink":
+		case opSymlink:
 			if slash {
-				return noFD, existsErr(dir, name, unix.ENOENT), nil
+				return replyErrno(existsErr(dir, name, unix.ENOENT))
 			}
 			if errno := s.checkSymlink(t, dir, name, p1); errno != 0 {
-				return noFD, errno, nil
+				return replyErrno(errno)
 			}
 			err = unix.Symlinkat(p1, dir, name)
 		}
-		return noFD, toErrno(err), nil
-	case "link":
-		return noFD, s.link(t, base1, p1, base2, p2, c.flags), nil
-	case "rename":
-		return noFD, s.rename(t, base1, p1, base2, p2, c.flags), nil
+		return replyErrno(toErrno(err))
+	case opLink:
+		return replyErrno(s.link(t, base1, p1, base2, p2, c.flags))
+	case opRename:
+		return replyErrno(s.rename(t, base1, p1, base2, p2, c.flags))
 	}
-	return noFD, unix.ENOSYS, nil
+	return replyErrno(unix.ENOSYS)
 }
 
 func base1Or2(c call, b1, b2 int) int {
-	if c.op == "symlink" {
+	if c.op == opSymlink {
 		return b2
 	}
 	return b1
 }
 
 func pathOf(c call, p1, p2 string) string {
-	if c.op == "symlink" {
+	if c.op == opSymlink {
 		return p2
 	}
 	return p1
