@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/execgo/exec-server/internal/reexec"
 	"github.com/execgo/exec-server/sandbox/policy"
 )
 
@@ -92,6 +93,11 @@ var (
 // Probe reports what the kernel offers. The real probe (which starts one
 // helper) runs once; SimulateEnv is applied on every call.
 func Probe() Support {
+	if !reexec.Ready() {
+		// The kernel probe starts a helper: in a program whose main did not
+		// call reexec.Main, that would be main again.
+		return Support{Missing: "a re-executable binary (main does not call reexec.Main)"}
+	}
 	probeOnce.Do(func() { probed = probeKernel() })
 	return simulate(probed, os.Getenv(SimulateEnv))
 }
@@ -911,12 +917,20 @@ func allowedUnixSockets() []string {
 
 // ---- the helper ----
 
-// MaybeMain runs the sandbox helper, and never returns, when this process
-// was started as one; call it first in main, right after
-// childinit.MaybeMain.
-func MaybeMain() {
-	if len(os.Args) < 3 || os.Args[1] != helperArg {
-		return
+// MaybeMain is reexec.Main: it runs the sandbox helper (or another
+// registered helper), and never returns, when this process was started as
+// one. Call it (or reexec.Main) first in main; until then Probe reports
+// the sandbox unavailable, as re-executing the binary would run main.
+func MaybeMain() { reexec.Main() }
+
+func init() { reexec.Register(helperArg, helperMain) }
+
+// helperMain is the helper: this binary re-executed with helperArg, then
+// its mode.
+func helperMain() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "exec-server sandbox: no helper mode")
+		os.Exit(125)
 	}
 	runtime.LockOSThread() // everything below runs on this thread
 	// Not dumpable: its memory and descriptors (/proc/1/mem, /proc/1/fd)

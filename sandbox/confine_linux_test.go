@@ -39,7 +39,9 @@ const probeEnv = "SANDBOX_TEST_PROBE"
 var _ = time.AfterFunc(time.Hour, func() {})
 
 func TestMain(m *testing.M) {
-	MaybeMain()
+	if os.Getenv(noReexecEnv) != "1" {
+		MaybeMain()
+	}
 	if os.Getenv(probeEnv) == "1" {
 		for _, a := range os.Args[1:] {
 			op, arg, _ := strings.Cut(a, ":")
@@ -1398,5 +1400,26 @@ func TestCommandCapabilitiesEveryThread(t *testing.T) {
 		if r := runOp(t, tc.plan, "caps-all", ""); !strings.HasSuffix(r, "with capabilities: []") {
 			t.Errorf("%s: fs helper: %s", tc.name, r)
 		}
+	}
+}
+
+// noReexecEnv makes TestMain skip MaybeMain, as a program embedding the
+// server without calling reexec.Main would.
+const noReexecEnv = "SANDBOX_TEST_NO_REEXEC"
+
+// TestProbeNeedsReexecMain: in a program whose main did not call
+// reexec.Main, the sandbox is unavailable and says why, rather than
+// re-executing /proc/self/exe (which would run that program's main).
+func TestProbeNeedsReexecMain(t *testing.T) {
+	if os.Getenv(noReexecEnv) == "1" {
+		if s := Probe(); s.Available || !strings.Contains(s.Missing, "reexec.Main") {
+			t.Fatalf("Probe without reexec.Main = %+v", s)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestProbeNeedsReexecMain$", "-test.count=1")
+	cmd.Env = append(os.Environ(), noReexecEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }

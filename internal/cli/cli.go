@@ -27,51 +27,60 @@ const (
 	exitRemote  = 255
 )
 
-// Main runs subcommand name ("exec", "cp", "ls", "cat", "ps") with its args and
-// returns the process exit code.
+// Main runs subcommand name (one of Subcommands) with its args and returns
+// the process exit code.
 func Main(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := &command{name: name, stdin: stdin, stdout: stdout, stderr: stderr}
 	return cmd.run(ctx, args)
 }
 
+// subcommand is one row of subcommands.
+type subcommand struct {
+	name string
+	run  func(cmd *command, ctx context.Context, args []string) int
+}
+
+// subcommands is the table Main, Subcommands and the "unknown subcommand"
+// text read: a subcommand is added here, once. (Set in init: completion
+// and man run subcommands themselves.)
+var subcommands []subcommand
+
+// Subcommands are the client subcommands Main runs, in the order of the
+// table.
+var Subcommands []string
+
+func init() {
+	subcommands = []subcommand{
+		{"exec", (*command).exec},
+		{"cp", (*command).cp},
+		{"ls", (*command).ls},
+		{"cat", (*command).cat},
+		{"ps", (*command).ps},
+		{"watch", (*command).watch},
+		{"rm", (*command).rm},
+		{"mkdir", (*command).mkdir},
+		{"mv", (*command).mv},
+		{"attach", (*command).attach},
+		{"kill", (*command).kill},
+		{"context", func(cmd *command, _ context.Context, args []string) int { return cmd.contextCmd(args) }},
+		{"completion", func(cmd *command, _ context.Context, args []string) int { return cmd.completion(args) }},
+		{"man", func(cmd *command, _ context.Context, args []string) int { return cmd.man(args) }},
+	}
+	for _, s := range subcommands {
+		Subcommands = append(Subcommands, s.name)
+	}
+}
+
 // run runs the subcommand c.name.
 func (cmd *command) run(ctx context.Context, args []string) int {
-	switch cmd.name {
-	case "exec":
-		return cmd.exec(ctx, args)
-	case "cp":
-		return cmd.cp(ctx, args)
-	case "ls":
-		return cmd.ls(ctx, args)
-	case "cat":
-		return cmd.cat(ctx, args)
-	case "ps":
-		return cmd.ps(ctx, args)
-	case "watch":
-		return cmd.watch(ctx, args)
-	case "rm":
-		return cmd.rm(ctx, args)
-	case "mkdir":
-		return cmd.mkdir(ctx, args)
-	case "mv":
-		return cmd.mv(ctx, args)
-	case "attach":
-		return cmd.attach(ctx, args)
-	case "kill":
-		return cmd.kill(ctx, args)
-	case "context":
-		return cmd.contextCmd(args)
-	case "completion":
-		return cmd.completion(args)
-	case "man":
-		return cmd.man(args)
+	for _, s := range subcommands {
+		if s.name == cmd.name {
+			return s.run(cmd, ctx, args)
+		}
 	}
 	fmt.Fprintf(cmd.stderr, "exec-server: unknown subcommand %q (want %s)\n", cmd.name, strings.Join(Subcommands, ", "))
 	return exitUsage
 }
-
-// Subcommands are the client subcommands Main runs.
-var Subcommands = []string{"exec", "cp", "ls", "cat", "ps", "watch", "rm", "mkdir", "mv", "attach", "kill", "context", "completion", "man"}
 
 // command is one subcommand's invocation: its streams and the connection
 // flags every subcommand shares.
