@@ -22,7 +22,12 @@ var testOnly = []string{
 	"internal/asnobody",
 	"internal/procmark",
 	"internal/jsontest",
+	"remote/noise/noisetest",
 }
+
+// testOnlyStd are the standard library's test-only packages: no product
+// package, and so no binary under cmd/, may link them (rule 6).
+var testOnlyStd = []string{"testing", "testing/...", "net/http/httptest", "crypto/mlkem/mlkemtest"}
 
 // serverSide are the packages that make up the server; the client SDK
 // links none of them (rule 3).
@@ -60,6 +65,11 @@ var rules = []rule{
 		name:      "5. sandbox/policy (what a sandbox allows) links no golang.org/x/sys/unix",
 		pkgs:      []string{"sandbox/policy/..."},
 		forbidExt: []string{"golang.org/x/sys/unix"},
+	},
+	{
+		name:      "6. no product package (no binary under cmd/) links a test-only package of the standard library",
+		pkgs:      []string{"..."},
+		forbidExt: testOnlyStd,
 	},
 }
 
@@ -204,6 +214,8 @@ func TestCheckFindsViolations(t *testing.T) {
 		{ImportPath: "internal/test/interop", Deps: []string{"server", "internal/testbin"}},
 		{ImportPath: "sandbox/policy", Deps: []string{"protocol"}, Ext: []string{"os", "golang.org/x/sys/unix"}},
 		{ImportPath: "sandbox", Deps: []string{"sandbox/policy"}, Ext: []string{"golang.org/x/sys/unix"}},
+		{ImportPath: "cmd/exec-server", Deps: []string{"remote/noise"}, Ext: []string{"crypto/mlkem", "crypto/mlkem/mlkemtest"}},
+		{ImportPath: "remote/noise/noisetest", Ext: []string{"crypto/mlkem/mlkemtest"}},
 	}
 	got := check(g, rules, nil)
 	want := []string{
@@ -212,6 +224,7 @@ func TestCheckFindsViolations(t *testing.T) {
 		rules[2].name + ": client -> sandbox",
 		rules[3].name + ": protocol -> fileuri",
 		rules[4].name + ": sandbox/policy -> golang.org/x/sys/unix",
+		rules[5].name + ": cmd/exec-server -> crypto/mlkem/mlkemtest",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("check = %q\nwant %q", got, want)
