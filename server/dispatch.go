@@ -36,7 +36,7 @@ type method struct {
 
 // afterReplier is a result with work to start once its reply is queued
 // (http/request's streamed body: every bodyDelta follows the result).
-type afterReplier interface{ afterReply() }
+type afterReplier interface{ AfterReply() }
 
 // connState is one connection's view: its lifecycle and its session.
 type connState struct {
@@ -102,7 +102,7 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 		}
 		cs.conn.Reply(id, res, err)
 		if a, ok := res.(afterReplier); ok && err == nil {
-			a.afterReply()
+			a.AfterReply()
 		}
 	}
 	longPoll := msg.Method == protocol.MethodProcessRead && isLongPoll(params)

@@ -33,7 +33,7 @@ var testOnlyStd = []string{"testing", "testing/...", "net/http/httptest", "crypt
 // links none of them (rule 3).
 var serverSide = []string{
 	"server/...", "process/...", "fsys/...", "sandbox/...", "childinit/...", "relay/...", "netproxy/...",
-	"fswatch/...", "caproots/...", "auth/...",
+	"fswatch/...", "caproots/...", "auth/...", "httpcall/...",
 }
 
 // A rule forbids the packages matching pkgs (and, through Deps, everything

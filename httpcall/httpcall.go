@@ -1,4 +1,11 @@
-package server
+// Package httpcall is the http/request family: the executor makes an HTTP
+// call for the client (codex reaches the executor's HTTP MCP servers this
+// way) and answers with the status, the headers as received, and the body,
+// whole or streamed as http/request/bodyDelta notifications after the
+// result. Shapes and texts as the reference's (codex-rs/exec-server,
+// http/request; docs/protocol.md). The server dispatches to it
+// (server/http.go); its state is per connection (ConnState).
+package httpcall
 
 import (
 	"bytes"
@@ -29,42 +36,37 @@ import (
 	"github.com/execgo/exec-server/protocol"
 )
 
-// http/request: the executor makes an HTTP call for the client (codex
-// reaches the executor's HTTP MCP servers this way) and answers with the
-// status, the headers as received, and the body, whole or streamed as
-// http/request/bodyDelta notifications after the result. Shapes and texts
-// as the reference's (codex-rs/exec-server, http/request; docs/protocol.md).
-const familyHTTP = "http"
-
 // Bounds per connection. A whole (non-streamed) body travels in one
 // message as base64, so it must stay well under the message limit; a
 // streamed body has no total bound (the connection's send queue holds the
 // reader back instead).
 const (
-	MaxHTTPRequestsPerConn = 16
-	MaxHTTPBodyBytes       = 32 << 20
-	httpDeltaBytes         = 64 << 10
-	maxHTTPHeaderBytes     = 1 << 20
+	MaxRequestsPerConn = 16
+	MaxBodyBytes       = 32 << 20
+	httpDeltaBytes     = 64 << 10
+	maxHTTPHeaderBytes = 1 << 20
 )
 
-type httpHeader struct {
+// Header is a response header as received (lower-case name).
+type Header struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 }
 
-// httpReqHeader is a request header: value, or value followed by the
+// RequestHeader is a request header: value, or value followed by the
 // executor's environment variable valueEnvVar (a credential that stays on
 // the executor; capability httpHeaderEnvVars).
-type httpReqHeader struct {
+type RequestHeader struct {
 	Name        string  `json:"name"`
 	Value       *string `json:"value"`
 	ValueEnvVar *string `json:"valueEnvVar"`
 }
 
-type httpParams struct {
+// Params are http/request params.
+type Params struct {
 	Method         string           `json:"method"`
 	URL            string           `json:"url"`
-	Headers        []httpReqHeader  `json:"headers"`
+	Headers        []RequestHeader  `json:"headers"`
 	BodyBase64     *protocol.Base64 `json:"bodyBase64"`
 	TimeoutMs      *uint64          `json:"timeoutMs"`
 	RedirectPolicy *string          `json:"redirectPolicy"`
@@ -74,24 +76,29 @@ type httpParams struct {
 	url *url.URL
 }
 
-type httpResult struct {
-	Status     int          `json:"status"`
-	Headers    []httpHeader `json:"headers"`
-	BodyBase64 string       `json:"bodyBase64"`
+// Result is http/request's result.
+type Result struct {
+	Status     int      `json:"status"`
+	Headers    []Header `json:"headers"`
+	BodyBase64 string   `json:"bodyBase64"`
 
 	// stream, when set, runs after the result has been queued (the
-	// dispatcher's afterReply hook), so every delta follows it.
+	// dispatcher's AfterReply hook), so every delta follows it.
 	stream func()
 }
 
-func (r *httpResult) afterReply() {
+// AfterReply starts a streamed body; the dispatcher calls it once the
+// result is queued, so every delta follows the result.
+func (r *Result) AfterReply() {
 	if r.stream != nil {
 		r.stream()
 	}
 }
 
-func decodeHTTPRequest(raw json.RawMessage) (any, error) {
-	p := new(httpParams)
+// Decode parses and checks http/request params (a *Params), with the
+// reference's error texts.
+func Decode(raw json.RawMessage) (any, error) {
+	p := new(Params)
 	if err := jsonscan.DecodeParams(raw, p, "HttpRequestParams", "method", "url", "requestId"); err != nil {
 		return nil, err
 	}
@@ -163,37 +170,21 @@ func isToken(s string) bool {
 	return true
 }
 
-// httpConnState is one connection's HTTP calls: how many are in flight and
-// which streamed requestIds are active.
-type httpConnState struct {
+// ConnState is one connection's HTTP calls: how many are in flight and
+// which streamed requestIds are active. Its zero value is ready; it needs
+// no clean-up when the connection ends.
+type ConnState struct {
 	inflight atomic.Int32
 	mu       sync.Mutex
 	active   map[string]bool
 }
 
-// httpStates maps a connection to its state; an entry goes when the
-// connection ends.
-var httpStates sync.Map // *connState → *httpConnState
-
-func (cs *connState) httpState() *httpConnState {
-	if v, ok := httpStates.Load(cs); ok {
-		return v.(*httpConnState)
-	}
-	v, loaded := httpStates.LoadOrStore(cs, &httpConnState{active: map[string]bool{}})
-	if !loaded {
-		go func() {
-			<-cs.conn.Done()
-			httpStates.Delete(cs)
-		}()
-	}
-	return v.(*httpConnState)
-}
-
-func (cs *connState) httpRequest(ctx context.Context, p *httpParams) (any, error) {
-	st := cs.httpState()
-	if st.inflight.Add(1) > MaxHTTPRequestsPerConn {
+// Call makes the HTTP call p on behalf of conn's client. A streamed body
+// starts when the result's AfterReply runs (after the result is queued).
+func (st *ConnState) Call(ctx context.Context, conn *jsonrpc.Conn, p *Params) (any, error) {
+	if st.inflight.Add(1) > MaxRequestsPerConn {
 		st.inflight.Add(-1)
-		return nil, protocol.InvalidRequest("too many http/request calls in flight on this connection (limit %d); wait for one to finish", MaxHTTPRequestsPerConn)
+		return nil, protocol.InvalidRequest("too many http/request calls in flight on this connection (limit %d); wait for one to finish", MaxRequestsPerConn)
 	}
 	release := func() { st.inflight.Add(-1) }
 	if p.StreamResponse {
@@ -202,6 +193,9 @@ func (cs *connState) httpRequest(ctx context.Context, p *httpParams) (any, error
 			st.mu.Unlock()
 			release()
 			return nil, protocol.InvalidParams("http/request streamResponse requestId `%s` is already active", p.RequestID)
+		}
+		if st.active == nil {
+			st.active = map[string]bool{}
 		}
 		st.active[p.RequestID] = true
 		st.mu.Unlock()
@@ -226,25 +220,25 @@ func (cs *connState) httpRequest(ctx context.Context, p *httpParams) (any, error
 		done()
 		return nil, err
 	}
-	res := &httpResult{Status: resp.StatusCode, Headers: headers}
+	res := &Result{Status: resp.StatusCode, Headers: headers}
 	if !p.StreamResponse {
 		defer done()
 		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, MaxHTTPBodyBytes+1))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
 		if err != nil {
 			return nil, protocol.Internal("http/request failed: error decoding response body")
 		}
-		if len(body) > MaxHTTPBodyBytes {
-			return nil, protocol.Internal("http/request failed: the response body exceeds %d bytes; ask for it with streamResponse", MaxHTTPBodyBytes)
+		if len(body) > MaxBodyBytes {
+			return nil, protocol.Internal("http/request failed: the response body exceeds %d bytes; ask for it with streamResponse", MaxBodyBytes)
 		}
 		res.BodyBase64 = base64.StdEncoding.EncodeToString(body)
 		return res, nil
 	}
 	res.stream = func() {
-		ok := cs.conn.GoDetached(func() {
+		ok := conn.GoDetached(func() {
 			defer done()
 			defer resp.Body.Close()
-			streamBody(ctx, cs.conn, p.RequestID, resp.Body)
+			streamBody(ctx, conn, p.RequestID, resp.Body)
 		})
 		if !ok {
 			resp.Body.Close()
@@ -302,7 +296,7 @@ func appendDelta(dst []byte, id string, seq uint64, data []byte, done bool, errM
 
 // doHTTP makes the call. Any failure before the response headers is the
 // reference's one text; the cause is logged.
-func doHTTP(ctx context.Context, p *httpParams) (*http.Response, []httpHeader, error) {
+func doHTTP(ctx context.Context, p *Params) (*http.Response, []Header, error) {
 	if p.url.Scheme == "https" {
 		// Checked on every call, not only when a connection is dialled: an
 		// idle connection must not hide a CA file that is gone.
@@ -477,7 +471,7 @@ func (c *captureConn) Read(b []byte) (int, error) {
 
 // capturedHeaders parses the header block conn saw, when it is the one of
 // a response with this status; nil otherwise.
-func capturedHeaders(conn net.Conn, status int) []httpHeader {
+func capturedHeaders(conn net.Conn, status int) []Header {
 	c, ok := conn.(*captureConn)
 	if !ok {
 		return nil
@@ -492,7 +486,7 @@ func capturedHeaders(conn net.Conn, status int) []httpHeader {
 	if f := strings.Fields(lines[0]); len(f) < 2 || f[1] != strconv.Itoa(status) {
 		return nil
 	}
-	out := []httpHeader{}
+	out := []Header{}
 	for _, l := range lines[1:] {
 		if l != "" && (l[0] == ' ' || l[0] == '\t') && len(out) > 0 {
 			out[len(out)-1].Value += " " + strings.TrimSpace(l) // obsolete folding
@@ -502,34 +496,24 @@ func capturedHeaders(conn net.Conn, status int) []httpHeader {
 		if !ok {
 			continue
 		}
-		out = append(out, httpHeader{Name: strings.ToLower(name), Value: strings.Trim(value, " \t")})
+		out = append(out, Header{Name: strings.ToLower(name), Value: strings.Trim(value, " \t")})
 	}
 	return out
 }
 
 // sortedHeaders is the fallback (a response through an https proxy): the
 // map's names sorted, each name's values in order.
-func sortedHeaders(resp *http.Response) []httpHeader {
+func sortedHeaders(resp *http.Response) []Header {
 	names := make([]string, 0, len(resp.Header))
 	for k := range resp.Header {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	out := []httpHeader{}
+	out := []Header{}
 	for _, k := range names {
 		for _, v := range resp.Header[k] {
-			out = append(out, httpHeader{Name: strings.ToLower(k), Value: v})
+			out = append(out, Header{Name: strings.ToLower(k), Value: v})
 		}
 	}
 	return out
-}
-
-func (s *Server) httpMethods(m map[string]method) {
-	m[protocol.MethodHTTPRequest] = method{
-		family: familyHTTP,
-		decode: decodeHTTPRequest,
-		call: func(ctx context.Context, cs *connState, p any) (any, error) {
-			return cs.httpRequest(ctx, p.(*httpParams))
-		},
-	}
 }
