@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/execgo/exec-server/fsys"
+	"github.com/execgo/exec-server/httpcall"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/process"
@@ -48,6 +49,7 @@ type connState struct {
 	fsOrder           fsOrder
 	longPolls         atomic.Int32 // process/read requests waiting off the handler pool
 	watches           watches
+	http              httpcall.ConnState // http/request calls in flight
 
 	mu          sync.Mutex
 	initStarted bool // initialize received (and not failed)
