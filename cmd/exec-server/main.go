@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 	"github.com/execgo/exec-server/internal/reexec"
 	"github.com/execgo/exec-server/server"
 )

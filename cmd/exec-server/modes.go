@@ -8,7 +8,7 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 )
 
 // The personalities of exec-server, each chosen by the first argument:

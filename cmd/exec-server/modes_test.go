@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/execgo/exec-server/childinit"
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 	"github.com/execgo/exec-server/internal/reexec"
 )
 

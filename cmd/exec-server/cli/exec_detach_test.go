@@ -14,7 +14,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/execgo/exec-server/client"
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 	"github.com/execgo/exec-server/protocol"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 	"github.com/execgo/exec-server/relay"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 )
 
 // TestWatch: `exec-server watch` prints the changes under a path, one

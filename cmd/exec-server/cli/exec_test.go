@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 )
 
 // mainOut runs one subcommand in-process and returns its exit code,

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 )
 
 // entry is what cp -a keeps of a path: its type, permission bits, bytes

@@ -14,7 +14,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"github.com/execgo/exec-server/internal/cli"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
 )
 
 // exec -it on a real local terminal: raw mode while it runs (keystrokes
