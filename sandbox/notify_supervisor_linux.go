@@ -321,6 +321,12 @@ func (s *supervisor) handle(req *seccompNotif) reply {
 	}
 	defer unlock()
 	unix.Umask(t.umask) // the target's, for what the kernel makes here
+	return s.act(t, c, base1, p1, base2, p2, how)
+}
+
+// act does c in the target's place, once handle has read its paths from
+// the target's memory, resolved their bases and taken the creation lock.
+func (s *supervisor) act(t *target, c call, base1 int, p1 string, base2 int, p2 string, how unix.OpenHow) reply {
 	switch c.op {
 	case opOpen:
 		r := s.open(t, c, base1, p1, how)
