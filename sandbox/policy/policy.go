@@ -8,12 +8,12 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
-	"math/big"
 	"strconv"
 	"strings"
 
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/internal/jsonscan"
+	"github.com/execgo/exec-server/internal/serde"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -144,7 +144,7 @@ func Parse(raw json.RawMessage) (*Policy, error) {
 		if bytes.Equal(raw, []byte("[]")) {
 			return nil, invalid("invalid length 0, expected %s with 10 elements", ctx)
 		}
-		return nil, invalid("invalid type: %s, expected %s", unexpected(raw), ctx)
+		return nil, invalid("invalid type: %s, expected %s", serde.Unexpected(raw), ctx)
 	}
 	var p Policy
 	seen := map[string]bool{}
@@ -353,7 +353,7 @@ func parseURI(uri string) (string, error) {
 func parsePermissions(raw []byte) (Permissions, error) {
 	var perm Permissions
 	if raw[0] != '{' {
-		return perm, invalid("invalid type: %s, expected internally tagged enum ExecPermissionProfile", unexpected(raw))
+		return perm, invalid("invalid type: %s, expected internally tagged enum ExecPermissionProfile", serde.Unexpected(raw))
 	}
 	// The reference buffers the whole profile before looking at it: an
 	// integer out of 64-bit range anywhere in it fails first.
@@ -402,7 +402,7 @@ func parsePermissions(raw []byte) (Permissions, error) {
 // parseFileSystem checks an internally tagged ExecManagedFileSystemPermissions.
 func parseFileSystem(val []byte, perm *Permissions) error {
 	if val[0] != '{' {
-		return invalid("invalid type: %s, expected internally tagged enum ExecManagedFileSystemPermissions", unexpected(val))
+		return invalid("invalid type: %s, expected internally tagged enum ExecManagedFileSystemPermissions", serde.Unexpected(val))
 	}
 	v, err := indexedTag(val, "type", "`restricted` or `unrestricted`", []string{"restricted", "unrestricted"}, nil)
 	if err != nil {
@@ -433,14 +433,14 @@ func parseFileSystem(val []byte, perm *Permissions) error {
 			}
 			const want = "a nonzero usize"
 			if !isNumber(v) {
-				return invalid("invalid type: %s, expected %s", unexpected(v), want)
+				return invalid("invalid type: %s, expected %s", serde.Unexpected(v), want)
 			}
 			n, err := strconv.ParseUint(string(v), 10, 64)
 			if err != nil || n == 0 {
 				if bytes.ContainsAny(v, ".eE") {
-					return invalid("invalid type: %s, expected %s", unexpected(v), want)
+					return invalid("invalid type: %s, expected %s", serde.Unexpected(v), want)
 				}
-				return invalid("invalid value: %s, expected %s", unexpected(v), want)
+				return invalid("invalid value: %s, expected %s", serde.Unexpected(v), want)
 			}
 			perm.GlobScanMaxDepth = n
 		}
@@ -460,7 +460,7 @@ func parseFileSystem(val []byte, perm *Permissions) error {
 
 func parseEntries(val []byte) ([]Entry, error) {
 	if val[0] != '[' {
-		return nil, invalid("invalid type: %s, expected a sequence", unexpected(val))
+		return nil, invalid("invalid type: %s, expected a sequence", serde.Unexpected(val))
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(val, &elems); err != nil {
@@ -499,7 +499,7 @@ func parseEntry(val []byte) (Entry, error) {
 		val = append(obj, '}')
 	}
 	if val[0] != '{' {
-		return e, invalid("invalid type: %s, expected %s", unexpected(val), want)
+		return e, invalid("invalid type: %s, expected %s", serde.Unexpected(val), want)
 	}
 	var seenPath, seenAccess, seenMissing bool
 	err := members(val, func(key string, v []byte) error {
@@ -556,7 +556,7 @@ func parseEntry(val []byte) (Entry, error) {
 func parseEntryPath(val []byte) (EntryPath, error) {
 	var p EntryPath
 	if val[0] != '{' {
-		return p, invalid("invalid type: %s, expected internally tagged enum ExecFileSystemPath", unexpected(val))
+		return p, invalid("invalid type: %s, expected internally tagged enum ExecFileSystemPath", serde.Unexpected(val))
 	}
 	tag, err := indexedTag(val, "type", "one of `path`, `glob_pattern`, `special`", []string{"path", "glob_pattern", "special"}, nil)
 	if err != nil {
@@ -608,7 +608,7 @@ func parseEntryPath(val []byte) (EntryPath, error) {
 // slash_tmp, unknown, as observed on the reference.
 func parseSpecial(val []byte, p *EntryPath) error {
 	if val[0] != '{' {
-		return invalid("invalid type: %s, expected internally tagged enum FileSystemSpecialPath", unexpected(val))
+		return invalid("invalid type: %s, expected internally tagged enum FileSystemSpecialPath", serde.Unexpected(val))
 	}
 	names := []string{"root", "minimal", "current_working_directory", "project_roots", "tmpdir", "slash_tmp", "unknown"}
 	byIndex := []string{"root", "minimal", "current_working_directory", "tmpdir", "slash_tmp", "unknown"}
@@ -685,9 +685,9 @@ func indexedTag(obj []byte, name, expected string, names, byIndex []string) (str
 		if err == nil && n < uint64(len(byIndex)) {
 			return byIndex[n], nil
 		}
-		return "", invalid("invalid value: %s, expected variant index 0 <= i < %d", unexpected(tag), len(byIndex))
+		return "", invalid("invalid value: %s, expected variant index 0 <= i < %d", serde.Unexpected(tag), len(byIndex))
 	}
-	return "", invalid("invalid type: %s, expected variant identifier", unexpected(tag))
+	return "", invalid("invalid type: %s, expected variant identifier", serde.Unexpected(tag))
 }
 
 // tagOf reads the "type" tag of the top-level profile.
@@ -724,7 +724,7 @@ func topVariant(val []byte, expected string, variants ...string) (string, error)
 func variant(raw []byte, wantType, expected string, variants ...string) (string, error) {
 	var s string
 	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return "", invalid("invalid type: %s, expected %s", unexpected(raw), wantType)
+		return "", invalid("invalid type: %s, expected %s", serde.Unexpected(raw), wantType)
 	}
 	for _, v := range variants {
 		if s == v {
@@ -737,7 +737,7 @@ func variant(raw []byte, wantType, expected string, variants ...string) (string,
 // stringOf decodes a string member of the profile.
 func stringOf(v []byte) (string, error) {
 	if v[0] != '"' {
-		return "", invalid("invalid type: %s, expected a string", unexpected(v))
+		return "", invalid("invalid type: %s, expected a string", serde.Unexpected(v))
 	}
 	return stringValue(v)
 }
@@ -810,50 +810,12 @@ func numberAsIs(v []byte) string {
 	if isNumber(v) {
 		return "number"
 	}
-	return unexpected(v)
+	return serde.Unexpected(v)
 }
 
 func isNumber(v []byte) bool { return v[0] == '-' || (v[0] >= '0' && v[0] <= '9') }
 
 func isNull(v []byte) bool { return bytes.Equal(v, []byte("null")) }
-
-// unexpected describes a JSON value as serde_json's Unexpected does.
-func unexpected(v []byte) string {
-	switch v[0] {
-	case '"':
-		var s string
-		_ = json.Unmarshal(v, &s)
-		return "string " + strconv.Quote(s)
-	case '{':
-		return "map"
-	case '[':
-		return "sequence"
-	case 't', 'f':
-		return "boolean `" + string(v) + "`"
-	case 'n':
-		return "null"
-	}
-	if bytes.ContainsAny(v, ".eE") {
-		return "floating point `" + serdeFloat(v) + "`"
-	}
-	return "integer `" + string(v) + "`"
-}
-
-// serdeFloat formats a JSON number as serde prints an f64: the shortest
-// decimal that round-trips, never in exponent form, with ".0" when it has
-// no fraction (1e3 is "1000.0").
-func serdeFloat(v []byte) string {
-	f, _, err := big.ParseFloat(string(v), 10, 64, big.ToNearestEven)
-	if err != nil {
-		return string(v)
-	}
-	x, _ := f.Float64()
-	s := strconv.FormatFloat(x, 'f', -1, 64)
-	if !strings.ContainsAny(s, ".") && !strings.Contains(s, "Inf") {
-		s += ".0"
-	}
-	return s
-}
 
 func invalid(format string, args ...any) *protocol.Error {
 	return protocol.InvalidParams(format, args...)
