@@ -321,7 +321,7 @@ func (h *helper) failed(ctx context.Context, step string, err error) error {
 	case st := <-h.exited:
 		h.exited <- st
 		if st != nil && !h.started {
-			return fmt.Errorf("sandbox helper exited before answering (%v): is sandbox.MaybeMain called first in main?", st)
+			return fmt.Errorf("sandbox helper exited before answering (%v): is reexec.Main called first in main?", st)
 		}
 		if st != nil {
 			return fmt.Errorf("sandbox helper exited before answering (%v)", st)
