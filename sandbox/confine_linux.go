@@ -191,7 +191,7 @@ func helperRun() {
 	lock := -1
 	if len(p.DenyGlobs) > 0 {
 		// Every call of a plan with deny globs checks and makes its new
-		// paths under the shared creation lock (notify_linux.go): no
+		// paths under the shared creation lock (notify_lock_linux.go): no
 		// supervised rename moves a directory meanwhile.
 		if lock, err = openCreationLock(p.CreationLock); err != nil {
 			fail(stepErr("deny globs", err))

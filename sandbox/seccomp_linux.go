@@ -202,7 +202,7 @@ func seccompProgram(network policy.Network, unixDgram bool) []unix.SockFilter {
 	// reach any host datagram socket it can name (/dev/log, journald),
 	// even with the network restricted. Only stream and seqpacket sockets
 	// (whose sendmsg refuses or ignores a destination) are left; their
-	// connect is supervised (notify_linux.go) when the network is enabled.
+	// connect is supervised (notify_socket_linux.go) when the network is enabled.
 	unixSock := []unix.SockFilter{bpfStmt(retK, retAllow)}
 	if !unixDgram {
 		unixSock = []unix.SockFilter{

@@ -112,7 +112,7 @@ type Plan struct {
 	// enabled (canonical host paths; the server's AllowUnixSocketsEnv).
 	AllowUnixSockets []string `json:"allowUnixSockets,omitempty"`
 	// CreationLock is the machine-wide lock file of deny-glob creations
-	// (set by the server for its helpers; see notify_linux.go).
+	// (set by the server for its helpers; see sandbox/notify_lock_linux.go).
 	CreationLock string `json:"creationLock,omitempty"`
 	// PidsMax bounds the processes of a command's sandbox (0: none);
 	// PidsCgroup is the cgroup.procs file of its own pids cgroup ("" when
