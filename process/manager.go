@@ -22,7 +22,7 @@ import (
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // EventKind tells the three kinds of process events apart.
@@ -216,7 +216,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	typ := "none"
 	if proc.sandboxed {
 		// Any sandbox value, even disabled, as the reference.
-		typ = sandbox.SandboxTypeLinux
+		typ = policy.SandboxTypeLinux
 	}
 	return &protocol.StartResult{ProcessID: p.ProcessID, SandboxType: typ}, nil
 }

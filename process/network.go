@@ -18,6 +18,7 @@ import (
 	"github.com/execgo/exec-server/netproxy"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // NetworkPeer is how a process's managed proxy talks to the client: the
@@ -87,7 +88,7 @@ func parseProxy(raw json.RawMessage) (*protocol.NetworkProxyLaunch, *netproxy.Po
 // netLaunch is one process's managed proxy: the route into its sandbox,
 // the proxy, and the goroutine that connects them.
 type netLaunch struct {
-	route   *sandbox.ProxyRoute
+	route   *policy.ProxyRoute
 	handoff *sandbox.ProxyHandoff
 	proxy   *netproxy.Proxy
 	env     map[string]string
@@ -109,7 +110,7 @@ const decisionTimeoutFloor = 5 * time.Second
 
 // prepareNetwork sets up the managed proxy of a start with networkProxy
 // (nil without one). The plan is switched to NetworkProxied.
-func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (*netLaunch, error) {
+func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *policy.Plan) (*netLaunch, error) {
 	if !present(sp.NetworkProxy) {
 		return nil, nil
 	}
@@ -120,10 +121,10 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (
 	if err != nil {
 		return nil, err
 	}
-	if !launch.Proxy.Enabled || plan.Network == sandbox.NetworkRestricted {
+	if !launch.Proxy.Enabled || plan.Network == policy.NetworkRestricted {
 		// No proxy, or a sandbox without network: no network at all,
 		// never more than the sandbox allows.
-		plan.Network = sandbox.NetworkRestricted
+		plan.Network = policy.NetworkRestricted
 		return nil, nil
 	}
 	if launch.Proxy.TransparentTCP {
@@ -170,7 +171,7 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (
 		return nil, unavailable("networkProxy: %v", err)
 	}
 	nl.handoff = handoff
-	nl.route = &sandbox.ProxyRoute{Socket: path}
+	nl.route = &policy.ProxyRoute{Socket: path}
 	// The namespace is new and empty: any port is free. Random ones, as
 	// the reference opens new ports per process.
 	nl.route.HTTPPort, nl.route.SOCKSPort = randomPorts()
@@ -182,7 +183,7 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (
 	}
 	nl.env = netproxy.Env(nl.route.HTTPPort, nl.route.SOCKSPort, launch.Proxy.AllowLocalBinding)
 	nl.proxy = netproxy.New(cfg)
-	plan.Network = sandbox.NetworkProxied
+	plan.Network = policy.NetworkProxied
 	plan.Proxy = nl.route
 	return nl, nil
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/internal/peerproc"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // rawEvent is what a producer (an output reader or the reaper) emits; emit
@@ -52,7 +52,7 @@ type Proc struct {
 	// the host once the init is reaped (it runs once; a no-op without a
 	// sandbox).
 	sandboxed bool
-	denial    *sandbox.Denial
+	denial    *policy.Denial
 	release   func()
 
 	// emitMu orders events: a producer numbers its event and delivers it
@@ -169,7 +169,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 			return commandError(err)
 		}
 		p.release = onceFunc(spec.Release)
-		if plan.Network == sandbox.NetworkEnabled {
+		if plan.Network == policy.NetworkEnabled {
 			// Counted from before its start until its init is reaped: while
 			// one runs, the server checks which local peers are inside it
 			// (server/peer.go).
@@ -189,7 +189,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		attr.Cloneflags = start.Cloneflags
 		attr.UidMappings, attr.GidMappings = start.UidMappings, start.GidMappings
 		p.sandboxed = true
-		p.denial = new(sandbox.Denial)
+		p.denial = new(policy.Denial)
 	}
 	if nl != nil {
 		release := p.release

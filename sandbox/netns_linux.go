@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The managed proxy's route into a NetworkProxied sandbox. The command's
@@ -22,8 +24,8 @@ import (
 // connections are the host's while the listeners stay the command's).
 
 // proxyListen is the init's side; it does nothing without a route.
-func proxyListen(p *Plan) error {
-	if p.Network != NetworkProxied {
+func proxyListen(p *policy.Plan) error {
+	if p.Network != policy.NetworkProxied {
 		return nil
 	}
 	r := p.Proxy

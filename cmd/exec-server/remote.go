@@ -65,15 +65,6 @@ func addRemoteFlags(fs *flag.FlagSet) *remoteFlags {
 	}
 }
 
-// forwardCommand runs `exec-server forward` (forward.go); ok is false
-// for any other command line.
-func forwardCommand(args []string, stdin io.Reader, stderr io.Writer) (int, bool) {
-	if len(args) == 0 || args[0] != "forward" {
-		return 0, false
-	}
-	return runForward(args[1:], stdin, stderr), true
-}
-
 // usageError is a command-line error: exit status 2.
 type usageError struct{ error }
 
