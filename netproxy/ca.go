@@ -189,3 +189,52 @@ func (ca *CA) WriteBundle(dir string) (string, error) {
 	}
 	return path, os.Rename(tmp.Name(), path)
 }
+
+// Authority is an executor's masking authority: its CA, made on first
+// use, and the commands' trust bundle, written once into a directory of
+// its own (mode 0755, outside every sandbox's writable area; a sandbox
+// sees it read-only). The zero value is ready; Close removes the bundle.
+type Authority struct {
+	mu     sync.Mutex
+	ca     *CA
+	dir    string
+	bundle string
+}
+
+// Get returns the CA and the bundle's path, making them on first use.
+func (a *Authority) Get() (*CA, string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ca != nil {
+		return a.ca, a.bundle, nil
+	}
+	ca, err := NewCA()
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "exec-server-mitm-ca-")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, "", err
+	}
+	bundle, err := ca.WriteBundle(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", err
+	}
+	a.ca, a.dir, a.bundle = ca, dir, bundle
+	return ca, bundle, nil
+}
+
+// Close removes the bundle's directory; a later Get makes a new CA.
+func (a *Authority) Close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dir != "" {
+		os.RemoveAll(a.dir)
+	}
+	a.ca, a.dir, a.bundle = nil, "", ""
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const (
@@ -169,7 +170,7 @@ func TestRestore(t *testing.T) {
 	ps := mustProviders(t, map[string]ProviderConfig{
 		"mine": {Env: []string{"MY_TOKEN"}, Patterns: []string{"mytok-[0-9a-f]{16}"},
 			URLPrefixes: []string{"https://api.example.com/v1", "*.svc.example", "http://127.0.0.1:8080/"},
-			Auth: []string{AuthHeader, AuthBasic}, Header: "X-Api-Key", Prefix: "Key "},
+			Auth:        []string{AuthHeader, AuthBasic}, Header: "X-Api-Key", Prefix: "Key "},
 	})
 	out, creds, _ := ps.Mask([]string{"MY_TOKEN=" + realMine, "OPENAI_API_KEY=" + realOpenAI, "GITHUB_TOKEN=" + realGitHub})
 	m := envMap(out)
@@ -255,6 +256,17 @@ func (r *slowReader) Read(b []byte) (int, error) {
 	return n, nil
 }
 
+// recvOr is the next request an upstream recorded, or "none" (a guard
+// against a hang: every request has ended before it is read).
+func recvOr(ch chan string) string {
+	select {
+	case g := <-ch:
+		return g
+	case <-time.After(30 * time.Second):
+		return "none"
+	}
+}
+
 // echoTLS is an upstream HTTPS server on 127.0.0.1 (its own test CA) that
 // answers with the Authorization and X-Api-Key headers it received; it
 // records them too.
@@ -315,7 +327,7 @@ func TestInterceptRestores(t *testing.T) {
 			return string(b), resp.Header.Get("X-Echo")
 		}
 		body, echo := get(bound.URL + "/api/models")
-		if g := <-boundGot; g != "/api/models Bearer "+realMine+"|" {
+		if g := recvOr(boundGot); g != "/api/models Bearer "+realMine+"|" {
 			t.Errorf("via %s: upstream got %q, want the real value", via, g)
 		}
 		if strings.Contains(body+echo, realMine) || !strings.HasPrefix(body, "Bearer ") {
@@ -323,13 +335,13 @@ func TestInterceptRestores(t *testing.T) {
 		}
 		// Same host, a path outside the prefix: the dummy stays.
 		get(bound.URL + "/other")
-		if g := <-boundGot; g != "/other Bearer "+dummy+"|" {
+		if g := recvOr(boundGot); g != "/other Bearer "+dummy+"|" {
 			t.Errorf("via %s: outside the prefix the upstream got %q", via, g)
 		}
 		// Another destination: not intercepted (the command sees the
 		// server's own certificate), the dummy goes out as it is.
 		get(other.URL + "/api/models")
-		if g := <-otherGot; g != "/api/models Bearer "+dummy+"|" {
+		if g := recvOr(otherGot); g != "/api/models Bearer "+dummy+"|" {
 			t.Errorf("via %s: the other host got %q", via, g)
 		}
 		cl.CloseIdleConnections()

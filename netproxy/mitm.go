@@ -49,8 +49,14 @@ func (p *Proxy) intercept(c net.Conn, t *target, up net.Conn) {
 	if upErr != nil {
 		// The command learns why; the upstream's certificate did not
 		// verify (or it did not answer), so nothing is sent to it.
+		// It is answered after its first request (an HTTP client takes an
+		// answer before it asks for a broken connection).
 		p.cfg.Logger.Info("network proxy: intercepted upstream TLS failed", "host", t.host, "port", t.port, "err", upErr)
-		writeStatus(tc, http.StatusBadGateway, "upstream TLS: "+upErr.Error())
+		_ = tc.SetReadDeadline(time.Now().Add(handshakeTimeout))
+		if req, err := http.ReadRequest(bufio.NewReader(tc)); err == nil {
+			req.Body.Close()
+			writeStatus(tc, http.StatusBadGateway, "upstream TLS: "+upErr.Error())
+		}
 		return
 	}
 	cbr := bufio.NewReaderSize(&headLimit{r: tc, n: 1 << 62}, 16<<10)

@@ -114,6 +114,12 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	if sp.ShellSnapshot != nil && maskingRequested(sp.NetworkProxy) {
+		// A snapshot is captured with the real environment and replayed
+		// through a file the command can read: with masking the command
+		// runs without one (as the reference, which does not mask then).
+		sp.ShellSnapshot = nil
+	}
 	if sp.ShellSnapshot != nil {
 		if sp.Argv, env, err = p.m.snaps.prepare(p.m, sp, env); err != nil {
 			return err

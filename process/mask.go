@@ -1,0 +1,72 @@
+package process
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/execgo/exec-server/netproxy"
+	"github.com/execgo/exec-server/protocol"
+	"github.com/execgo/exec-server/sandbox"
+)
+
+// prepareMasking sets up credential masking for a launch with
+// credentialMasking: the providers (built-in and the request's custom
+// ones; an invalid one refuses the start, its variables could not be
+// masked), the executor's CA for the proxy, and the certificate variables
+// pointing at the trust bundle, whose directory the sandbox sees
+// read-only.
+func (nl *netLaunch) prepareMasking(m *Manager, s *protocol.NetworkProxySettings, cfg *netproxy.Config, plan *sandbox.Plan) error {
+	if m.opts.Masking == nil {
+		return unavailable("networkProxy.proxy.credentialMasking: this executor has no masking authority; the command is not run")
+	}
+	custom := make(map[string]netproxy.ProviderConfig, len(s.CredentialProviders))
+	for name, c := range s.CredentialProviders {
+		custom[name] = netproxy.ProviderConfig{Env: c.Env, Patterns: c.Patterns, URLPrefixes: c.URLPrefixes,
+			URLPrefixFromEnv: c.URLPrefixFromEnv, Auth: c.Auth, Header: c.Header, Prefix: c.Prefix}
+	}
+	ps, err := netproxy.CompileProviders(custom)
+	if err != nil {
+		return unavailable("networkProxy.proxy.credentialProviders: %v; the command is not run", err)
+	}
+	ca, bundle, err := m.opts.Masking.Get()
+	if err != nil {
+		return unavailable("networkProxy.proxy.credentialMasking: the executor's CA: %v; the command is not run", err)
+	}
+	cfg.CA, cfg.UpstreamRoots = ca, m.opts.MaskUpstreamRoots
+	for _, k := range netproxy.CertVars {
+		nl.env[k] = bundle
+	}
+	addReadMount(plan, filepath.Dir(bundle))
+	nl.mask = ps
+	return nil
+}
+
+// addReadMount makes dir visible and read-only in the plan's view,
+// keeping the mounts shallowest first.
+func addReadMount(plan *sandbox.Plan, dir string) {
+	depth := func(p string) int { return strings.Count(filepath.Clean(p), "/") }
+	mt := sandbox.Mount{Path: filepath.Clean(dir), Access: sandbox.AccessRead, Dir: true}
+	i := slices.IndexFunc(plan.Mounts, func(o sandbox.Mount) bool { return depth(o.Path) > depth(mt.Path) })
+	if i < 0 {
+		i = len(plan.Mounts)
+	}
+	plan.Mounts = slices.Insert(plan.Mounts, i, mt)
+}
+
+// maskingRequested reports whether a start's networkProxy asks for
+// credential masking (before it is fully checked: a shell snapshot is
+// not used then, since the captured state would hold the real values).
+func maskingRequested(raw json.RawMessage) bool {
+	if !present(raw) || !bytes.Contains(raw, []byte("credentialMasking")) {
+		return false
+	}
+	var l struct {
+		Proxy struct {
+			CredentialMasking bool `json:"credentialMasking"`
+		} `json:"proxy"`
+	}
+	return json.Unmarshal(raw, &l) != nil || l.Proxy.CredentialMasking
+}
