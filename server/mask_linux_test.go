@@ -186,3 +186,29 @@ func TestCredentialMaskingFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestCredentialMaskingNoSnapshot: a shell snapshot is captured with the
+// real environment and replayed from a file the command can read; with
+// masking the command runs without one (argv unchanged, not the replay's
+// -pc) and sees only the dummy.
+func TestCredentialMaskingNoSnapshot(t *testing.T) {
+	needProxyTools(t)
+	dir := t.TempDir()
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	for i := range 2 { // the second start would replay the first's capture
+		id := fmt.Sprintf("snap%d", i)
+		sp := startParams(t, id, false, "/bin/bash", "-lc", `echo "key=$OPENAI_API_KEY"; echo "argv=$(tr '\0' ' ' </proc/$$/cmdline | cut -c1-13)"`)
+		sp["cwd"] = "file://" + dir
+		sp["env"] = map[string]string{"PATH": "/usr/bin:/bin", "HOME": dir, "OPENAI_API_KEY": maskRealOpenAI}
+		sp["sandbox"] = proxySandbox(dir)
+		sp["enforceManagedNetwork"] = true
+		sp["networkProxy"] = maskLaunch(`null`, "")
+		sp["shellSnapshot"] = map[string]any{"scopeId": "thread:remote", "shell": map[string]string{"name": "bash", "path": "/bin/bash"}}
+		p.call("process/start", sp)
+		out, code := output(p, id)
+		if code != 0 || strings.Contains(out, maskRealOpenAI) || !strings.Contains(out, "key=sk-proj-masked") || !strings.Contains(out, "argv=/bin/bash -lc") {
+			t.Fatalf("start %d: exit %d, output:\n%s", i, code, out)
+		}
+	}
+}
