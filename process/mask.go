@@ -22,14 +22,9 @@ func (nl *netLaunch) prepareMasking(m *Manager, s *protocol.NetworkProxySettings
 	if m.opts.Masking == nil {
 		return unavailable("networkProxy.proxy.credentialMasking: this executor has no masking authority; the command is not run")
 	}
-	custom := make(map[string]netproxy.ProviderConfig, len(s.CredentialProviders))
-	for name, c := range s.CredentialProviders {
-		custom[name] = netproxy.ProviderConfig{Env: c.Env, Patterns: c.Patterns, URLPrefixes: c.URLPrefixes,
-			URLPrefixFromEnv: c.URLPrefixFromEnv, Auth: c.Auth, Header: c.Header, Prefix: c.Prefix}
-	}
-	ps, err := netproxy.CompileProviders(custom)
+	ps, err := compileProviders(s)
 	if err != nil {
-		return unavailable("networkProxy.proxy.credentialProviders: %v; the command is not run", err)
+		return err
 	}
 	ca, bundle, err := m.opts.Masking.Get()
 	if err != nil {
@@ -42,6 +37,36 @@ func (nl *netLaunch) prepareMasking(m *Manager, s *protocol.NetworkProxySettings
 	addReadMount(plan, filepath.Dir(bundle))
 	nl.mask = ps
 	return nil
+}
+
+func compileProviders(s *protocol.NetworkProxySettings) (*netproxy.Providers, error) {
+	custom := make(map[string]netproxy.ProviderConfig, len(s.CredentialProviders))
+	for name, c := range s.CredentialProviders {
+		custom[name] = netproxy.ProviderConfig{Env: c.Env, Patterns: c.Patterns, URLPrefixes: c.URLPrefixes,
+			URLPrefixFromEnv: c.URLPrefixFromEnv, Auth: c.Auth, Header: c.Header, Prefix: c.Prefix}
+	}
+	ps, err := netproxy.CompileProviders(custom)
+	if err != nil {
+		return nil, unavailable("networkProxy.proxy.credentialProviders: %v; the command is not run", err)
+	}
+	return ps, nil
+}
+
+// maskWithoutProxy masks the environment of a launch that asked for
+// masking but runs with no network at all (its proxy disabled, or a
+// sandbox without network): the command still never sees the real
+// values, and nothing needs them back.
+func maskWithoutProxy(raw json.RawMessage, env []string) ([]string, error) {
+	launch, _, err := parseProxy(raw)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := compileProviders(&launch.Proxy)
+	if err != nil {
+		return nil, err
+	}
+	env, _, _ = ps.Mask(env)
+	return env, nil
 }
 
 // addReadMount makes dir visible and read-only in the plan's view,

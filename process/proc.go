@@ -129,6 +129,11 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	if nl == nil && maskingRequested(sp.NetworkProxy) {
+		if env, err = maskWithoutProxy(sp.NetworkProxy, env); err != nil { // mask.go
+			return err
+		}
+	}
 	netStarted := false
 	if nl != nil {
 		env = nl.applyEnv(env)

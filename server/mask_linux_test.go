@@ -212,3 +212,34 @@ func TestCredentialMaskingNoSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialMaskingWithoutNetwork: a masked launch that gives the
+// command no network (the proxy disabled, or a sandbox without network)
+// still masks its environment.
+func TestCredentialMaskingWithoutNetwork(t *testing.T) {
+	needProxyTools(t)
+	p := stdioPeer(t, New(Config{}))
+	p.init()
+	for i, launch := range []string{
+		strings.Replace(string(maskLaunch(`null`, "")), `"enabled":true`, `"enabled":false`, 1),
+		string(maskLaunch(`null`, "")),
+	} {
+		dir := t.TempDir()
+		id := fmt.Sprintf("nonet%d", i)
+		sp := startParams(t, id, false, "/bin/bash", "-c", `echo "key=$OPENAI_API_KEY"`)
+		sp["cwd"] = "file://" + dir
+		sp["env"] = map[string]string{"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": maskRealOpenAI}
+		sb := string(proxySandbox(dir))
+		if i == 1 {
+			sb = strings.Replace(sb, `"network":"enabled"`, `"network":"restricted"`, 1)
+		}
+		sp["sandbox"] = json.RawMessage(sb)
+		sp["enforceManagedNetwork"] = true
+		sp["networkProxy"] = json.RawMessage(launch)
+		p.call("process/start", sp)
+		out, code := output(p, id)
+		if code != 0 || strings.Contains(out, maskRealOpenAI) || !strings.Contains(out, "key=sk-proj-masked") {
+			t.Fatalf("launch %d: exit %d, output:\n%s", i, code, out)
+		}
+	}
+}
