@@ -3,6 +3,7 @@ package netproxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
@@ -29,6 +30,10 @@ func (p *Proxy) intercepting(t *target) bool {
 func (p *Proxy) intercept(c net.Conn, t *target, up net.Conn) {
 	defer c.Close()
 	defer up.Close()
+	// Close ends the client's connection; this ends the upstream's too, so
+	// that a wait for an upstream that never answers does not hold it.
+	stop := context.AfterFunc(p.ctx, func() { up.Close() })
+	defer stop()
 	leaf, err := p.cfg.CA.Leaf(t.host)
 	if err != nil {
 		p.cfg.Logger.Warn("network proxy: no certificate for an intercepted host", "host", t.host, "err", err)
