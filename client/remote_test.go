@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
-	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/harness"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 func startRelay(t *testing.T, onEvent func(relay.Event)) string {

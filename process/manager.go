@@ -24,7 +24,7 @@ import (
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/netproxy"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // EventKind tells the three kinds of process events apart.
@@ -77,6 +77,7 @@ type Options struct {
 	RetainBytes   int           // retained output per process (1 MiB)
 	RetainChunks  int           // retained chunks per process (50000)
 	ReadSize      int           // largest output chunk (64 KiB)
+	OutputHold    time.Duration // longest wait of bulk output to fill a chunk (1ms; < 0: none; see gatherer)
 	StdinBuffered int           // stdin bytes queued per process (8 MiB)
 	// RetainBudget, when set, is shared with other managers: the bytes of
 	// retained output of all their processes (see window).
@@ -126,6 +127,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadSize <= 0 {
 		o.ReadSize = 64 << 10
+	}
+	if o.OutputHold == 0 {
+		o.OutputHold = time.Millisecond
+	} else if o.OutputHold < 0 {
+		o.OutputHold = 0
 	}
 	if o.StdinBuffered <= 0 {
 		o.StdinBuffered = 8 << 20
@@ -218,7 +224,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	typ := "none"
 	if proc.sandboxed {
 		// Any sandbox value, even disabled, as the reference.
-		typ = sandbox.SandboxTypeLinux
+		typ = policy.SandboxTypeLinux
 	}
 	return &protocol.StartResult{ProcessID: p.ProcessID, SandboxType: typ}, nil
 }

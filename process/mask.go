@@ -9,7 +9,7 @@ import (
 
 	"github.com/execgo/exec-server/netproxy"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // prepareMasking sets up credential masking for a launch with
@@ -18,7 +18,7 @@ import (
 // masked), the executor's CA for the proxy, and the certificate variables
 // pointing at the trust bundle, whose directory the sandbox sees
 // read-only.
-func (nl *netLaunch) prepareMasking(m *Manager, s *protocol.NetworkProxySettings, cfg *netproxy.Config, plan *sandbox.Plan) error {
+func (nl *netLaunch) prepareMasking(m *Manager, s *protocol.NetworkProxySettings, cfg *netproxy.Config, plan *policy.Plan) error {
 	if m.opts.Masking == nil {
 		return unavailable("networkProxy.proxy.credentialMasking: this executor has no masking authority; the command is not run")
 	}
@@ -71,10 +71,10 @@ func maskWithoutProxy(raw json.RawMessage, env []string) ([]string, error) {
 
 // addReadMount makes dir visible and read-only in the plan's view,
 // keeping the mounts shallowest first.
-func addReadMount(plan *sandbox.Plan, dir string) {
+func addReadMount(plan *policy.Plan, dir string) {
 	depth := func(p string) int { return strings.Count(filepath.Clean(p), "/") }
-	mt := sandbox.Mount{Path: filepath.Clean(dir), Access: sandbox.AccessRead, Dir: true}
-	i := slices.IndexFunc(plan.Mounts, func(o sandbox.Mount) bool { return depth(o.Path) > depth(mt.Path) })
+	mt := policy.Mount{Path: filepath.Clean(dir), Access: policy.AccessRead, Dir: true}
+	i := slices.IndexFunc(plan.Mounts, func(o policy.Mount) bool { return depth(o.Path) > depth(mt.Path) })
 	if i < 0 {
 		i = len(plan.Mounts)
 	}

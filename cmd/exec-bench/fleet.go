@@ -1,7 +1,7 @@
 package main
 
 // exec-bench fleet: exec-relay as a fleet of three nodes on NATS, against
-// the single-node relay, in one run (relay/fabric.go, docs/remote.md
+// the single-node relay, in one run (remote/relay/fabric.go, docs/remote.md
 // "Scaling out").
 //
 //	go run ./cmd/exec-bench fleet --executors 1000 --nodes 3

@@ -15,7 +15,7 @@ import (
 
 	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/internal/test/codexref"
-	"github.com/execgo/exec-server/relay"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 func TestRemoteFlags(t *testing.T) {

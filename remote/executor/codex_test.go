@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/internal/test/codexref"
-	"github.com/execgo/exec-server/relay"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 // The real codex harness (codex exec with the CODEX_EXEC_SERVER_NOISE_*

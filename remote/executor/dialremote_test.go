@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
-	"github.com/execgo/exec-server/relay"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 // The SDK's remote dialer (client.DialRemote over remote/harness) against

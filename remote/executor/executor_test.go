@@ -13,9 +13,9 @@ import (
 
 	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 func TestCheckRegistryURL(t *testing.T) {

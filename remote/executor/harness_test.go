@@ -25,10 +25,10 @@ import (
 	"github.com/execgo/exec-server/internal/test/codexref"
 	"github.com/execgo/exec-server/internal/test/syncbuf"
 	"github.com/execgo/exec-server/jsonrpc"
-	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
+	"github.com/execgo/exec-server/remote/relay"
 	"github.com/execgo/exec-server/server"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/internal/test/syncbuf"
-	"github.com/execgo/exec-server/relay"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 // With the SDK's harness, which advertises the reliability extension, a

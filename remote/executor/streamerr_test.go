@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/execgo/exec-server/relay"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
+	"github.com/execgo/exec-server/remote/relay"
 )
 
 // rawStream is a stream whose records the test seals itself.

@@ -1,0 +1,673 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Options configure a Server. Zero limits take the defaults below.
+type Options struct {
+	// ExecutorTokens are accepted as bearer tokens on register and
+	// validate, HarnessTokens on connect. Both are required unless
+	// InsecureNoAuth (then any request is accepted; cmd/exec-relay allows
+	// that on a loopback listener only).
+	ExecutorTokens, HarnessTokens *Tokens
+	InsecureNoAuth                bool
+	// DirectKeys, when set, serves the direct transport (direct.go): the
+	// SigV4 secret of each AWS access key id allowed to register.
+	DirectKeys func(accessKeyID string) (secret string, ok bool)
+
+	// PublicURL is the base (http://host:port or https://…) the minted
+	// rendezvous URLs point at; empty: the scheme and Host of each request.
+	PublicURL string
+	// URLSecret signs rendezvous URLs (≥ 32 bytes); empty: random per
+	// process. Nodes that share a Store must share it.
+	URLSecret []byte
+
+	ExecutorURLTTL time.Duration // default 1 h; an expired URL is a 4xx, the executor re-registers
+	// RegistrationTTL is how long a registration stays without an
+	// executor holding a socket for it (default 1 h): the node holding an
+	// executor touches its registration every RegistrationTTL/4, so only
+	// abandoned environment ids expire.
+	RegistrationTTL  time.Duration
+	HarnessURLTTL    time.Duration // default 5 min
+	AuthorizationTTL time.Duration // harness_key_authorization lifetime, default 60 s
+
+	MaxEnvironments          int           // executor registrations and sockets, default 1024
+	MaxHarnessSockets        int           // default 4096
+	MaxHarnessPerEnvironment int           // default 256: one environment cannot take every harness slot
+	MaxStreamsPerHarness     int           // default 16 (the reference harness uses 1)
+	MaxStreamsPerEnvironment int           // default 1024 (the executor itself stops at 128)
+	MaxPendingAuthorizations int           // default 4096
+	MaxFrameBytes            int           // websocket message limit, default 256 KiB
+	QueueFrames              int           // per-socket outbound queue, default 64 frames...
+	QueueBytes               int           // ...and 4 MiB (one frame always fits)
+	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
+	// ResumeGrace is how long a stream whose ends both run the
+	// reliability extension waits, after its harness socket or its
+	// executor socket went, for a new socket to take it up (default 30 s,
+	// the harness's redial limit).
+	ResumeGrace  time.Duration
+	PingInterval time.Duration // default 30 s
+	PongTimeout  time.Duration // default 60 s
+
+	Store  Store  // default NewMemStore
+	Router Router // default NewMemRouter
+
+	// NATS makes the server a node of a fleet (fabric.go): frames reach
+	// executor sockets held by other nodes over this connection, which the
+	// caller owns. Store should then be shared (NewKVStore) and URLSecret
+	// and PublicURL the same on every node.
+	NATS *nats.Conn
+	// NodeName names this node in the fleet ([A-Za-z0-9_]{1,64}, unique).
+	NodeName string
+	// TakeoverGrace: a node that became an environment's home does not
+	// answer the executor's resume of a stream it does not know with a
+	// reset for this long (default ResumeGrace, which the executor waits
+	// for its held streams anyway), so harnesses whose node or home died
+	// can redial and claim their streams.
+	TakeoverGrace time.Duration
+	Logger        *slog.Logger
+	Faults        Faults
+	// OnEvent, if set, is called synchronously for every registry call and
+	// socket change; tests assert on it.
+	OnEvent func(Event)
+}
+
+// Event is one observable thing the relay did or saw.
+type Event struct {
+	Kind   string // register, connect, validate, upgrade, attach, detach, reset
+	Role   string // for sockets: environment or harness
+	Env    string
+	Reg    string
+	Stream string
+	Status int // HTTP status answered
+	Code   string
+	Header http.Header // request headers (register, validate, connect, upgrade)
+	Query  string
+}
+
+const (
+	roleEnvironment = "environment"
+	roleHarness     = "harness"
+)
+
+// Server is the registry and rendezvous. It is an http.Handler.
+type Server struct {
+	opts   Options
+	log    *slog.Logger
+	secret []byte
+	store  Store
+	router Router
+	mux    *http.ServeMux
+	faults faultState
+	fab    *fabric       // nil: one node
+	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
+
+	direct *directState // direct.go
+
+	mu     sync.Mutex
+	legs   map[*leg]struct{}
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// New checks opts and returns a server.
+func New(opts Options) (*Server, error) {
+	if !opts.InsecureNoAuth && (opts.ExecutorTokens.Len() == 0 || opts.HarnessTokens.Len() == 0) {
+		return nil, errors.New("relay: executor and harness tokens are required (or InsecureNoAuth)")
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	defd := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&opts.MaxEnvironments, 1024)
+	def(&opts.MaxHarnessSockets, 4096)
+	def(&opts.MaxHarnessPerEnvironment, 256)
+	def(&opts.MaxStreamsPerHarness, 16)
+	def(&opts.MaxStreamsPerEnvironment, 1024)
+	def(&opts.MaxPendingAuthorizations, 4096)
+	def(&opts.MaxFrameBytes, 256<<10)
+	def(&opts.QueueFrames, 64)
+	def(&opts.QueueBytes, 4<<20)
+	defd(&opts.ExecutorURLTTL, time.Hour)
+	defd(&opts.RegistrationTTL, DefaultRegistrationTTL)
+	defd(&opts.HarnessURLTTL, 5*time.Minute)
+	defd(&opts.AuthorizationTTL, time.Minute)
+	defd(&opts.SlowHarness, 5*time.Second)
+	defd(&opts.ResumeGrace, 30*time.Second)
+	defd(&opts.PingInterval, 30*time.Second)
+	defd(&opts.PongTimeout, 60*time.Second)
+	defd(&opts.TakeoverGrace, opts.ResumeGrace)
+	if opts.NATS != nil && !validNodeName(opts.NodeName) {
+		return nil, fmt.Errorf("relay: node name %q must be 1-64 characters of [A-Za-z0-9_]", opts.NodeName)
+	}
+	if opts.PublicURL != "" {
+		if !strings.HasPrefix(opts.PublicURL, "http://") && !strings.HasPrefix(opts.PublicURL, "https://") {
+			return nil, fmt.Errorf("relay: PublicURL %q must be http:// or https://", opts.PublicURL)
+		}
+		opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
+	}
+	s := &Server{
+		opts:   opts,
+		log:    opts.Logger,
+		secret: opts.URLSecret,
+		store:  opts.Store,
+		router: opts.Router,
+		legs:   make(map[*leg]struct{}),
+		stop:   make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if len(s.secret) == 0 {
+		s.secret = make([]byte, 32)
+		rand.Read(s.secret)
+	} else if len(s.secret) < 32 {
+		return nil, errNoSecret
+	}
+	if s.store == nil {
+		ms := NewMemStore(opts.MaxEnvironments, opts.MaxPendingAuthorizations)
+		ms.SetRegistrationTTL(opts.RegistrationTTL)
+		s.store = ms
+	}
+	if s.router == nil {
+		mr := NewMemRouter(opts.MaxEnvironments, opts.MaxHarnessSockets, opts.MaxStreamsPerHarness, opts.MaxStreamsPerEnvironment)
+		mr.MaxHarnessPerEnv = opts.MaxHarnessPerEnvironment
+		s.router = mr
+	}
+	s.faults.set(opts.Faults)
+	if opts.NATS != nil {
+		fab, err := newFabric(s, opts.NATS, opts.NodeName)
+		if err != nil {
+			return nil, fmt.Errorf("relay: fleet: %w", err)
+		}
+		s.fab = fab
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /cloud/environment/{env}/register", s.register)
+	s.mux.HandleFunc("POST /cloud/environment/{env}/connect", s.connect)
+	s.mux.HandleFunc("POST /cloud/environment/{env}/validate", s.validate)
+	s.mux.HandleFunc("GET /rendezvous/environment/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleEnvironment) })
+	s.mux.HandleFunc("GET /rendezvous/harness/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleHarness) })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /metrics", s.metrics)
+	s.directRoutes()
+	s.wg.Add(2)
+	go s.flushLoop()
+	go s.touchLoop()
+	return s, nil
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetFaults replaces the fault switches.
+func (s *Server) SetFaults(f Faults) { s.faults.set(f) }
+
+// Close cuts every socket; the server answers 503 afterwards.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.stop)
+	legs := make([]*leg, 0, len(s.legs))
+	for l := range s.legs {
+		legs = append(legs, l)
+	}
+	s.mu.Unlock()
+	if s.fab != nil {
+		s.fab.close()
+	}
+	for _, l := range legs {
+		l.Close("relay_shutdown")
+	}
+	s.wg.Wait()
+}
+
+// FleetStats returns the node's fleet counters (zero without NATS).
+func (s *Server) FleetStats() FleetStats {
+	if s.fab == nil {
+		return FleetStats{}
+	}
+	return s.fab.stats()
+}
+
+// CutExecutor drops env's executor socket at once, as a network cut would.
+func (s *Server) CutExecutor(env string) bool {
+	l, _, ok := s.router.Executor(env)
+	if !ok || l == nil {
+		return false
+	}
+	l.Cut()
+	return true
+}
+
+// InjectToExecutor sends msg (binary, or text) on env's executor socket,
+// for tests of malformed input.
+func (s *Server) InjectToExecutor(env string, msg []byte, text bool) bool {
+	l, _, ok := s.router.Executor(env)
+	if !ok || l == nil {
+		return false
+	}
+	return l.deliver(outFrame{b: msg, text: text})
+}
+
+func (s *Server) event(e Event) {
+	if s.opts.OnEvent != nil {
+		s.opts.OnEvent(e)
+	}
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	if s.fab != nil {
+		if st := s.fab.nc.Status(); st != nats.CONNECTED {
+			http.Error(w, "nats: "+st.String(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+// touchLoop keeps the registrations of the executors this node holds from
+// expiring.
+func (s *Server) touchLoop() {
+	defer s.wg.Done()
+	t, ok := s.store.(Toucher)
+	if !ok {
+		return
+	}
+	tk := time.NewTicker(s.opts.RegistrationTTL / 4)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tk.C:
+			s.mu.Lock()
+			var held []*leg
+			for l := range s.legs {
+				if l.role == roleEnvironment {
+					held = append(held, l)
+				}
+			}
+			s.mu.Unlock()
+			for _, l := range held {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err := t.TouchRegistration(ctx, l.env, l.reg); err != nil {
+					s.log.Warn("registry: touch", "env", l.env, "err", err)
+				}
+				cancel()
+			}
+		}
+	}
+}
+
+// flushLoop releases reordered frames whose stream went quiet.
+func (s *Server) flushLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			for k, f := range s.faults.flushStale(50 * time.Millisecond) {
+				k.to.Send(f)
+			}
+		}
+	}
+}
+
+// --- registry ---------------------------------------------------------------
+
+const maxBody = 64 << 10
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	type body struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	writeJSON(w, status, map[string]body{"error": {code, msg}})
+}
+
+// authorized checks the bearer token against set, for env.
+func (s *Server) authorized(r *http.Request, set *Tokens, env string) bool {
+	if s.opts.InsecureNoAuth {
+		return true
+	}
+	return set.MatchEnv(bearer(r.Header.Get("Authorization")), env)
+}
+
+// validEnv bounds what becomes a map key and a URL path segment.
+func validEnv(env string) bool {
+	if env == "" || len(env) > 256 {
+		return false
+	}
+	for i := 0; i < len(env); i++ {
+		c := env[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:@~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// A slow body must not hold a connection: registry bodies are small.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func randomID(prefix string, n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// wsBase is the ws:// or wss:// base of minted URLs.
+func (s *Server) wsBase(r *http.Request) string {
+	base := s.opts.PublicURL
+	if base == "" {
+		scheme := "http://"
+		if r.TLS != nil {
+			scheme = "https://"
+		}
+		base = scheme + r.Host
+	}
+	if rest, ok := strings.CutPrefix(base, "https://"); ok {
+		return "wss://" + rest
+	}
+	return "ws://" + strings.TrimPrefix(base, "http://")
+}
+
+func (s *Server) mintURL(r *http.Request, role, env, reg string, ttl time.Duration) string {
+	// Whole seconds on the wire: round up so that a short TTL is not
+	// already over when minted.
+	exp := time.Now().Add(ttl + time.Second - 1).Truncate(time.Second)
+	c := urlClaims{role: role, env: env, reg: reg, expiry: exp}
+	return s.wsBase(r) + "/rendezvous/" + role + "/" + env + "?" + signedQuery(s.secret, c)
+}
+
+// call is one registry request: the event it records (when the handler
+// returns) and its response writer.
+type call struct {
+	w  http.ResponseWriter
+	ev Event
+}
+
+// fail answers the request with an error and records it.
+func (c *call) fail(status int, code, msg string) {
+	c.ev.Status, c.ev.Code = status, code
+	writeError(c.w, status, code, msg)
+}
+
+// begin starts a registry request: ev gets its environment and headers.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, ev Event) *call {
+	ev.Env, ev.Header = r.PathValue("env"), r.Header.Clone()
+	return &call{w: w, ev: ev}
+}
+
+// admit checks the request's bearer token against tokens (who names their
+// holders in the refusal); a refused request is answered.
+func (s *Server) admit(c *call, r *http.Request, tokens *Tokens, who string) bool {
+	if s.authorized(r, tokens, c.ev.Env) {
+		return true
+	}
+	c.fail(http.StatusUnauthorized, "unauthorized", "missing or unknown "+who+" token")
+	return false
+}
+
+// injected answers the request with a failure the tests injected for this
+// endpoint (which picks it), if any.
+func (s *Server) injected(c *call, which func(*Faults) *Failure) bool {
+	f, ok := s.faults.take(which)
+	if ok {
+		c.fail(f.Status, f.Code, "injected failure")
+	}
+	return ok
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request) {
+	c := s.begin(w, r, Event{Kind: "register"})
+	defer func() { s.event(c.ev) }()
+	env, fail := c.ev.Env, c.fail
+	if !s.admit(c, r, s.opts.ExecutorTokens, "executor") || s.injected(c, func(f *Faults) *Failure { return &f.Register }) {
+		return
+	}
+	if !validEnv(env) {
+		fail(http.StatusBadRequest, "invalid_environment_id", "environment id must be 1-256 characters of [A-Za-z0-9._:@~-]")
+		return
+	}
+	var req struct {
+		SecurityProfile string     `json:"security_profile"`
+		Key             *PublicKey `json:"executor_public_key"`
+	}
+	if err := readBody(w, r, &req); err != nil {
+		fail(http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if req.SecurityProfile != SecurityProfile {
+		fail(http.StatusBadRequest, "unsupported_security_profile", "security_profile must be "+SecurityProfile)
+		return
+	}
+	if req.Key == nil {
+		fail(http.StatusBadRequest, "invalid_request", "executor_public_key is required")
+		return
+	}
+	reg := Registration{ID: randomID("reg_", 18), Key: *req.Key, At: time.Now()}
+	if err := s.store.PutRegistration(r.Context(), env, reg); err != nil {
+		s.log.Warn("register: store", "env", env, "err", err)
+		fail(http.StatusServiceUnavailable, "registry_full", err.Error())
+		return
+	}
+	f := s.faults.get()
+	resp := map[string]string{
+		"environment_id":           env,
+		"url":                      s.mintURL(r, roleEnvironment, env, reg.ID, s.opts.ExecutorURLTTL),
+		"security_profile":         SecurityProfile,
+		"executor_registration_id": reg.ID,
+	}
+	if f.WrongEnvironmentID {
+		resp["environment_id"] = env + "-other"
+	}
+	if f.WrongSecurityProfile {
+		resp["security_profile"] = "noise_hybrid_ik_v0"
+	}
+	c.ev.Reg, c.ev.Status = reg.ID, http.StatusOK
+	s.log.Info("executor registered", "env", env, "registration", reg.ID)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	c := s.begin(w, r, Event{Kind: "connect"})
+	defer func() { s.event(c.ev) }()
+	env, fail := c.ev.Env, c.fail
+	if !s.admit(c, r, s.opts.HarnessTokens, "harness") || s.injected(c, func(f *Faults) *Failure { return &f.Connect }) {
+		return
+	}
+	var req struct {
+		Key *PublicKey `json:"harness_public_key"`
+	}
+	if err := readBody(w, r, &req); err != nil {
+		fail(http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if req.Key == nil {
+		fail(http.StatusBadRequest, "invalid_request", "harness_public_key is required")
+		return
+	}
+	reg, ok, err := s.store.Registration(r.Context(), env)
+	if err != nil {
+		fail(http.StatusServiceUnavailable, "store_unavailable", err.Error())
+		return
+	}
+	// Registered is not enough: the executor must hold its socket, here
+	// or (in a fleet) on the environment's home node.
+	l, attached, up := s.router.Executor(env)
+	live := up && l != nil
+	if !up && ok && s.fab != nil {
+		attached, live, _ = s.fab.ping(r.Context(), env)
+	}
+	if !ok || !live || attached != reg.ID {
+		fail(http.StatusConflict, "environment_offline", "no executor is connected for this environment")
+		return
+	}
+	authz := randomID("hka_", 32)
+	a := Authorization{Env: env, RegID: reg.ID, HarnessKey: *req.Key, Expires: time.Now().Add(s.opts.AuthorizationTTL)}
+	if err := s.store.PutAuthorization(r.Context(), authz, a); err != nil {
+		fail(http.StatusTooManyRequests, "too_many_pending_authorizations", err.Error())
+		return
+	}
+	c.ev.Reg, c.ev.Status = reg.ID, http.StatusOK
+	writeJSON(w, http.StatusOK, map[string]any{
+		"environment_id":            env,
+		"url":                       s.mintURL(r, roleHarness, env, reg.ID, s.opts.HarnessURLTTL),
+		"security_profile":          SecurityProfile,
+		"executor_registration_id":  reg.ID,
+		"executor_public_key":       reg.Key,
+		"harness_key_authorization": authz,
+	})
+}
+
+func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
+	c := s.begin(w, r, Event{Kind: "validate", Stream: r.Header.Get("X-Codex-Noise-Stream-Id")})
+	defer func() { s.event(c.ev) }()
+	env, fail := c.ev.Env, c.fail
+	if !s.admit(c, r, s.opts.ExecutorTokens, "executor") {
+		return
+	}
+	if d := s.faults.get().SlowValidate; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if s.injected(c, func(f *Faults) *Failure { return &f.Validate }) {
+		return
+	}
+	var req struct {
+		RegID string     `json:"executor_registration_id"`
+		Key   *PublicKey `json:"harness_public_key"`
+		Authz string     `json:"harness_key_authorization"`
+	}
+	if err := readBody(w, r, &req); err != nil || req.Key == nil || req.RegID == "" || req.Authz == "" {
+		fail(http.StatusBadRequest, "invalid_request", "executor_registration_id, harness_public_key and harness_key_authorization are required")
+		return
+	}
+	c.ev.Reg = req.RegID
+	valid := s.checkAuthorization(r.Context(), env, req.RegID, *req.Key, req.Authz)
+	if s.faults.get().Invalid {
+		valid = false
+	}
+	c.ev.Status = http.StatusOK
+	if !valid {
+		c.ev.Code = "invalid"
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"valid": valid})
+}
+
+// checkAuthorization consumes authz (whatever the outcome: a guessed or
+// replayed token gets exactly one try) and checks its binding.
+func (s *Server) checkAuthorization(ctx context.Context, env, regID string, key PublicKey, authz string) bool {
+	if len(authz) > 4096 {
+		return false
+	}
+	a, ok, err := s.store.TakeAuthorization(ctx, authz)
+	if err != nil || !ok || !time.Now().Before(a.Expires) {
+		return false
+	}
+	cur, ok, err := s.store.Registration(ctx, env)
+	if err != nil || !ok {
+		return false
+	}
+	return a.Env == env && a.RegID == regID && cur.ID == regID && a.HarnessKey.Equal(key)
+}
+
+// metrics serves the node's counters in the Prometheus text format.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.mu.Lock()
+	var execs, harness int
+	for l := range s.legs {
+		if l.role == roleEnvironment {
+			execs++
+		} else {
+			harness++
+		}
+	}
+	s.mu.Unlock()
+	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
+	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
+	if s.fab == nil {
+		return
+	}
+	st := s.fab.stats()
+	up := 0
+	if st.NATSConnected {
+		up = 1
+	}
+	for _, m := range []struct {
+		name, typ, help string
+		v               any
+	}{
+		{"exec_relay_fleet_frames_out_total", "counter", "frames published to other nodes", st.FramesOut},
+		{"exec_relay_fleet_bytes_out_total", "counter", "bytes of frames published to other nodes", st.BytesOut},
+		{"exec_relay_fleet_frames_in_total", "counter", "frames received from other nodes", st.FramesIn},
+		{"exec_relay_fleet_bytes_in_total", "counter", "bytes of frames received from other nodes", st.BytesIn},
+		{"exec_relay_fleet_credit_waits_total", "counter", "times a cross-node sender waited for credit", st.CreditWaits},
+		{"exec_relay_fleet_homes_total", "counter", "times this node became an environment's home", st.Homes},
+		{"exec_relay_fleet_abandoned_total", "counter", "routes dropped because another node became the home (takeovers)", st.Abandoned},
+		{"exec_relay_fleet_rehomed_total", "counter", "forwarded sockets closed because their home moved or died", st.Rehomed},
+		{"exec_relay_fleet_remote_legs", "gauge", "harness legs on other nodes routed here", st.RemoteLegs},
+		{"exec_relay_fleet_forwarder_legs", "gauge", "harness sockets here forwarded to another node", st.ForwarderLegs},
+		{"exec_relay_nats_reconnects_total", "counter", "NATS reconnects", st.NATSReconnects},
+		{"exec_relay_nats_dropped_total", "counter", "NATS messages dropped by slow subscriptions", st.NATSDropped},
+		{"exec_relay_nats_slow_consumers_total", "counter", "NATS slow consumer errors", st.NATSSlowConsumers},
+		{"exec_relay_nats_connected", "gauge", "1 while the NATS connection is up", up},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.typ, m.name, m.v)
+	}
+}
