@@ -113,6 +113,10 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	if br.Buffered() > 0 {
 		c = &bufConn{Conn: c, r: br}
 	}
+	if p.intercepting(t) {
+		p.intercept(c, t, up) // mitm.go
+		return
+	}
 	pipe(c, up)
 }
 
@@ -155,6 +159,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) bool {
 		req.Header.Del(h)
 	}
 	req.RequestURI = ""
+	p.restoreForward(req, t) // mitm.go
 	// Keep the client's connection for another request unless it asked
 	// to close (Connection: close, or HTTP/1.0 without keep-alive).
 	keep := !req.Close

@@ -19,6 +19,7 @@ package netproxy
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,14 @@ type Config struct {
 	// others wait, within their own timeout.
 	MaxAsks int
 	Logger  *slog.Logger
+
+	// Credentials, when set, are the command's masked credentials (see
+	// mask.go): tunnels to their HTTPS destinations are intercepted with
+	// CA, and their real values restored on the way out.
+	Credentials *Credentials
+	CA          *CA
+	// UpstreamRoots verifies intercepted upstreams (nil: the system's).
+	UpstreamRoots *x509.CertPool
 }
 
 // Proxy serves one process's listeners until Close.

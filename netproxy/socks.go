@@ -162,5 +162,9 @@ func (p *Proxy) serveSOCKS(c net.Conn) {
 		up.Close()
 		return
 	}
+	if p.intercepting(t) {
+		p.intercept(c, t, up) // mitm.go
+		return
+	}
 	pipe(c, up)
 }

@@ -12,6 +12,7 @@ package process
 
 import (
 	"context"
+	"crypto/x509"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/internal/budget"
+	"github.com/execgo/exec-server/netproxy"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox/policy"
 )
@@ -102,6 +104,12 @@ type Options struct {
 	// ForbiddenAddr, when set, reports addresses no managed proxy may
 	// connect to: the server's own listeners.
 	ForbiddenAddr func(netip.AddrPort) bool
+	// Masking is the executor's credential-masking authority (its CA and
+	// the commands' trust bundle); nil: credential masking is refused.
+	Masking *netproxy.Authority
+	// MaskUpstreamRoots verifies the upstreams of intercepted connections
+	// (nil: the system's roots; tests set their own).
+	MaskUpstreamRoots *x509.CertPool
 }
 
 func (o Options) withDefaults() Options {

@@ -62,8 +62,7 @@ func checkNetwork(p *protocol.StartParams) error {
 }
 
 // parseProxy decodes networkProxy, refusing what the proxy does not
-// enforce: unknown members, credential masking, an unknown mode, bad
-// patterns.
+// enforce: unknown members, an unknown mode, bad patterns.
 func parseProxy(raw json.RawMessage) (*protocol.NetworkProxyLaunch, *netproxy.Policy, error) {
 	var l protocol.NetworkProxyLaunch
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -73,8 +72,6 @@ func parseProxy(raw json.RawMessage) (*protocol.NetworkProxyLaunch, *netproxy.Po
 	}
 	s := &l.Proxy
 	switch {
-	case s.CredentialMasking:
-		return nil, nil, unavailable("networkProxy.proxy.credentialMasking: not supported by this executor; the command is not run")
 	case s.Mode != "" && s.Mode != "full" && s.Mode != "limited":
 		return nil, nil, unavailable("networkProxy.proxy.mode: unknown mode %q; the command is not run", s.Mode)
 	}
@@ -90,13 +87,17 @@ func parseProxy(raw json.RawMessage) (*protocol.NetworkProxyLaunch, *netproxy.Po
 type netLaunch struct {
 	route   *policy.ProxyRoute
 	handoff *sandbox.ProxyHandoff
-	proxy   *netproxy.Proxy
+	cfg     netproxy.Config
+	proxy   *netproxy.Proxy // made by applyEnv
 	env     map[string]string
 	socks   bool
 	// transparent: the sandbox routes raw TCP to two more listeners
 	// (IPv4, IPv6), handed over after the others.
 	transparent bool
 	logger      *slog.Logger
+	// mask, with credential masking, masks the command's credentials
+	// (applyEnv) for the proxy to restore.
+	mask *netproxy.Providers
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -182,7 +183,14 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *policy.Plan) (*
 		nl.route.TransparentPort = transparentPort()
 	}
 	nl.env = netproxy.Env(nl.route.HTTPPort, nl.route.SOCKSPort, launch.Proxy.AllowLocalBinding)
-	nl.proxy = netproxy.New(cfg)
+	if launch.Proxy.CredentialMasking {
+		if err := nl.prepareMasking(m, &launch.Proxy, &cfg, plan); err != nil {
+			nl.handoff.Close()
+			nl.cancel()
+			return nil, err
+		}
+	}
+	nl.cfg = cfg
 	plan.Network = policy.NetworkProxied
 	plan.Proxy = nl.route
 	return nl, nil
@@ -222,17 +230,26 @@ func transparentPort() uint16 {
 }
 
 // applyEnv sets the proxy's variables in env (NAME=VALUE entries),
-// replacing any the request set.
+// replacing any the request set, masks its credentials when asked, and
+// makes the proxy.
 func (nl *netLaunch) applyEnv(env []string) []string {
 	env = slices.DeleteFunc(env, func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
 		_, ours := nl.env[name]
 		return ours
 	})
+	if nl.mask != nil {
+		var removed []string
+		env, nl.cfg.Credentials, removed = nl.mask.Mask(env) // mask.go in netproxy
+		if len(removed) > 0 {
+			nl.logger.Warn("credential masking: variables a provider names but cannot mask are removed", "vars", removed)
+		}
+	}
 	for k, v := range nl.env {
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
+	nl.proxy = netproxy.New(nl.cfg)
 	return env
 }
 
@@ -280,5 +297,7 @@ func (nl *netLaunch) close() {
 	nl.cancel()
 	nl.handoff.Close()
 	nl.wg.Wait()
-	nl.proxy.Close()
+	if nl.proxy != nil {
+		nl.proxy.Close()
+	}
 }

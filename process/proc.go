@@ -114,6 +114,12 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	if err != nil {
 		return err
 	}
+	if sp.ShellSnapshot != nil && maskingRequested(sp.NetworkProxy) {
+		// A snapshot is captured with the real environment and replayed
+		// through a file the command can read: with masking the command
+		// runs without one (as the reference, which does not mask then).
+		sp.ShellSnapshot = nil
+	}
 	if sp.ShellSnapshot != nil {
 		if sp.Argv, env, err = p.m.snaps.prepare(p.m, sp, env); err != nil {
 			return err
@@ -122,6 +128,11 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	nl, err := p.m.prepareNetwork(&sp, plan) // network.go
 	if err != nil {
 		return err
+	}
+	if nl == nil && maskingRequested(sp.NetworkProxy) {
+		if env, err = maskWithoutProxy(sp.NetworkProxy, env); err != nil { // mask.go
+			return err
+		}
 	}
 	netStarted := false
 	if nl != nil {

@@ -41,6 +41,24 @@ type NetworkProxySettings struct {
 	// ReviewDomains always go to the client's decider (not observed on
 	// the wire; the name follows the reference's config).
 	ReviewDomains []string `json:"reviewDomains,omitempty"`
+	// CredentialProviders are custom credential providers for masking,
+	// by name (0.171; its keys are snake_case, measured from its decoding
+	// errors).
+	CredentialProviders map[string]CredentialProviderConfig `json:"credentialProviders,omitempty"`
+}
+
+// CredentialProviderConfig is one custom credential provider: the
+// variables it masks, the patterns their values match, the URL prefixes
+// the real value may be sent to (or a variable naming one), and how it
+// authenticates (bearer, token, basic, header with header and prefix).
+type CredentialProviderConfig struct {
+	Env              []string `json:"env"`
+	Patterns         []string `json:"patterns"`
+	URLPrefixes      []string `json:"url_prefixes"`
+	URLPrefixFromEnv string   `json:"url_prefix_from_env,omitempty"`
+	Auth             []string `json:"auth"`
+	Header           string   `json:"header,omitempty"`
+	Prefix           string   `json:"prefix,omitempty"`
 }
 
 // NetworkPolicyDecision is network/policyDecision's params (key order as

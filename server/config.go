@@ -5,6 +5,7 @@ package server
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"net/http"
@@ -77,6 +78,10 @@ type Config struct {
 	// managed network proxy's outbound connection must go through by
 	// CONNECT (the reference's --tcp-upstream-proxy).
 	TCPUpstreamProxy string
+	// MaskUpstreamRoots, when set, replaces the system's roots for
+	// verifying the upstreams of connections the managed proxy intercepts
+	// for credential masking (tests: a local TLS server's own CA).
+	MaskUpstreamRoots *x509.CertPool
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
 	// Stdin and Stdout carry the stdio transport (default os.Stdin/os.Stdout).

@@ -66,8 +66,8 @@ func (s *Server) capabilities() protocol.Capabilities {
 		// (netproxy.Policy); transparentTcp where the probe succeeds.
 		protocol.CapNetworkProxyReviewDomains:                   true,
 		protocol.CapNetworkProxyTransparentTCP:                  sandbox.TransparentSupport() == nil,
-		protocol.CapCredentialMasking:                           false,
-		protocol.CapCredentialMaskingCustomProviders:            false,
+		protocol.CapCredentialMasking:                           true, // netproxy mask.go, mitm.go; server TestCredentialMasking
+		protocol.CapCredentialMaskingCustomProviders:            true, // networkProxy.proxy.credentialProviders
 		protocol.CapCapabilityDiscoverySandbox:                  true, // capabilityRoots/discoverV1 under each root's sandbox (caproots)
 		protocol.CapFsWatchMissing:                              true,
 		protocol.CapCapabilityDiscoveryV2:                       true,

@@ -18,6 +18,7 @@ import (
 	"github.com/execgo/exec-server/fsys"
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/jsonrpc"
+	"github.com/execgo/exec-server/netproxy"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/transport"
@@ -50,6 +51,8 @@ type Server struct {
 	metricsHTTP http.Handler // /metrics; nil without Config.Metrics
 
 	peers *peerGuard // refuses peers inside this server's sandboxes; nil when off
+
+	mask netproxy.Authority // credential masking's CA, made on first use
 }
 
 // New returns a server for cfg.
@@ -363,6 +366,7 @@ func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), quiesceTimeout)
 	sandbox.Quiesce(ctx)
 	cancel()
+	s.mask.Close()
 }
 
 // quiesceTimeout bounds how long Close waits for the sandboxes' clean-up.

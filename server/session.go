@@ -51,6 +51,9 @@ func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 		Network:        ss,
 		UpstreamProxy:  s.cfg.TCPUpstreamProxy,
 		ForbiddenAddr:  s.isOwnAddr,
+		Masking:        &s.mask,
+
+		MaskUpstreamRoots: s.cfg.MaskUpstreamRoots,
 	}, ss)
 	s.mu.Lock()
 	if s.closed {

@@ -58,6 +58,8 @@ type codexScenario struct {
 	// serverHome, when set, fills the server's CODEX_HOME before it starts
 	// (its config.toml is what environmentConfig/read reports).
 	serverHome func(t *testing.T, home string)
+	// serverEnv are NAME=VALUE entries added to our server's environment.
+	serverEnv []string
 }
 
 // codexRun is what a scenario's check looks at.
@@ -124,7 +126,7 @@ func runCodexOnce(t *testing.T, codex, base string, tg *target, sc codexScenario
 	if sc.serverHome != nil {
 		sc.serverHome(t, serverHome)
 	}
-	spec := Spec{Name: tg.name, Bin: "/usr/bin/env", Args: []string{"CODEX_HOME=" + serverHome, tg.bin}}
+	spec := Spec{Name: tg.name, Bin: "/usr/bin/env", Args: append(append([]string{"CODEX_HOME=" + serverHome}, sc.serverEnv...), tg.bin)}
 	if tg.ref {
 		spec.Args = []string{"CODEX_HOME=" + serverHome, "RUST_LOG=error", tg.bin, "exec-server"}
 	}
