@@ -53,6 +53,7 @@ type Options struct {
 	QueueFrames              int           // per-socket outbound queue, default 64 frames...
 	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
+	FleetNodeBytes           int           // fleet: a node's buffers for frames from other nodes, shared among them; the same on every node, default 64 MiB
 	// ResumeGrace is how long a stream whose ends both run the
 	// reliability extension waits, after its harness socket or its
 	// executor socket went, for a new socket to take it up (default 30 s,
@@ -145,6 +146,7 @@ func New(opts Options) (*Server, error) {
 	def(&opts.MaxFrameBytes, 256<<10)
 	def(&opts.QueueFrames, 64)
 	def(&opts.QueueBytes, 4<<20)
+	def(&opts.FleetNodeBytes, 64<<20)
 	defd(&opts.ExecutorURLTTL, time.Hour)
 	defd(&opts.RegistrationTTL, DefaultRegistrationTTL)
 	defd(&opts.HarnessURLTTL, 5*time.Minute)
@@ -652,6 +654,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		{"exec_relay_fleet_frames_in_total", "counter", "frames received from other nodes", st.FramesIn},
 		{"exec_relay_fleet_bytes_in_total", "counter", "bytes of frames received from other nodes", st.BytesIn},
 		{"exec_relay_fleet_credit_waits_total", "counter", "times a cross-node sender waited for credit", st.CreditWaits},
+		{"exec_relay_fleet_peer_budget_waits_total", "counter", "times a cross-node sender waited for its budget toward a peer node", st.PeerWaits},
 		{"exec_relay_fleet_homes_total", "counter", "times this node became an environment's home", st.Homes},
 		{"exec_relay_fleet_abandoned_total", "counter", "routes dropped because another node became the home (takeovers)", st.Abandoned},
 		{"exec_relay_fleet_rehomed_total", "counter", "forwarded sockets closed because their home moved or died", st.Rehomed},
