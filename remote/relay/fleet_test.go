@@ -359,7 +359,7 @@ func msg(i int) []byte {
 // stream that overflows it, by design: a harness that writes without
 // bound outruns an echo server whose replies are under way, on one node
 // as across nodes. A real harness waits for its requests' answers.
-const exchangeWindow = 32
+const exchangeWindow = 64
 
 // exchange writes n messages from 'from', at most exchangeWindow of them
 // unanswered, and checks they come back in order, byte for byte.
@@ -435,7 +435,7 @@ func TestFleetReliableEndsAcrossNodes(t *testing.T) {
 			}
 			// Rounds of messages from 100 B to 4 KiB: a reset anywhere
 			// (relay or executor) fails the read.
-			const rounds, per = 4, 500
+			const rounds, per = 2, 500
 			for r := 0; r < rounds; r++ {
 				if err := exchange(ctx, ch, r*per, per); err != nil {
 					t.Fatalf("round %d: %v", r, err)
@@ -608,7 +608,7 @@ func threeNodeStream(t *testing.T, opts func(*Options)) (*lb, []*fleetNode, cont
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	ch, err := d.Dial(ctx)
 	if err != nil {
