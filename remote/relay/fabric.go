@@ -97,6 +97,7 @@ type fabric struct {
 	fwd    map[string]*fwdLeg
 	peers  map[string]time.Time // last heartbeat
 	pools  map[string]*credit   // budget toward each peer node
+	homeOf map[string]homeNote  // env → the last other node announced its home
 	subs   []*nats.Subscription
 	// waiters are harness upgrades waiting for an environment to get a
 	// home (its executor redialling after its node died).
@@ -130,6 +131,7 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		fwd:    make(map[string]*fwdLeg),
 		peers:  make(map[string]time.Time),
 		pools:  make(map[string]*credit),
+		homeOf: make(map[string]homeNote),
 
 		waiters: make(map[string][]chan struct{}),
 	}
@@ -310,6 +312,32 @@ func (f *fabric) becomeHome(env, reg string) {
 	b, _ := json.Marshal(map[string]string{"node": f.node, "env": env, "reg": reg})
 	f.nc.Publish("rly.home."+envToken(env), b)
 	f.nc.Flush()
+}
+
+type homeNote struct {
+	node string
+	at   time.Time // announced
+}
+
+// previousHomeSeen: when env's executor attaches here and another node
+// was its home, the last heartbeat seen from that node (or, if none, its
+// announcement): a stalled stream's recovery counts from there.
+func (f *fabric) previousHomeSeen(env string, now time.Time) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prev, ok := f.homeOf[env]
+	if !ok || prev.node == f.node {
+		return time.Time{}, false
+	}
+	delete(f.homeOf, env)
+	seen, ok := f.peers[prev.node]
+	if !ok || seen.Before(prev.at) {
+		seen = prev.at
+	}
+	if seen.After(now) {
+		seen = now
+	}
+	return seen, true
 }
 
 // resign stops answering for env if it has no route here any more.
@@ -950,6 +978,12 @@ func (f *fabric) onHome(m *nats.Msg) {
 		return
 	}
 	f.mu.Lock()
+	if len(f.homeOf) >= 4*f.s.opts.MaxEnvironments {
+		// Bounded: a node forgets which node was home (only recovery
+		// times of takeovers need it).
+		clear(f.homeOf)
+	}
+	f.homeOf[a.Env] = homeNote{a.Node, time.Now()}
 	_, wasHome := f.homes[a.Env]
 	var moved []*fwdLeg
 	for _, fl := range f.fwd {
@@ -999,7 +1033,9 @@ func (f *fabric) heartbeats() {
 	t := time.NewTicker(hbInterval / 2)
 	defer t.Stop()
 	subj := "rly.hb." + f.node
-	last := time.Time{}
+	// The first at once: a node that dies young has been seen.
+	f.nc.Publish(subj, nil)
+	last := time.Now()
 	for {
 		select {
 		case <-f.s.stop:

@@ -531,7 +531,28 @@ func TestFleetNodeLoss(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("after the kill: %v", err)
 	}
-	t.Logf("stream resumed and drained %s after the kill", time.Since(killed).Round(time.Millisecond))
+	drained := time.Since(killed)
+	t.Logf("stream resumed and drained %s after the kill", drained.Round(time.Millisecond))
+	// The new home measured the stream's recovery: from A's last
+	// heartbeat (at most hbInterval before the kill) to the harness's
+	// resume, which came before the stream drained.
+	if n := c.recov.hist.n.Load(); n != 1 {
+		t.Fatalf("node c observed %d stream recoveries, want 1", n)
+	}
+	if rec := time.Duration(c.recov.hist.sumNs.Load()); rec <= 0 || rec > drained+hbInterval {
+		t.Fatalf("recovery %s, not within (0, %s]", rec, drained+hbInterval)
+	} else {
+		t.Logf("node c: stream recovery %s", rec.Round(time.Millisecond))
+	}
+	resp, err := http.Get(c.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(m), "exec_relay_stream_recovery_seconds_count 1\n") {
+		t.Fatalf("metrics: %s", m)
+	}
 	// And the stream goes on.
 	if err := exchange(ctx, ch, 600, 200); err != nil {
 		t.Fatal(err)

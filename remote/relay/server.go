@@ -114,6 +114,7 @@ type Server struct {
 	faults faultState
 	fab    *fabric       // nil: one node
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
+	recov  recoveries
 
 	mu     sync.Mutex
 	legs   map[*leg]struct{}
@@ -637,6 +638,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Unlock()
 	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
 	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
+	s.recov.hist.write(w, "exec_relay_stream_recovery_seconds", "how long a reliable stream was stalled by a lost socket or node until it resumed (docs/remote.md)")
 	if s.fab == nil {
 		return
 	}
