@@ -11,6 +11,7 @@ import (
 	"github.com/execgo/exec-server/fsys"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // opName is the sandbox helper operation that discovers one root inside
@@ -65,12 +66,12 @@ func discoverRoot(ctx context.Context, f *fsys.FS, req protocol.CapabilityRootDi
 // narrowPlan is the plan of a policy that hides part of the filesystem
 // from reads, or nil when there is no policy or it reads everything (the
 // fs methods then run in this process anyway).
-func narrowPlan(raw json.RawMessage) (*sandbox.Plan, error) {
-	pol, err := sandbox.Parse(raw)
+func narrowPlan(raw json.RawMessage) (*policy.Plan, error) {
+	pol, err := policy.Parse(raw)
 	if err != nil || pol == nil {
 		return nil, err
 	}
-	plan, err := sandbox.Resolve(pol, sandbox.ServerEnv())
+	plan, err := policy.Resolve(pol, policy.ServerEnv())
 	if err != nil || plan.FullRead {
 		return nil, err
 	}
@@ -78,11 +79,11 @@ func narrowPlan(raw json.RawMessage) (*sandbox.Plan, error) {
 }
 
 // runConfined discovers the root at path in one helper confined by plan.
-func runConfined(ctx context.Context, plan *sandbox.Plan, id, path string) protocol.CapabilityRootDiscovery {
+func runConfined(ctx context.Context, plan *policy.Plan, id, path string) protocol.CapabilityRootDiscovery {
 	req, _ := json.Marshal(helperRequest{ID: id, Path: path})
 	rctx, cancel := context.WithTimeout(ctx, helperTimeout)
 	defer cancel()
-	out, file, err := plan.Run(rctx, opName, req)
+	out, file, err := sandbox.Run(rctx, plan, opName, req)
 	if file != nil {
 		file.Close()
 	}

@@ -39,9 +39,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/execgo/exec-server/internal/reexec"
 )
 
 // Arg is the first argument that makes the server binary act as the init.
@@ -62,27 +63,28 @@ const (
 // IsInit reports whether this process was started as an init.
 func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == Arg }
 
-// MaybeMain runs the init, and never returns, when this process was
-// started as one; otherwise it returns at once, and from then on Available
-// reports true. Call it first in main.
-func MaybeMain() {
-	if IsInit() {
-		if len(os.Args) > 2 && os.Args[2] == spawnerArg {
-			os.Exit(runSpawner())
-		}
-		fmt.Fprintln(os.Stderr, "exec-server child init: unknown mode")
-		os.Exit(127)
+func init() { reexec.Register(Arg, initMain) }
+
+// initMain is the init: this binary re-executed with Arg.
+func initMain() {
+	if len(os.Args) > 2 && os.Args[2] == spawnerArg {
+		os.Exit(runSpawner())
 	}
-	available.Store(true)
+	fmt.Fprintln(os.Stderr, "exec-server child init: unknown mode")
+	os.Exit(127)
 }
 
-var available atomic.Bool
+// MaybeMain is reexec.Main: it runs the init, and never returns, when this
+// process was started as one (or another registered helper); otherwise it
+// returns at once, and from then on Available reports true. Call it (or
+// reexec.Main) first in main.
+func MaybeMain() { reexec.Main() }
 
 // Available reports whether this binary can be re-executed as an init:
-// its main called MaybeMain. A program that embeds the server without
+// its main called reexec.Main. A program that embeds the server without
 // doing so must not be re-executed (its own main would run again), so it
 // gets no init and its children are started directly.
-func Available() bool { return available.Load() }
+func Available() bool { return reexec.Ready() }
 
 // reapExited reaps every exited child (orphans included, as a subreaper)
 // without blocking, calling f for each.

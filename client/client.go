@@ -59,6 +59,10 @@ type Options struct {
 	// HTTPClient dials websocket connections (custom TLS roots for wss://,
 	// proxies). Default http.DefaultClient.
 	HTTPClient *http.Client
+	// ChatGPTAccountID, with DialRemote, is sent as ChatGPT-Account-ID on
+	// the registry's /connect (a ChatGPT sign-in's account; see
+	// LoadCodexCredential).
+	ChatGPTAccountID string
 	// ReconnectTimeout bounds how long a dropped websocket connection is
 	// retried (with exponential back-off) before the Client gives up with
 	// ErrConnectionLost. Default 60s, below the server's default 90s session

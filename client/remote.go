@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/remote/harness"
@@ -25,8 +26,9 @@ import (
 // harness.IsAuth.
 func DialRemote(ctx context.Context, registryURL, environmentID, token string, opts Options) (*Client, error) {
 	d, err := harness.NewDialer(registryURL, environmentID, token, harness.Options{
-		HTTPClient: opts.HTTPClient,
-		Logger:     opts.Logger,
+		HTTPClient:       opts.HTTPClient,
+		Logger:           opts.Logger,
+		ChatGPTAccountID: opts.ChatGPTAccountID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exec-server client: %w", err)
@@ -44,4 +46,17 @@ func DialRemote(ctx context.Context, registryURL, environmentID, token string, o
 		return nil, err
 	}
 	return c, nil
+}
+
+// CodexCredential is a registry credential and where it came from.
+type CodexCredential = harness.CodexCredential
+
+// LoadCodexCredential finds a registry credential where a codex harness
+// has one: CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN, else CODEX_API_KEY, else
+// $CODEX_HOME/auth.json (`codex login`: its API key, or its ChatGPT access
+// token, whose account goes in Options.ChatGPTAccountID);
+// CODEX_EXEC_SERVER_NOISE_CHATGPT_ACCOUNT_ID overrides the account. Pass
+// its Token to DialRemote; never log it.
+func LoadCodexCredential() (CodexCredential, error) {
+	return harness.LoadCodexCredential(os.LookupEnv)
 }

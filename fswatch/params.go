@@ -7,6 +7,7 @@ import (
 
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/internal/jsonscan"
+	"github.com/execgo/exec-server/internal/serde"
 	"github.com/execgo/exec-server/protocol"
 )
 
@@ -76,31 +77,7 @@ func object(raw []byte, typeName string) (map[string]json.RawMessage, error) {
 func isNull(v []byte) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
 
 // serdeKind words an unexpected JSON value as serde does.
-func serdeKind(v []byte) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "null"
-	}
-	switch v[0] {
-	case '{':
-		return "map"
-	case '[':
-		return "sequence"
-	case '"':
-		var s string
-		_ = json.Unmarshal(v, &s)
-		return "string " + strconv.Quote(s)
-	case 't', 'f':
-		return "boolean `" + string(v) + "`"
-	case 'n':
-		return "null"
-	}
-	if bytes.ContainsAny(v, ".eE") {
-		f, _ := strconv.ParseFloat(string(v), 64)
-		return "floating point `" + strconv.FormatFloat(f, 'f', -1, 64) + "`"
-	}
-	return "integer `" + string(v) + "`"
-}
+func serdeKind(v []byte) string { return serde.Unexpected(bytes.TrimSpace(v)) }
 
 func decodeU64(v []byte) (uint64, error) {
 	v = bytes.TrimSpace(v)

@@ -17,6 +17,7 @@ func TestDecodeMissingParams(t *testing.T) {
 		{in: `{"watchId":"x","missing":[]}`, err: `invalid type: string "x", expected u64`},
 		{in: `{"watchId":-1,"missing":[]}`, err: "invalid value: integer `-1`, expected u64"},
 		{in: `{"watchId":1.5,"missing":[]}`, err: "invalid type: floating point `1.5`, expected u64"},
+		{in: `{"watchId":1e3,"missing":[]}`, err: "invalid type: floating point `1000.0`, expected u64"}, // serde's f64 display (internal/serde)
 		{in: `{"watchId":true,"missing":[]}`, err: "invalid type: boolean `true`, expected u64"},
 		{in: `{"missing":[]}`, err: "missing field `watchId`"},
 		{in: `{"watchId":1}`, err: "missing field `missing`"},

@@ -7,7 +7,7 @@
 // disk. A call with a sandbox policy runs in this process only when the
 // policy cannot restrict it (reads under full-disk read, mutations under
 // full-disk write, sandbox.md §2); otherwise it runs confined in the sandbox
-// helper (sandbox.Plan.Run), where the kernel decides, with the reference's
+// helper (policy.Plan.Run), where the kernel decides, with the reference's
 // codes: EROFS outside the writable roots (-32603), EACCES on deny masks
 // (-32600), ENOENT for what a restricted read view hides and for a missing
 // parent (-32004). When the kernel cannot give the sandbox the call fails
@@ -57,7 +57,7 @@ import (
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Options configure an FS. Zero fields take their defaults.
@@ -174,7 +174,7 @@ func parsePath(uri string) (string, error) { return fileuri.Parse(uri) }
 // act on, then parses that URI and decides the sandbox (confinement), in the
 // reference's order. uri and sb point into p. A nil plan means the call
 // runs in this process.
-func (f *FS) decodePathParams(raw json.RawMessage, p any, typeName string, uri *string, sb *json.RawMessage, method string, kind opKind) (string, *sandbox.Plan, error) {
+func (f *FS) decodePathParams(raw json.RawMessage, p any, typeName string, uri *string, sb *json.RawMessage, method string, kind opKind) (string, *policy.Plan, error) {
 	if err := jsonscan.DecodeParams(raw, p, typeName, "path"); err != nil {
 		return "", nil, err
 	}
@@ -190,7 +190,7 @@ func (f *FS) decodePathParams(raw json.RawMessage, p any, typeName string, uri *
 }
 
 // callConfined runs the call in the sandbox helper and returns its result.
-func (f *FS) callConfined(ctx context.Context, plan *sandbox.Plan, method string, raw json.RawMessage) (any, error) {
+func (f *FS) callConfined(ctx context.Context, plan *policy.Plan, method string, raw json.RawMessage) (any, error) {
 	res, file, err := f.runConfined(ctx, plan, method, raw)
 	if file != nil {
 		file.Close()

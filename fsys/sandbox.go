@@ -19,13 +19,14 @@ import (
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Sandboxed operations (sandbox.md §2). A call whose params carry a policy
 // runs in this process when the policy cannot make a difference to it:
 // read-type methods under full-disk read, mutating ones under full-disk
 // write. Anything else runs confined: the same method, with the same
-// params minus the policy, is handed to a helper process (sandbox.Plan.Run)
+// params minus the policy, is handed to a helper process (policy.Plan.Run)
 // whose view of the filesystem is the plan's, so that the kernel, not this
 // code, decides what is reachable; the helper's answer (result or error)
 // comes back as it is. fs/open and fs/readFile under a restricted view open
@@ -53,7 +54,7 @@ const (
 // resolvePlan and probeSandbox are the sandbox package's (variables for
 // the tests).
 var (
-	resolvePlan  = sandbox.Resolve
+	resolvePlan  = policy.Resolve
 	probeSandbox = sandbox.Probe
 )
 
@@ -62,11 +63,11 @@ var (
 // needs the sandbox when the kernel cannot give one is an error that names
 // what is missing. Inside the helper every call runs as it is (the helper
 // is already confined and gets no policy).
-func (f *FS) confinement(method string, sb json.RawMessage, kind opKind) (*sandbox.Plan, error) {
+func (f *FS) confinement(method string, sb json.RawMessage, kind opKind) (*policy.Plan, error) {
 	if f.confined {
 		return nil, nil
 	}
-	pol, err := sandbox.Parse(sb)
+	pol, err := policy.Parse(sb)
 	if err != nil || pol == nil {
 		return nil, err
 	}
@@ -75,8 +76,8 @@ func (f *FS) confinement(method string, sb json.RawMessage, kind opKind) (*sandb
 
 // confine resolves pol; the plan is nil when kind of operation runs here
 // (opAny: only when the policy restricts nothing).
-func (f *FS) confine(method string, pol *sandbox.Policy, kind opKind) (*sandbox.Plan, error) {
-	plan, err := resolvePlan(pol, sandbox.ServerEnv())
+func (f *FS) confine(method string, pol *policy.Policy, kind opKind) (*policy.Plan, error) {
+	plan, err := resolvePlan(pol, policy.ServerEnv())
 	if err != nil {
 		return nil, protocol.ToError(err)
 	}
@@ -96,7 +97,7 @@ func (f *FS) confine(method string, pol *sandbox.Policy, kind opKind) (*sandbox.
 // while this process's /proc/self holds the server's environment and
 // descriptors (the reference serves them, sandbox.md §2). The check is on
 // the opened descriptor, so no symlink swapped in meanwhile escapes it.
-func (f *FS) openRead(ctx context.Context, method string, plan *sandbox.Plan, sb json.RawMessage, path string) (*os.File, error) {
+func (f *FS) openRead(ctx context.Context, method string, plan *policy.Plan, sb json.RawMessage, path string) (*os.File, error) {
 	if plan != nil {
 		return f.confinedOpen(ctx, plan, path, protocol.FsOpenRead)
 	}
@@ -104,7 +105,7 @@ func (f *FS) openRead(ctx context.Context, method string, plan *sandbox.Plan, sb
 	if err != nil || f.confined || !onProcfs(file) {
 		return file, err
 	}
-	pol, err := sandbox.Parse(sb)
+	pol, err := policy.Parse(sb)
 	if err != nil || pol == nil {
 		return file, err
 	}
@@ -141,7 +142,7 @@ type sandboxReply struct {
 
 // runConfined runs method with params (the policy removed) under plan and
 // returns its result, its error, and for fs/open the opened file.
-func (f *FS) runConfined(ctx context.Context, plan *sandbox.Plan, method string, params json.RawMessage) (json.RawMessage, *os.File, error) {
+func (f *FS) runConfined(ctx context.Context, plan *policy.Plan, method string, params json.RawMessage) (json.RawMessage, *os.File, error) {
 	params, _ = jsonscan.CutMember(params, "sandbox")
 	req := make([]byte, 0, len(params)+256)
 	req = append(req, `{"method":`...)
@@ -161,7 +162,7 @@ func (f *FS) runConfined(ctx context.Context, plan *sandbox.Plan, method string,
 
 	rctx, cancel := context.WithTimeout(ctx, sandboxTimeout)
 	defer cancel()
-	out, file, err := plan.Run(rctx, sandboxOpName, req)
+	out, file, err := sandbox.Run(rctx, plan, sandboxOpName, req)
 	if err != nil {
 		if file != nil {
 			file.Close()
@@ -233,7 +234,7 @@ func helperError(e *protocol.Error) []byte {
 
 // confinedOpen opens path in the helper (through fs/open's own code) and
 // returns the descriptor: mode is "read" or "replace".
-func (f *FS) confinedOpen(ctx context.Context, plan *sandbox.Plan, path, mode string) (*os.File, error) {
+func (f *FS) confinedOpen(ctx context.Context, plan *policy.Plan, path, mode string) (*os.File, error) {
 	params, _ := json.Marshal(map[string]string{"handleId": "h", "path": fileuri.FromPath(path), "mode": mode})
 	_, file, err := f.runConfined(ctx, plan, protocol.MethodFsOpen, params)
 	if err != nil {
@@ -250,7 +251,7 @@ func (f *FS) confinedOpen(ctx context.Context, plan *sandbox.Plan, path, mode st
 // one (protected subpaths, read and deny carve-outs), or a directory that
 // holds either: the mounts that make them would fail the removal half-way
 // (EBUSY), and removing them is never what a confined client may do.
-func refuseProtectedRemove(plan *sandbox.Plan, p string) error {
+func refuseProtectedRemove(plan *policy.Plan, p string) error {
 	targets := []string{p}
 	if parent, err := realpath(filepath.Dir(p)); err == nil {
 		targets = append(targets, filepath.Join(parent, filepath.Base(p)))
@@ -258,9 +259,9 @@ func refuseProtectedRemove(plan *sandbox.Plan, p string) error {
 	// names gives the forms of a mount's path to compare: as planned and
 	// resolved. A root may be an alias (a symlink) of the directory it
 	// makes writable; a protected symlink is masked itself, not its target.
-	names := func(m sandbox.Mount) []string {
+	names := func(m policy.Mount) []string {
 		n := []string{m.Path}
-		if m.Access == sandbox.AccessWrite {
+		if m.Access == policy.AccessWrite {
 			if real, err := realpath(m.Path); err == nil {
 				n = append(n, real)
 			}
@@ -271,7 +272,7 @@ func refuseProtectedRemove(plan *sandbox.Plan, p string) error {
 	}
 	var roots []string
 	for _, m := range plan.Mounts {
-		if m.Access == sandbox.AccessWrite && !m.Missing {
+		if m.Access == policy.AccessWrite && !m.Missing {
 			roots = append(roots, names(m)...)
 		}
 	}
@@ -280,13 +281,13 @@ func refuseProtectedRemove(plan *sandbox.Plan, p string) error {
 		switch {
 		case m.Missing && !m.Protected:
 			continue // not in the view
-		case m.Access == sandbox.AccessWrite:
+		case m.Access == policy.AccessWrite:
 			what = "a writable root of the sandbox"
 		case m.Protected:
 			what = "a protected path of the sandbox"
 		case !withinAny(m.Path, roots):
 			continue // the kernel refuses it (EROFS), as the reference does
-		case m.Access == sandbox.AccessRead:
+		case m.Access == policy.AccessRead:
 			what = "kept read-only by the sandbox"
 		default:
 			what = "denied by the sandbox"
@@ -319,7 +320,7 @@ func withinAny(p string, dirs []string) bool {
 	return false
 }
 
-// guard holds the deny glob patterns of a plan (sandbox.Plan.DenyGlobs).
+// guard holds the deny glob patterns of a plan (policy.Plan.DenyGlobs).
 // The sandbox masks the paths that matched when it was built; a guard
 // refuses, inside the helper, to create a new one (the reference lets it
 // through, sandbox.md §1.3).
@@ -332,7 +333,7 @@ func (g guard) create(p string) error {
 	if len(g) == 0 {
 		return nil
 	}
-	plan := sandbox.Plan{DenyGlobs: g}
+	plan := policy.Plan{DenyGlobs: g}
 	for _, c := range newNames(p) {
 		if plan.DeniedByGlob(c) {
 			return &fs.PathError{Op: "create", Path: p, Err: syscall.EACCES}

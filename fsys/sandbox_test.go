@@ -17,6 +17,7 @@ import (
 	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Tests of fs/* under a sandbox policy. The ones that need the kernel
@@ -96,11 +97,11 @@ func requireSandbox(t testing.TB, pol json.RawMessage) {
 	if s := probeSandbox(); !s.Available {
 		t.Skipf("kernel sandbox not available: missing %s", s.Missing)
 	}
-	p, err := sandbox.Parse(pol)
+	p, err := policy.Parse(pol)
 	if err != nil {
 		t.Fatalf("parsing the test policy: %v", err)
 	}
-	if _, err := resolvePlan(p, sandbox.ServerEnv()); err != nil {
+	if _, err := resolvePlan(p, policy.ServerEnv()); err != nil {
 		t.Skipf("policy resolution not available: %v", err)
 	}
 }
@@ -479,8 +480,8 @@ func failClosedChild(t *testing.T) {
 func TestConfinementDecision(t *testing.T) {
 	oldResolve, oldProbe := resolvePlan, probeSandbox
 	t.Cleanup(func() { resolvePlan, probeSandbox = oldResolve, oldProbe })
-	var plan sandbox.Plan
-	resolvePlan = func(*sandbox.Policy, sandbox.Env) (*sandbox.Plan, error) { p := plan; return &p, nil }
+	var plan policy.Plan
+	resolvePlan = func(*policy.Policy, policy.Env) (*policy.Plan, error) { p := plan; return &p, nil }
 	probeSandbox = func() sandbox.Support { return sandbox.Support{Missing: "seccomp (simulated)"} }
 	f := New(Options{})
 	pol := restricted("/", rootRead)
@@ -495,7 +496,7 @@ func TestConfinementDecision(t *testing.T) {
 		{"read under restricted read", false, false, opRead, true},
 		{"write under full write", true, true, opWrite, false},
 	} {
-		plan = sandbox.Plan{FullRead: tc.fullRead, FullWrite: tc.write}
+		plan = policy.Plan{FullRead: tc.fullRead, FullWrite: tc.write}
 		got, err := f.confinement("fs/x", pol, tc.kind)
 		if tc.confine {
 			if got != nil || err == nil || !strings.Contains(err.Error(), "seccomp (simulated)") {
@@ -517,7 +518,7 @@ func TestConfinementDecision(t *testing.T) {
 	}
 	// Inside the helper, nothing is confined again.
 	f.confined = true
-	plan = sandbox.Plan{}
+	plan = policy.Plan{}
 	if got, err := f.confinement("fs/x", pol, opWrite); got != nil || err != nil {
 		t.Errorf("in the helper: got %v, %v", got, err)
 	}
@@ -628,14 +629,14 @@ func TestRefuseProtectedRemove(t *testing.T) {
 	if err := os.Symlink(w, dir+"/alias"); err != nil {
 		t.Fatal(err)
 	}
-	plan := &sandbox.Plan{Root: sandbox.AccessRead, Mounts: []sandbox.Mount{
-		{Path: dir + "/alias", Access: sandbox.AccessWrite, Dir: true},
-		{Path: dir + "/alias/.git", Access: sandbox.AccessRead, Protected: true, Missing: true, Dir: true},
-		{Path: dir + "/alias/.codex", Access: sandbox.AccessRead, Protected: true},
-		{Path: w + "/sub/ro", Access: sandbox.AccessRead, Dir: true},
-		{Path: w + "/denied.txt", Access: sandbox.AccessNone},
-		{Path: w + "/gone", Access: sandbox.AccessRead, Missing: true, Dir: true},
-		{Path: dir + "/elsewhere", Access: sandbox.AccessRead, Dir: true},
+	plan := &policy.Plan{Root: policy.AccessRead, Mounts: []policy.Mount{
+		{Path: dir + "/alias", Access: policy.AccessWrite, Dir: true},
+		{Path: dir + "/alias/.git", Access: policy.AccessRead, Protected: true, Missing: true, Dir: true},
+		{Path: dir + "/alias/.codex", Access: policy.AccessRead, Protected: true},
+		{Path: w + "/sub/ro", Access: policy.AccessRead, Dir: true},
+		{Path: w + "/denied.txt", Access: policy.AccessNone},
+		{Path: w + "/gone", Access: policy.AccessRead, Missing: true, Dir: true},
+		{Path: dir + "/elsewhere", Access: policy.AccessRead, Dir: true},
 	}}
 	for _, tc := range []struct {
 		path string
@@ -671,7 +672,7 @@ func TestSandboxHelperFailure(t *testing.T) {
 		t.Skipf("kernel sandbox not available: missing %s", s.Missing)
 	}
 	dir := t.TempDir()
-	plan := &sandbox.Plan{Root: sandbox.AccessRead, Mounts: []sandbox.Mount{{Path: "not/absolute", Access: sandbox.AccessWrite, Dir: true}}}
+	plan := &policy.Plan{Root: policy.AccessRead, Mounts: []policy.Mount{{Path: "not/absolute", Access: policy.AccessWrite, Dir: true}}}
 	_, err := New(Options{}).callConfined(context.Background(), plan, protocol.MethodFsWriteFile, mustJSON(obj(wf(dir+"/a", "x")...)))
 	wantErr(t, protocol.ToError(err), protocol.CodeInternal, "fs sandbox helper failed: ")
 	if !strings.Contains(err.Error(), "not/absolute") {
@@ -689,7 +690,7 @@ func TestSandboxDeadline(t *testing.T) {
 	sandboxTimeout = time.Nanosecond
 	t.Cleanup(func() { sandboxTimeout = old })
 	dir := t.TempDir()
-	plan := &sandbox.Plan{Root: sandbox.AccessRead, Mounts: []sandbox.Mount{{Path: dir, Access: sandbox.AccessWrite, Dir: true}}}
+	plan := &policy.Plan{Root: policy.AccessRead, Mounts: []policy.Mount{{Path: dir, Access: policy.AccessWrite, Dir: true}}}
 	_, err := New(Options{}).callConfined(context.Background(), plan, protocol.MethodFsWriteFile, mustJSON(obj(wf(dir+"/a", "x")...)))
 	wantErr(t, protocol.ToError(err), protocol.CodeInternal, "fs sandbox helper failed: fs/writeFile did not finish within 1ns")
 }

@@ -10,11 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The server never serves itself. A file this process opened for a client
-// is refused when it is one of the server's secrets (sandbox.Secret: its
+// is refused when it is one of the server's secrets (policy.Secret: its
 // token or JWT secret file, its TLS key, a file an EXEC_SERVER_*_FILE
 // setting names), or when it lies in the server's own /proc directory
 // (/proc/self, /proc/thread-self, /proc/<server pid> and its tasks: the
@@ -29,7 +29,7 @@ import (
 // server's own, with -32600 "Permission denied" naming path.
 func checkServable(file *os.File, st os.FileInfo, path string) error {
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		if s := sandbox.Secret(sys); s != "" {
+		if s := policy.Secret(sys); s != "" {
 			return refusedOwn(path, "is a secret of the exec-server")
 		}
 	}

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
-	"golang.org/x/sys/unix"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // #17 item 3: unsandboxed fs methods never serve the server's own /proc
@@ -128,8 +129,8 @@ func TestServerSecretsRefused(t *testing.T) {
 	if err := os.Symlink("token", dir+"/AGENTS.md"); err != nil {
 		t.Fatal(err)
 	}
-	sandbox.SetServerSecrets(dir + "/token")
-	t.Cleanup(func() { sandbox.SetServerSecrets() })
+	policy.SetServerSecrets(dir + "/token")
+	t.Cleanup(func() { policy.SetServerSecrets() })
 	f := New(Options{})
 	h := f.NewHandles()
 	defer h.CloseAll()

@@ -69,12 +69,15 @@ func NewPolicy(domains map[string]string, review []string, limited, allowLocal b
 				return nil, fmt.Errorf("domain pattern %q: a global wildcard cannot be denied; use exact hosts or scoped wildcards like *.example.com", pat)
 			}
 			p.deny = append(p.deny, expand(np)...)
+		case "none":
+			// The reference's third value (NetworkDomainPermission::None):
+			// no entry (measured: "*" still allows such a host).
 		case "review":
 			// Not a user-config value; accepted for the admin review
 			// domains, which always go to the decider.
 			p.review = append(p.review, expand(np)...)
 		default:
-			return nil, fmt.Errorf("domain %q: unknown decision %q, expected allow, deny or review", pat, v)
+			return nil, fmt.Errorf("domain %q: unknown decision %q, expected allow, deny, none or review", pat, v)
 		}
 	}
 	for _, pat := range review {

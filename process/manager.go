@@ -22,7 +22,7 @@ import (
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/internal/budget"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // EventKind tells the three kinds of process events apart.
@@ -75,6 +75,7 @@ type Options struct {
 	RetainBytes   int           // retained output per process (1 MiB)
 	RetainChunks  int           // retained chunks per process (50000)
 	ReadSize      int           // largest output chunk (64 KiB)
+	OutputHold    time.Duration // longest wait of bulk output to fill a chunk (1ms; < 0: none; see gatherer)
 	StdinBuffered int           // stdin bytes queued per process (8 MiB)
 	// RetainBudget, when set, is shared with other managers: the bytes of
 	// retained output of all their processes (see window).
@@ -118,6 +119,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadSize <= 0 {
 		o.ReadSize = 64 << 10
+	}
+	if o.OutputHold == 0 {
+		o.OutputHold = time.Millisecond
+	} else if o.OutputHold < 0 {
+		o.OutputHold = 0
 	}
 	if o.StdinBuffered <= 0 {
 		o.StdinBuffered = 8 << 20
@@ -210,7 +216,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	typ := "none"
 	if proc.sandboxed {
 		// Any sandbox value, even disabled, as the reference.
-		typ = sandbox.SandboxTypeLinux
+		typ = policy.SandboxTypeLinux
 	}
 	return &protocol.StartResult{ProcessID: p.ProcessID, SandboxType: typ}, nil
 }

@@ -314,7 +314,18 @@ func TestDuplicateID(t *testing.T) {
 func TestRead(t *testing.T) {
 	t.Parallel()
 	m, sink := newTestManager(t, Options{})
-	mustStart(t, m, params(t, "r", "sh", "-c", "printf aaaa; sleep 0.05; printf bb; sleep 0.05; printf cccccc; sleep 0.05; printf d; exit 7"))
+	// Paced by stdin, not by sleeps: each piece is written only after the
+	// previous one has arrived as its own chunk, so the chunking does not
+	// depend on the machine's load.
+	p := params(t, "r", "sh", "-c", "printf aaaa; read x; printf bb; read x; printf cccccc; read x; printf d; exit 7")
+	p.PipeStdin = true
+	mustStart(t, m, p)
+	for i, upTo := range []string{"aaaa", "aaaabb", "aaaabbcccccc"} {
+		sink.waitOutput(t, "r", upTo)
+		if _, err := m.Write(protocol.WriteParams{ProcessID: "r", Chunk: []byte("\n"), WriteID: str(strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	evs := sink.waitClosed(t, "r")
 	var chunks []Event
 	for _, ev := range evs {

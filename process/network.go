@@ -18,6 +18,7 @@ import (
 	"github.com/execgo/exec-server/netproxy"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // NetworkPeer is how a process's managed proxy talks to the client: the
@@ -61,8 +62,8 @@ func checkNetwork(p *protocol.StartParams) error {
 }
 
 // parseProxy decodes networkProxy, refusing what the proxy does not
-// enforce: unknown members, transparentTcp, SOCKS5 UDP, credential
-// masking, bad patterns.
+// enforce: unknown members, credential masking, an unknown mode, bad
+// patterns.
 func parseProxy(raw json.RawMessage) (*protocol.NetworkProxyLaunch, *netproxy.Policy, error) {
 	var l protocol.NetworkProxyLaunch
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -72,8 +73,6 @@ func parseProxy(raw json.RawMessage) (*protocol.NetworkProxyLaunch, *netproxy.Po
 	}
 	s := &l.Proxy
 	switch {
-	case s.TransparentTCP:
-		return nil, nil, unavailable("networkProxy.proxy.transparentTcp: raw TCP routing is not supported by this executor; the command is not run")
 	case s.CredentialMasking:
 		return nil, nil, unavailable("networkProxy.proxy.credentialMasking: not supported by this executor; the command is not run")
 	case s.Mode != "" && s.Mode != "full" && s.Mode != "limited":
@@ -89,12 +88,15 @@ func parseProxy(raw json.RawMessage) (*protocol.NetworkProxyLaunch, *netproxy.Po
 // netLaunch is one process's managed proxy: the route into its sandbox,
 // the proxy, and the goroutine that connects them.
 type netLaunch struct {
-	route   *sandbox.ProxyRoute
+	route   *policy.ProxyRoute
 	handoff *sandbox.ProxyHandoff
 	proxy   *netproxy.Proxy
 	env     map[string]string
 	socks   bool
-	logger  *slog.Logger
+	// transparent: the sandbox routes raw TCP to two more listeners
+	// (IPv4, IPv6), handed over after the others.
+	transparent bool
+	logger      *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -108,7 +110,7 @@ const decisionTimeoutFloor = 5 * time.Second
 
 // prepareNetwork sets up the managed proxy of a start with networkProxy
 // (nil without one). The plan is switched to NetworkProxied.
-func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (*netLaunch, error) {
+func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *policy.Plan) (*netLaunch, error) {
 	if !present(sp.NetworkProxy) {
 		return nil, nil
 	}
@@ -119,15 +121,22 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (
 	if err != nil {
 		return nil, err
 	}
-	if !launch.Proxy.Enabled || plan.Network == sandbox.NetworkRestricted {
+	if !launch.Proxy.Enabled || plan.Network == policy.NetworkRestricted {
 		// No proxy, or a sandbox without network: no network at all,
 		// never more than the sandbox allows.
-		plan.Network = sandbox.NetworkRestricted
+		plan.Network = policy.NetworkRestricted
 		return nil, nil
+	}
+	if launch.Proxy.TransparentTCP {
+		// Fail closed: without the redirect, raw TCP would just fail,
+		// but the client asked for it to be routed (transparent.go).
+		if err := sandbox.TransparentSupport(); err != nil {
+			return nil, unavailable("networkProxy.proxy.transparentTcp: %v; the command is not run", err)
+		}
 	}
 	peer := m.opts.Network
 	id := sp.ProcessID
-	nl := &netLaunch{socks: launch.Proxy.EnableSocks5, logger: m.opts.Logger}
+	nl := &netLaunch{socks: launch.Proxy.EnableSocks5, transparent: launch.Proxy.TransparentTCP, logger: m.opts.Logger}
 	nl.ctx, nl.cancel = context.WithCancel(context.Background())
 	cfg := netproxy.Config{
 		Policy:    pol,
@@ -162,16 +171,19 @@ func (m *Manager) prepareNetwork(sp *protocol.StartParams, plan *sandbox.Plan) (
 		return nil, unavailable("networkProxy: %v", err)
 	}
 	nl.handoff = handoff
-	nl.route = &sandbox.ProxyRoute{Socket: path}
+	nl.route = &policy.ProxyRoute{Socket: path}
 	// The namespace is new and empty: any port is free. Random ones, as
 	// the reference opens new ports per process.
 	nl.route.HTTPPort, nl.route.SOCKSPort = randomPorts()
 	if !nl.socks {
 		nl.route.SOCKSPort = 0
 	}
+	if nl.transparent {
+		nl.route.TransparentPort = transparentPort()
+	}
 	nl.env = netproxy.Env(nl.route.HTTPPort, nl.route.SOCKSPort, launch.Proxy.AllowLocalBinding)
 	nl.proxy = netproxy.New(cfg)
-	plan.Network = sandbox.NetworkProxied
+	plan.Network = policy.NetworkProxied
 	plan.Proxy = nl.route
 	return nl, nil
 }
@@ -198,6 +210,15 @@ func randomPorts() (uint16, uint16) {
 	h := 20000 + binary.BigEndian.Uint16(b[:2])%20000
 	s := 40000 + binary.BigEndian.Uint16(b[2:])%20000
 	return h, s
+}
+
+// transparentPort is a random port for the transparent listeners, other
+// than the two proxy ports (the namespace is new: any port is free).
+func transparentPort() uint16 {
+	// Below randomPorts' ranges, so distinct from both.
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return 10000 + binary.BigEndian.Uint16(b[:])%10000
 }
 
 // applyEnv sets the proxy's variables in env (NAME=VALUE entries),
@@ -232,6 +253,9 @@ func (nl *netLaunch) start(pid int) {
 		if nl.socks {
 			n = 2
 		}
+		if nl.transparent {
+			n += 2
+		}
 		lns, err := nl.handoff.Accept(ctx, n, pid)
 		nl.handoff.Close()
 		if err != nil {
@@ -241,10 +265,13 @@ func (nl *netLaunch) start(pid int) {
 			return
 		}
 		var socks net.Listener
-		if n == 2 {
+		if nl.socks {
 			socks = lns[1]
 		}
 		nl.proxy.Serve(lns[0], socks)
+		if nl.transparent {
+			nl.proxy.ServeTransparent(lns[n-2:]...)
+		}
 	}()
 }
 

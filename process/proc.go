@@ -16,7 +16,7 @@ import (
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/internal/peerproc"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // rawEvent is what a producer (an output reader or the reaper) emits; emit
@@ -52,7 +52,7 @@ type Proc struct {
 	// the host once the init is reaped (it runs once; a no-op without a
 	// sandbox).
 	sandboxed bool
-	denial    *sandbox.Denial
+	denial    *policy.Denial
 	release   func()
 
 	// emitMu orders events: a producer numbers its event and delivers it
@@ -169,7 +169,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 			return commandError(err)
 		}
 		p.release = onceFunc(spec.Release)
-		if plan.Network == sandbox.NetworkEnabled {
+		if plan.Network == policy.NetworkEnabled {
 			// Counted from before its start until its init is reaped: while
 			// one runs, the server checks which local peers are inside it
 			// (server/peer.go).
@@ -189,7 +189,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		attr.Cloneflags = start.Cloneflags
 		attr.UidMappings, attr.GidMappings = start.UidMappings, start.GidMappings
 		p.sandboxed = true
-		p.denial = new(sandbox.Denial)
+		p.denial = new(policy.Denial)
 	}
 	if nl != nil {
 		release := p.release
@@ -348,9 +348,10 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	return nil
 }
 
-// pump reads one output stream until EOF and emits each read. When the
-// delivery blocks (the client is not keeping up) the pump blocks too and
-// the child's writes stall: back-pressure, not loss.
+// pump reads one output stream until EOF and emits what it has at hand
+// as one chunk at a time (see gatherer). When the delivery blocks (the
+// client is not keeping up) the pump blocks too and the child's writes
+// stall: back-pressure, not loss.
 func (p *Proc) pump(f *os.File, stream string) {
 	if stream != protocol.StreamPTY {
 		// A PTY master stays open until the child is reaped (see emit):
@@ -360,8 +361,9 @@ func (p *Proc) pump(f *os.File, stream string) {
 	}
 	size := p.m.opts.ReadSize
 	buf := make([]byte, size)
+	g := newGatherer(f, p.m.opts.OutputHold)
 	for {
-		n, err := f.Read(buf)
+		n, err := g.read(buf)
 		if n > 0 {
 			if p.denial != nil {
 				p.denial.Write(stream, buf[:n])

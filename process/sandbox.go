@@ -10,6 +10,7 @@ import (
 
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // A process/start with a sandbox parameter runs its command under the
@@ -27,13 +28,13 @@ import (
 // parameter, and how to start a command under it.
 var (
 	planOf      = planFor
-	planCommand = (*sandbox.Plan).Command
+	planCommand = sandbox.Command
 )
 
 // planFor parses raw and resolves it into a plan; nil, nil when there is
 // no sandbox. It never returns a plan the kernel cannot enforce.
-func planFor(raw json.RawMessage) (*sandbox.Plan, error) {
-	pol, err := sandbox.Parse(raw)
+func planFor(raw json.RawMessage) (*policy.Plan, error) {
+	pol, err := policy.Parse(raw)
 	if err != nil || pol == nil {
 		return nil, err // Parse's errors are -32602 as they are
 	}
@@ -46,7 +47,7 @@ func planFor(raw json.RawMessage) (*sandbox.Plan, error) {
 	if s := sandbox.Probe(); !s.Available {
 		return nil, protocol.Internal("sandbox not available: missing %s", s.Missing).WithKind(protocol.KindSandboxUnavailable)
 	}
-	plan, err := sandbox.Resolve(pol, sandbox.ServerEnv())
+	plan, err := policy.Resolve(pol, policy.ServerEnv())
 	if err != nil {
 		var pe *protocol.Error
 		if errors.As(err, &pe) {

@@ -18,6 +18,7 @@ import (
 	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Sandboxed processes: real commands under real policies, each in its own
@@ -49,8 +50,8 @@ const codexReadOnly = `{"permissions":{"type":"managed","file_system":{"type":"r
  "cwd":"WORK","workspaceRoots":["WORK"],"windowsSandboxLevel":"disabled",
  "windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`
 
-// policy fills a policy template for workspace ws (base is its parent).
-func policy(tmpl, ws string) json.RawMessage {
+// fillPolicy fills a policy template for workspace ws (base is its parent).
+func fillPolicy(tmpl, ws string) json.RawMessage {
 	r := strings.NewReplacer("WORK", fileURI(ws), "BASE", fileURI(filepath.Dir(ws)))
 	return json.RawMessage(r.Replace(tmpl))
 }
@@ -68,7 +69,7 @@ func workspace(t *testing.T) string {
 func sandboxParams(t *testing.T, id, tmpl, ws string, argv ...string) protocol.StartParams {
 	p := params(t, id, argv...)
 	p.Cwd = fileURI(ws)
-	p.Sandbox = policy(tmpl, ws)
+	p.Sandbox = fillPolicy(tmpl, ws)
 	return p
 }
 
@@ -90,8 +91,8 @@ func startSandboxed(t *testing.T, m *Manager, p protocol.StartParams) {
 	if err != nil {
 		t.Fatalf("Start(%s %q): %v", p.ProcessID, p.Argv, err)
 	}
-	if res.ProcessID != p.ProcessID || res.SandboxType != sandbox.SandboxTypeLinux {
-		t.Fatalf("Start result %+v, want sandboxType %s", res, sandbox.SandboxTypeLinux)
+	if res.ProcessID != p.ProcessID || res.SandboxType != policy.SandboxTypeLinux {
+		t.Fatalf("Start result %+v, want sandboxType %s", res, policy.SandboxTypeLinux)
 	}
 }
 
@@ -236,10 +237,10 @@ func TestSandboxType(t *testing.T) {
 	}{
 		{"absent", "", "none"},
 		{"null", "null", "none"},
-		{"disabled", `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`, sandbox.SandboxTypeLinux},
-		{"external", `{"permissions":{"type":"external","network":"enabled"},"windowsSandboxLevel":"disabled"}`, sandbox.SandboxTypeLinux},
-		{"unrestricted", `{"permissions":{"type":"managed","file_system":{"type":"unrestricted"},"network":"restricted"},"windowsSandboxLevel":"disabled"}`, sandbox.SandboxTypeLinux},
-		{"read-only", policyString(codexReadOnly, ws), sandbox.SandboxTypeLinux},
+		{"disabled", `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`, policy.SandboxTypeLinux},
+		{"external", `{"permissions":{"type":"external","network":"enabled"},"windowsSandboxLevel":"disabled"}`, policy.SandboxTypeLinux},
+		{"unrestricted", `{"permissions":{"type":"managed","file_system":{"type":"unrestricted"},"network":"restricted"},"windowsSandboxLevel":"disabled"}`, policy.SandboxTypeLinux},
+		{"read-only", policyString(codexReadOnly, ws), policy.SandboxTypeLinux},
 	}
 	for _, tt := range tests {
 		p := params(t, tt.id, "sh", "-c", "echo ran")
@@ -264,7 +265,7 @@ func TestSandboxType(t *testing.T) {
 	}
 }
 
-func policyString(tmpl, ws string) string { return string(policy(tmpl, ws)) }
+func policyString(tmpl, ws string) string { return string(fillPolicy(tmpl, ws)) }
 
 // TestSandboxEnv: the command sees exactly the requested environment, none
 // of the init's.
@@ -642,7 +643,7 @@ func TestSandboxFailClosed(t *testing.T) {
 		for _, tmpl := range []string{codexWorkspaceWrite, codexReadOnly, `{"permissions":{"type":"disabled"},"windowsSandboxLevel":"disabled"}`} {
 			for _, tty := range []bool{false, true} {
 				p := params(t, "f", "touch", filepath.Join(ws, "ran"))
-				p.Sandbox, p.TTY = policy(tmpl, ws), tty
+				p.Sandbox, p.TTY = fillPolicy(tmpl, ws), tty
 				_, err := m.Start(p)
 				wantErr(t, err, protocol.CodeInternal, "sandbox not available")
 				if got := protocol.KindOf(err); got != protocol.KindSandboxUnavailable {
@@ -692,14 +693,14 @@ func TestSandboxWiring(t *testing.T) {
 	var lastCommand atomic.Pointer[[]string]
 	oldPlan, oldCommand := planOf, planCommand
 	t.Cleanup(func() { planOf, planCommand = oldPlan, oldCommand })
-	planOf = func(raw json.RawMessage) (*sandbox.Plan, error) {
-		pol, err := sandbox.Parse(raw)
+	planOf = func(raw json.RawMessage) (*policy.Plan, error) {
+		pol, err := policy.Parse(raw)
 		if err != nil || pol == nil {
 			return nil, err
 		}
-		return &sandbox.Plan{}, nil
+		return &policy.Plan{}, nil
 	}
-	planCommand = func(_ *sandbox.Plan, path string, argv, env []string, dir string) (*sandbox.Spec, error) {
+	planCommand = func(_ *policy.Plan, path string, argv, env []string, dir string) (*sandbox.Spec, error) {
 		cmd := append([]string{path, dir}, argv...)
 		lastCommand.Store(&cmd)
 		// The init stand-in: a shell, PID 1 of a new PID namespace in a
@@ -785,7 +786,7 @@ func BenchmarkStartTrue(b *testing.B) {
 			var p protocol.StartParams
 			p.Argv, p.Cwd = []string{"/bin/true"}, fileURI(ws)
 			if sandboxed {
-				p.Sandbox = policy(codexWorkspaceWrite, ws)
+				p.Sandbox = fillPolicy(codexWorkspaceWrite, ws)
 				if _, err := planOf(p.Sandbox); err != nil {
 					b.Skipf("no sandbox: %v", err)
 				}

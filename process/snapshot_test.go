@@ -176,7 +176,7 @@ func TestShellSnapshotSandboxed(t *testing.T) {
 	for i := range 2 {
 		id := fmt.Sprintf("sb%d", i)
 		p := snapParams(t, id, ws, home, "/bin/bash", `echo "var=$SNAP_VAR"; snap_fn y; touch ../escape 2>/dev/null || echo denied`, "s")
-		p.Sandbox = policy(codexReadOnly, ws)
+		p.Sandbox = fillPolicy(codexReadOnly, ws)
 		startSandboxed(t, m, p)
 		out := output(sink.waitClosed(t, id), "")
 		if !strings.Contains(out, "var=from profile") || !strings.Contains(out, "fn-y") || !strings.Contains(out, "denied") {

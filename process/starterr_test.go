@@ -9,6 +9,7 @@ import (
 
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // TestStartErrorSandboxKinds: the sandbox failures of process/start carry
@@ -33,8 +34,8 @@ func TestStartErrorSandboxKinds(t *testing.T) {
 
 	oldPlan, oldCommand := planOf, planCommand
 	t.Cleanup(func() { planOf, planCommand = oldPlan, oldCommand })
-	planOf = func(json.RawMessage) (*sandbox.Plan, error) { return &sandbox.Plan{}, nil }
-	planCommand = func(*sandbox.Plan, string, []string, []string, string) (*sandbox.Spec, error) {
+	planOf = func(json.RawMessage) (*policy.Plan, error) { return &policy.Plan{}, nil }
+	planCommand = func(*policy.Plan, string, []string, []string, string) (*sandbox.Spec, error) {
 		return nil, errors.New("mount table changed under the view")
 	}
 	p.ProcessID = "prep"
@@ -43,7 +44,7 @@ func TestStartErrorSandboxKinds(t *testing.T) {
 	if got := protocol.KindOf(err); got != protocol.KindSandboxPreparation {
 		t.Errorf("preparation: data.kind %q, want sandboxPreparation", got)
 	}
-	planCommand = func(*sandbox.Plan, string, []string, []string, string) (*sandbox.Spec, error) {
+	planCommand = func(*policy.Plan, string, []string, []string, string) (*sandbox.Spec, error) {
 		return nil, sandbox.ErrUnavailable
 	}
 	p.ProcessID = "unavail"

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"os"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // This file is the kernel side's API (implemented in the *_linux.go files;
@@ -66,14 +68,14 @@ func RegisterOp(name string, fn OpFunc) { registerOp(name, fn) }
 // ctx bounds it (the helper is killed when ctx ends). An error is a
 // failure of the helper itself (-32603 material), never the operation's
 // own error, which travels in reply.
-func (p *Plan) Run(ctx context.Context, name string, req []byte) (reply []byte, file *os.File, err error) {
-	return p.run(ctx, name, req)
+func Run(ctx context.Context, p *policy.Plan, name string, req []byte) (reply []byte, file *os.File, err error) {
+	return run(ctx, p, name, req)
 }
 
 // Command returns how to start path with argv, env and working directory
 // dir (host paths) confined by p.
-func (p *Plan) Command(path string, argv, env []string, dir string) (*Spec, error) {
-	return p.command(path, argv, env, dir)
+func Command(p *policy.Plan, path string, argv, env []string, dir string) (*Spec, error) {
+	return command(p, path, argv, env, dir)
 }
 
 // StateDirEnv overrides the directory of the registry of mount points that

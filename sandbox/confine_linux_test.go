@@ -21,9 +21,11 @@ import (
 	"unsafe"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
 	"github.com/execgo/exec-server/internal/asnobody"
 	"github.com/execgo/exec-server/internal/testbin"
-	"golang.org/x/sys/unix"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The test binary is also the sandbox helper (MaybeMain) and, with
@@ -37,7 +39,9 @@ const probeEnv = "SANDBOX_TEST_PROBE"
 var _ = time.AfterFunc(time.Hour, func() {})
 
 func TestMain(m *testing.M) {
-	MaybeMain()
+	if os.Getenv(noReexecEnv) != "1" {
+		MaybeMain()
+	}
 	if os.Getenv(probeEnv) == "1" {
 		for _, a := range os.Args[1:] {
 			op, arg, _ := strings.Cut(a, ":")
@@ -229,7 +233,7 @@ func probe(op, arg string) string {
 		if err != nil {
 			return errnoOf(err)
 		}
-		if (&Plan{DenyGlobs: []string{glob}}).DeniedByGlob(filepath.Join(parent, filepath.Base(path))) {
+		if (&policy.Plan{DenyGlobs: []string{glob}}).DeniedByGlob(filepath.Join(parent, filepath.Base(path))) {
 			return "EACCES"
 		}
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -353,10 +357,10 @@ func needSandbox(t *testing.T) {
 }
 
 // runOp runs the test.probe op confined by p.
-func runOp(t *testing.T, p *Plan, op, arg string) string {
+func runOp(t *testing.T, p *policy.Plan, op, arg string) string {
 	t.Helper()
 	req, _ := json.Marshal(fsReq{op, arg})
-	reply, f, err := p.Run(context.Background(), "test.probe", req)
+	reply, f, err := Run(context.Background(), p, "test.probe", req)
 	if err != nil {
 		t.Fatalf("Run %s %s: %v", op, arg, err)
 	}
@@ -383,8 +387,8 @@ func fixture(t *testing.T) (ws, out string) {
 	return ws, out
 }
 
-func workspaceWrite(ws string) *Plan {
-	return &Plan{Root: AccessRead, Mounts: []Mount{{Path: ws, Access: AccessWrite, Dir: true}}}
+func workspaceWrite(ws string) *policy.Plan {
+	return &policy.Plan{Root: policy.AccessRead, Mounts: []policy.Mount{{Path: ws, Access: policy.AccessWrite, Dir: true}}}
 }
 
 func TestRunWritableRoot(t *testing.T) {
@@ -451,12 +455,12 @@ func TestRunProtectedAndDenied(t *testing.T) {
 	os.Symlink("decoy", filepath.Join(ws, ".agents"))
 	p := workspaceWrite(ws)
 	p.Mounts = append(p.Mounts,
-		Mount{Path: filepath.Join(ws, ".agents"), Access: AccessRead, Protected: true},
-		Mount{Path: filepath.Join(ws, "decoy"), Access: AccessRead, Protected: true, Dir: true}, // a protected link's target (as Resolve does)
-		Mount{Path: filepath.Join(ws, ".codex"), Access: AccessRead, Protected: true, Missing: true, Dir: true},
-		Mount{Path: filepath.Join(ws, ".git"), Access: AccessRead, Protected: true, Dir: true},
-		Mount{Path: filepath.Join(ws, "denied.txt"), Access: AccessNone},
-		Mount{Path: filepath.Join(ws, "denydir"), Access: AccessNone, Dir: true},
+		policy.Mount{Path: filepath.Join(ws, ".agents"), Access: policy.AccessRead, Protected: true},
+		policy.Mount{Path: filepath.Join(ws, "decoy"), Access: policy.AccessRead, Protected: true, Dir: true}, // a protected link's target (as Resolve does)
+		policy.Mount{Path: filepath.Join(ws, ".codex"), Access: policy.AccessRead, Protected: true, Missing: true, Dir: true},
+		policy.Mount{Path: filepath.Join(ws, ".git"), Access: policy.AccessRead, Protected: true, Dir: true},
+		policy.Mount{Path: filepath.Join(ws, "denied.txt"), Access: policy.AccessNone},
+		policy.Mount{Path: filepath.Join(ws, "denydir"), Access: policy.AccessNone, Dir: true},
 	)
 	tests := []struct{ op, arg, want string }{
 		{"write", filepath.Join(ws, ".git", "config"), "EROFS"},
@@ -507,7 +511,7 @@ func TestRunRestrictedRead(t *testing.T) {
 	ws, out := fixture(t)
 	os.WriteFile(filepath.Join(ws, "in.txt"), []byte("in"), 0o644)
 	os.Symlink(out, filepath.Join(ws, "linkdir"))
-	p := &Plan{Root: AccessNone, Mounts: []Mount{{Path: ws, Access: AccessRead, Dir: true}}}
+	p := &policy.Plan{Root: policy.AccessNone, Mounts: []policy.Mount{{Path: ws, Access: policy.AccessRead, Dir: true}}}
 	tests := []struct{ op, arg, want string }{
 		{"read", filepath.Join(ws, "in.txt"), "ok"},
 		{"read", filepath.Join(out, "secret.txt"), "ENOENT"},
@@ -528,7 +532,7 @@ func TestRunReturnsFile(t *testing.T) {
 	ws, _ := fixture(t)
 	os.WriteFile(filepath.Join(ws, "in.txt"), []byte("content"), 0o644)
 	req, _ := json.Marshal(fsReq{"open", filepath.Join(ws, "in.txt")})
-	reply, f, err := workspaceWrite(ws).Run(context.Background(), "test.probe", req)
+	reply, f, err := Run(context.Background(), workspaceWrite(ws), "test.probe", req)
 	if err != nil || string(reply) != "ok" || f == nil {
 		t.Fatalf("Run = %q, %v, %v", reply, f, err)
 	}
@@ -541,16 +545,16 @@ func TestRunReturnsFile(t *testing.T) {
 func TestRunFailures(t *testing.T) {
 	needSandbox(t)
 	ws, _ := fixture(t)
-	_, _, err := workspaceWrite(ws).Run(context.Background(), "no.such.op", nil)
+	_, _, err := Run(context.Background(), workspaceWrite(ws), "no.such.op", nil)
 	if err == nil || !strings.Contains(err.Error(), "unknown op") {
 		t.Errorf("unknown op: %v", err)
 	}
-	bad := &Plan{Root: AccessRead, Mounts: []Mount{{Path: "relative/path", Access: AccessWrite}}}
-	_, _, err = bad.Run(context.Background(), "test.probe", []byte(`{"Op":"pid"}`))
+	bad := &policy.Plan{Root: policy.AccessRead, Mounts: []policy.Mount{{Path: "relative/path", Access: policy.AccessWrite}}}
+	_, _, err = Run(context.Background(), bad, "test.probe", []byte(`{"Op":"pid"}`))
 	if err == nil || !strings.Contains(err.Error(), "mount relative/path") {
 		t.Errorf("bad plan: %v", err)
 	}
-	_, _, err = workspaceWrite(ws).Run(context.Background(), "test.probe", []byte(`{"Op":"panic"}`))
+	_, _, err = Run(context.Background(), workspaceWrite(ws), "test.probe", []byte(`{"Op":"panic"}`))
 	if err == nil || !strings.Contains(err.Error(), "panicked: on purpose") {
 		t.Errorf("panicking op: %v", err)
 	}
@@ -559,7 +563,7 @@ func TestRunFailures(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err = workspaceWrite(ws).Run(ctx, "test.probe", []byte(`{"Op":"pid"}`)); !errors.Is(err, context.Canceled) {
+	if _, _, err = Run(ctx, workspaceWrite(ws), "test.probe", []byte(`{"Op":"pid"}`)); !errors.Is(err, context.Canceled) {
 		t.Errorf("ended context: %v", err)
 	}
 }
@@ -578,11 +582,11 @@ func TestProbeSimulate(t *testing.T) {
 			if s.Available || !strings.Contains(s.Missing, SimulateEnv) {
 				t.Fatalf("Probe with %s=%s: %+v", SimulateEnv, f, s)
 			}
-			_, _, err := (&Plan{Root: AccessRead}).Run(context.Background(), "test.probe", nil)
+			_, _, err := Run(context.Background(), (&policy.Plan{Root: policy.AccessRead}), "test.probe", nil)
 			if !errors.Is(err, ErrUnavailable) {
 				t.Errorf("Run: %v", err)
 			}
-			if _, err := (&Plan{Root: AccessRead}).Command("/bin/true", []string{"true"}, nil, "/"); !errors.Is(err, ErrUnavailable) {
+			if _, err := Command((&policy.Plan{Root: policy.AccessRead}), "/bin/true", []string{"true"}, nil, "/"); !errors.Is(err, ErrUnavailable) {
 				t.Errorf("Command: %v", err)
 			}
 		})
@@ -637,13 +641,13 @@ func runSpecOK(tb testing.TB, spec *Spec, files []*os.File) {
 
 // runProbes runs the test binary as a probe command under p in dir and
 // returns its results by probe.
-func runProbes(t *testing.T, p *Plan, dir string, probes ...string) map[string]string {
+func runProbes(t *testing.T, p *policy.Plan, dir string, probes ...string) map[string]string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := p.Command(self, append([]string{"probe"}, probes...), []string{probeEnv + "=1", "ONLY=this"}, dir)
+	spec, err := Command(p, self, append([]string{"probe"}, probes...), []string{probeEnv + "=1", "ONLY=this"}, dir)
 	if err != nil {
 		t.Fatalf("Command: %v", err)
 	}
@@ -678,7 +682,7 @@ func TestCommandConfined(t *testing.T) {
 	needSandbox(t)
 	ws, out := fixture(t)
 	p := workspaceWrite(ws)
-	p.Mounts = append(p.Mounts, Mount{Path: filepath.Join(ws, ".git"), Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	p.Mounts = append(p.Mounts, policy.Mount{Path: filepath.Join(ws, ".git"), Access: policy.AccessRead, Protected: true, Missing: true, Dir: true})
 	want := map[string]string{
 		"write:" + filepath.Join(ws, "in.txt"):      "ok",
 		"write:" + filepath.Join(out, "x.txt"):      "EROFS",
@@ -732,12 +736,12 @@ func TestCommandNetworkEnabled(t *testing.T) {
 		}
 	}()
 	p := workspaceWrite(ws)
-	p.Network = NetworkEnabled
+	p.Network = policy.NetworkEnabled
 	got := runProbes(t, p, ws, "connect:"+ln.Addr().String(), "socket:udp")
 	if got["connect:"+ln.Addr().String()] != "ok" || got["socket:udp"] != "ok" {
 		t.Errorf("network enabled: %v", got)
 	}
-	p.Network = NetworkRestricted
+	p.Network = policy.NetworkRestricted
 	if got := runProbes(t, p, ws, "connect:"+ln.Addr().String()); got["connect:"+ln.Addr().String()] == "ok" {
 		t.Errorf("network restricted: connected")
 	}
@@ -750,7 +754,7 @@ func TestCommandNetworkEnabled(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ul.Close()
-		p.Network = NetworkEnabled
+		p.Network = policy.NetworkEnabled
 		if got := runProbes(t, p, ws, "connect-unix:"+name); got["connect-unix:"+name] != "EPERM" {
 			t.Errorf("abstract unix socket of the host: %v", got)
 		}
@@ -760,7 +764,7 @@ func TestCommandNetworkEnabled(t *testing.T) {
 func TestCommandFreshProc(t *testing.T) {
 	needSandbox(t)
 	ws, _ := fixture(t)
-	spec, err := workspaceWrite(ws).Command("/bin/sh", []string{"sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'"}, nil, ws)
+	spec, err := Command(workspaceWrite(ws), "/bin/sh", []string{"sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'"}, nil, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -790,7 +794,7 @@ func TestCommandExitStatus(t *testing.T) {
 		script string
 		want   int
 	}{{"exit 3", 3}, {"kill -TERM $$", 128 + 15}, {"true", 0}} {
-		spec, err := workspaceWrite(ws).Command("/bin/sh", []string{"sh", "-c", tc.script}, nil, ws)
+		spec, err := Command(workspaceWrite(ws), "/bin/sh", []string{"sh", "-c", tc.script}, nil, ws)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -802,11 +806,11 @@ func TestCommandExitStatus(t *testing.T) {
 	}
 	// A directory or program the view does not show fails the start.
 	_, out := fixture(t)
-	p := &Plan{Root: AccessNone, Mounts: []Mount{{Path: ws, Access: AccessWrite, Dir: true}}}
-	if _, err := p.Command("/bin/sh", []string{"sh"}, nil, out); !errors.Is(err, os.ErrNotExist) {
+	p := &policy.Plan{Root: policy.AccessNone, Mounts: []policy.Mount{{Path: ws, Access: policy.AccessWrite, Dir: true}}}
+	if _, err := Command(p, "/bin/sh", []string{"sh"}, nil, out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("invisible dir: %v", err)
 	}
-	if _, err := p.Command(filepath.Join(out, "prog"), []string{"prog"}, nil, ws); !errors.Is(err, os.ErrNotExist) {
+	if _, err := Command(p, filepath.Join(out, "prog"), []string{"prog"}, nil, ws); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("invisible program: %v", err)
 	}
 }
@@ -833,7 +837,7 @@ const ptyJob = `bash -c 'sleep 0.2; read -r _ _ _ _ pg _ tty tp _ </proc/self/st
 // runOnPTY runs a bash script under p in dir on a new 33x77 PTY as its
 // controlling terminal; it returns the exit code, the output (without CR)
 // and the terminal's name.
-func runOnPTY(t *testing.T, p *Plan, dir, script string) (int, string, string) {
+func runOnPTY(t *testing.T, p *policy.Plan, dir, script string) (int, string, string) {
 	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
@@ -843,7 +847,7 @@ func runOnPTY(t *testing.T, p *Plan, dir, script string) (int, string, string) {
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 77}); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := p.Command("/bin/bash", []string{"bash", "-c", script}, []string{"PATH=/usr/bin:/bin"}, dir)
+	spec, err := Command(p, "/bin/bash", []string{"bash", "-c", script}, []string{"PATH=/usr/bin:/bin"}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -877,14 +881,14 @@ func BenchmarkRunNoop(b *testing.B) {
 	}
 	dir := b.TempDir()
 	p := workspaceWrite(dir)
-	p.Mounts = append(p.Mounts, Mount{Path: filepath.Join(dir, ".git"), Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	p.Mounts = append(p.Mounts, policy.Mount{Path: filepath.Join(dir, ".git"), Access: policy.AccessRead, Protected: true, Missing: true, Dir: true})
 	for _, warm := range []bool{false, true} {
 		b.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(b *testing.B) {
 			for b.Loop() {
 				if !warm {
 					closeIdle()
 				}
-				if _, _, err := p.Run(context.Background(), probeOp, nil); err != nil {
+				if _, _, err := Run(context.Background(), p, probeOp, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -901,12 +905,12 @@ func BenchmarkCommandTrue(b *testing.B) {
 	dir := b.TempDir()
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
-	for _, network := range []Network{NetworkRestricted, NetworkEnabled} {
-		b.Run(map[Network]string{NetworkRestricted: "restricted", NetworkEnabled: "enabled"}[network], func(b *testing.B) {
+	for _, network := range []policy.Network{policy.NetworkRestricted, policy.NetworkEnabled} {
+		b.Run(map[policy.Network]string{policy.NetworkRestricted: "restricted", policy.NetworkEnabled: "enabled"}[network], func(b *testing.B) {
 			p := workspaceWrite(dir)
 			p.Network = network
 			for b.Loop() {
-				spec, err := p.Command("/bin/true", []string{"true"}, nil, dir)
+				spec, err := Command(p, "/bin/true", []string{"true"}, nil, dir)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -955,7 +959,7 @@ func TestRunWarmHelper(t *testing.T) {
 	for i := range 16 {
 		go func() {
 			req, _ := json.Marshal(fsReq{"write", filepath.Join(ws, fmt.Sprint(i))})
-			reply, _, err := p.Run(context.Background(), "test.probe", req)
+			reply, _, err := Run(context.Background(), p, "test.probe", req)
 			if err != nil {
 				errs <- err.Error()
 				return
@@ -975,9 +979,9 @@ func TestCommandViews(t *testing.T) {
 	needSandbox(t)
 	ws, out := fixture(t)
 	self, _ := os.Executable()
-	none := &Plan{Root: AccessNone, Mounts: []Mount{
-		{Path: self, Access: AccessRead}, // the probe command itself
-		{Path: ws, Access: AccessWrite, Dir: true},
+	none := &policy.Plan{Root: policy.AccessNone, Mounts: []policy.Mount{
+		{Path: self, Access: policy.AccessRead}, // the probe command itself
+		{Path: ws, Access: policy.AccessWrite, Dir: true},
 	}}
 	got := runProbes(t, none, ws, "write:"+filepath.Join(ws, "a.txt"), "read:"+filepath.Join(out, "secret.txt"), "read:/etc/passwd", "write:/x")
 	for k, v := range map[string]string{
@@ -990,7 +994,7 @@ func TestCommandViews(t *testing.T) {
 			t.Errorf("empty root: %s = %q, want %q", k, got[k], v)
 		}
 	}
-	all := &Plan{Root: AccessWrite, Network: NetworkEnabled}
+	all := &policy.Plan{Root: policy.AccessWrite, Network: policy.NetworkEnabled}
 	got = runProbes(t, all, ws, "write:"+filepath.Join(out, "w.txt"), "mountro:/proc/sys")
 	if got["write:"+filepath.Join(out, "w.txt")] != "ok" || got["mountro:/proc/sys"] != "ro" {
 		t.Errorf("writable root: %v", got)
@@ -1022,7 +1026,7 @@ __attribute__((constructor)) static void pwn(void) {
 	if b, err := exec.Command(gcc, "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
 		t.Skipf("gcc: %v %s", err, b)
 	}
-	spec, err := workspaceWrite(ws).Command("/bin/true", []string{"true"}, []string{"LD_PRELOAD=" + so}, ws)
+	spec, err := Command(workspaceWrite(ws), "/bin/true", []string{"true"}, []string{"LD_PRELOAD=" + so}, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1048,7 +1052,7 @@ func TestProtectedMountPointShared(t *testing.T) {
 	ws, _ := fixture(t)
 	codex := filepath.Join(ws, ".codex")
 	p := workspaceWrite(ws)
-	p.Mounts = append(p.Mounts, Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	p.Mounts = append(p.Mounts, policy.Mount{Path: codex, Access: policy.AccessRead, Protected: true, Missing: true, Dir: true})
 	run := func() {
 		t.Helper()
 		if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
@@ -1190,7 +1194,7 @@ func TestCommandNoSetID(t *testing.T) {
 	ws, _ := fixture(t)
 	for _, tc := range []struct {
 		name string
-		plan *Plan
+		plan *policy.Plan
 		want string
 	}{
 		{"plain", workspaceWrite(ws), setIDWant},
@@ -1276,8 +1280,8 @@ func TestCommandUnixSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel, _ := filepath.Rel(ws, filepath.Join(out, "daemon.sock"))
-	for _, network := range []Network{NetworkEnabled, NetworkRestricted} {
-		t.Run(map[Network]string{NetworkEnabled: "enabled", NetworkRestricted: "restricted"}[network], func(t *testing.T) {
+	for _, network := range []policy.Network{policy.NetworkEnabled, policy.NetworkRestricted} {
+		t.Run(map[policy.Network]string{policy.NetworkEnabled: "enabled", policy.NetworkRestricted: "restricted"}[network], func(t *testing.T) {
 			p := workspaceWrite(ws)
 			p.Network = network
 			want := map[string]string{
@@ -1291,7 +1295,7 @@ func TestCommandUnixSockets(t *testing.T) {
 				"dgram-pair:" + filepath.Join(out, "log"):           "socketpair EACCES",
 				"seqpacket-name:" + filepath.Join(out, "log"):       "ok",
 			}
-			if network == NetworkRestricted {
+			if network == policy.NetworkRestricted {
 				for k := range want {
 					if strings.HasPrefix(k, "connect-unix:") {
 						want[k] = "EPERM" // no connect at all
@@ -1328,7 +1332,7 @@ func TestCommandUnixSockets(t *testing.T) {
 	// Allowed by name (the server's setting): connects.
 	t.Setenv(AllowUnixSocketsEnv, filepath.Join(out, "daemon.sock"))
 	p := workspaceWrite(ws)
-	p.Network = NetworkEnabled
+	p.Network = policy.NetworkEnabled
 	if got := runProbes(t, p, ws, "connect-unix:"+filepath.Join(ws, "link.sock")); got["connect-unix:"+filepath.Join(ws, "link.sock")] != "ok" {
 		t.Errorf("an allowed socket: %v", got)
 	}
@@ -1385,7 +1389,7 @@ func TestCommandCapabilitiesEveryThread(t *testing.T) {
 	ws, _ := fixture(t)
 	for _, tc := range []struct {
 		name string
-		plan *Plan
+		plan *policy.Plan
 	}{{"plain", workspaceWrite(ws)}, {"supervised", denyPlan(t, ws)}} {
 		got := runProbes(t, tc.plan, ws, "caps-all:1", "caps-all:")
 		for k, v := range got {
@@ -1396,5 +1400,26 @@ func TestCommandCapabilitiesEveryThread(t *testing.T) {
 		if r := runOp(t, tc.plan, "caps-all", ""); !strings.HasSuffix(r, "with capabilities: []") {
 			t.Errorf("%s: fs helper: %s", tc.name, r)
 		}
+	}
+}
+
+// noReexecEnv makes TestMain skip MaybeMain, as a program embedding the
+// server without calling reexec.Main would.
+const noReexecEnv = "SANDBOX_TEST_NO_REEXEC"
+
+// TestProbeNeedsReexecMain: in a program whose main did not call
+// reexec.Main, the sandbox is unavailable and says why, rather than
+// re-executing /proc/self/exe (which would run that program's main).
+func TestProbeNeedsReexecMain(t *testing.T) {
+	if os.Getenv(noReexecEnv) == "1" {
+		if s := Probe(); s.Available || !strings.Contains(s.Missing, "reexec.Main") {
+			t.Fatalf("Probe without reexec.Main = %+v", s)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestProbeNeedsReexecMain$", "-test.count=1")
+	cmd.Env = append(os.Environ(), noReexecEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }

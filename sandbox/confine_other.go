@@ -6,6 +6,9 @@ import (
 	"context"
 	"errors"
 	"os"
+
+	"github.com/execgo/exec-server/internal/reexec"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 var errUnsupported = errors.New("sandbox: not supported on this system")
@@ -17,16 +20,16 @@ func Probe() Support { return probe() }
 
 func registerOp(string, OpFunc) {}
 
-func (p *Plan) run(context.Context, string, []byte) ([]byte, *os.File, error) {
+func run(context.Context, *policy.Plan, string, []byte) ([]byte, *os.File, error) {
 	return nil, nil, errUnsupported
 }
 
-func (p *Plan) command(string, []string, []string, string) (*Spec, error) {
+func command(*policy.Plan, string, []string, []string, string) (*Spec, error) {
 	return nil, errUnsupported
 }
 
-// MaybeMain returns at once: no helper runs here.
-func MaybeMain() {}
+// MaybeMain is reexec.Main: no sandbox helper runs here.
+func MaybeMain() { reexec.Main() }
 
 // CleanStale does nothing: no mount points are made here.
 func CleanStale() []string { return nil }

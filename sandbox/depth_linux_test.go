@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/plantest"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // TestDenyGlobAnyDepth: without glob_scan_max_depth a deny glob masks its
@@ -28,16 +30,16 @@ func TestDenyGlobAnyDepth(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("deep secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	raw := ctx([]string{special("root", "read"), special("project_roots", "write"), glob("**/*.env", "deny")},
-		`,"cwd":"`+uri(ws)+`","workspaceRoots":["`+uri(ws)+`"]`)
-	p := resolve(t, raw, Env{})
-	if m, ok := findMount(p, secret); !ok || m.Access != AccessNone {
+	raw := plantest.Context([]string{plantest.Special("root", "read"), plantest.Special("project_roots", "write"), plantest.Glob("**/*.env", "deny")},
+		`,"cwd":"`+plantest.URI(ws)+`","workspaceRoots":["`+plantest.URI(ws)+`"]`)
+	p := resolve(t, raw, policy.Env{})
+	if m, ok := findMount(p, secret); !ok || m.Access != policy.AccessNone {
 		t.Fatalf("the match 41 levels deep is not masked\n%s", dump(p))
 	}
 	if got := runOp(t, p, "read", secret); got != "EACCES" {
 		t.Errorf("fs helper read of the deep match: %s, want EACCES", got)
 	}
-	spec, err := p.Command("/bin/cat", []string{"cat", secret}, nil, ws)
+	spec, err := Command(p, "/bin/cat", []string{"cat", secret}, nil, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func TestDenyGlobAnyDepth(t *testing.T) {
 
 	// An explicit depth still bounds the scan (the reference's too).
 	bounded := strings.Replace(raw, `]}},`, `],"glob_scan_max_depth":8}},`, 1)
-	if p := resolve(t, bounded, Env{}); func() bool { _, ok := findMount(p, secret); return ok }() {
+	if p := resolve(t, bounded, policy.Env{}); func() bool { _, ok := findMount(p, secret); return ok }() {
 		t.Errorf("glob_scan_max_depth 8 masked a match 41 levels deep")
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Privilege drop. Credentials, no_new_privs and a Landlock domain belong
@@ -89,25 +90,25 @@ type rulesetAttr struct {
 // (best effort: what an older ABI cannot express is left to the mount view
 // and seccomp, the first layers). It runs before the capabilities go:
 // opening a rule's path may need them.
-func landlockRuleset(rules []landlockRule, network Network) (int, error) {
+func landlockRuleset(rules []landlockRule, network policy.Network) (int, error) {
 	abi := landlockABI()
 	if abi < 1 {
 		return -1, fmt.Errorf("landlock: not available")
 	}
 	handled := handledFS(abi)
 	attr := rulesetAttr{fs: handled}
-	size := unsafe.Sizeof(attr.fs)
+	fields := 1 // how much of rulesetAttr this ABI reads
 	if abi >= 4 {
-		size += unsafe.Sizeof(attr.net)
-		if network == NetworkRestricted {
+		fields++
+		if network == policy.NetworkRestricted {
 			attr.net = llBindTCP | llConnectTCP // no rule: no TCP at all
 		}
 	}
 	if abi >= 6 {
-		size += unsafe.Sizeof(attr.scoped)
+		fields++
 		attr.scoped = llScopeAbstractUnix | llScopeSignal
 	}
-	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
+	fd, e := landlockCreateRuleset(&attr, fields)
 	if e != 0 {
 		return -1, fmt.Errorf("landlock: create ruleset: %w", e)
 	}
@@ -131,8 +132,7 @@ func landlockRuleset(rules []landlockRule, network Network) (int, error) {
 			access &= llFileRights // a file rule takes file rights only
 		}
 		pb := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(pfd)}
-		_, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH,
-			uintptr(unsafe.Pointer(&pb)), 0, 0, 0)
+		e := landlockAddPathRule(fd, &pb)
 		unix.Close(pfd)
 		if e != 0 {
 			return -1, fmt.Errorf("landlock: rule %s: %w", r.path, e)
@@ -151,7 +151,7 @@ func landlockRuleset(rules []landlockRule, network Network) (int, error) {
 // best effort, the layer is then left out (the mount view, the empty
 // capability sets and seccomp still hold).
 // unixDgram allows AF_UNIX datagram sockets (see seccompProgram).
-func lockdown(rules []landlockRule, network Network, unixDgram bool) error {
+func lockdown(rules []landlockRule, network policy.Network, unixDgram bool) error {
 	ruleset := -1
 	if landlockABI() >= 2 {
 		var err error
@@ -219,7 +219,7 @@ func dropOtherThreads(hdr *unix.CapUserHeader, data *[2]unix.CapUserData) error 
 	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 {
 		return fmt.Errorf("ambient capabilities of every thread: %w", e)
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+	if e := capsetAllThreads(hdr, data); e != 0 {
 		return fmt.Errorf("capset on every thread: %w", e)
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The managed proxy's route into a NetworkProxied sandbox. The command's
@@ -22,8 +24,8 @@ import (
 // connections are the host's while the listeners stay the command's).
 
 // proxyListen is the init's side; it does nothing without a route.
-func proxyListen(p *Plan) error {
-	if p.Network != NetworkProxied {
+func proxyListen(p *policy.Plan) error {
+	if p.Network != policy.NetworkProxied {
 		return nil
 	}
 	r := p.Proxy
@@ -33,7 +35,7 @@ func proxyListen(p *Plan) error {
 	if err := loopbackUp(); err != nil {
 		return stepErr("network proxy: loopback up", err)
 	}
-	fds := make([]int, 0, 2)
+	fds := make([]int, 0, 4)
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -48,6 +50,13 @@ func proxyListen(p *Plan) error {
 			return stepErr(fmt.Sprintf("network proxy: listen on 127.0.0.1:%d", port), err)
 		}
 		fds = append(fds, fd)
+	}
+	if r.TransparentPort != 0 {
+		tfds, err := transparentListen(r.TransparentPort) // transparent_linux.go
+		if err != nil {
+			return err
+		}
+		fds = append(fds, tfds...)
 	}
 	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

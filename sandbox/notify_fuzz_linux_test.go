@@ -63,15 +63,15 @@ func FuzzDecodeCall(f *testing.F) {
 			return
 		}
 		switch c.op {
-		case "open", "mkdir", "mknod", "link", "symlink", "rename":
-		case "bind":
+		case opOpen, opMkdir, opMknod, opLink, opSymlink, opRename:
+		case opBind:
 			// Its address is not a path: handle never reads it as one.
 			if c.path != 0 || c.path2 != 0 || c.addr != a1 || c.addrLen != int(int32(uint32(a2))) {
 				t.Fatalf("decodeCall(bind) = %+v", c)
 			}
 			return
 		default:
-			t.Fatalf("decodeCall(nr %d) = op %q", nr, c.op)
+			t.Fatalf("decodeCall(nr %d) = op %v", nr, c.op)
 		}
 		if c.path == 0 && a0 != 0 && a1 != 0 {
 			t.Fatalf("decodeCall(nr %d): no path address", nr)

@@ -12,26 +12,29 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/test/plantest"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // denyPlan resolves a workspace-write policy over ws with the deny globs
 // **/*.env and secrets/** and the missing deny path ws/missing.key.
-func denyPlan(t testing.TB, ws string) *Plan {
+func denyPlan(t testing.TB, ws string) *policy.Plan {
 	t.Helper()
-	return resolve(t, ctx([]string{
-		special("root", "read"),
-		pathEntry(ws, "write"),
-		glob(ws+"/**/*.env", "deny"),
-		glob(ws+"/secrets/**", "deny"),
-		pathEntry(filepath.Join(ws, "missing.key"), "deny"),
-	}, ""), Env{})
+	return resolve(t, plantest.Context([]string{
+		plantest.Special("root", "read"),
+		plantest.Path(ws, "write"),
+		plantest.Glob(ws+"/**/*.env", "deny"),
+		plantest.Glob(ws+"/secrets/**", "deny"),
+		plantest.Path(filepath.Join(ws, "missing.key"), "deny"),
+	}, ""), policy.Env{})
 }
 
 // runSh runs sh -c script confined by p in dir; it returns the exit status
 // and the output (stdout and stderr).
-func runSh(t *testing.T, p *Plan, dir, script string) (int, string) {
+func runSh(t *testing.T, p *policy.Plan, dir, script string) (int, string) {
 	t.Helper()
-	spec, err := p.Command("/bin/sh", []string{"sh", "-c", script}, []string{"PATH=/usr/bin:/bin"}, dir)
+	spec, err := Command(p, "/bin/sh", []string{"sh", "-c", script}, []string{"PATH=/usr/bin:/bin"}, dir)
 	if err != nil {
 		t.Fatalf("Command: %v", err)
 	}
@@ -394,7 +397,7 @@ func BenchmarkCommandCreate1000(b *testing.B) {
 				p.DenyGlobs = nil
 			}
 			for b.Loop() {
-				spec, err := p.Command("/bin/sh", []string{"sh", "-c", script}, nil, ws)
+				spec, err := Command(p, "/bin/sh", []string{"sh", "-c", script}, nil, ws)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -415,7 +418,7 @@ func BenchmarkCommandTrueDenyGlobs(b *testing.B) {
 	defer null.Close()
 	p := denyPlan(b, ws)
 	for b.Loop() {
-		spec, err := p.Command("/bin/true", []string{"true"}, nil, ws)
+		spec, err := Command(p, "/bin/true", []string{"true"}, nil, ws)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -428,8 +431,8 @@ func BenchmarkCommandTrueDenyGlobs(b *testing.B) {
 func TestCommandDenyGlobEmptyRoot(t *testing.T) {
 	needSandbox(t)
 	ws := denyFixture(t)
-	p := resolve(t, ctx([]string{pathEntry(ws, "write"), glob(ws+"/**/*.env", "deny")}, ""), Env{})
-	if p.Root != AccessNone || !superviseCreation(p) {
+	p := resolve(t, plantest.Context([]string{plantest.Path(ws, "write"), plantest.Glob(ws+"/**/*.env", "deny")}, ""), policy.Env{})
+	if p.Root != policy.AccessNone || !superviseCreation(p) {
 		t.Fatalf("want an empty root with supervision: %s", dump(p))
 	}
 	code, out := runSh(t, p, ws, "echo ok > ok2.txt && echo x > e.env")
@@ -538,14 +541,14 @@ func TestCommandDenyGlobMoveMount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := resolve(t, ctx([]string{
-		special("root", "read"),
-		pathEntry(ws, "write"),
-		glob(ws+"/**/*.env", "deny"),
-		pathEntry(filepath.Join(ws, "sub/secret.txt"), "deny"),
-		pathEntry(filepath.Join(ws, "b/c/secret2.txt"), "deny"),
-		pathEntry(filepath.Join(ws, "a/ro"), "read"),
-	}, ""), Env{})
+	p := resolve(t, plantest.Context([]string{
+		plantest.Special("root", "read"),
+		plantest.Path(ws, "write"),
+		plantest.Glob(ws+"/**/*.env", "deny"),
+		plantest.Path(filepath.Join(ws, "sub/secret.txt"), "deny"),
+		plantest.Path(filepath.Join(ws, "b/c/secret2.txt"), "deny"),
+		plantest.Path(filepath.Join(ws, "a/ro"), "read"),
+	}, ""), policy.Env{})
 	if !superviseCreation(p) {
 		t.Fatalf("no supervision for %s", dump(p))
 	}
@@ -623,10 +626,10 @@ func TestCommandDenyGlobBind(t *testing.T) {
 	needSandbox(t)
 	needPython(t)
 	ws := denyFixture(t)
-	raw := strings.Replace(ctx([]string{special("root", "read"), pathEntry(ws, "write"),
-		glob(ws+"/**/*.env", "deny"), glob(ws+"/secrets/**", "deny")}, ""),
+	raw := strings.Replace(plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(ws, "write"),
+		plantest.Glob(ws+"/**/*.env", "deny"), plantest.Glob(ws+"/secrets/**", "deny")}, ""),
 		`"network":"restricted"`, `"network":"enabled"`, 1)
-	p := resolve(t, raw, Env{})
+	p := resolve(t, raw, policy.Env{})
 	code, out := runSh(t, p, ws, "WS=$PWD exec /usr/bin/python3 -c '"+pyBind+"'")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
@@ -708,8 +711,8 @@ func TestCommandDenyGlobSymlinkOut(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(other, "f.txt"), []byte("f"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := resolve(t, ctx([]string{special("root", "read"), pathEntry(ws, "write"), pathEntry(other, "write"),
-		glob(ws+"/**/*.env", "deny"), glob(ws+"/secrets/**", "deny")}, ""), Env{})
+	p := resolve(t, plantest.Context([]string{plantest.Special("root", "read"), plantest.Path(ws, "write"), plantest.Path(other, "write"),
+		plantest.Glob(ws+"/**/*.env", "deny"), plantest.Glob(ws+"/secrets/**", "deny")}, ""), policy.Env{})
 	refused := []struct{ name, script, gone string }{
 		{"directory in another writable root", "mkdir " + other + "/x && ln -s " + other + "/x cfg && echo S=1 > cfg/.env", "cfg"},
 		{"missing in another writable root", "ln -s " + other + "/y cfg2 && mkdir " + other + "/y && echo S=1 > cfg2/.env", "cfg2"},
@@ -769,12 +772,12 @@ func checkResults(t *testing.T, out string, want map[string]string) {
 
 // runProbesAsync is runProbes for concurrent commands: the probe output,
 // or an error.
-func runProbesAsync(p *Plan, dir string, probes ...string) (string, error) {
+func runProbesAsync(p *policy.Plan, dir string, probes ...string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	spec, err := p.Command(self, append([]string{"probe"}, probes...), []string{probeEnv + "=1"}, dir)
+	spec, err := Command(p, self, append([]string{"probe"}, probes...), []string{probeEnv + "=1"}, dir)
 	if err != nil {
 		return "", err
 	}

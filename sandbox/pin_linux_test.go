@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // A directory of a writable root that holds a mount (a read-only carve-out,
@@ -27,13 +29,13 @@ func TestCommandCannotMoveAMountAway(t *testing.T) {
 	}
 	p := workspaceWrite(ws)
 	p.Mounts = append(p.Mounts,
-		Mount{Path: filepath.Join(ws, "a", "b"), Access: AccessRead, Dir: true},
-		Mount{Path: filepath.Join(ws, "d", "secret.txt"), Access: AccessNone},
-		Mount{Path: filepath.Join(ws, "x", "y", "z"), Access: AccessRead, Dir: true})
+		policy.Mount{Path: filepath.Join(ws, "a", "b"), Access: policy.AccessRead, Dir: true},
+		policy.Mount{Path: filepath.Join(ws, "d", "secret.txt"), Access: policy.AccessNone},
+		policy.Mount{Path: filepath.Join(ws, "x", "y", "z"), Access: policy.AccessRead, Dir: true})
 	script := `for m in "a c" "d e" "x x2" "x/y x/y2"; do mv $m 2>/dev/null && echo "moved $m"; done
 mkdir -p a/b d x/y/z; echo new > a/b/new; echo new > d/secret.txt; echo new > x/y/z/new
 echo control > ok.txt; mkdir -p free/sub && mv free free2 && echo "moved free"`
-	spec, err := p.Command("/bin/sh", []string{"sh", "-c", script}, nil, ws)
+	spec, err := Command(p, "/bin/sh", []string{"sh", "-c", script}, nil, ws)
 	if err != nil {
 		t.Fatal(err)
 	}

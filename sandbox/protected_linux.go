@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // Mount points of missing protected paths are created on the host for the
@@ -55,7 +57,7 @@ func (e *protEntry) holds(path string) bool {
 }
 
 // protMadeMarker marks a directory an exec-server made.
-const protMadeMarker = mountPointMarker
+const protMadeMarker = policy.MountPointMarker
 
 // lockWait bounds how long an acquire waits for another server's remover
 // (which holds the directory exclusively for microseconds, but may be
@@ -63,7 +65,7 @@ const protMadeMarker = mountPointMarker
 // variable for tests.
 var lockWait = 20 * time.Second
 
-func acquireProtected(p *Plan) (func(), error) {
+func acquireProtected(p *policy.Plan) (func(), error) {
 	var paths []string
 	var failed error
 	protMu.Lock()
@@ -83,7 +85,7 @@ func acquireProtected(p *Plan) (func(), error) {
 		hold := isMountPoint(m.Path) ||
 			m.Protected && (m.Missing || missingOrDir(m.Path)) ||
 			!m.Protected && !m.Missing && isProtectedName(m.Path) && missingOrDir(m.Path) &&
-				p.accessOf(filepath.Dir(m.Path)) == AccessWrite
+				accessOf(p, filepath.Dir(m.Path)) == policy.AccessWrite
 		if !hold {
 			continue
 		}
@@ -152,7 +154,7 @@ func exists(path string) bool {
 // ProtectedNames.
 func isProtectedName(path string) bool {
 	base := filepath.Base(path)
-	for _, n := range ProtectedNames {
+	for _, n := range policy.ProtectedNames {
 		if base == n {
 			return true
 		}

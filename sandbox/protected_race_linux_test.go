@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/internal/test/plantest"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // TestProtectedMissingRace: fs helpers and commands of one workspace, with
@@ -29,17 +32,17 @@ import (
 // its own read entries name .git and .codex (skipped when missing), so a
 // protected name that exists, if only as a concurrent sandbox's mount
 // point, comes from an entry, and one that is missing from protect.
-func codexPlan(ws string) (*Plan, error) {
-	w := uri(ws)
-	raw := ctx([]string{special("root", "read"), special("project_roots", "write"),
+func codexPlan(ws string) (*policy.Plan, error) {
+	w := plantest.URI(ws)
+	raw := plantest.Context([]string{plantest.Special("root", "read"), plantest.Special("project_roots", "write"),
 		`{"path":{"type":"special","value":{"kind":"project_roots","subpath":".git"}},"access":"read","missing_path_behavior":"skip"}`,
 		`{"path":{"type":"special","value":{"kind":"project_roots","subpath":".codex"}},"access":"read","missing_path_behavior":"skip"}`,
 	}, `,"cwd":"`+w+`","workspaceRoots":["`+w+`"]`)
-	p, err := Parse([]byte(raw))
+	p, err := policy.Parse([]byte(raw))
 	if err != nil {
 		return nil, err
 	}
-	return Resolve(p, Env{})
+	return policy.Resolve(p, policy.Env{})
 }
 
 // TestProtectedMountPointOfConcurrentSandbox: a command resolved while a
@@ -66,7 +69,7 @@ func TestProtectedMountPointOfConcurrentSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := cmdPlan.Command("/bin/sh", []string{"sh", "-c", "while [ ! -e go ]; do sleep 0.01; done; mkdir -p .git/hooks && echo CREATED"}, nil, ws)
+	spec, err := Command(cmdPlan, "/bin/sh", []string{"sh", "-c", "while [ ! -e go ]; do sleep 0.01; done; mkdir -p .git/hooks && echo CREATED"}, nil, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +133,7 @@ func TestProtectedMissingRace(t *testing.T) {
 	needSandbox(t)
 	ws, _ := fixture(t)
 	names := []string{".git", ".codex"}
-	plan := func() *Plan {
+	plan := func() *policy.Plan {
 		p, err := codexPlan(ws)
 		if err != nil {
 			panic(err)
@@ -169,7 +172,7 @@ func TestProtectedMissingRace(t *testing.T) {
 			for !stop.Load() {
 				for _, n := range names {
 					req, _ := json.Marshal(fsReq{"write", filepath.Join(ws, n, "x")})
-					reply, f, err := plan().Run(context.Background(), "test.probe", req)
+					reply, f, err := Run(context.Background(), plan(), "test.probe", req)
 					if f != nil {
 						f.Close()
 					}
@@ -188,7 +191,7 @@ func TestProtectedMissingRace(t *testing.T) {
 			null, _ := os.Open(os.DevNull)
 			defer null.Close()
 			for !stop.Load() {
-				spec, err := plan().Command("/bin/sh", []string{"sh", "-c", "mkdir -p .git/hooks || mkdir .codex/x || exit 3"}, nil, ws)
+				spec, err := Command(plan(), "/bin/sh", []string{"sh", "-c", "mkdir -p .git/hooks || mkdir .codex/x || exit 3"}, nil, ws)
 				if err != nil {
 					continue // fails closed
 				}
@@ -305,13 +308,13 @@ func TestProtectedHeldByRemover(t *testing.T) {
 		}
 		return f
 	}
-	plan := func() *Plan {
+	plan := func() *policy.Plan {
 		t.Helper()
 		p, err := codexPlan(ws)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, ok := findMount(p, git); !ok || m.Missing || m.Access != AccessRead {
+		if m, ok := findMount(p, git); !ok || m.Missing || m.Access != policy.AccessRead {
 			t.Fatalf(".git: %+v, %v", m, ok)
 		}
 		return p
@@ -320,7 +323,7 @@ func TestProtectedHeldByRemover(t *testing.T) {
 	defer func(w time.Duration) { lockWait = w }(lockWait)
 	lockWait = 300 * time.Millisecond
 	other := lockedDir()
-	if spec, err := plan().Command("/bin/true", []string{"true"}, nil, ws); err == nil {
+	if spec, err := Command(plan(), "/bin/true", []string{"true"}, nil, ws); err == nil {
 		spec.Release()
 		t.Error("a protected directory held exclusively by another server was used")
 	}
@@ -333,7 +336,7 @@ func TestProtectedHeldByRemover(t *testing.T) {
 		_ = os.Remove(git)
 		other.Close()
 	}()
-	spec, err := p.Command("/bin/true", []string{"true"}, nil, ws)
+	spec, err := Command(p, "/bin/true", []string{"true"}, nil, ws)
 	if err != nil {
 		t.Fatalf("after the remover finished: %v", err)
 	}
@@ -355,7 +358,7 @@ func TestProtectedRemovalRetried(t *testing.T) {
 	ws, _ := fixture(t)
 	codex := filepath.Join(ws, ".codex")
 	p := workspaceWrite(ws)
-	p.Mounts = append(p.Mounts, Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	p.Mounts = append(p.Mounts, policy.Mount{Path: codex, Access: policy.AccessRead, Protected: true, Missing: true, Dir: true})
 	if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
 		t.Fatalf("write under the mask = %s", got)
 	}
@@ -399,17 +402,17 @@ func TestResolveServerMountPoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(ws, ".git", mountPointMarker), nil, 0o400); err != nil {
+	if err := os.WriteFile(filepath.Join(ws, ".git", policy.MountPointMarker), nil, 0o400); err != nil {
 		t.Fatal(err)
 	}
 	p, err := codexPlan(ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, ok := findMount(p, filepath.Join(ws, ".git")); !ok || !m.Protected || !m.Missing || m.Access != AccessRead {
+	if m, ok := findMount(p, filepath.Join(ws, ".git")); !ok || !m.Protected || !m.Missing || m.Access != policy.AccessRead {
 		t.Errorf("a mount point .git: %+v, %v\n%s", m, ok, dump(p))
 	}
-	if m, ok := findMount(p, filepath.Join(ws, ".codex")); !ok || m.Protected || m.Missing || m.Access != AccessRead {
+	if m, ok := findMount(p, filepath.Join(ws, ".codex")); !ok || m.Protected || m.Missing || m.Access != policy.AccessRead {
 		t.Errorf("a real .codex: %+v, %v\n%s", m, ok, dump(p))
 	}
 }
@@ -426,7 +429,7 @@ func TestProtectedRemovedWhileHeld(t *testing.T) {
 	ws, out := fixture(t)
 	codex := filepath.Join(ws, ".codex")
 	p := workspaceWrite(ws)
-	p.Mounts = append(p.Mounts, Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
+	p.Mounts = append(p.Mounts, policy.Mount{Path: codex, Access: policy.AccessRead, Protected: true, Missing: true, Dir: true})
 	if got := runOp(t, p, "write", filepath.Join(codex, "x")); got != "EROFS" {
 		t.Fatalf("write under the mask = %s", got)
 	}
@@ -438,9 +441,9 @@ func TestProtectedRemovedWhileHeld(t *testing.T) {
 	}
 	// Another plan (another helper), same protected path.
 	q := workspaceWrite(ws)
-	q.Mounts = append(q.Mounts, Mount{Path: out, Access: AccessRead, Dir: true},
-		Mount{Path: codex, Access: AccessRead, Protected: true, Missing: true, Dir: true})
-	sortMounts(q.Mounts)
+	q.Mounts = append(q.Mounts, policy.Mount{Path: out, Access: policy.AccessRead, Dir: true},
+		policy.Mount{Path: codex, Access: policy.AccessRead, Protected: true, Missing: true, Dir: true})
+	policy.SortMounts(q.Mounts)
 	if got := runOp(t, q, "write", filepath.Join(codex, "x")); got != "EROFS" {
 		t.Errorf("write under the mask after the mount point went = %s", got)
 	}

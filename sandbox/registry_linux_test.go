@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // deadPid returns the pid of a process that has ended.
@@ -156,8 +158,8 @@ func TestCleanStaleKeepsMounted(t *testing.T) {
 	ws, _ := fixture(t)
 	p := filepath.Join(ws, ".codex")
 	plan := workspaceWrite(ws)
-	plan.Mounts = append(plan.Mounts, Mount{Path: p, Access: AccessRead, Protected: true, Missing: true, Dir: true})
-	spec, err := plan.Command("/bin/sh", []string{"sh", "-c", "echo up; read x; mkdir -p .codex/x && echo made"}, nil, ws)
+	plan.Mounts = append(plan.Mounts, policy.Mount{Path: p, Access: policy.AccessRead, Protected: true, Missing: true, Dir: true})
+	spec, err := Command(plan, "/bin/sh", []string{"sh", "-c", "echo up; read x; mkdir -p .codex/x && echo made"}, nil, ws)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The seccomp filter is hand-written classic BPF (libseccomp needs cgo and
@@ -130,7 +131,7 @@ const (
 
 // seccompProgram builds the filter for a network mode. unixDgram allows
 // AF_UNIX datagram sockets (a plan in which every path is writable).
-func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
+func seccompProgram(network policy.Network, unixDgram bool) []unix.SockFilter {
 	p := []unix.SockFilter{
 		bpfStmt(ldW, offArch),
 		bpfJump(jeqK, seccompArch, 1, 0),
@@ -201,7 +202,7 @@ func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
 	// reach any host datagram socket it can name (/dev/log, journald),
 	// even with the network restricted. Only stream and seqpacket sockets
 	// (whose sendmsg refuses or ignores a destination) are left; their
-	// connect is supervised (notify_linux.go) when the network is enabled.
+	// connect is supervised (notify_socket_linux.go) when the network is enabled.
 	unixSock := []unix.SockFilter{bpfStmt(retK, retAllow)}
 	if !unixDgram {
 		unixSock = []unix.SockFilter{
@@ -214,7 +215,7 @@ func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
 		}
 	}
 	var sock []unix.SockFilter
-	if network == NetworkRestricted {
+	if network == policy.NetworkRestricted {
 		for _, nr := range networkDenied {
 			deny(nr, retEPERM)
 		}
@@ -240,15 +241,11 @@ func seccompProgram(network Network, unixDgram bool) []unix.SockFilter {
 
 // installSeccomp installs the filter on every thread of the process
 // (TSYNC). no_new_privs must already be set on the calling thread.
-func installSeccomp(network Network, unixDgram bool) error {
+func installSeccomp(network policy.Network, unixDgram bool) error {
 	if seccompArch == 0 {
 		return errors.New("seccomp: unsupported architecture " + runtime.GOARCH)
 	}
-	prog := seccompProgram(network, unixDgram)
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
+	r, e := seccompSetFilter(unix.SECCOMP_FILTER_FLAG_TSYNC, seccompProgram(network, unixDgram))
 	if e != 0 {
 		return e
 	}
@@ -279,11 +276,7 @@ func commandProgram() []unix.SockFilter {
 // installCommandFilter installs commandProgram on the calling thread only
 // (what it forks inherits it).
 func installCommandFilter() error {
-	prog := commandProgram()
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if e != 0 {
+	if _, e := seccompSetFilter(0, commandProgram()); e != 0 {
 		return e
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // The view is built in the helper's fresh mount namespace with the new
@@ -46,7 +48,7 @@ func stepErr(step string, err error) error {
 }
 
 type viewBuilder struct {
-	p       *Plan
+	p       *policy.Plan
 	opts    viewOpts
 	view    int // the view's root mount, attached on top of /
 	masks   int // a read-only tmpfs holding the mask sources
@@ -56,7 +58,7 @@ type viewBuilder struct {
 
 // buildView builds p's view and pivots into it; it returns the Landlock
 // rules that mirror it (paths of the view).
-func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
+func buildView(p *policy.Plan, opts viewOpts) ([]landlockRule, error) {
 	b := &viewBuilder{p: p, opts: opts, view: -1, masks: -1, mounted: map[string]bool{"/": true}}
 	defer func() {
 		for _, fd := range []int{b.view, b.masks} {
@@ -91,7 +93,7 @@ func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
 	if err := b.proc(); err != nil {
 		return nil, stepErr("/proc", err)
 	}
-	if p.Root == AccessNone {
+	if p.Root == policy.AccessNone {
 		if err := unix.MountSetattr(b.view, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 			return nil, stepErr("read-only root", err)
 		}
@@ -116,14 +118,14 @@ func buildView(p *Plan, opts viewOpts) ([]landlockRule, error) {
 func (b *viewBuilder) root() error {
 	var err error
 	switch b.p.Root {
-	case AccessRead, AccessWrite:
+	case policy.AccessRead, policy.AccessWrite:
 		b.view, err = unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 		if err != nil {
 			return stepErr("clone /", err)
 		}
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 		access := uint64(llRW)
-		if b.p.Root == AccessRead {
+		if b.p.Root == policy.AccessRead {
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 			access = llRO
 		}
@@ -165,7 +167,7 @@ func (b *viewBuilder) root() error {
 	if err := unix.MoveMount(b.view, "", unix.AT_FDCWD, "/", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return stepErr("attach the view", err)
 	}
-	if b.p.Root != AccessNone {
+	if b.p.Root != policy.AccessNone {
 		return nil
 	}
 	// Binds go onto an attached tree.
@@ -174,7 +176,7 @@ func (b *viewBuilder) root() error {
 		if unix.Lstat(d, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			continue
 		}
-		if err := b.bind(d, Mount{Path: d, Access: AccessRead, Dir: true}); err != nil {
+		if err := b.bind(d, policy.Mount{Path: d, Access: policy.AccessRead, Dir: true}); err != nil {
 			return stepErr("minimum "+d, err)
 		}
 	}
@@ -314,7 +316,7 @@ func (b *viewBuilder) attach(src int, path string, follow, create, dir bool) err
 // deeper one pinned its parents already).
 func (b *viewBuilder) pinParents(path string) error {
 	var dirs []string
-	for dir := filepath.Dir(path); !b.mounted[dir] && b.p.accessOf(dir) == AccessWrite; dir = filepath.Dir(dir) {
+	for dir := filepath.Dir(path); !b.mounted[dir] && accessOf(b.p, dir) == policy.AccessWrite; dir = filepath.Dir(dir) {
 		dirs = append(dirs, dir)
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
@@ -343,14 +345,14 @@ func (b *viewBuilder) pinParents(path string) error {
 }
 
 // bind mounts the host's src at m.Path with m.Access (read or write).
-func (b *viewBuilder) bind(src string, m Mount) error {
+func (b *viewBuilder) bind(src string, m policy.Mount) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return fmt.Errorf("clone: %w", err)
 	}
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	access := uint64(llRW)
-	if m.Access != AccessWrite {
+	if m.Access != policy.AccessWrite {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		access = llRO
 	}
@@ -360,7 +362,7 @@ func (b *viewBuilder) bind(src string, m Mount) error {
 	}
 	var st unix.Stat_t
 	dir := unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
-	if err := b.attach(fd, m.Path, true, b.p.Root == AccessNone, dir); err != nil {
+	if err := b.attach(fd, m.Path, true, b.p.Root == policy.AccessNone, dir); err != nil {
 		return err
 	}
 	if !m.Protected {
@@ -376,10 +378,10 @@ func (b *viewBuilder) mask(name, path string) error {
 	if err != nil {
 		return fmt.Errorf("clone mask: %w", err)
 	}
-	return b.attach(fd, path, false, b.p.Root == AccessNone, name != "f")
+	return b.attach(fd, path, false, b.p.Root == policy.AccessNone, name != "f")
 }
 
-func (b *viewBuilder) mount(m Mount) error {
+func (b *viewBuilder) mount(m policy.Mount) error {
 	if !filepath.IsAbs(m.Path) || m.Path == "/" || filepath.Clean(m.Path) != m.Path {
 		return fmt.Errorf("not an absolute clean path below /")
 	}
@@ -402,7 +404,7 @@ func (b *viewBuilder) mount(m Mount) error {
 			unix.Close(t)
 			return b.mask("p", m.Path)
 		}
-		if b.p.accessOf(filepath.Dir(m.Path)) == AccessWrite {
+		if accessOf(b.p, filepath.Dir(m.Path)) == policy.AccessWrite {
 			return fmt.Errorf("protected path missing and its mount point could not be made: %w", err)
 		}
 		return nil
@@ -420,10 +422,10 @@ func (b *viewBuilder) mount(m Mount) error {
 		}
 		return b.attach(fd, m.Path, false, false, false)
 	case m.Protected:
-		return b.bind(m.Path, Mount{Path: m.Path, Access: AccessRead, Protected: true})
+		return b.bind(m.Path, policy.Mount{Path: m.Path, Access: policy.AccessRead, Protected: true})
 	case !exists:
 		return nil // nothing to show or hide
-	case m.Access == AccessNone:
+	case m.Access == policy.AccessNone:
 		if isDir {
 			return b.mask("d", m.Path)
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/execgo/exec-server/internal/codexhome"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // capabilities/discoverV2: the skills in the executor's codex home, as the
@@ -99,7 +99,7 @@ func decodeCapabilityRoots(raw json.RawMessage) (any, error) {
 		if _, err := fileuri.Parse(r.Path); err != nil {
 			return nil, err
 		}
-		if _, err := sandbox.Parse(r.Sandbox); err != nil {
+		if _, err := policy.Parse(r.Sandbox); err != nil {
 			return nil, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/execgo/exec-server/fsys"
+	"github.com/execgo/exec-server/httpcall"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/process"
@@ -36,7 +37,7 @@ type method struct {
 
 // afterReplier is a result with work to start once its reply is queued
 // (http/request's streamed body: every bodyDelta follows the result).
-type afterReplier interface{ afterReply() }
+type afterReplier interface{ AfterReply() }
 
 // connState is one connection's view: its lifecycle and its session.
 type connState struct {
@@ -48,6 +49,7 @@ type connState struct {
 	fsOrder           fsOrder
 	longPolls         atomic.Int32 // process/read requests waiting off the handler pool
 	watches           watches
+	http              httpcall.ConnState // http/request calls in flight
 
 	mu          sync.Mutex
 	initStarted bool // initialize received (and not failed)
@@ -102,7 +104,7 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 		}
 		cs.conn.Reply(id, res, err)
 		if a, ok := res.(afterReplier); ok && err == nil {
-			a.afterReply()
+			a.AfterReply()
 		}
 	}
 	longPoll := msg.Method == protocol.MethodProcessRead && isLongPoll(params)

@@ -61,9 +61,11 @@ func (s *Server) capabilities() protocol.Capabilities {
 	// TestApprovedRootWritePreservesRestrictions): true where it runs.
 	linuxSandbox := sandbox.Probe().Available
 	return protocol.Capabilities{
-		protocol.CapNetworkProxyLaunch:                          true,
-		protocol.CapNetworkProxyReviewDomains:                   false,
-		protocol.CapNetworkProxyTransparentTCP:                  false,
+		protocol.CapNetworkProxyLaunch: true,
+		// networkProxy.proxy.reviewDomains always go to the decider
+		// (netproxy.Policy); transparentTcp where the probe succeeds.
+		protocol.CapNetworkProxyReviewDomains:                   true,
+		protocol.CapNetworkProxyTransparentTCP:                  sandbox.TransparentSupport() == nil,
 		protocol.CapCredentialMasking:                           false,
 		protocol.CapCredentialMaskingCustomProviders:            false,
 		protocol.CapCapabilityDiscoverySandbox:                  true, // capabilityRoots/discoverV1 under each root's sandbox (caproots)

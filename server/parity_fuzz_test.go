@@ -1,14 +1,12 @@
 package server
 
 import (
-	"net"
-	"strings"
 	"testing"
 )
 
-// FuzzParityParams: the params decoders of environmentConfig/read,
-// capabilities/discoverV2 and http/request never panic, and what they
-// accept is what the methods rely on.
+// FuzzParityParams: the params decoders of environmentConfig/read and
+// capabilities/discoverV2 never panic, and what they accept is what the
+// methods rely on (http/request's: httpcall.FuzzDecode).
 func FuzzParityParams(f *testing.F) {
 	for _, s := range []string{
 		`{"cwd":"file:///w","configPaths":[["mcp_servers"]],"requirementsPaths":[]}`,
@@ -27,59 +25,5 @@ func FuzzParityParams(f *testing.F) {
 			}
 		}
 		_, _ = decodeDiscover([]byte(raw))
-		if v, err := decodeHTTPRequest([]byte(raw)); err == nil {
-			p := v.(*httpParams)
-			if p.url == nil || (p.url.Scheme != "http" && p.url.Scheme != "https") || !isToken(p.Method) {
-				t.Fatalf("accepted %q", raw)
-			}
-			for _, h := range p.Headers {
-				if h.Value == nil || h.ValueEnvVar != nil || !isToken(h.Name) {
-					t.Fatalf("accepted header %+v of %q", h, raw)
-				}
-			}
-		}
-	})
-}
-
-// FuzzCapturedHeaders: whatever a server sends, the header capture never
-// panics, keeps at most maxHTTPHeaderBytes, and parses only a complete
-// block.
-func FuzzCapturedHeaders(f *testing.F) {
-	f.Add("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nA: 1\r\n folded\r\nb:2\r\n\r\nbody", 200, 7)
-	f.Add("HTTP/1.1 204 No Content\r\n\r\n", 204, 1)
-	f.Fuzz(func(t *testing.T, wire string, status, step int) {
-		if step <= 0 {
-			step = 1
-		}
-		a, b := net.Pipe()
-		defer a.Close()
-		defer b.Close()
-		c := &captureConn{Conn: a}
-		go func() {
-			for i := 0; i < len(wire); i += step {
-				if _, err := b.Write([]byte(wire[i:min(i+step, len(wire))])); err != nil {
-					return
-				}
-			}
-			b.Close()
-		}()
-		buf := make([]byte, 64)
-		for {
-			if _, err := c.Read(buf); err != nil {
-				break
-			}
-		}
-		if len(c.buf) > maxHTTPHeaderBytes+64 {
-			t.Fatalf("kept %d bytes", len(c.buf))
-		}
-		hs := capturedHeaders(c, status)
-		if hs != nil && !c.done {
-			t.Fatal("headers from an incomplete block")
-		}
-		for _, h := range hs {
-			if h.Name != strings.ToLower(h.Name) {
-				t.Fatalf("name %q not lower-case", h.Name)
-			}
-		}
 	})
 }

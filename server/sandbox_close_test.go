@@ -8,6 +8,7 @@ import (
 
 	"github.com/execgo/exec-server/fileuri"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // workspaceWriteSandbox is codex's workspace-write policy for ws, without
@@ -20,7 +21,7 @@ func workspaceWriteSandbox(ws string) map[string]any {
 		map[string]any{"path": special("root"), "access": "read"},
 		map[string]any{"path": special("project_roots"), "access": "write"},
 	}
-	for _, sub := range sandbox.ProtectedNames {
+	for _, sub := range policy.ProtectedNames {
 		entries = append(entries, map[string]any{
 			"path":                  map[string]any{"type": "special", "value": map[string]any{"kind": "project_roots", "subpath": sub}},
 			"access":                "read",
@@ -63,14 +64,14 @@ func TestCloseLeavesNoMountPoints(t *testing.T) {
 				p.call("process/start", params)
 			}
 			held := 0
-			for _, n := range sandbox.ProtectedNames {
+			for _, n := range policy.ProtectedNames {
 				if _, err := os.Lstat(filepath.Join(ws, n)); err == nil {
 					held++
 				}
 			}
 			t.Logf("%d mount points held before Close", held)
 			s.Close()
-			for _, n := range sandbox.ProtectedNames {
+			for _, n := range policy.ProtectedNames {
 				if _, err := os.Lstat(filepath.Join(ws, n)); err == nil {
 					t.Errorf("LEFTOVER: %s is on the host after Server.Close", n)
 				}

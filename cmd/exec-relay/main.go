@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:0", "`IP:PORT` to serve HTTP on (registry, rendezvous websockets, /readyz)")
 	execTokens := fs.String("executor-token-file", "", "`FILE` of bearer tokens accepted on register and validate (executors' CODEX_API_KEY), one per line")
 	harnessTokens := fs.String("harness-token-file", "", "`FILE` of bearer tokens accepted on connect (harnesses' CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN), one per line")
+	directKeys := fs.String("direct-key-file", "", "`FILE` of AWS SigV4 keys (ACCESS_KEY_ID SECRET per line, mode 600) accepted from executors of the direct transport (--remote-transport direct --aws-sigv4)")
 	insecure := fs.Bool("insecure-no-auth", false, "accept any bearer token; allowed only on a loopback --listen")
 	publicURL := fs.String("public-url", "", "base `URL` that minted rendezvous URLs point at (default: the Host of each request)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -107,6 +108,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if *insecure {
 		fmt.Fprintln(stderr, "exec-relay: --insecure-no-auth conflicts with the token files")
 		return 2
+	}
+	if *directKeys != "" {
+		if opts.DirectKeys, err = relay.LoadDirectKeys(*directKeys); err != nil {
+			fmt.Fprintf(stderr, "exec-relay: --direct-key-file: %v\n", err)
+			return 2
+		}
 	}
 	if *secretFile != "" {
 		b, err := os.ReadFile(*secretFile)

@@ -65,7 +65,17 @@ func runForward(args []string, stdin io.Reader, stderr io.Writer) int {
 		return usage("--chatgpt-token-stdin cannot be used with forward")
 	}
 	if err := rem.check(os.LookupEnv); err != nil {
+		var ue usageError
+		if !errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "exec-server forward: %v\n", err)
+			return 1
+		}
 		return usage(err.Error())
+	}
+	if *rem.transport == "direct" {
+		// As the reference (exit 1).
+		fmt.Fprintln(stderr, "exec-server forward: direct exec-server transport does not support forwarding")
+		return 1
 	}
 	if u, err := url.Parse(*connect); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
 		return usage(fmt.Sprintf("invalid --connect URL %q: expected ws://HOST:PORT or wss://…", *connect))

@@ -20,20 +20,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/execgo/exec-server/childinit"
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/cmd/exec-server/cli"
+	"github.com/execgo/exec-server/internal/reexec"
 	"github.com/execgo/exec-server/server"
 )
 
+// main: every personality of this binary is in modes.go. The re-executed
+// helpers come first: reexec.Main runs one and never returns when this
+// process was started as one.
 func main() {
-	childinit.MaybeMain()
-	sandbox.MaybeMain()
+	reexec.Main()
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = `usage: exec-server [flags]
-       exec-server exec|cp|ls|cat|ps|watch [flags] ...   (client subcommands; see exec-server SUBCOMMAND -h)
-       exec-server healthcheck | token mint ...            (operations; see exec-server SUBCOMMAND -h)
+var usage = `usage: exec-server [flags]
+       exec-server ` + strings.Join(cli.Subcommands, "|") + ` [flags] ...
+                    (client subcommands; see exec-server SUBCOMMAND -h)
+       exec-server ` + strings.Join(operationNames(), " | ") + ` ...
+                    (operations; see exec-server SUBCOMMAND -h)
 
 Serves the exec-server protocol on a websocket (default ws://127.0.0.1:0; the
 bound URL is printed as the first line of stdout) or on stdio. The websocket
@@ -48,11 +52,8 @@ flags:
 `
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if code, ok := forwardCommand(args, stdin, stderr); ok {
-		return code
-	}
 	if len(args) > 0 {
-		if code, ok := runSubcommand(args[0], args[1:], stdin, stdout, stderr); ok {
+		if code, ok := runMode(args[0], args[1:], stdin, stdout, stderr); ok {
 			return code
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // reload reads the credential files again (SIGHUP): the capability-token
@@ -35,7 +35,7 @@ func (s *securityFlags) reload(logger *slog.Logger) {
 	}
 	// A replaced secret file is a new inode: record it again so that fs
 	// methods keep refusing it (secrets.go).
-	sandbox.SetServerSecrets(secretPaths(s, os.Environ())...)
+	policy.SetServerSecrets(secretPaths(s, os.Environ())...)
 }
 
 // reloadOnHangup runs reload on every SIGHUP until ctx ends, telling a

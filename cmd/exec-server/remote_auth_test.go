@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +42,9 @@ type regRequest struct {
 	Authorization string
 	AccountID     string
 	BodyShape     string
+	// Check is what the double verified of a signed request (Agent
+	// Identity: the task registration's and the assertion's signatures).
+	Check string
 }
 
 // recorder is a registry double over TLS and over plain http that records
@@ -54,6 +58,9 @@ type recorder struct {
 	reqs       []regRequest
 	hold       chan struct{} // when not nil, register waits for it (or the client's end)
 	seen       chan struct{} // gets a value (if there is room) for each request recorded
+
+	agent      agentDouble
+	taskStatus int // the Agent task registration's answer status (0: 200)
 }
 
 // transportHeaders are set by each HTTP stack its own way.
@@ -61,7 +68,7 @@ var transportHeaders = map[string]bool{"accept-encoding": true, "content-length"
 
 func newRecorder(t *testing.T) *recorder {
 	t.Helper()
-	r := &recorder{seen: make(chan struct{}, 1)}
+	r := &recorder{seen: make(chan struct{}, 1), agent: agentFixture()}
 	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		rr := regRequest{Method: req.Method, Path: req.URL.Path, Authorization: req.Header.Get("Authorization"), AccountID: req.Header.Get("Chatgpt-Account-Id"), BodyShape: jsonShape(body)}
@@ -81,6 +88,30 @@ func newRecorder(t *testing.T) *recorder {
 		if strings.HasSuffix(req.URL.Path, "/wham/config/bundle") {
 			io.WriteString(w, "{}")
 			return
+		}
+		if strings.HasSuffix(req.URL.Path, "/agent-identities/jwks") {
+			r.mu.Lock()
+			r.reqs = append(r.reqs, rr)
+			r.mu.Unlock()
+			w.Write(r.agent.jwks)
+			return
+		}
+		if strings.HasSuffix(req.URL.Path, "/task/register") {
+			rr.Check = r.agent.checkTaskRegistration(body)
+			r.mu.Lock()
+			r.reqs = append(r.reqs, rr)
+			status := r.taskStatus
+			r.mu.Unlock()
+			if status != 0 {
+				w.WriteHeader(status)
+				io.WriteString(w, `{"error":{"code":"double","message":"task refused"}}`)
+				return
+			}
+			io.WriteString(w, `{"task_id":"task-9"}`)
+			return
+		}
+		if strings.HasPrefix(rr.Authorization, "AgentAssertion ") {
+			rr.Authorization = "AgentAssertion " + r.agent.checkAssertion(strings.TrimPrefix(rr.Authorization, "AgentAssertion "))
 		}
 		r.mu.Lock()
 		r.reqs = append(r.reqs, rr)
@@ -203,7 +234,9 @@ type authCase struct {
 	code     int    // exit status
 	refusal  string // the reference's refusal text, "" when it registers
 	want     *regRequest
-	refresh  bool // a token refresh request comes before want
+	refresh  bool         // a token refresh request comes before want
+	pre      []regRequest // requests before want (or before the refusal)
+	task     int          // the Agent task registration's status (0: 200)
 }
 
 func authCases() []authCase {
@@ -243,7 +276,7 @@ func authCases() []authCase {
 	}
 	bearer := []string{"--registration-bearer-stdin"}
 	cg := []string{"--chatgpt-token-stdin"}
-	return []authCase{
+	cases := []authCase{
 		{name: "api key", env: []string{"CODEX_API_KEY=k-1"}, code: 1, want: reg("Bearer k-1", "")},
 		{name: "bearer stdin https", tls: true, args: bearer, stdin: "a.b-c_d~e+f/g=\n", code: 1, want: reg("Bearer a.b-c_d~e+f/g=", "")},
 		{name: "bearer stdin crlf beats api key", args: bearer, env: []string{"CODEX_API_KEY=k-1"}, stdin: "brr-Z9q\r\nignored\n", code: 1, want: reg("Bearer brr-Z9q", "")},
@@ -276,6 +309,7 @@ func authCases() []authCase {
 		{name: "auth.json without last_refresh", authJSON: signIn(full, false), code: 1, refusal: "executor credential has no usable bearer"},
 		{name: "auth.json empty", authJSON: `{}`, code: 1, refusal: "executor credential has no usable bearer"},
 	}
+	return append(cases, agentCases(reg)...)
 }
 
 type authRun struct {
@@ -310,7 +344,15 @@ func runAuthCase(t *testing.T, r *recorder, c authCase, ref, home string) authRu
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if ref != "" {
-		args = append([]string{"exec-server", "-c", fmt.Sprintf("chatgpt_base_url=%q", r.tls.URL+"/backend-api/")}, args...)
+		pre := []string{"exec-server"}
+		if !slices.Contains(c.args, "--use-agent-identity-auth") {
+			// The account policy of --chatgpt-token-stdin comes from
+			// here. Not with Agent Identity, which the reference refuses
+			// ("unavailable", nothing sent) under a chatgpt_base_url
+			// other than production's or staging's.
+			pre = append(pre, "-c", fmt.Sprintf("chatgpt_base_url=%q", r.tls.URL+"/backend-api/"))
+		}
+		args = append(pre, args...)
 		cmd = exec.CommandContext(ctx, ref, args...)
 	} else {
 		cmd = exec.CommandContext(ctx, binary, args...)
@@ -322,8 +364,12 @@ func runAuthCase(t *testing.T, r *recorder, c authCase, ref, home string) authRu
 	cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"), "HOME="+codexHome, "CODEX_HOME="+codexHome,
 		"SSL_CERT_FILE="+r.caFile, "CODEX_CA_CERTIFICATE="+r.caFile, "RUST_BACKTRACE=0")
 	for _, kv := range c.env {
-		cmd.Env = append(cmd.Env, strings.ReplaceAll(kv, "{tls}", r.tls.URL))
+		kv = strings.ReplaceAll(kv, "{tls}", r.tls.URL)
+		cmd.Env = append(cmd.Env, strings.ReplaceAll(kv, "{plain}", r.plain.URL))
 	}
+	r.mu.Lock()
+	r.taskStatus = c.task
+	r.mu.Unlock()
 	cmd.Stdin = strings.NewReader(c.stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -342,6 +388,33 @@ func checkAuthRun(t *testing.T, who string, c authCase, got authRun) {
 	t.Helper()
 	if got.code != c.code {
 		t.Errorf("%s: exit %d, want %d; stderr %q", who, got.code, c.code, got.stderr)
+	}
+	if len(c.pre) > 0 && c.refusal != "" {
+		// A retried request counts once. The reference 0.171 retries a
+		// refused task registration, and may refuse a token before its
+		// JWKS fetch has reached the double (the two run concurrently
+		// there): of its requests before a refusal, a prefix is enough.
+		var uniq []regRequest
+		for _, r := range got.reqs {
+			if len(uniq) == 0 || !reflect.DeepEqual(uniq[len(uniq)-1], r) {
+				uniq = append(uniq, r)
+			}
+		}
+		n := len(c.pre)
+		if who == "reference" {
+			n = min(n, len(uniq))
+		}
+		if len(uniq) != n || (n > 0 && !reflect.DeepEqual(uniq, c.pre[:n])) {
+			t.Errorf("%s: requests\n%+v\nwant\n%+v\nstderr %q", who, got.reqs, c.pre, got.stderr)
+		}
+		got.reqs = nil
+	} else if len(c.pre) > 0 {
+		n := min(len(c.pre), len(got.reqs))
+		if !reflect.DeepEqual(got.reqs[:n], c.pre) {
+			t.Errorf("%s: requests\n%+v\nwant first\n%+v\nstderr %q", who, got.reqs, c.pre, got.stderr)
+			return
+		}
+		got.reqs = got.reqs[n:]
 	}
 	if c.refusal != "" {
 		if !strings.Contains(got.stderr, c.refusal) {
@@ -383,7 +456,7 @@ func TestRemoteAuthModes(t *testing.T) {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			ours := runAuthCase(t, r, c, "", home)
 			checkAuthRun(t, "ours", c, ours)
-			for _, tok := range []string{"k-1", "brr-Z9q", "sk-file", "acct-claim"} {
+			for _, tok := range []string{"k-1", "brr-Z9q", "sk-file", "acct-claim", r.agent.good} {
 				if strings.Contains(ours.stderr, tok) && !strings.Contains(c.refusal, tok) {
 					t.Errorf("ours: stderr shows the credential %q: %q", tok, ours.stderr)
 				}
@@ -480,13 +553,14 @@ func TestExitOnStdinCloseFlags(t *testing.T) {
 		{nil, "true", 2, "--exit-on-stdin-close requires --remote"},
 		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E"}, "1", 2, "expected true or false"},
 		{[]string{"--chatgpt-token-stdin"}, "", 2, "requires --remote"},
-		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E", "--use-agent-identity-auth"}, "", 2, "not supported yet"},
-		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E", "--remote-transport", "direct"}, "", 2, "not supported yet"},
+		{[]string{"--use-agent-identity-auth"}, "", 2, "--use-agent-identity-auth requires --remote"},
+		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E", "--remote-transport", "direct"}, "", 2, "requires --aws-sigv4"},
 		{[]string{"--remote", "http://127.0.0.1:1", "--environment-id", "E", "--executor-credential-stdin"}, "", 2, "not supported yet"},
 		{[]string{"forward", "--remote", "http://127.0.0.1:1"}, "", 2, "--connect are required"},
 		{[]string{"forward", "--remote", "http://127.0.0.1:1", "--environment-id", "E", "--connect", "http://127.0.0.1:1"}, "", 2, "invalid --connect URL"},
 		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--chatgpt-token-stdin"}, "", 2, "cannot be used with forward"},
-		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--aws-sigv4"}, "", 2, "not supported yet"},
+		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--aws-sigv4"}, "", 1, "requires --remote-transport direct"},
+		{[]string{"forward", "--remote", "https://127.0.0.1:1", "--environment-id", "E", "--connect", "ws://127.0.0.1:1", "--aws-sigv4", "--remote-transport", "direct"}, "", 1, "direct exec-server transport does not support forwarding"},
 	}
 	for _, c := range cases {
 		if c.env != "" {
@@ -509,7 +583,7 @@ func TestExitOnStdinCloseFlags(t *testing.T) {
 	cmd.Stderr = &errb
 	err := cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(errb.String(), "CODEX_ACCESS_TOKEN is not supported yet") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(errb.String(), "requires --use-agent-identity-auth") {
 		t.Errorf("CODEX_ACCESS_TOKEN: %v, %q", err, errb.String())
 	}
 }

@@ -9,18 +9,19 @@ import (
 
 	"github.com/execgo/exec-server/internal/secretenv"
 	"github.com/execgo/exec-server/sandbox"
+	"github.com/execgo/exec-server/sandbox/policy"
 )
 
 // protectSecrets runs once the flags are applied (the token, JWT secret
 // and TLS key files read): it records the server's secret paths, which
-// every sandbox view masks and fs methods never serve (sandbox.Secret), and
+// every sandbox view masks and fs methods never serve (policy.Secret), and
 // scrubs credential variables from the environment block /proc/PID/environ
 // shows (secretenv), so neither a sandbox nor a client that makes the
 // server read its own files gets them. Call it again with the same flags
 // after re-reading a secret file that may have been replaced.
 func protectSecrets(sec *securityFlags, logger *slog.Logger) {
 	paths := secretPaths(sec, os.Environ())
-	sandbox.SetServerSecrets(paths...)
+	policy.SetServerSecrets(paths...)
 	names, err := secretenv.Scrub()
 	if err != nil {
 		// The variables are out of os.Environ in any case; only the

@@ -36,6 +36,10 @@ const (
 	// AuthRegistrationBearer: --registration-bearer-stdin: an opaque
 	// bearer read from stdin; https or a loopback host.
 	AuthRegistrationBearer
+	// AuthAgentIdentity: --use-agent-identity-auth: CODEX_ACCESS_TOKEN,
+	// an Agent Identity JWT, giving an AgentAssertion per request and
+	// ChatGPT-Account-ID; https or a loopback host.
+	AuthAgentIdentity
 )
 
 func (m AuthMode) String() string {
@@ -48,6 +52,8 @@ func (m AuthMode) String() string {
 		return "chatgpt-token-stdin"
 	case AuthRegistrationBearer:
 		return "registration-bearer-stdin"
+	case AuthAgentIdentity:
+		return "agent-identity"
 	}
 	return fmt.Sprintf("AuthMode(%d)", int(m))
 }

@@ -46,7 +46,11 @@ type Config struct {
 	Auth AuthMode
 	// AccountID is sent as ChatGPT-Account-ID on registry requests when
 	// not empty (the ChatGPT modes).
-	AccountID  string
+	AccountID string
+	// Authorize, when not nil, gives the Authorization header of each
+	// registry request instead of "Bearer "+Token (AuthAgentIdentity:
+	// AgentIdentity.Authorization).
+	Authorize  func() string
 	Server     StreamServer
 	Logger     *slog.Logger
 	HTTPClient *http.Client // default: no redirects, TCP_NODELAY
@@ -133,7 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.EnvironmentID == "" {
 		return errors.New("executor: --environment-id is required with --remote")
 	}
-	if cfg.Token == "" {
+	if cfg.Token == "" && cfg.Authorize == nil {
 		if cfg.Auth == AuthAPIKey {
 			return errors.New("executor: CODEX_API_KEY is required for --remote (the registry bearer token)")
 		}
@@ -151,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 	e := &executor{
 		cfg: cfg,
 		log: cfg.Logger.With("environment_id", cfg.EnvironmentID),
-		reg: &registry{base: base, env: cfg.EnvironmentID, token: cfg.Token, account: cfg.AccountID, client: cfg.HTTPClient},
+		reg: &registry{base: base, env: cfg.EnvironmentID, token: cfg.Token, account: cfg.AccountID, client: cfg.HTTPClient, authorize: cfg.Authorize},
 		key: kp,
 	}
 	return e.run(ctx)

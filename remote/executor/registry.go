@@ -26,6 +26,10 @@ type registry struct {
 	token   string
 	account string // ChatGPT-Account-ID, sent when not empty
 	client  *http.Client
+	// authorize, when not nil, gives the Authorization header of each
+	// request instead of "Bearer token" (Agent Identity: a fresh
+	// AgentAssertion each time).
+	authorize func() string
 }
 
 // checkRegistryURL trims base and refuses to send a bearer token anywhere
@@ -85,8 +89,14 @@ func (e *RegistryError) retryable() bool {
 }
 
 func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Header, out any) error {
-	if r.account != "" {
-		h := http.Header{"Chatgpt-Account-Id": {r.account}}
+	if r.account != "" || r.authorize != nil {
+		h := http.Header{}
+		if r.account != "" {
+			h.Set("Chatgpt-Account-Id", r.account)
+		}
+		if r.authorize != nil {
+			h.Set("Authorization", r.authorize())
+		}
 		for k, v := range hdr {
 			h[k] = v
 		}

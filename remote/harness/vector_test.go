@@ -22,6 +22,7 @@ import (
 	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
+	_ "github.com/execgo/exec-server/remote/noise/noisetest"
 )
 
 // ReferenceVector is a handshake and first records recorded against the

@@ -22,12 +22,13 @@ import (
 	"crypto/ecdh"
 	"crypto/hkdf"
 	"crypto/mlkem"
-	"crypto/mlkem/mlkemtest"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/execgo/exec-server/remote/noise/internal/derand"
 )
 
 // ProtocolName is hashed into the handshake. It says "25519", not
@@ -212,11 +213,14 @@ func encapsulate(pub []byte, entropy io.Reader) (ss, ct []byte, err error) {
 		ss, ct = ek.Encapsulate()
 		return ss, ct, nil
 	}
+	if derand.Encapsulate768 == nil {
+		return nil, nil, fail("a handshake from given entropy needs remote/noise/noisetest (tests only)")
+	}
 	var m [32]byte
 	if _, err := io.ReadFull(entropy, m[:]); err != nil {
 		return nil, nil, err
 	}
-	return mlkemtest.Encapsulate768(ek, m[:])
+	return derand.Encapsulate768(ek, m[:])
 }
 
 // ephemeral is one side's ephemeral keys.
@@ -276,8 +280,8 @@ func NewInitiator(s *Keypair, rs PublicKey, prologue []byte) (*Initiator, error)
 // NewInitiatorWithEntropy is NewInitiator whose message 1 takes its
 // randomness from entropy (32 bytes of KEM encapsulation randomness, then
 // a 32-byte ephemeral X25519 private key and a 64-byte ML-KEM seed), to
-// replay a recorded handshake as a test vector. Never give it a
-// predictable source otherwise.
+// replay a recorded handshake as a test vector; the test must link
+// remote/noise/noisetest. Never give it a predictable source otherwise.
 func NewInitiatorWithEntropy(s *Keypair, rs PublicKey, prologue []byte, entropy io.Reader) (*Initiator, error) {
 	i, err := NewInitiator(s, rs, prologue)
 	if err != nil {
@@ -428,8 +432,8 @@ func NewResponder(s *Keypair, prologue []byte) *Responder {
 // NewResponderWithEntropy is NewResponder whose message 2 takes its
 // randomness from entropy (32 bytes for each of the two encapsulations,
 // then a 32-byte ephemeral X25519 private key and a 64-byte ML-KEM seed),
-// to replay a recorded handshake. Never give it a predictable source
-// otherwise.
+// to replay a recorded handshake; the test must link
+// remote/noise/noisetest. Never give it a predictable source otherwise.
 func NewResponderWithEntropy(s *Keypair, prologue []byte, entropy io.Reader) *Responder {
 	r := NewResponder(s, prologue)
 	r.entropy = entropy

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"testing/cryptotest"
+
+	_ "github.com/execgo/exec-server/remote/noise/noisetest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/vector-selfcheck.json")

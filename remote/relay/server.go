@@ -26,6 +26,9 @@ type Options struct {
 	// that on a loopback listener only).
 	ExecutorTokens, HarnessTokens *Tokens
 	InsecureNoAuth                bool
+	// DirectKeys, when set, serves the direct transport (direct.go): the
+	// SigV4 secret of each AWS access key id allowed to register.
+	DirectKeys func(accessKeyID string) (secret string, ok bool)
 
 	// PublicURL is the base (http://host:port or https://…) the minted
 	// rendezvous URLs point at; empty: the scheme and Host of each request.
@@ -115,6 +118,8 @@ type Server struct {
 	fab    *fabric       // nil: one node
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
 	recov  recoveries
+
+	direct *directState // direct.go
 
 	mu     sync.Mutex
 	legs   map[*leg]struct{}
@@ -210,6 +215,7 @@ func New(opts Options) (*Server, error) {
 	s.mux.HandleFunc("GET /rendezvous/harness/{env}", func(w http.ResponseWriter, r *http.Request) { s.rendezvous(w, r, roleHarness) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
+	s.directRoutes()
 	s.wg.Add(2)
 	go s.flushLoop()
 	go s.touchLoop()

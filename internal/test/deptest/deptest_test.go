@@ -22,24 +22,32 @@ var testOnly = []string{
 	"internal/asnobody",
 	"internal/procmark",
 	"internal/jsontest",
+	"remote/noise/noisetest",
 }
+
+// testOnlyStd are the standard library's test-only packages: no product
+// package, and so no binary under cmd/, may link them (rule 6).
+var testOnlyStd = []string{"testing", "testing/...", "net/http/httptest", "crypto/mlkem/mlkemtest"}
 
 // serverSide are the packages that make up the server; the client SDK
 // links none of them (rule 3).
 var serverSide = []string{
 	"server/...", "process/...", "fsys/...", "sandbox/...", "childinit/...", "remote/relay/...", "netproxy/...",
-	"fswatch/...", "caproots/...", "auth/...",
+	"fswatch/...", "caproots/...", "auth/...", "httpcall/...",
 }
 
 // A rule forbids the packages matching pkgs (and, through Deps, everything
 // they link, transitively) to depend on any package of the module matching
-// forbid, or, when allow is set, on any package of the module outside allow.
-// Patterns are module-relative; "x/..." matches x and everything below it.
+// forbid, or, when allow is set, on any package of the module outside allow,
+// or on any package outside the module matching forbidExt. Patterns are
+// module-relative (forbidExt: full import paths); "x/..." matches x and
+// everything below it.
 type rule struct {
-	name   string
-	pkgs   []string
-	forbid []string
-	allow  []string
+	name      string
+	pkgs      []string
+	forbid    []string
+	allow     []string
+	forbidExt []string
 }
 
 // rules is the table docs/architecture.md ("Import rules") describes; keep
@@ -53,16 +61,29 @@ var rules = []rule{
 		pkgs:  []string{"protocol/..."},
 		allow: []string{"protocol/...", "jsonrpc", "internal/b64codec"},
 	},
+	{
+		name:      "5. sandbox/policy (what a sandbox allows) links no golang.org/x/sys/unix",
+		pkgs:      []string{"sandbox/policy/..."},
+		forbidExt: []string{"golang.org/x/sys/unix"},
+	},
+	{
+		name:      "6. no product package (no binary under cmd/) links a test-only package of the standard library",
+		pkgs:      []string{"..."},
+		forbidExt: testOnlyStd,
+	},
 }
 
 // exceptions are known violations, by rule name and "pkg -> dep", each
 // with a TODO naming its issue. Empty: every rule holds today.
 var exceptions = map[string]map[string]string{}
 
-// pkg is the part of `go list -json` this test reads.
+// pkg is the part of `go list -json` this test reads: Deps are the
+// module's packages (module-relative), Ext the others (standard library
+// included).
 type pkg struct {
 	ImportPath string
 	Deps       []string
+	Ext        []string
 }
 
 // match reports whether the module-relative path rel matches pattern.
@@ -94,6 +115,16 @@ func check(pkgs []pkg, rules []rule, exceptions map[string]map[string]string) []
 				forbidden := r.forbid != nil && matchAny(r.forbid, d) ||
 					r.allow != nil && !matchAny(r.allow, d)
 				if !forbidden {
+					continue
+				}
+				edge := p.ImportPath + " -> " + d
+				if _, ok := exceptions[r.name][edge]; ok {
+					continue
+				}
+				bad = append(bad, r.name+": "+edge)
+			}
+			for _, d := range p.Ext {
+				if !matchAny(r.forbidExt, d) {
 					continue
 				}
 				edge := p.ImportPath + " -> " + d
@@ -143,6 +174,8 @@ func list(t *testing.T, goos string) []pkg {
 		for _, d := range p.Deps {
 			if dr, ok := rel(d); ok {
 				q.Deps = append(q.Deps, dr)
+			} else {
+				q.Ext = append(q.Ext, d)
 			}
 		}
 		pkgs = append(pkgs, q)
@@ -179,6 +212,10 @@ func TestCheckFindsViolations(t *testing.T) {
 		{ImportPath: "client", Deps: []string{"sandbox", "jsonrpc", "protocol"}},
 		{ImportPath: "protocol", Deps: []string{"jsonrpc", "fileuri"}},
 		{ImportPath: "internal/test/interop", Deps: []string{"server", "internal/testbin"}},
+		{ImportPath: "sandbox/policy", Deps: []string{"protocol"}, Ext: []string{"os", "golang.org/x/sys/unix"}},
+		{ImportPath: "sandbox", Deps: []string{"sandbox/policy"}, Ext: []string{"golang.org/x/sys/unix"}},
+		{ImportPath: "cmd/exec-server", Deps: []string{"remote/noise"}, Ext: []string{"crypto/mlkem", "crypto/mlkem/mlkemtest"}},
+		{ImportPath: "remote/noise/noisetest", Ext: []string{"crypto/mlkem/mlkemtest"}},
 	}
 	got := check(g, rules, nil)
 	want := []string{
@@ -186,12 +223,14 @@ func TestCheckFindsViolations(t *testing.T) {
 		rules[1].name + ": server -> internal/testbin",
 		rules[2].name + ": client -> sandbox",
 		rules[3].name + ": protocol -> fileuri",
+		rules[4].name + ": sandbox/policy -> golang.org/x/sys/unix",
+		rules[5].name + ": cmd/exec-server -> crypto/mlkem/mlkemtest",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("check = %q\nwant %q", got, want)
 	}
 	exc := map[string]map[string]string{rules[2].name: {"client -> sandbox": "TODO(#0): test"}}
-	if got := check(g, rules, exc); len(got) != 3 || slices.Contains(got, want[2]) {
+	if got := check(g, rules, exc); len(got) != len(want)-1 || slices.Contains(got, want[2]) {
 		t.Fatalf("with an exception, check = %q", got)
 	}
 }

@@ -1,0 +1,179 @@
+package process
+
+import (
+	"errors"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// gatherer reads an output stream in chunks that hold everything the
+// stream has at hand, up to the chunk bound: a blocking read for the first
+// bytes, then non-blocking reads until the stream is drained (EAGAIN) or
+// the chunk is full.
+//
+// Why: each chunk becomes a retained chunk, a notification and a frame.
+// A PTY master returns at most the line discipline's buffer (4 KiB) per
+// read, and a pipe only what was written since the last read, so one read
+// per chunk made 4-40 KiB chunks and as many frames, writes and wake-ups
+// of both ends. A PTY read that finds the line discipline empty first
+// waits for the pending flush of what the child wrote (n_tty_read,
+// tty_buffer_flush_work), so its EAGAIN means the child has written
+// nothing more.
+//
+// Output that arrives at bulk rates is also held back briefly: when the
+// previous chunk had at least bulkMin bytes and this one's first bytes
+// came less than hold after it, the chunk waits for more output until it
+// is full or hold has passed since its first bytes. A child writing 4 KiB
+// at a time (head, cat on a pipe) otherwise costs a chunk, a frame and a
+// wake-up of the client per write whenever the server outruns it.
+// Interactive output (an echo, a prompt, a line now and then) never has a
+// large chunk right before it and goes out as soon as the stream is
+// drained; the tail of a burst waits at most hold.
+type gatherer struct {
+	f  *os.File
+	rc syscall.RawConn // nil: the descriptor blocks; one read per chunk
+	// pending is an error or end of stream met after some bytes were
+	// read, returned by the next read.
+	pending error
+	hold    time.Duration // 0: never hold
+	prevN   int           // the previous chunk's size
+	prevAt  time.Time     // when it was complete
+
+	// readNow is the non-blocking read given to rc.Read, made once: a
+	// closure per read would be an allocation per read. It reads into dst
+	// and leaves the result in got and gotErr.
+	readNow func(fd uintptr) bool
+	dst     []byte
+	got     int
+	gotErr  error
+}
+
+// drainMin is the smallest read after which the stream may have more at
+// hand although the read did not fill what it asked for: a PTY master
+// returns at most its line discipline's 4 KiB buffer at a time, while the
+// child's output waits behind it. A shorter read (an echo, a prompt) means
+// the stream is drained, without another read to find out.
+const drainMin = 2048
+
+// bulkMin is the smallest chunk after which the next one may be held: a
+// pipe write of 4 KiB or a full PTY line-discipline buffer.
+const bulkMin = 4000
+
+func newGatherer(f *os.File, hold time.Duration) *gatherer {
+	g := &gatherer{f: f}
+	// Only a non-blocking descriptor can be read without waiting; a
+	// blocking one (none today: pipes from os.Pipe and PTY masters made
+	// pollable are non-blocking) keeps one read per chunk, never held.
+	if rc, err := f.SyscallConn(); err == nil {
+		var fl int
+		var ferr error
+		if err := rc.Control(func(fd uintptr) { fl, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err == nil && ferr == nil && fl&unix.O_NONBLOCK != 0 {
+			g.rc = rc
+			g.hold = hold
+		}
+	}
+	g.readNow = func(fd uintptr) bool {
+		for {
+			g.got, g.gotErr = unix.Read(int(fd), g.dst)
+			if g.gotErr != unix.EINTR {
+				return true // never wait: drained is drained
+			}
+		}
+	}
+	return g
+}
+
+// read fills buf with what the stream has at hand (see gatherer). It
+// returns n > 0 with a nil error, or the stream's end or error (io.EOF, EIO
+// from a PTY whose other side is gone, os.ErrClosed) with n == 0.
+func (g *gatherer) read(buf []byte) (int, error) {
+	if g.pending != nil {
+		return 0, g.pending
+	}
+	n, err := g.f.Read(buf)
+	if n == 0 {
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	if err != nil {
+		g.pending = err
+		return n, nil
+	}
+	if n >= drainMin {
+		n = g.drain(buf, n)
+	}
+	now := time.Now()
+	if g.hold > 0 && g.pending == nil && n < len(buf) && g.prevN >= bulkMin && now.Sub(g.prevAt) < g.hold {
+		n = g.holdFor(buf, n, now.Add(g.hold))
+		now = time.Now()
+	}
+	g.prevN, g.prevAt = n, now
+	return n, nil
+}
+
+// drain adds to buf[:n] what the stream has at hand, without waiting. It
+// stops at a read that comes back short of both what it asked for and
+// drainMin: the stream is drained.
+func (g *gatherer) drain(buf []byte, n int) int {
+	for g.rc != nil && n < len(buf) {
+		g.dst = buf[n:]
+		err := g.rc.Read(g.readNow)
+		m, rerr := g.got, g.gotErr
+		g.dst = nil
+		if err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) { // holdFor's: its own read ends the hold
+				g.pending = err // closed under us
+			}
+			return n
+		}
+		if rerr == unix.EAGAIN {
+			return n
+		}
+		if rerr != nil || m <= 0 {
+			if rerr == nil {
+				rerr = io.EOF
+			}
+			g.pending = rerr
+			return n
+		}
+		asked := len(buf) - n
+		n += m
+		if m < asked && m < drainMin {
+			return n
+		}
+	}
+	return n
+}
+
+// holdFor adds to buf[:n] what the stream writes until buf is full or the
+// deadline passes.
+func (g *gatherer) holdFor(buf []byte, n int, deadline time.Time) int {
+	if g.f.SetReadDeadline(deadline) != nil {
+		return n
+	}
+	defer g.f.SetReadDeadline(time.Time{})
+	for n < len(buf) && g.pending == nil {
+		m, err := g.f.Read(buf[n:])
+		n += m
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err == nil && m == 0 {
+			err = io.EOF
+		}
+		if err != nil {
+			g.pending = err
+			break
+		}
+		if m >= drainMin {
+			n = g.drain(buf, n)
+		}
+	}
+	return n
+}

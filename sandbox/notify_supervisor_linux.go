@@ -1,0 +1,408 @@
+package sandbox
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
+)
+
+// The supervisor's loop (notify_linux.go has the map of the layers):
+// receive a notification, decode the call, hand it to its handler, answer.
+
+// supervisor serves the notifications of one command tree.
+type supervisor struct {
+	listener int
+	p        *policy.Plan
+	pending  []pendingOpen
+	// cwd is the init's directory (O_PATH), to come back to after a bind
+	// made relative to another one (this thread's own: CLONE_FS
+	// unshared); -1: binds to a path are refused.
+	cwd int
+	// lock is the creation lock (creationLock), -1 without deny globs.
+	lock int
+}
+
+// pendingOpen is an O_CREAT open of an existing FIFO for writing that has
+// no reader yet: the kernel would wait; the supervisor retries it between
+// notifications rather than block them all.
+type pendingOpen struct {
+	id    uint64
+	dir   int
+	name  string
+	flags int
+}
+
+// serve handles notifications until the listener fails (every command
+// process gone). It runs on the init's locked thread.
+func (s *supervisor) serve() {
+	// The pending opens are retried every 5 ms, also while notifications
+	// keep coming (a poll that never times out would starve them).
+	var retried time.Time
+	for {
+		timeout := -1
+		if len(s.pending) > 0 {
+			timeout = 5
+			if time.Since(retried) >= 5*time.Millisecond {
+				s.retryPending()
+				retried = time.Now()
+				continue
+			}
+		}
+		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, timeout)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if n == 0 {
+			continue // the retry is due
+		}
+		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && fds[0].Revents&unix.POLLIN == 0 {
+			return
+		}
+		var req seccompNotif
+		if e := notifIoctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_RECV, &req); e != 0 {
+			if e == unix.EINTR || e == unix.ENOENT {
+				continue
+			}
+			return
+		}
+		if uintptr(req.Nr) == unix.SYS_CONNECT && req.Arch == seccompArch {
+			s.connect(&req)
+			continue
+		}
+		r := s.handle(&req)
+		if r.pending != nil {
+			r.pending.id = req.ID
+			s.pending = append(s.pending, *r.pending)
+			continue
+		}
+		s.answer(req.ID, r.fd, r.errno)
+	}
+}
+
+// answer completes notification id: with fd installed in the target (the
+// syscall's result) when fd >= 0 (closed here), else with errno (0: the
+// call returns 0). An answer to a notification gone meanwhile (the target
+// was interrupted or died) fails with ENOENT: nothing to do.
+func (s *supervisor) answer(id uint64, fd fdResult, errno unix.Errno) {
+	if fd.fd >= 0 {
+		add := seccompAddfd{ID: id, Flags: unix.SECCOMP_ADDFD_FLAG_SEND, Srcfd: uint32(fd.fd)}
+		if fd.cloexec {
+			add.NewfdFlags = unix.O_CLOEXEC
+		}
+		e := notifIoctl(s.listener, ioctlNotifAddfd, &add)
+		unix.Close(fd.fd)
+		if e == 0 || e == unix.ENOENT {
+			return
+		}
+		errno = e // fail closed: the call fails with the reason
+	}
+	resp := seccompResp{ID: id}
+	if errno != 0 {
+		resp.Error = -int32(errno)
+	}
+	_ = notifIoctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, &resp)
+}
+
+func (s *supervisor) idValid(id uint64) bool {
+	return notifIoctl(s.listener, ioctlNotifIDValid, &id) == 0
+}
+
+func (s *supervisor) retryPending() {
+	keep := s.pending[:0]
+	for _, po := range s.pending {
+		if !s.idValid(po.id) { // interrupted or gone: the kernel asks again
+			unix.Close(po.dir)
+			continue
+		}
+		fd, errno, again := openFIFO(po.dir, po.name, po.flags)
+		if again {
+			keep = append(keep, po)
+			continue
+		}
+		unix.Close(po.dir)
+		s.answer(po.id, fdResult{fd, po.flags&unix.O_CLOEXEC != 0}, errno)
+	}
+	s.pending = keep
+}
+
+// fdResult is a descriptor to install in the target (-1 for none).
+type fdResult struct {
+	fd      int
+	cloexec bool
+}
+
+var noFD = fdResult{fd: -1}
+
+// reply completes a notification: a descriptor to install in the target
+// (the call's result), an errno (0: the call returns 0), or, for a FIFO
+// with no reader yet, later (pending: retried between notifications).
+type reply struct {
+	fd      fdResult
+	errno   unix.Errno
+	pending *pendingOpen
+}
+
+func replyErrno(e unix.Errno) reply      { return reply{fd: noFD, errno: e} }
+func install(fd int, cloexec bool) reply { return reply{fd: fdResult{fd, cloexec}} }
+func later(p *pendingOpen) reply         { return reply{fd: noFD, pending: p} }
+
+// op is what a notification asks the supervisor to do in the target's place.
+type op uint8
+
+const (
+	opOpen op = iota + 1 // open, creat, openat (O_CREAT), openat2
+	opMkdir
+	opMknod
+	opLink
+	opSymlink
+	opRename
+	opBind
+)
+
+var opNames = [...]string{opOpen: "open", opMkdir: "mkdir", opMknod: "mknod", opLink: "link",
+	opSymlink: "symlink", opRename: "rename", opBind: "bind"}
+
+func (o op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return "op(" + strconv.Itoa(int(o)) + ")"
+}
+
+// call is a notification decoded: which operation, on which paths.
+type call struct {
+	op            op
+	dirfd, dirfd2 int
+	path, path2   uint64 // addresses; path2 is link's/rename's new path, symlink's link path
+	flags         int
+	mode          uint32
+	dev           uint64
+	how           uint64 // openat2's struct open_how
+	howSize       uint64
+	sock          int    // bind's socket, in the target
+	addr          uint64 // bind's address and its length
+	addrLen       int
+}
+
+func decodeCall(req *seccompNotif) (call, bool) {
+	a := req.Args
+	fdOf := func(v uint64) int { return int(int32(uint32(v))) }
+	nr := uintptr(req.Nr)
+	switch nr {
+	case unix.SYS_OPENAT:
+		return call{op: opOpen, dirfd: fdOf(a[0]), path: a[1], flags: int(int32(a[2])), mode: uint32(a[3])}, true
+	case unix.SYS_OPENAT2:
+		return call{op: opOpen, dirfd: fdOf(a[0]), path: a[1], how: a[2], howSize: a[3]}, true
+	case unix.SYS_MKDIRAT:
+		return call{op: opMkdir, dirfd: fdOf(a[0]), path: a[1], mode: uint32(a[2])}, true
+	case unix.SYS_MKNODAT:
+		return call{op: opMknod, dirfd: fdOf(a[0]), path: a[1], mode: uint32(a[2]), dev: a[3]}, true
+	case unix.SYS_LINKAT:
+		return call{op: opLink, dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
+	case unix.SYS_SYMLINKAT:
+		return call{op: opSymlink, path: a[0], dirfd2: fdOf(a[1]), path2: a[2]}, true
+	case unix.SYS_RENAMEAT:
+		return call{op: opRename, dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3]}, true
+	case unix.SYS_BIND:
+		return call{op: opBind, sock: fdOf(a[0]), addr: a[1], addrLen: int(int32(uint32(a[2])))}, true
+	case unix.SYS_RENAMEAT2:
+		return call{op: opRename, dirfd: fdOf(a[0]), path: a[1], dirfd2: fdOf(a[2]), path2: a[3], flags: int(int32(a[4]))}, true
+	}
+	cwd := unix.AT_FDCWD
+	for name, lnr := range legacyCreate {
+		if lnr != nr {
+			continue
+		}
+		switch name {
+		case "open":
+			return call{op: opOpen, dirfd: cwd, path: a[0], flags: int(int32(a[1])), mode: uint32(a[2])}, true
+		case "creat":
+			return call{op: opOpen, dirfd: cwd, path: a[0], flags: unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC, mode: uint32(a[1])}, true
+		case "mkdir":
+			return call{op: opMkdir, dirfd: cwd, path: a[0], mode: uint32(a[1])}, true
+		case "mknod":
+			return call{op: opMknod, dirfd: cwd, path: a[0], mode: uint32(a[1]), dev: a[2]}, true
+		case "link":
+			return call{op: opLink, dirfd: cwd, path: a[0], dirfd2: cwd, path2: a[1]}, true
+		case "symlink":
+			return call{op: opSymlink, path: a[0], dirfd2: cwd, path2: a[1]}, true
+		case "rename":
+			return call{op: opRename, dirfd: cwd, path: a[0], dirfd2: cwd, path2: a[1]}, true
+		}
+	}
+	return call{}, false
+}
+
+// handle does one notification's call; every failure is an errno (fail
+// closed), never a continue.
+func (s *supervisor) handle(req *seccompNotif) reply {
+	c, ok := decodeCall(req)
+	if !ok || req.Arch != seccompArch {
+		return replyErrno(unix.ENOSYS)
+	}
+	t, errno := openTarget(int(req.Pid))
+	if errno != 0 {
+		return replyErrno(errno)
+	}
+	defer t.close()
+	if c.op == opBind {
+		unlock, errno := lockCreation(s.lock, false)
+		if errno != 0 {
+			return replyErrno(errno)
+		}
+		defer unlock()
+		return replyErrno(s.bind(t, c, req.ID))
+	}
+	// Read everything from the target's memory first, then check that the
+	// notification still stands (the tid was not reused: /proc/TID is the
+	// notifying task), then act on the copies only.
+	var p1, p2 string
+	var how unix.OpenHow
+	if c.op == opOpen && c.how != 0 {
+		if errno = t.readHow(c.how, c.howSize, &how); errno != 0 {
+			return replyErrno(errno)
+		}
+		c.flags, c.mode = int(how.Flags), uint32(how.Mode)
+		// openat2 refuses what openat ignores: a mode with bits beyond
+		// 07777, or one without O_CREAT or O_TMPFILE.
+		if how.Flags>>32 != 0 || how.Mode&^0o7777 != 0 ||
+			(how.Mode != 0 && how.Flags&(unix.O_CREAT|(unix.O_TMPFILE&^unix.O_DIRECTORY)) == 0) {
+			return replyErrno(unix.EINVAL)
+		}
+		// No set-user-ID or set-group-ID file (the other filter checks
+		// the modes of every other call).
+		if how.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			return replyErrno(unix.EPERM)
+		}
+	}
+	if p1, errno = t.readPath(c.path); errno != 0 {
+		return replyErrno(errno)
+	}
+	if c.path2 != 0 {
+		if p2, errno = t.readPath(c.path2); errno != 0 {
+			return replyErrno(errno)
+		}
+	}
+	base1, base2 := -1, -1
+	defer func() {
+		for _, fd := range []int{base1, base2} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	if c.op != opSymlink {
+		if base1, errno = t.base(c.dirfd, p1, c.op == opLink && c.flags&unix.AT_EMPTY_PATH != 0); errno != 0 {
+			return replyErrno(errno)
+		}
+	}
+	if c.path2 != 0 {
+		if base2, errno = t.base(c.dirfd2, p2, false); errno != 0 {
+			return replyErrno(errno)
+		}
+	}
+	if !s.idValid(req.ID) {
+		return replyErrno(unix.ENOENT)
+	}
+	// From the check of a new name to its creation, no supervised rename
+	// (of any sandbox, of any server) may move a directory on its path;
+	// a rename, walked and done, excludes every creation.
+	unlock, errno := lockCreation(s.lock, c.op == opRename)
+	if errno != 0 {
+		return replyErrno(errno)
+	}
+	defer unlock()
+	unix.Umask(t.umask) // the target's, for what the kernel makes here
+	return s.act(t, c, base1, p1, base2, p2, how)
+}
+
+// act does c in the target's place, once handle has read its paths from
+// the target's memory, resolved their bases and taken the creation lock.
+func (s *supervisor) act(t *target, c call, base1 int, p1 string, base2 int, p2 string, how unix.OpenHow) reply {
+	switch c.op {
+	case opOpen:
+		r := s.open(t, c, base1, p1, how)
+		if r.fd.fd >= 0 && inSupervisor(r.fd.fd) {
+			// Reopened through a descriptor of the command that names a
+			// file of the supervisor (an O_PATH one on /proc/1/mem).
+			unix.Close(r.fd.fd)
+			return replyErrno(unix.EACCES)
+		}
+		return r
+	case opMkdir, opMknod, opSymlink:
+		dir, name, slash, errno := t.walkParent(base1Or2(c, base1, base2), pathOf(c, p1, p2))
+		if errno != 0 {
+			return replyErrno(errno)
+		}
+		defer unix.Close(dir)
+		if errno := s.checkNew(dir, name); errno != 0 {
+			return replyErrno(errno)
+		}
+		var err error
+		switch c.op {
+		case opMkdir:
+			err = unix.Mkdirat(dir, name, c.mode)
+		case opMknod:
+			if slash {
+				return replyErrno(existsErr(dir, name, unix.ENOENT))
+			}
+			err = unix.Mknodat(dir, name, c.mode, int(c.dev))
+		case opSymlink:
+			if slash {
+				return replyErrno(existsErr(dir, name, unix.ENOENT))
+			}
+			if errno := s.checkSymlink(t, dir, name, p1); errno != 0 {
+				return replyErrno(errno)
+			}
+			err = unix.Symlinkat(p1, dir, name)
+		}
+		return replyErrno(toErrno(err))
+	case opLink:
+		return replyErrno(s.link(t, base1, p1, base2, p2, c.flags))
+	case opRename:
+		return replyErrno(s.rename(t, base1, p1, base2, p2, c.flags))
+	}
+	return replyErrno(unix.ENOSYS)
+}
+
+func base1Or2(c call, b1, b2 int) int {
+	if c.op == opSymlink {
+		return b2
+	}
+	return b1
+}
+
+func pathOf(c call, p1, p2 string) string {
+	if c.op == opSymlink {
+		return p2
+	}
+	return p1
+}
+
+// existsErr is EEXIST when dir/name exists, else def.
+func existsErr(dir int, name string, def unix.Errno) unix.Errno {
+	var st unix.Stat_t
+	if unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		return unix.EEXIST
+	}
+	return def
+}
+
+func toErrno(err error) unix.Errno {
+	if err == nil {
+		return 0
+	}
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return unix.EACCES
+}
