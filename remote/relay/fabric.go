@@ -67,6 +67,7 @@ type FleetStats struct {
 	FramesOut, BytesOut       uint64 // frames this node published to other nodes
 	FramesIn, BytesIn         uint64 // frames it received from other nodes
 	CreditWaits               uint64 // times a sender waited for credit
+	PeerWaits                 uint64 // times a sender waited for its budget toward a peer node
 	Homes                     uint64 // times this node became an environment's home
 	Abandoned                 uint64 // routes dropped because another node became home
 	Rehomed                   uint64 // forwarder sockets closed because their home moved or died
@@ -80,7 +81,7 @@ type FleetStats struct {
 type fabStats struct {
 	framesOut, bytesOut, framesIn, bytesIn atomic.Uint64
 	creditWaits, homes, abandoned, rehomed atomic.Uint64
-	slow                                   atomic.Uint64
+	slow, peerWaits                        atomic.Uint64
 }
 
 type fabric struct {
@@ -95,6 +96,8 @@ type fabric struct {
 	remote map[string]*remoteLeg
 	fwd    map[string]*fwdLeg
 	peers  map[string]time.Time // last heartbeat
+	pools  map[string]*credit   // budget toward each peer node
+	homeOf map[string]homeNote  // env → the last other node announced its home
 	subs   []*nats.Subscription
 	// waiters are harness upgrades waiting for an environment to get a
 	// home (its executor redialling after its node died).
@@ -127,6 +130,8 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		remote: make(map[string]*remoteLeg),
 		fwd:    make(map[string]*fwdLeg),
 		peers:  make(map[string]time.Time),
+		pools:  make(map[string]*credit),
+		homeOf: make(map[string]homeNote),
 
 		waiters: make(map[string][]chan struct{}),
 	}
@@ -181,6 +186,9 @@ func (f *fabric) reconnected() {
 	}
 	for _, fl := range f.fwd {
 		fl.up.refill()
+	}
+	for _, p := range f.pools {
+		p.refill()
 	}
 }
 
@@ -237,6 +245,7 @@ func (f *fabric) stats() FleetStats {
 	st.FramesOut, st.BytesOut = f.st.framesOut.Load(), f.st.bytesOut.Load()
 	st.FramesIn, st.BytesIn = f.st.framesIn.Load(), f.st.bytesIn.Load()
 	st.CreditWaits = f.st.creditWaits.Load()
+	st.PeerWaits = f.st.peerWaits.Load()
 	st.Homes, st.Abandoned, st.Rehomed = f.st.homes.Load(), f.st.abandoned.Load(), f.st.rehomed.Load()
 	st.NATSReconnects = ns.Reconnects
 	st.NATSDropped = dropped
@@ -303,6 +312,32 @@ func (f *fabric) becomeHome(env, reg string) {
 	b, _ := json.Marshal(map[string]string{"node": f.node, "env": env, "reg": reg})
 	f.nc.Publish("rly.home."+envToken(env), b)
 	f.nc.Flush()
+}
+
+type homeNote struct {
+	node string
+	at   time.Time // announced
+}
+
+// previousHomeSeen: when env's executor attaches here and another node
+// was its home, the last heartbeat seen from that node (or, if none, its
+// announcement): a stalled stream's recovery counts from there.
+func (f *fabric) previousHomeSeen(env string, now time.Time) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prev, ok := f.homeOf[env]
+	if !ok || prev.node == f.node {
+		return time.Time{}, false
+	}
+	delete(f.homeOf, env)
+	seen, ok := f.peers[prev.node]
+	if !ok || seen.Before(prev.at) {
+		seen = prev.at
+	}
+	if seen.After(now) {
+		seen = now
+	}
+	return seen, true
 }
 
 // resign stops answering for env if it has no route here any more.
@@ -385,30 +420,42 @@ func validLegID(id string) bool {
 
 // --- credits -------------------------------------------------------------
 
-// credit is a sender's window on one leg in one direction.
+// credit is a sender's window on one leg in one direction, or its budget
+// toward one peer node (a pool every leg to that node draws from too).
 type credit struct {
-	mu            sync.Mutex
-	frames, bytes int64
-	wake          chan struct{}
-	quit          chan struct{}
-	quitOnce      sync.Once
+	mu                  sync.Mutex
+	frames, bytes       int64
+	maxFrames, maxBytes int64
+	changed             chan struct{} // closed (and replaced) when credit comes back
+	quit                chan struct{}
+	quitOnce            sync.Once
 }
 
-func (c *credit) init() {
-	c.frames, c.bytes = fabWindowFrames, fabWindowBytes
-	c.wake = make(chan struct{}, 1)
+func (c *credit) init() { c.initMax(fabWindowFrames, fabWindowBytes) }
+
+func (c *credit) initMax(frames, bytes int64) {
+	c.frames, c.bytes = frames, bytes
+	c.maxFrames, c.maxBytes = frames, bytes
+	c.changed = make(chan struct{})
 	c.quit = make(chan struct{})
 }
 
 func (c *credit) stop() { c.quitOnce.Do(func() { close(c.quit) }) }
 
+// wakeLocked tells every waiter to look again; c.mu is held.
+func (c *credit) wakeLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
 // acquire takes credit for one frame of n bytes; a frame larger than the
-// window goes when nothing is outstanding. false: timeout or stopped.
-func (c *credit) acquire(n int64, timeout time.Duration, waits *atomic.Uint64) bool {
+// window goes when nothing is outstanding. false: timeout, or c or stop
+// stopped.
+func (c *credit) acquire(n int64, timeout time.Duration, waits *atomic.Uint64, stop <-chan struct{}) bool {
 	var t *time.Timer
 	for {
 		c.mu.Lock()
-		if c.frames > 0 && (c.bytes >= n || c.bytes == fabWindowBytes) {
+		if c.frames > 0 && (c.bytes >= n || c.bytes >= c.maxBytes) {
 			c.frames--
 			c.bytes -= n
 			c.mu.Unlock()
@@ -417,14 +464,18 @@ func (c *credit) acquire(n int64, timeout time.Duration, waits *atomic.Uint64) b
 			}
 			return true
 		}
+		changed := c.changed
 		c.mu.Unlock()
 		if t == nil {
 			waits.Add(1)
 			t = time.NewTimer(timeout)
 		}
 		select {
-		case <-c.wake:
+		case <-changed:
 		case <-c.quit:
+			t.Stop()
+			return false
+		case <-stop:
 			t.Stop()
 			return false
 		case <-t.C:
@@ -435,23 +486,105 @@ func (c *credit) acquire(n int64, timeout time.Duration, waits *atomic.Uint64) b
 
 func (c *credit) refill() {
 	c.mu.Lock()
-	c.frames, c.bytes = fabWindowFrames, fabWindowBytes
+	c.frames, c.bytes = c.maxFrames, c.maxBytes
+	c.wakeLocked()
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (c *credit) release(frames, bytes int64) {
 	c.mu.Lock()
 	// Capped: credit for frames sent before a refill may still come back.
-	c.frames = min(c.frames+frames, fabWindowFrames)
-	c.bytes = min(c.bytes+bytes, fabWindowBytes)
+	c.frames = min(c.frames+frames, c.maxFrames)
+	c.bytes = min(c.bytes+bytes, c.maxBytes)
+	c.wakeLocked()
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+}
+
+// outstanding is what the window has handed out and not got back.
+func (c *credit) outstanding() (frames, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(c.maxFrames-c.frames, 0), max(c.maxBytes-c.bytes, 0)
+}
+
+// setMaxBytes changes the window's size; what is outstanding stays so.
+func (c *credit) setMaxBytes(b int64) {
+	c.mu.Lock()
+	if b != c.maxBytes {
+		c.bytes += b - c.maxBytes
+		c.maxBytes = b
+		c.wakeLocked()
+	}
+	c.mu.Unlock()
+}
+
+// --- per-peer budgets ------------------------------------------------------
+
+// A node's buffers for frames from other nodes (the pending messages of
+// its leg subscriptions, and the NATS server's outbound buffer toward it)
+// are shared by every peer: per-leg windows alone let one peer with many
+// legs hold legs × fabWindowBytes of them. So every sender also draws from
+// a budget per destination node: Options.FleetNodeBytes (the same on
+// every node) divided among the live nodes that may send to it. A peer
+// flooding through many legs waits on its budget; the others keep theirs.
+
+const poolFrames = 1 << 40 // pools bound bytes only
+
+// pool is this node's budget toward node, sized for the nodes alive now.
+func (f *fabric) pool(node string) *credit {
+	f.mu.Lock()
+	p := f.pools[node]
+	if p == nil {
+		p = &credit{}
+		p.initMax(poolFrames, f.shareLocked(node, time.Now()))
+		f.pools[node] = p
+	}
+	f.mu.Unlock()
+	return p
+}
+
+// shareLocked is a sender's share of node's buffers: FleetNodeBytes over
+// the live nodes other than node (this one among them). f.mu is held.
+func (f *fabric) shareLocked(node string, now time.Time) int64 {
+	senders := 1 // this node
+	for n, seen := range f.peers {
+		if n != node && n != f.node && now.Sub(seen) < hbDead {
+			senders++
+		}
+	}
+	return max(int64(f.s.opts.FleetNodeBytes)/int64(senders), fabWindowBytes)
+}
+
+// resizePools follows the live nodes (heartbeats).
+func (f *fabric) resizePools(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for node, p := range f.pools {
+		p.setMaxBytes(f.shareLocked(node, now))
+	}
+}
+
+// take takes credit for a frame of n bytes to peer on a leg's window c
+// and the peer's budget.
+func (f *fabric) take(c *credit, peer string, n int64, timeout time.Duration) bool {
+	if !c.acquire(n, timeout, &f.st.creditWaits, nil) {
+		return false
+	}
+	if !f.pool(peer).acquire(n, timeout, &f.st.peerWaits, c.quit) {
+		c.release(1, n)
+		return false
+	}
+	return true
+}
+
+// giveBack returns to peer's budget what a leg that ended still held:
+// its credit will not come back.
+func (f *fabric) giveBack(c *credit, peer string) {
+	if peer == "" {
+		return
+	}
+	if _, b := c.outstanding(); b > 0 {
+		f.pool(peer).release(0, b)
 	}
 }
 
@@ -524,8 +657,10 @@ func (f *fabric) onCredit(m *nats.Msg) {
 	switch {
 	case rl != nil:
 		rl.down.release(int64(frames), int64(bytes))
+		f.pool(rl.node).release(0, int64(bytes))
 	case fl != nil:
 		fl.up.release(int64(frames), int64(bytes))
+		f.pool(fl.peer()).release(0, int64(bytes))
 	}
 }
 
@@ -548,7 +683,7 @@ func (rl *remoteLeg) Send(b []byte) bool {
 		return false
 	}
 	f := rl.f
-	if !rl.down.acquire(int64(len(b)), f.s.opts.SlowHarness, &f.st.creditWaits) {
+	if !f.take(&rl.down, rl.node, int64(len(b)), f.s.opts.SlowHarness) {
 		if !rl.gone.Load() {
 			f.s.log.Warn("fleet: harness leg on another node too slow, cutting it", "env", rl.env, "node", rl.node)
 			rl.Cut()
@@ -607,6 +742,7 @@ func (rl *remoteLeg) detached() {
 
 func (rl *remoteLeg) drop() {
 	rl.down.stop()
+	rl.f.giveBack(&rl.down, rl.node)
 	if rl.sub != nil {
 		rl.sub.Unsubscribe()
 	}
@@ -647,6 +783,13 @@ type fwdLeg struct {
 	ready     chan struct{}
 	back      returned // down-direction credit owed to the home
 	closeOnce sync.Once
+}
+
+// peer is the leg's home node ("" before the home answered).
+func (fl *fwdLeg) peer() string {
+	fl.f.mu.Lock()
+	defer fl.f.mu.Unlock()
+	return fl.home
 }
 
 // waitHome waits up to d for env to get a home (on any node); false on
@@ -737,6 +880,7 @@ func (fl *fwdLeg) abort() {
 func (fl *fwdLeg) finish() {
 	fl.closeOnce.Do(func() {
 		fl.up.stop()
+		fl.f.giveBack(&fl.up, fl.peer())
 		fl.sub.Unsubscribe()
 		fl.f.mu.Lock()
 		delete(fl.f.fwd, fl.key)
@@ -756,6 +900,7 @@ func (fl *fwdLeg) serve(l *leg, reg string) {
 	close(fl.ready)
 	f.s.event(Event{Kind: "attach", Role: roleHarness, Env: l.env, Reg: reg, Code: "forward"})
 	subj := "rly.up." + fl.key + ".f"
+	home := fl.peer()
 	for {
 		typ, b, err := l.read()
 		if err != nil {
@@ -767,7 +912,7 @@ func (fl *fwdLeg) serve(l *leg, reg string) {
 		// Back-pressure: wait for credit as a local executor leg makes
 		// the reader wait; a home that never returns credit is dead (the
 		// heartbeat watcher closes the socket).
-		if !fl.up.acquire(int64(len(b)), writeTimeout, &f.st.creditWaits) {
+		if !f.take(&fl.up, home, int64(len(b)), writeTimeout) {
 			break
 		}
 		if f.nc.Publish(subj, b) != nil {
@@ -833,6 +978,12 @@ func (f *fabric) onHome(m *nats.Msg) {
 		return
 	}
 	f.mu.Lock()
+	if len(f.homeOf) >= 4*f.s.opts.MaxEnvironments {
+		// Bounded: a node forgets which node was home (only recovery
+		// times of takeovers need it).
+		clear(f.homeOf)
+	}
+	f.homeOf[a.Env] = homeNote{a.Node, time.Now()}
 	_, wasHome := f.homes[a.Env]
 	var moved []*fwdLeg
 	for _, fl := range f.fwd {
@@ -882,7 +1033,9 @@ func (f *fabric) heartbeats() {
 	t := time.NewTicker(hbInterval / 2)
 	defer t.Stop()
 	subj := "rly.hb." + f.node
-	last := time.Time{}
+	// The first at once: a node that dies young has been seen.
+	f.nc.Publish(subj, nil)
+	last := time.Now()
 	for {
 		select {
 		case <-f.s.stop:
@@ -893,6 +1046,7 @@ func (f *fabric) heartbeats() {
 				last = now
 			}
 			f.reapDead(now)
+			f.resizePools(now)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 // racing to take one authorization, exactly one wins.
 type KVStore struct {
 	regs, auth jetstream.KeyValue
+	maxValue   int
 }
 
 // KVStoreOptions configure the buckets.
@@ -39,7 +40,23 @@ type KVStoreOptions struct {
 	AuthorizationTTL time.Duration
 	// Memory keeps the buckets in memory rather than on disk.
 	Memory bool
+	// MaxRegistrations bounds the registrations held (default 1024, as
+	// Options.MaxEnvironments); a registration for one more environment
+	// is refused with ErrStoreFull (registry_full) until one expires.
+	MaxRegistrations int
+	// MaxAuthorizations bounds the authorizations minted within
+	// AuthorizationTTL+5s, pending or taken (a taken one leaves a delete
+	// marker until then): default 4096. One more is refused with
+	// ErrStoreFull (too_many_pending_authorizations).
+	MaxAuthorizations int
+	// MaxValueSize bounds one record (default 4 KiB; ours are about 1.8
+	// KiB, most of it the ML-KEM public key); a larger one is refused
+	// with ErrValueTooLarge.
+	MaxValueSize int
 }
+
+// ErrValueTooLarge is returned for a record over KVStoreOptions.MaxValueSize.
+var ErrValueTooLarge = errors.New("relay: store record too large")
 
 // NewKVStore creates (or binds to) the buckets.
 func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore, error) {
@@ -55,6 +72,15 @@ func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore,
 	if o.AuthorizationTTL <= 0 {
 		o.AuthorizationTTL = time.Minute
 	}
+	if o.MaxRegistrations <= 0 {
+		o.MaxRegistrations = 1024
+	}
+	if o.MaxAuthorizations <= 0 {
+		o.MaxAuthorizations = 4096
+	}
+	if o.MaxValueSize <= 0 {
+		o.MaxValueSize = 4 << 10
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -65,38 +91,43 @@ func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore,
 	}
 	regs, err := bucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket: o.Prefix + "_reg", History: 1, TTL: o.RegistrationTTL, Storage: storage, Replicas: o.Replicas,
-	})
+		MaxValueSize: int32(o.MaxValueSize),
+	}, o.MaxRegistrations)
 	if err != nil {
 		return nil, fmt.Errorf("relay: registration bucket: %w", err)
 	}
 	auth, err := bucket(ctx, js, jetstream.KeyValueConfig{
 		// Authorizations are short-lived: memory is enough.
 		Bucket: o.Prefix + "_auth", History: 1, TTL: o.AuthorizationTTL + 5*time.Second, Storage: jetstream.MemoryStorage, Replicas: o.Replicas,
-	})
+		MaxValueSize: int32(o.MaxValueSize),
+	}, o.MaxAuthorizations)
 	if err != nil {
 		return nil, fmt.Errorf("relay: authorization bucket: %w", err)
 	}
-	return &KVStore{regs: regs, auth: auth}, nil
+	return &KVStore{regs: regs, auth: auth, maxValue: o.MaxValueSize}, nil
 }
 
-// bucket binds to the bucket, or creates it. Nodes starting together race
-// to create it, and on a fresh cluster a create can stall until JetStream
-// has a leader: each attempt is bounded and retried until ctx ends.
-func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// bucket binds to the bucket, or creates it, and bounds its records to
+// maxRecords (the bucket's stream keeps at most that many messages and
+// refuses new ones: with one message per key, a put of a new key past the
+// bound fails and an existing key's update still replaces its message).
+// Nodes starting together race to create it, and on a fresh cluster a
+// create can stall until JetStream has a leader: each attempt is bounded
+// and retried until ctx ends.
+func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, maxRecords int) (jetstream.KeyValue, error) {
 	var last error
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		kv, err := js.KeyValue(actx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(actx, cfg)
+		}
+		if err == nil {
+			err = boundRecords(actx, js, cfg, maxRecords)
+		}
 		if err == nil {
 			cancel()
 			return kv, nil
-		}
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			kv, err = js.CreateKeyValue(actx, cfg)
-			if err == nil {
-				cancel()
-				return kv, nil
-			}
 		}
 		cancel()
 		last = err
@@ -106,6 +137,43 @@ func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueC
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// boundRecords sets the bucket stream's record and value bounds (every
+// node does, with its own options: the last one to start wins).
+func boundRecords(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, maxRecords int) error {
+	st, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return err
+	}
+	sc := st.CachedInfo().Config
+	if sc.MaxMsgs == int64(maxRecords) && sc.Discard == jetstream.DiscardNew && sc.MaxMsgSize == cfg.MaxValueSize {
+		return nil
+	}
+	sc.MaxMsgs, sc.Discard, sc.MaxMsgSize = int64(maxRecords), jetstream.DiscardNew, cfg.MaxValueSize
+	_, err = js.UpdateStream(ctx, sc)
+	return err
+}
+
+// jsErrStoreFailed is JetStream's JSStreamStoreFailedF: the stream
+// refused to store a message (here: its record bound; nats.go names no
+// constant for it).
+const jsErrStoreFailed jetstream.ErrorCode = 10077
+
+// storeErr maps JetStream's refusals of a put to the store's errors, by
+// their codes: the stream's record bound (a store failure: "maximum
+// messages exceeded") and its value bound.
+func storeErr(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jsErrStoreFailed:
+			return fmt.Errorf("%w (%v)", ErrStoreFull, err)
+		case jetstream.JSErrCodeStreamMessageExceedsMaximum:
+			return fmt.Errorf("%w (%v)", ErrValueTooLarge, err)
+		}
+	}
+	return err
 }
 
 func regKey(env string) string { return base64.RawURLEncoding.EncodeToString([]byte(env)) }
@@ -133,8 +201,11 @@ func (k *KVStore) PutRegistration(ctx context.Context, env string, r Registratio
 	if err != nil {
 		return err
 	}
+	if len(b) > k.maxValue {
+		return fmt.Errorf("%w: registration of %d bytes (bound %d)", ErrValueTooLarge, len(b), k.maxValue)
+	}
 	_, err = k.regs.Put(ctx, regKey(env), b)
-	return err
+	return storeErr(err)
 }
 
 func (k *KVStore) get(ctx context.Context, env string) (Registration, uint64, bool, error) {
@@ -180,8 +251,11 @@ func (k *KVStore) PutAuthorization(ctx context.Context, token string, a Authoriz
 	if err != nil {
 		return err
 	}
+	if len(b) > k.maxValue {
+		return fmt.Errorf("%w: authorization of %d bytes (bound %d)", ErrValueTooLarge, len(b), k.maxValue)
+	}
 	_, err = k.auth.Create(ctx, authKey(token), b)
-	return err
+	return storeErr(err)
 }
 
 func (k *KVStore) TakeAuthorization(ctx context.Context, token string) (Authorization, bool, error) {

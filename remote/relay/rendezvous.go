@@ -481,7 +481,11 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 	// environment before the attachment is reported.
 	var graceUntil time.Time
 	if s.fab != nil {
-		graceUntil = time.Now().Add(s.opts.TakeoverGrace)
+		now := time.Now()
+		graceUntil = now.Add(s.opts.TakeoverGrace)
+		if since, ok := s.fab.previousHomeSeen(l.env, now); ok {
+			s.recov.executorLost(l.env, since, graceUntil)
+		}
 		s.fab.becomeHome(l.env, reg)
 	}
 	s.log.Info("executor attached", "env", l.env, "registration", reg)
@@ -512,6 +516,10 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 		// claimed them yet, get nothing: the harness's resume makes the
 		// executor send again what it needs.
 		if h, ok := s.router.Harness(l.env, stream); ok {
+			if kind == KindResume {
+				// Both ends are here again: the stream resumed.
+				s.recov.resumed(l.env, stream, time.Now())
+			}
 			s.forward(false, h, stream, kind, b)
 		} else if kind == KindResume && !s.router.Known(l.env, stream) {
 			// An executor resuming a stream whose harness went while the
@@ -545,6 +553,8 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 		// Streams running the reliability extension wait for the
 		// executor to redial (same registration) and resume them.
 		env := l.env
+		now := time.Now()
+		s.recov.executorLost(env, now, now.Add(s.opts.ResumeGrace))
 		s.event(Event{Kind: "hold", Role: roleEnvironment, Env: env, Reg: reg})
 		time.AfterFunc(s.opts.ResumeGrace, func() {
 			for h, streams := range s.router.ExpireExecutor(env) {
@@ -616,6 +626,9 @@ func (s *Server) harnessFrame(h Leg, b []byte) bool {
 	if reliableSignal(f) {
 		s.router.Advertised(env, stream, true)
 	}
+	if kind == KindResume {
+		s.recov.resumed(env, stream, time.Now())
+	}
 	s.forward(true, exec, stream, kind, b)
 	if kind == KindReset {
 		s.router.Unbind(env, stream, h)
@@ -632,11 +645,14 @@ func (s *Server) harnessDetached(h Leg) {
 	for _, st := range ended {
 		s.harnessGone(env, st)
 	}
+	now := time.Now()
 	for _, st := range held {
+		s.recov.harnessLost(env, st, now)
 		s.event(Event{Kind: "hold", Role: roleHarness, Env: env, Stream: st})
 		st := st
 		time.AfterFunc(s.opts.ResumeGrace, func() {
 			if s.router.Release(env, st) {
+				s.recov.released(env, st)
 				s.harnessGone(env, st)
 			}
 		})

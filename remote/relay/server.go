@@ -56,6 +56,7 @@ type Options struct {
 	QueueFrames              int           // per-socket outbound queue, default 64 frames...
 	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
+	FleetNodeBytes           int           // fleet: a node's buffers for frames from other nodes, shared among them; the same on every node, default 64 MiB
 	// ResumeGrace is how long a stream whose ends both run the
 	// reliability extension waits, after its harness socket or its
 	// executor socket went, for a new socket to take it up (default 30 s,
@@ -116,6 +117,7 @@ type Server struct {
 	faults faultState
 	fab    *fabric       // nil: one node
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
+	recov  recoveries
 
 	direct *directState // direct.go
 
@@ -150,6 +152,7 @@ func New(opts Options) (*Server, error) {
 	def(&opts.MaxFrameBytes, 256<<10)
 	def(&opts.QueueFrames, 64)
 	def(&opts.QueueBytes, 4<<20)
+	def(&opts.FleetNodeBytes, 64<<20)
 	defd(&opts.ExecutorURLTTL, time.Hour)
 	defd(&opts.RegistrationTTL, DefaultRegistrationTTL)
 	defd(&opts.HarnessURLTTL, 5*time.Minute)
@@ -641,6 +644,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Unlock()
 	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
 	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
+	s.recov.hist.write(w, "exec_relay_stream_recovery_seconds", "how long a reliable stream was stalled by a lost socket or node until it resumed (docs/remote.md)")
 	if s.fab == nil {
 		return
 	}
@@ -658,6 +662,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		{"exec_relay_fleet_frames_in_total", "counter", "frames received from other nodes", st.FramesIn},
 		{"exec_relay_fleet_bytes_in_total", "counter", "bytes of frames received from other nodes", st.BytesIn},
 		{"exec_relay_fleet_credit_waits_total", "counter", "times a cross-node sender waited for credit", st.CreditWaits},
+		{"exec_relay_fleet_peer_budget_waits_total", "counter", "times a cross-node sender waited for its budget toward a peer node", st.PeerWaits},
 		{"exec_relay_fleet_homes_total", "counter", "times this node became an environment's home", st.Homes},
 		{"exec_relay_fleet_abandoned_total", "counter", "routes dropped because another node became the home (takeovers)", st.Abandoned},
 		{"exec_relay_fleet_rehomed_total", "counter", "forwarded sockets closed because their home moved or died", st.Rehomed},

@@ -1,0 +1,89 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// The KV buckets are bounded: records (registrations, authorizations) and
+// the size of one. Past a bound a put is refused with ErrStoreFull or
+// ErrValueTooLarge, and an existing registration can still be replaced.
+func TestKVStoreLimits(t *testing.T) {
+	url := startNATS(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := NewKVStore(ctx, nc, KVStoreOptions{Memory: true, Prefix: "lim", MaxRegistrations: 3, MaxAuthorizations: 3, MaxValueSize: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := func(i int) Registration {
+		return Registration{ID: fmt.Sprintf("reg_%d", i), Key: randomKey(), At: time.Now()}
+	}
+	for i := range 3 {
+		if err := k.PutRegistration(ctx, fmt.Sprintf("env-%d", i), reg(i)); err != nil {
+			t.Fatalf("registration %d: %v", i, err)
+		}
+	}
+	if err := k.PutRegistration(ctx, "env-3", reg(3)); !errors.Is(err, ErrStoreFull) {
+		t.Fatalf("4th registration: %v, want ErrStoreFull", err)
+	}
+	if err := k.PutRegistration(ctx, "env-0", reg(10)); err != nil {
+		t.Fatalf("registering env-0 again in a full bucket: %v", err)
+	}
+	if r, ok, err := k.Registration(ctx, "env-0"); err != nil || !ok || r.ID != "reg_10" {
+		t.Fatalf("env-0: %+v %v %v", r, ok, err)
+	}
+	if err := k.TouchRegistration(ctx, "env-1", "reg_1"); err != nil {
+		t.Fatalf("touch in a full bucket: %v", err)
+	}
+	big := reg(4)
+	big.ID = strings.Repeat("x", 2000)
+	if err := k.PutRegistration(ctx, "env-0", big); !errors.Is(err, ErrValueTooLarge) {
+		t.Fatalf("registration of 3800 bytes: %v, want ErrValueTooLarge", err)
+	}
+	a := Authorization{Env: "env-0", RegID: "reg_10", HarnessKey: randomKey(), Expires: time.Now().Add(time.Minute)}
+	for i := range 3 {
+		if err := k.PutAuthorization(ctx, fmt.Sprintf("tok-%d", i), a); err != nil {
+			t.Fatalf("authorization %d: %v", i, err)
+		}
+	}
+	if err := k.PutAuthorization(ctx, "tok-3", a); !errors.Is(err, ErrStoreFull) {
+		t.Fatalf("4th authorization: %v, want ErrStoreFull", err)
+	}
+	if _, ok, err := k.TakeAuthorization(ctx, "tok-1"); !ok || err != nil {
+		t.Fatalf("take in a full bucket: %v %v", ok, err)
+	}
+	// The bucket's stream carries the bounds, for every node binding it.
+	k2, err := NewKVStore(ctx, nc, KVStoreOptions{Memory: true, Prefix: "lim", MaxRegistrations: 3, MaxAuthorizations: 3, MaxValueSize: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k2.PutRegistration(ctx, "env-4", reg(4)); !errors.Is(err, ErrStoreFull) {
+		t.Fatalf("registration through a second node: %v, want ErrStoreFull", err)
+	}
+}
+
+// A full registration bucket is answered registry_full (503), a clear
+// refusal, by a fleet node.
+func TestFleetRegistryFull(t *testing.T) {
+	url := startNATS(t)
+	n := startNodeOpts(t, url, "a", "", nil, KVStoreOptions{Memory: true, MaxRegistrations: 2})
+	for i := range 2 {
+		n.register(t, fmt.Sprintf("E%d", i), randomKey())
+	}
+	st, m := post(t, n.env("E2")+"/register", execToken, map[string]any{"security_profile": SecurityProfile, "executor_public_key": randomKey()})
+	if st != 503 || errCode(m) != "registry_full" {
+		t.Fatalf("third environment: %d %v, want 503 registry_full", st, m)
+	}
+}
