@@ -147,13 +147,9 @@ func RunDirect(ctx context.Context, cfg DirectConfig) error {
 // checkDirectURL: https, or http to a loopback host (the reference's
 // "remote transport requires https for non-loopback endpoints").
 func checkDirectURL(raw string) (string, error) {
-	base := strings.TrimRight(strings.TrimSpace(raw), "/")
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("invalid --remote URL %q", raw)
-	}
-	if u.User != nil || u.Fragment != "" || u.RawQuery != "" {
-		return "", fmt.Errorf("--remote URL %q must not carry userinfo, a query or a fragment", raw)
+	base, u, err := parseRemoteURL(raw)
+	if err != nil {
+		return "", err
 	}
 	switch {
 	case u.Scheme == "https":

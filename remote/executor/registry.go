@@ -35,13 +35,9 @@ type registry struct {
 // checkRegistryURL trims base and refuses to send a bearer token anywhere
 // but https or a loopback host (spec §2.1).
 func checkRegistryURL(raw string) (string, error) {
-	base := strings.TrimRight(strings.TrimSpace(raw), "/")
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("invalid --remote URL %q", raw)
-	}
-	if u.User != nil || u.Fragment != "" || u.RawQuery != "" {
-		return "", fmt.Errorf("--remote URL %q must not carry userinfo, a query or a fragment", raw)
+	base, u, err := parseRemoteURL(raw)
+	if err != nil {
+		return "", err
 	}
 	switch u.Scheme {
 	case "https":
@@ -53,6 +49,21 @@ func checkRegistryURL(raw string) (string, error) {
 		return "", fmt.Errorf("--remote URL %q must be http(s)://", raw)
 	}
 	return base, nil
+}
+
+// parseRemoteURL trims raw and parses it as a --remote URL: a host, and no
+// userinfo, query or fragment. The caller checks the scheme, whose rules
+// differ between the relay and the direct transport.
+func parseRemoteURL(raw string) (string, *url.URL, error) {
+	base := strings.TrimRight(strings.TrimSpace(raw), "/")
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return "", nil, fmt.Errorf("invalid --remote URL %q", raw)
+	}
+	if u.User != nil || u.Fragment != "" || u.RawQuery != "" {
+		return "", nil, fmt.Errorf("--remote URL %q must not carry userinfo, a query or a fragment", raw)
+	}
+	return base, u, nil
 }
 
 func isLoopback(host string) bool {
