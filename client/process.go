@@ -123,14 +123,6 @@ type resizeParams struct {
 	Cols      int    `json:"cols"`
 }
 
-type envPolicy struct {
-	Inherit               string            `json:"inherit"`
-	IgnoreDefaultExcludes bool              `json:"ignoreDefaultExcludes"`
-	Exclude               []string          `json:"exclude"`
-	Set                   map[string]string `json:"set"`
-	IncludeOnly           []string          `json:"includeOnly"`
-}
-
 type eventKind uint8
 
 const (
@@ -278,7 +270,7 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 		params.TimeoutMs = &ms
 	}
 	if cmd.InheritEnv != "" {
-		raw, err := json.Marshal(envPolicy{Inherit: cmd.InheritEnv, Exclude: []string{}, Set: map[string]string{}, IncludeOnly: []string{}})
+		raw, err := json.Marshal(protocol.EnvPolicy{Inherit: cmd.InheritEnv, Exclude: []string{}, Set: map[string]string{}, IncludeOnly: []string{}})
 		if err != nil {
 			return nil, err
 		}

@@ -40,14 +40,14 @@ func TestDialRemoteOffline(t *testing.T) {
 // startReferenceExecutor runs codex 0.169's executor (`codex exec-server
 // --remote`) against a relay.Server with opts and returns the relay's
 // base URL once the executor's socket is attached.
-func startReferenceExecutor(t *testing.T, env string, opts relay.Options) string {
+func startReferenceExecutor(t *testing.T, env string, faults relay.Faults) string {
 	t.Helper()
 	bin := os.Getenv("EXEC_SERVER_REFERENCE")
 	if bin == "" {
 		t.Skip("EXEC_SERVER_REFERENCE is not set; run with EXEC_SERVER_REFERENCE=$(bash scripts/reference.sh)")
 	}
 	attached := make(chan struct{}, 1)
-	opts.InsecureNoAuth = true
+	opts := relay.Options{InsecureNoAuth: true}
 	opts.OnEvent = func(e relay.Event) {
 		if e.Kind == "attach" && e.Role == "environment" {
 			select {
@@ -60,6 +60,7 @@ func startReferenceExecutor(t *testing.T, env string, opts relay.Options) string
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.ForTest().SetFaults(faults)
 	hs := httptest.NewServer(srv) // 127.0.0.1
 	t.Cleanup(func() { hs.Close(); srv.Close() })
 	// CODEX_HOME outside the temp dir, as the reference wants.
@@ -123,7 +124,7 @@ func session(t *testing.T, c *client.Client, size int) {
 // TestDialRemoteReference drives codex 0.169's executor through
 // exec-relay's server with the SDK.
 func TestDialRemoteReference(t *testing.T) {
-	base := startReferenceExecutor(t, "env-sdk", relay.Options{})
+	base := startReferenceExecutor(t, "env-sdk", relay.Faults{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.DialRemote(ctx, base, "env-sdk", "harness-token", client.Options{})
@@ -139,9 +140,9 @@ func TestDialRemoteReference(t *testing.T) {
 // both ways: the reference executor's receiver and ours must each deliver
 // every message once, in order.
 func TestDialRemoteReferenceFaults(t *testing.T) {
-	base := startReferenceExecutor(t, "env-faults", relay.Options{Faults: relay.Faults{
+	base := startReferenceExecutor(t, "env-faults", relay.Faults{
 		Seed: 7, Duplicate: 0.2, Reorder: 0.2, ReorderDepth: 16,
-	}})
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.DialRemote(ctx, base, "env-faults", "harness-token", client.Options{})

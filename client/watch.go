@@ -247,14 +247,7 @@ func (c *Client) extNotify(method string, params json.RawMessage) {
 	if method != protocol.NotifyFsChanged {
 		return
 	}
-	var n struct {
-		WatchID string `json:"watchId"`
-		Changes []struct {
-			Path string `json:"path"`
-			Kind string `json:"kind"`
-		} `json:"changes"`
-		Overflow bool `json:"overflow"`
-	}
+	var n protocol.FsChangedNotification
 	if err := json.Unmarshal(params, &n); err != nil {
 		c.opts.Logger.Debug("exec-server client: undecodable fs/changed", "err", err)
 		return

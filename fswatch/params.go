@@ -118,19 +118,12 @@ func decodeStrings(v []byte) ([]string, error) {
 	return out, nil
 }
 
-// WatchParams are fs/watch's params, with the path parsed.
-type WatchParams struct {
-	WatchID   string `json:"watchId"`
-	Path      string `json:"path"`
-	Recursive bool   `json:"recursive"`
-}
-
 // MaxWatchIDBytes bounds a watch id: it is echoed in every fs/changed.
 const MaxWatchIDBytes = 256
 
-// DecodeWatchParams decodes fs/watch params.
-func DecodeWatchParams(raw []byte) (WatchParams, error) {
-	var p WatchParams
+// DecodeWatchParams decodes fs/watch params, with the path parsed.
+func DecodeWatchParams(raw []byte) (protocol.FsWatchParams, error) {
+	var p protocol.FsWatchParams
 	if err := jsonscan.DecodeParams(raw, &p, "WatchParams", "watchId", "path"); err != nil {
 		return p, err
 	}
@@ -145,14 +138,9 @@ func DecodeWatchParams(raw []byte) (WatchParams, error) {
 	return p, nil
 }
 
-// UnwatchParams are fs/unwatch's params.
-type UnwatchParams struct {
-	WatchID string `json:"watchId"`
-}
-
 // DecodeUnwatchParams decodes fs/unwatch params.
-func DecodeUnwatchParams(raw []byte) (UnwatchParams, error) {
-	var p UnwatchParams
+func DecodeUnwatchParams(raw []byte) (protocol.FsUnwatchParams, error) {
+	var p protocol.FsUnwatchParams
 	if err := jsonscan.DecodeParams(raw, &p, "UnwatchParams", "watchId"); err != nil {
 		return p, err
 	}

@@ -47,40 +47,16 @@ const (
 	maxHTTPHeaderBytes = 1 << 20
 )
 
-// Header is a response header as received (lower-case name).
-type Header struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// RequestHeader is a request header: value, or value followed by the
-// executor's environment variable valueEnvVar (a credential that stays on
-// the executor; capability httpHeaderEnvVars).
-type RequestHeader struct {
-	Name        string  `json:"name"`
-	Value       *string `json:"value"`
-	ValueEnvVar *string `json:"valueEnvVar"`
-}
-
-// Params are http/request params.
+// Params are http/request's params with the URL parsed.
 type Params struct {
-	Method         string           `json:"method"`
-	URL            string           `json:"url"`
-	Headers        []RequestHeader  `json:"headers"`
-	BodyBase64     *protocol.Base64 `json:"bodyBase64"`
-	TimeoutMs      *uint64          `json:"timeoutMs"`
-	RedirectPolicy *string          `json:"redirectPolicy"`
-	RequestID      string           `json:"requestId"`
-	StreamResponse bool             `json:"streamResponse"`
+	protocol.HTTPRequestParams
 
 	url *url.URL
 }
 
-// Result is http/request's result.
+// Result is http/request's result with its body stream.
 type Result struct {
-	Status     int      `json:"status"`
-	Headers    []Header `json:"headers"`
-	BodyBase64 string   `json:"bodyBase64"`
+	protocol.HTTPRequestResult
 
 	// stream, when set, runs after the result has been queued (the
 	// dispatcher's AfterReply hook), so every delta follows it.
@@ -99,7 +75,7 @@ func (r *Result) AfterReply() {
 // reference's error texts.
 func Decode(raw json.RawMessage) (any, error) {
 	p := new(Params)
-	if err := jsonscan.DecodeParams(raw, p, "HttpRequestParams", "method", "url", "requestId"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p.HTTPRequestParams, "HttpRequestParams", "method", "url", "requestId"); err != nil {
 		return nil, err
 	}
 	if p.RedirectPolicy != nil && *p.RedirectPolicy != "follow" && *p.RedirectPolicy != "stop" {
@@ -220,7 +196,7 @@ func (st *ConnState) Call(ctx context.Context, conn *jsonrpc.Conn, p *Params) (a
 		done()
 		return nil, err
 	}
-	res := &Result{Status: resp.StatusCode, Headers: headers}
+	res := &Result{HTTPRequestResult: protocol.HTTPRequestResult{Status: resp.StatusCode, Headers: headers}}
 	if !p.StreamResponse {
 		defer done()
 		defer resp.Body.Close()
@@ -296,7 +272,7 @@ func appendDelta(dst []byte, id string, seq uint64, data []byte, done bool, errM
 
 // doHTTP makes the call. Any failure before the response headers is the
 // reference's one text; the cause is logged.
-func doHTTP(ctx context.Context, p *Params) (*http.Response, []Header, error) {
+func doHTTP(ctx context.Context, p *Params) (*http.Response, []protocol.HTTPHeader, error) {
 	if p.url.Scheme == "https" {
 		// Checked on every call, not only when a connection is dialled: an
 		// idle connection must not hide a CA file that is gone.
@@ -471,7 +447,7 @@ func (c *captureConn) Read(b []byte) (int, error) {
 
 // capturedHeaders parses the header block conn saw, when it is the one of
 // a response with this status; nil otherwise.
-func capturedHeaders(conn net.Conn, status int) []Header {
+func capturedHeaders(conn net.Conn, status int) []protocol.HTTPHeader {
 	c, ok := conn.(*captureConn)
 	if !ok {
 		return nil
@@ -486,7 +462,7 @@ func capturedHeaders(conn net.Conn, status int) []Header {
 	if f := strings.Fields(lines[0]); len(f) < 2 || f[1] != strconv.Itoa(status) {
 		return nil
 	}
-	out := []Header{}
+	out := []protocol.HTTPHeader{}
 	for _, l := range lines[1:] {
 		if l != "" && (l[0] == ' ' || l[0] == '\t') && len(out) > 0 {
 			out[len(out)-1].Value += " " + strings.TrimSpace(l) // obsolete folding
@@ -496,23 +472,23 @@ func capturedHeaders(conn net.Conn, status int) []Header {
 		if !ok {
 			continue
 		}
-		out = append(out, Header{Name: strings.ToLower(name), Value: strings.Trim(value, " \t")})
+		out = append(out, protocol.HTTPHeader{Name: strings.ToLower(name), Value: strings.Trim(value, " \t")})
 	}
 	return out
 }
 
 // sortedHeaders is the fallback (a response through an https proxy): the
 // map's names sorted, each name's values in order.
-func sortedHeaders(resp *http.Response) []Header {
+func sortedHeaders(resp *http.Response) []protocol.HTTPHeader {
 	names := make([]string, 0, len(resp.Header))
 	for k := range resp.Header {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	out := []Header{}
+	out := []protocol.HTTPHeader{}
 	for _, k := range names {
 		for _, v := range resp.Header[k] {
-			out = append(out, Header{Name: strings.ToLower(k), Value: v})
+			out = append(out, protocol.HTTPHeader{Name: strings.ToLower(k), Value: v})
 		}
 	}
 	return out

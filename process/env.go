@@ -19,15 +19,6 @@ import (
 // stripped variables never reach a child: they configure the server.
 var stripped = map[string]bool{"CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE": true}
 
-// envPolicy is the optional shell-environment policy of process/start.
-type envPolicy struct {
-	Inherit               string            `json:"inherit"` // all | core | none
-	IgnoreDefaultExcludes bool              `json:"ignoreDefaultExcludes"`
-	Exclude               []string          `json:"exclude"`
-	Set                   map[string]string `json:"set"`
-	IncludeOnly           []string          `json:"includeOnly"`
-}
-
 // coreVars are what inherit "core" keeps: the reference's set (observed:
 // LC_ALL and LC_CTYPE are in it, TERM and USERNAME are not).
 var coreVars = []string{"HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "PATH", "SHELL", "TEMP", "TMP", "TMPDIR", "USER"}
@@ -41,7 +32,7 @@ func buildEnv(env map[string]string, rawPolicy json.RawMessage) ([]string, error
 	vars := map[string]string{}
 	rawPolicy = bytes.TrimSpace(rawPolicy)
 	if len(rawPolicy) > 0 && !bytes.Equal(rawPolicy, []byte("null")) {
-		var pol envPolicy
+		var pol protocol.EnvPolicy
 		if err := jsonscan.DecodeParams(rawPolicy, &pol, "EnvPolicy"); err != nil {
 			return nil, err
 		}

@@ -145,6 +145,16 @@ type StartParams struct {
 	ShellSnapshot *ShellSnapshotRequest `json:"shellSnapshot,omitempty"`
 }
 
+// EnvPolicy is process/start's optional envPolicy: the shell-environment
+// policy applied to the server's environment before StartParams.Env.
+type EnvPolicy struct {
+	Inherit               string            `json:"inherit"` // all | core | none
+	IgnoreDefaultExcludes bool              `json:"ignoreDefaultExcludes"`
+	Exclude               []string          `json:"exclude"`
+	Set                   map[string]string `json:"set"`
+	IncludeOnly           []string          `json:"includeOnly"`
+}
+
 // ShellSnapshotRequest is process/start's shellSnapshot: the scope that
 // owns the cached state (codex: "<threadId>:<environmentId>") and the
 // shell that captures and restores it.

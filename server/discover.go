@@ -17,35 +17,9 @@ import (
 // reference reports them. Workspace skills (under cwd) are not reported:
 // codex finds those itself over the fs methods. Plugins are not discovered
 // (always []), nor are system or ~/.agents skill roots.
-const methodCapabilitiesDiscoverV2 = "capabilities/discoverV2"
-
-type discoverParams struct {
-	Cwd string `json:"cwd"`
-}
-
-type discoveryRoot struct {
-	ID   string `json:"id"`
-	Path string `json:"path"`
-}
-
-type discoveredSkill struct {
-	Name             string        `json:"name"`
-	Description      string        `json:"description"`
-	ShortDescription *string       `json:"shortDescription"`
-	Path             string        `json:"path"`
-	DiscoveryRoot    discoveryRoot `json:"discoveryRoot"`
-	Dependencies     any           `json:"dependencies"`
-	Policy           any           `json:"policy"`
-}
-
-type discoverResult struct {
-	Plugins  []any             `json:"plugins"`
-	Skills   []discoveredSkill `json:"skills"`
-	Warnings []string          `json:"warnings"`
-}
 
 func decodeDiscover(raw json.RawMessage) (any, error) {
-	p := new(discoverParams)
+	p := new(protocol.CapabilitiesDiscoverParams)
 	if err := jsonscan.DecodeParams(raw, p, "DiscoverV2CapabilitiesRequest", "cwd"); err != nil {
 		return nil, err
 	}
@@ -60,14 +34,14 @@ func discoverCapabilities() (any, error) {
 	if err != nil {
 		return nil, protocol.Internal("%v", err)
 	}
-	res := discoverResult{Plugins: []any{}, Skills: []discoveredSkill{}, Warnings: []string{}}
+	res := protocol.CapabilitiesDiscoverResult{Plugins: []any{}, Skills: []protocol.DiscoveredSkill{}, Warnings: []string{}}
 	root := filepath.Join(home, "skills")
 	skills, bad := codexhome.Skills(root)
 	for _, s := range skills {
-		res.Skills = append(res.Skills, discoveredSkill{
+		res.Skills = append(res.Skills, protocol.DiscoveredSkill{
 			Name: s.Name, Description: s.Description, ShortDescription: s.ShortDescription,
 			Path:          fileuri.FromPath(s.Path),
-			DiscoveryRoot: discoveryRoot{ID: "codex-home-skills", Path: fileuri.FromPath(root)},
+			DiscoveryRoot: protocol.SkillDiscoveryRoot{ID: "codex-home-skills", Path: fileuri.FromPath(root)},
 		})
 	}
 	if bad {
@@ -114,7 +88,7 @@ func (s *Server) discoverMethods(m map[string]method) {
 			return caproots.Discover(ctx, cs.srv.fs, p.(*protocol.CapabilityRootsDiscoverParams))
 		},
 	}
-	m[methodCapabilitiesDiscoverV2] = method{
+	m[protocol.MethodCapabilitiesDiscoverV2] = method{
 		family: familyEnvironment,
 		decode: decodeDiscover,
 		call: func(context.Context, *connState, any) (any, error) {

@@ -16,36 +16,15 @@ import (
 // [["mcp_servers"]] to learn the executor's MCP servers). Shapes as the
 // reference's (codex-rs/exec-server; docs/protocol.md).
 
+// envConfigParams are the wire params with the cwd parsed.
 type envConfigParams struct {
-	Cwd               string     `json:"cwd"`
-	ConfigPaths       [][]string `json:"configPaths"`
-	RequirementsPaths [][]string `json:"requirementsPaths"`
-
+	protocol.EnvironmentConfigReadParams
 	dir string
-}
-
-type configLayer struct {
-	Source  string `json:"source"`
-	BaseDir string `json:"baseDir"`
-	TOML    string `json:"toml"`
-}
-
-type layerStack struct {
-	Layers              []configLayer `json:"layers"`
-	CloudInsertionIndex int           `json:"cloudInsertionIndex"`
-}
-
-type envConfigResult struct {
-	UserHomeDir  string     `json:"userHomeDir"`
-	CodexHomeDir string     `json:"codexHomeDir"`
-	Hostname     string     `json:"hostname"`
-	Config       layerStack `json:"config"`
-	Requirements layerStack `json:"requirements"`
 }
 
 func decodeEnvConfig(raw json.RawMessage) (any, error) {
 	p := new(envConfigParams)
-	if err := jsonscan.DecodeParams(raw, p, "EnvironmentConfigReadParams", "cwd", "configPaths", "requirementsPaths"); err != nil {
+	if err := jsonscan.DecodeParams(raw, &p.EnvironmentConfigReadParams, "EnvironmentConfigReadParams", "cwd", "configPaths", "requirementsPaths"); err != nil {
 		return nil, err
 	}
 	dir, err := fileuri.Parse(p.Cwd)
@@ -76,12 +55,12 @@ func (cs *connState) readEnvConfig(p *envConfigParams) (any, error) {
 		return nil, protocol.Internal("failed to find Codex home: %v", err)
 	}
 	host, _ := os.Hostname()
-	res := envConfigResult{
+	res := protocol.EnvironmentConfigReadResult{
 		UserHomeDir:  cs.srv.envInfo().UserHomeDir,
 		CodexHomeDir: fileuri.FromPath(home),
 		Hostname:     host,
-		Config:       layerStack{Layers: []configLayer{}},
-		Requirements: layerStack{Layers: []configLayer{}},
+		Config:       protocol.ConfigLayerStack{Layers: []protocol.ConfigLayer{}},
+		Requirements: protocol.ConfigLayerStack{Layers: []protocol.ConfigLayer{}},
 	}
 	if len(p.ConfigPaths) == 0 {
 		return res, nil
@@ -95,7 +74,7 @@ func (cs *connState) readEnvConfig(p *envConfigParams) (any, error) {
 		if t.Len() == 0 {
 			continue
 		}
-		res.Config.Layers = append(res.Config.Layers, configLayer{
+		res.Config.Layers = append(res.Config.Layers, protocol.ConfigLayer{
 			Source: l.Source, BaseDir: fileuri.FromPath(l.BaseDir), TOML: codexhome.Encode(t),
 		})
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/httpcall"
+	"github.com/execgo/exec-server/protocol"
 )
 
 // httpTestServer answers like the reference's observations were made
@@ -79,9 +79,9 @@ func boolInt(b bool) int {
 }
 
 type httpRes struct {
-	Status  int               `json:"status"`
-	Headers []httpcall.Header `json:"headers"`
-	Body    string            `json:"bodyBase64"`
+	Status  int                   `json:"status"`
+	Headers []protocol.HTTPHeader `json:"headers"`
+	Body    string                `json:"bodyBase64"`
 }
 
 func (r httpRes) header(name string) []string {
@@ -134,7 +134,7 @@ func TestHTTPRequest(t *testing.T) {
 	// What the server receives: the client's headers, Accept: */*, no
 	// Go user agent, no gzip negotiation, the body.
 	r = call(map[string]any{"requestId": "r5", "method": "POST", "url": srv.URL + "/echo",
-		"headers":    []httpcall.Header{{Name: "X-B", Value: "1"}, {Name: "x-a", Value: "2"}, {Name: "X-B", Value: "3"}},
+		"headers":    []protocol.HTTPHeader{{Name: "X-B", Value: "1"}, {Name: "x-a", Value: "2"}, {Name: "X-B", Value: "3"}},
 		"bodyBase64": base64.StdEncoding.EncodeToString([]byte("hi"))})
 	body, _ := base64.StdEncoding.DecodeString(r.Body)
 	var echo struct {
@@ -176,11 +176,11 @@ func TestHTTPRequest(t *testing.T) {
 		{envHeader("v1", "HTTPREQ_TEST_MISSING"), -32602, "http/request header x-k requires executor environment variable HTTPREQ_TEST_MISSING"},
 		{envHeader("v2", "HTTPREQ_TEST_EMPTY"), -32602, "http/request header x-k requires a non-empty executor environment variable HTTPREQ_TEST_EMPTY"},
 		{map[string]any{"requestId": "v3", "method": "GET", "url": srv.URL, "headers": []map[string]any{{"name": "x-k", "valueEnvVar": "HTTPREQ_TEST_TOKEN"}}}, -32602, "missing field `value`"},
-		{map[string]any{"requestId": "v4", "method": "GET", "url": srv.URL, "headers": []httpcall.Header{{Name: "x-k", Value: "a\nb"}}}, -32602, "http/request header value is invalid for x-k: failed to parse header value"},
+		{map[string]any{"requestId": "v4", "method": "GET", "url": srv.URL, "headers": []protocol.HTTPHeader{{Name: "x-k", Value: "a\nb"}}}, -32602, "http/request header value is invalid for x-k: failed to parse header value"},
 		{map[string]any{"requestId": "e1", "method": "GET", "url": "ftp://127.0.0.1/x"}, -32602, "http/request only supports http and https URLs, got ftp"},
 		{map[string]any{"requestId": "e2", "method": "GET", "url": "not a url"}, -32602, "http/request url is invalid: relative URL without a base"},
 		{map[string]any{"requestId": "e3", "method": "BAD METHOD", "url": srv.URL}, -32602, "http/request method is invalid: invalid HTTP method"},
-		{map[string]any{"requestId": "e4", "method": "GET", "url": srv.URL, "headers": []httpcall.Header{{Name: "bad name", Value: "x"}}}, -32602, "http/request header name is invalid: invalid HTTP header name"},
+		{map[string]any{"requestId": "e4", "method": "GET", "url": srv.URL, "headers": []protocol.HTTPHeader{{Name: "bad name", Value: "x"}}}, -32602, "http/request header name is invalid: invalid HTTP header name"},
 		{map[string]any{"method": "GET", "url": srv.URL}, -32602, "missing field `requestId`"},
 		{map[string]any{"requestId": "e5", "method": "GET", "url": srv.URL, "bodyBase64": "!!"}, -32602, "Invalid symbol 33, offset 0."},
 		{map[string]any{"requestId": "e6", "method": "GET", "url": "http://" + closed + "/"}, -32603, "http/request failed: error sending request for url (http://" + closed + "/)"},

@@ -97,10 +97,6 @@ func encodeChanged(dst []byte, b fswatch.Batch) []byte {
 	return append(dst, "}}"...)
 }
 
-type watchingResult struct {
-	Watching bool `json:"watching"`
-}
-
 func (s *Server) watchMethods(m map[string]method) {
 	m[protocol.MethodFsWatchMissing] = method{
 		family: familyFilesystem, inline: true,
@@ -116,7 +112,7 @@ func (s *Server) watchMethods(m map[string]method) {
 			if err != nil {
 				return nil, err
 			}
-			return watchingResult{Watching: ok}, nil
+			return protocol.FsWatchMissingResult{Watching: ok}, nil
 		},
 	}
 	// fs/watch runs on the read loop, as fs/unwatch does, so that an
@@ -131,7 +127,7 @@ func (s *Server) watchMethods(m map[string]method) {
 			return &p, nil
 		},
 		call: func(_ context.Context, cs *connState, p any) (any, error) {
-			w := p.(*fswatch.WatchParams)
+			w := p.(*protocol.FsWatchParams)
 			if err := cs.treeFor().Watch(w.WatchID, w.Path, w.Recursive); err != nil {
 				return nil, err
 			}
@@ -148,7 +144,7 @@ func (s *Server) watchMethods(m map[string]method) {
 			return &p, nil
 		},
 		call: func(_ context.Context, cs *connState, p any) (any, error) {
-			if err := cs.treeFor().Unwatch(p.(*fswatch.UnwatchParams).WatchID); err != nil {
+			if err := cs.treeFor().Unwatch(p.(*protocol.FsUnwatchParams).WatchID); err != nil {
 				return nil, err
 			}
 			return protocol.Empty{}, nil

@@ -260,7 +260,7 @@ func validateOutcome(t *testing.T, impl, name string, faults relay.Faults, marke
 		r.waitAttached()
 		id, _ := noise.GenerateKeypair()
 		b := r.connect(id)
-		r.relay.SetFaults(faults)
+		r.relay.ForTest().SetFaults(faults)
 		ws := dialHarness(t, b.URL)
 		payload, _, err := handshake(t, ws, r.env, b, id, newStreamID(), []byte(b.Authz))
 		if marker {
@@ -410,14 +410,14 @@ func TestReconnects(t *testing.T) {
 		t.Fatal("registered again after a cut")
 	}
 	// 502 on the upgrade: same URL after the backoff.
-	r.relay.SetFaults(relay.Faults{Upgrade: relay.Failure{Status: 502, Code: "route_unavailable", Times: 1}})
+	r.relay.ForTest().SetFaults(relay.Faults{Upgrade: relay.Failure{Status: 502, Code: "route_unavailable", Times: 1}})
 	r.relay.CutExecutor(r.env)
 	r.events.waitCount(t, 3, 10*time.Second, isAttach)
 	if registers() != 1 {
 		t.Fatal("registered again after a 502")
 	}
 	// 403: register again, then dial the new URL.
-	r.relay.SetFaults(relay.Faults{Upgrade: relay.Failure{Status: 403, Code: "expired", Times: 1}})
+	r.relay.ForTest().SetFaults(relay.Faults{Upgrade: relay.Failure{Status: 403, Code: "expired", Times: 1}})
 	r.relay.CutExecutor(r.env)
 	r.events.waitCount(t, 4, 10*time.Second, isAttach)
 	if registers() != 2 {
@@ -500,7 +500,7 @@ func TestStreamLimits(t *testing.T) {
 		r.waitAttached()
 		id, _ := noise.GenerateKeypair()
 		b1, b2 := r.connect(id), r.connect(id)
-		r.relay.SetFaults(relay.Faults{SlowValidate: 3 * time.Second})
+		r.relay.ForTest().SetFaults(relay.Faults{SlowValidate: 3 * time.Second})
 		ws := dialHarness(t, b1.URL)
 		ini, _ := noise.NewInitiator(id, b1.Key, noise.Prologue(r.env, b1.RegID, "first"))
 		msg1, _ := ini.WriteMessage1([]byte(b1.Authz))

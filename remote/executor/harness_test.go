@@ -98,12 +98,12 @@ func newRelay(t testing.TB, f relay.Faults) (*relay.Server, string, *events) {
 	rs, err := relay.New(relay.Options{
 		ExecutorTokens: relay.NewTokens(execToken),
 		HarnessTokens:  relay.NewTokens(harnessToken),
-		Faults:         f,
 		OnEvent:        ev.add,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs.ForTest().SetFaults(f)
 	hs := httptest.NewServer(rs)
 	t.Cleanup(func() {
 		rs.Close()

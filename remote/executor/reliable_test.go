@@ -37,7 +37,7 @@ func TestReliableThroughFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cl.Close()
-			r.relay.SetFaults(c.faults)
+			r.relay.ForTest().SetFaults(c.faults)
 			name := filepath.Join(t.TempDir(), "f")
 			data := make([]byte, 1<<20)
 			for i := range data {
@@ -86,7 +86,7 @@ func TestPlainExecutorLosesFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	r.relay.SetFaults(relay.Faults{Drop: 0.1, Seed: 5})
+	r.relay.ForTest().SetFaults(relay.Faults{Drop: 0.1, Seed: 5})
 	// (Not Output: on a Wait error it returns its buffer while the
 	// output pump may still write to it; reported to the client's owner.)
 	var out syncbuf.Buffer

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Faults are switches for tests; set them with Options.Faults or
-// Server.SetFaults. The zero value injects nothing.
+// Faults are switches for tests; set them with
+// Server.ForTest().SetFaults. The zero value injects nothing.
 type Faults struct {
 	// Frame faults apply to data frames only, unless AllKinds, and to the
 	// directions selected (none selected: both).
@@ -41,6 +41,18 @@ type Faults struct {
 	Upgrade     Failure
 	UpgradeRole string
 }
+
+// TestHooks are the relay's test seams, fenced off the product API (as
+// tailscale fences its test hooks behind ForTest): product code has no
+// reason to hold one.
+type TestHooks struct{ s *Server }
+
+// ForTest returns the test hooks of s. Only tests call it.
+func (s *Server) ForTest() TestHooks { return TestHooks{s} }
+
+// SetFaults replaces the fault switches. Call it before the first request
+// for faults that must apply from the start.
+func (h TestHooks) SetFaults(f Faults) { h.s.faults.set(f) }
 
 // Failure makes an endpoint fail Times times (0: until switched off).
 type Failure struct {

@@ -167,7 +167,7 @@ func TestShaperCutEvery(t *testing.T) {
 // toward the executor; everything arrives, within the receiver's window.
 func TestFaultsThroughRelay(t *testing.T) {
 	p := newPair(t, Options{})
-	p.r.SetFaults(Faults{Reorder: 0.2, ReorderDepth: 16, Duplicate: 0.2, Delay: 2 * time.Millisecond, Seed: 3})
+	p.r.ForTest().SetFaults(Faults{Reorder: 0.2, ReorderDepth: 16, Duplicate: 0.2, Delay: 2 * time.Millisecond, Seed: 3})
 	h := p.harness(t)
 	write(t, h, resumeFrame("s"))
 	read(t, p.exec)

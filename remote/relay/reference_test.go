@@ -144,7 +144,7 @@ func TestReferenceExecutor(t *testing.T) {
 
 	t.Run("5xx upgrade retries the same URL", func(t *testing.T) {
 		n := len(r.rec.all())
-		r.SetFaults(Faults{Upgrade: Failure{Status: 502, Code: "route_unavailable", Times: 1}})
+		r.ForTest().SetFaults(Faults{Upgrade: Failure{Status: 502, Code: "route_unavailable", Times: 1}})
 		r.cutAttached(t, "E")
 		_, k := r.rec.wait(t, n, 40*time.Second, isUpgrade(502))
 		ok, m := r.rec.wait(t, k, 40*time.Second, isUpgrade(101))
@@ -168,7 +168,7 @@ func TestReferenceReregistersOn4xx(t *testing.T) {
 	prev := first.Reg
 	for _, status := range []int{403, 429} {
 		n := len(r.rec.all())
-		r.SetFaults(Faults{Upgrade: Failure{Status: status, Code: "expired", Times: 1}})
+		r.ForTest().SetFaults(Faults{Upgrade: Failure{Status: status, Code: "expired", Times: 1}})
 		r.cutAttached(t, "E")
 		_, k := r.rec.wait(t, n, 20*time.Second, isUpgrade(status))
 		re, k2 := r.rec.wait(t, k, 5*time.Second, func(e Event) bool { return e.Kind == "register" })
@@ -182,7 +182,7 @@ func TestReferenceReregistersOn4xx(t *testing.T) {
 
 func TestReferenceRegistrationRetries(t *testing.T) {
 	r := startRelay(t, Options{})
-	r.SetFaults(Faults{Register: Failure{Status: 503, Code: "registration_conflict", Times: 2}})
+	r.ForTest().SetFaults(Faults{Register: Failure{Status: 503, Code: "registration_conflict", Times: 2}})
 	startReference(t, r.base, "E", execToken)
 	r.rec.wait(t, 0, 30*time.Second, isUpgrade(101))
 	var statuses []int
@@ -210,7 +210,8 @@ func TestReferenceRegistrationFailures(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := startRelay(t, Options{Faults: c.faults})
+			r := startRelay(t, Options{})
+			r.ForTest().SetFaults(c.faults)
 			p := startReference(t, r.base, "E", c.key)
 			if err := p.exited(t, 20*time.Second); err == nil {
 				t.Fatal("exited 0")

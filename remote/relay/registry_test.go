@@ -306,7 +306,7 @@ func TestPendingAuthorizationsBound(t *testing.T) {
 func TestRegistryFaults(t *testing.T) {
 	r := startRelay(t, Options{})
 	body := map[string]any{"security_profile": SecurityProfile, "executor_public_key": randomKey()}
-	r.SetFaults(Faults{Register: Failure{Status: 503, Code: "registration_conflict", Times: 2}})
+	r.ForTest().SetFaults(Faults{Register: Failure{Status: 503, Code: "registration_conflict", Times: 2}})
 	for i := range 2 {
 		st, m := post(t, r.env("E")+"/register", execToken, body)
 		if st != 503 || errCode(m) != "registration_conflict" {
@@ -316,7 +316,7 @@ func TestRegistryFaults(t *testing.T) {
 	if st, m := post(t, r.env("E")+"/register", execToken, body); st != 200 {
 		t.Fatalf("after the armed failures: %d %v", st, m)
 	}
-	r.SetFaults(Faults{WrongEnvironmentID: true, WrongSecurityProfile: true})
+	r.ForTest().SetFaults(Faults{WrongEnvironmentID: true, WrongSecurityProfile: true})
 	_, m := post(t, r.env("E")+"/register", execToken, body)
 	if m["environment_id"] == "E" || m["security_profile"] == SecurityProfile {
 		t.Fatalf("wrong-answer switches ignored: %v", m)
@@ -332,15 +332,15 @@ func TestRegistryFaults(t *testing.T) {
 		{Faults{Validate: Failure{Status: 500, Code: "internal"}}, 500},
 		{Faults{Invalid: true}, 200},
 	} {
-		r.SetFaults(Faults{})
+		r.ForTest().SetFaults(Faults{})
 		a := r.connect(t, "G", hk)["harness_key_authorization"]
-		r.SetFaults(c.f)
+		r.ForTest().SetFaults(c.f)
 		st, m := post(t, r.env("G")+"/validate", execToken, map[string]any{"executor_registration_id": reg["executor_registration_id"], "harness_public_key": hk, "harness_key_authorization": a})
 		if st != c.status || m["valid"] == true {
 			t.Fatalf("%+v: %d %v", c.f, st, m)
 		}
 	}
-	r.SetFaults(Faults{SlowValidate: 300 * time.Millisecond})
+	r.ForTest().SetFaults(Faults{SlowValidate: 300 * time.Millisecond})
 	start := time.Now()
 	post(t, r.env("G")+"/validate", execToken, map[string]any{})
 	if time.Since(start) < 300*time.Millisecond {

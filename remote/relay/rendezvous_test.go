@@ -221,7 +221,7 @@ func TestUpgradeRejections(t *testing.T) {
 			}
 		})
 	}
-	r.SetFaults(Faults{Upgrade: Failure{Status: 429, Code: "route_unavailable", Times: 1}})
+	r.ForTest().SetFaults(Faults{Upgrade: Failure{Status: 429, Code: "route_unavailable", Times: 1}})
 	if st, reason := dialStatus(t, good); st != 429 || reason != "route_unavailable" {
 		t.Fatalf("injected: %d %q", st, reason)
 	}
@@ -271,7 +271,7 @@ func TestCutAndNoPong(t *testing.T) {
 		t.Fatalf("ping: %v", err)
 	}
 	pcancel()
-	p.r.SetFaults(Faults{NoPong: true})
+	p.r.ForTest().SetFaults(Faults{NoPong: true})
 	pctx, pcancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer pcancel()
 	if err := e.Ping(pctx); err == nil {

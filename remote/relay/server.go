@@ -82,7 +82,6 @@ type Options struct {
 	// can redial and claim their streams.
 	TakeoverGrace time.Duration
 	Logger        *slog.Logger
-	Faults        Faults
 	// OnEvent, if set, is called synchronously for every registry call and
 	// socket change; tests assert on it.
 	OnEvent func(Event)
@@ -199,7 +198,7 @@ func New(opts Options) (*Server, error) {
 		mr.MaxHarnessPerEnv = opts.MaxHarnessPerEnvironment
 		s.router = mr
 	}
-	s.faults.set(opts.Faults)
+	s.faults.set(Faults{})
 	if opts.NATS != nil {
 		fab, err := newFabric(s, opts.NATS, opts.NodeName)
 		if err != nil {
@@ -223,9 +222,6 @@ func New(opts Options) (*Server, error) {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
-
-// SetFaults replaces the fault switches.
-func (s *Server) SetFaults(f Faults) { s.faults.set(f) }
 
 // Close cuts every socket; the server answers 503 afterwards.
 func (s *Server) Close() {
