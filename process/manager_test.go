@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,10 +72,40 @@ func TestExitCodes(t *testing.T) {
 func TestClosedWaitsForBackgroundChild(t *testing.T) {
 	t.Parallel()
 	m, sink := newTestManager(t, Options{})
-	mustStart(t, m, params(t, "bg", "sh", "-c", "(sleep 0.3; echo late) & echo hi"))
-	evs := sink.waitClosed(t, "bg")
+	// The background child waits on a FIFO the test opens once it has
+	// seen exited: the order is then decided by the test, not by how
+	// fast a loaded machine runs a sleep.
+	fifo := func(name string) (path string, release func()) {
+		path = filepath.Join(t.TempDir(), name)
+		if err := syscall.Mkfifo(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path, func() {
+			// Blocks until the child opens its end; the child reads a
+			// line and goes on.
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString("go\n")
+			f.Close()
+		}
+	}
+	hasKind := func(kind EventKind) func([]Event) bool {
+		return func(evs []Event) bool {
+			return slices.ContainsFunc(evs, func(ev Event) bool { return ev.Kind == kind })
+		}
+	}
+
 	// sh exits at once; the background child keeps stdout open, so its
 	// output comes after exited and closed only after it ends.
+	gate, release := fifo("bg")
+	p := params(t, "bg", "sh", "-c", `(read x < "$GATE"; echo late) & echo hi`)
+	p.Env["GATE"] = gate
+	mustStart(t, m, p)
+	sink.waitFor(t, "bg", "exited", hasKind(EventExited))
+	release()
+	evs := sink.waitClosed(t, "bg")
 	var exitedAt, lateAt int
 	for i, ev := range evs {
 		if ev.Kind == EventExited {
@@ -91,11 +122,21 @@ func TestClosedWaitsForBackgroundChild(t *testing.T) {
 		t.Errorf("exit code %d", code)
 	}
 
-	// The brief's form: nothing printed by the background child.
-	mustStart(t, m, params(t, "bg2", "sh", "-c", "sleep 0.5 & echo hi"))
+	// The brief's form: nothing printed by the background child, which
+	// still holds stdout: closed waits for it.
+	gate, release = fifo("bg2")
+	p = params(t, "bg2", "sh", "-c", `(read x < "$GATE") & echo hi`)
+	p.Env["GATE"] = gate
+	mustStart(t, m, p)
+	evs = sink.waitFor(t, "bg2", "exited", hasKind(EventExited))
+	if hasKind(EventClosed)(evs) {
+		t.Fatalf("closed while the background child holds stdout: %s", describeEvents(evs))
+	}
+	released := time.Now()
+	release()
 	sink.waitClosed(t, "bg2")
-	if d := sink.deliveredAt(t, "bg2", EventClosed).Sub(sink.deliveredAt(t, "bg2", EventExited)); d < 200*time.Millisecond {
-		t.Errorf("closed %v after exited; the background sleep holds stdout for 0.5s", d)
+	if at := sink.deliveredAt(t, "bg2", EventClosed); at.Before(released) {
+		t.Errorf("closed delivered before the background child was let go: %s", describeEvents(sink.of("bg2")))
 	}
 }
 

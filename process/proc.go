@@ -54,6 +54,9 @@ type Proc struct {
 	sandboxed bool
 	denial    *policy.Denial
 	release   func()
+	// ownPIDNamespace: the child is PID 1 of a PID namespace of its own,
+	// so nothing of it outlives its reap (see reap).
+	ownPIDNamespace bool
 
 	// emitMu orders events: a producer numbers its event and delivers it
 	// while holding it, so the sink gets events in seq order, on the
@@ -198,6 +201,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		start = childinit.SpawnAttr{Path: spec.Path, Argv: spec.Argv, Env: spec.Env, Dir: dir,
 			Cloneflags: spec.Cloneflags, UidMappings: idMaps(spec.UidMappings), GidMappings: idMaps(spec.GidMappings)}
 		attr.Cloneflags = start.Cloneflags
+		p.ownPIDNamespace = start.Cloneflags&unix.CLONE_NEWPID != 0
 		attr.UidMappings, attr.GidMappings = start.UidMappings, start.GidMappings
 		p.sandboxed = true
 		p.denial = new(policy.Denial)
@@ -396,10 +400,12 @@ func (p *Proc) pump(f *os.File, stream string) {
 	}
 }
 
-// reap waits for the child to exit and reports its status. It gives the
+// reap waits for the child to exit and reports its status. For a child
+// that was PID 1 of its own PID namespace (a sandbox's init) it waits for
+// every reader to reach EOF, which comes at once; otherwise it gives the
 // readers a brief moment to drain what the child wrote before it exited,
-// so output usually precedes the exit event; late output is still
-// possible when a descendant keeps the stream open.
+// so output usually precedes the exit event, and late output is possible
+// when a descendant keeps the stream open.
 func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) rawEvent {
 	var status syscall.WaitStatus
 	var err error
@@ -425,12 +431,26 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) rawEvent {
 	p.mu.Lock()
 	p.pid = -p.pid // reaped: never signal this pid again, it may be reused
 	p.mu.Unlock()
-	t := time.NewTimer(20 * time.Millisecond)
-	select {
-	case <-readersDone:
-	case <-t.C:
+	if p.ownPIDNamespace {
+		// The child was PID 1 of its own PID namespace: the kernel killed
+		// every process in it before the child could be reaped, so no
+		// process is left that could hold an output stream open, and
+		// every stream reaches EOF as soon as its reader has drained it.
+		// Wait for that: sandboxDenied is judged from the whole output
+		// (see record), however slowly a loaded machine runs the readers.
+		<-readersDone
+	} else {
+		// A background child may keep a stream open for as long as it
+		// likes, and the exit must not wait for it (closed does): give
+		// the readers a brief moment, so that output usually precedes
+		// exited. Nothing is judged from the output here (no sandbox).
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-readersDone:
+		case <-t.C:
+		}
+		t.Stop()
 	}
-	t.Stop()
 	return rawEvent{kind: EventExited, exitCode: code}
 }
 
@@ -473,8 +493,8 @@ func (p *Proc) record(ev rawEvent) Event {
 		p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data})
 	case EventExited:
 		p.exited, p.exitSeq, p.exitCode = true, seq, ev.exitCode
-		// Judged once, on what the readers have seen by now (the reaper
-		// gave them a moment to drain).
+		// Judged once, on what the readers have seen by now: for a
+		// sandbox's init, every byte of its output (see reap).
 		p.denied = p.denial != nil && p.denial.Denied(ev.exitCode)
 		p.ext.exitedLocked()
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -189,6 +190,94 @@ func TestSandboxWorkspaceWrite(t *testing.T) {
 			t.Errorf("the escape left %s: %v", filepath.Join(base, "x"), err)
 		}
 		checkNoTraces(t, ws)
+	})
+}
+
+// gateSink holds the first stderr chunk of one process in Deliver until
+// released: that stream's reader stays behind while the rest goes on.
+type gateSink struct {
+	*recSink
+	id      string
+	once    sync.Once
+	blocked chan struct{}
+	release chan struct{}
+}
+
+func (s *gateSink) Deliver(ev Event) {
+	if ev.ProcessID == s.id && ev.Kind == EventOutput && ev.Stream == protocol.StreamStderr {
+		s.once.Do(func() {
+			close(s.blocked)
+			<-s.release
+		})
+	}
+	s.recSink.Deliver(ev)
+}
+
+// TestSandboxDeniedJudgesWholeOutput: sandboxDenied is judged on all of a
+// sandboxed command's output, however far behind its reader is when the
+// init is reaped. Here the denial is still in the stderr pipe at the reap,
+// behind a chunk the client has not taken yet and 32 KiB more.
+func TestSandboxDeniedJudgesWholeOutput(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	modes(t, func(t *testing.T, opts Options) {
+		sink := &gateSink{recSink: newRecSink(), id: "slow", blocked: make(chan struct{}), release: make(chan struct{})}
+		// Small chunks: the reader needs many reads (and deliveries) to
+		// reach the denial behind 32 KiB of other output.
+		opts.ReadSize = 512
+		m := NewManager(opts, sink)
+		t.Cleanup(m.Close)
+		release := sync.OnceFunc(func() { close(sink.release) })
+		t.Cleanup(release)
+		ws := workspace(t)
+		gate := filepath.Join(ws, "gate")
+		if err := syscall.Mkfifo(gate, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		startSandboxed(t, m, sandboxParams(t, "slow", codexWorkspaceWrite, ws, "/bin/sh", "-c", "echo start >&2; read x < gate; printf '%32768s' '' >&2; touch ../x"))
+		select {
+		case <-sink.blocked:
+		case <-time.After(15 * time.Second):
+			t.Fatal("no stderr output")
+		}
+		// Only now does the command write 32 KiB and the denial (to a
+		// pipe whose reader is held; both fit in it) and exit.
+		f, err := os.OpenFile(gate, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString("go\n")
+		f.Close()
+		p := m.get("slow")
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			p.mu.Lock()
+			reaped := p.pid < 0
+			p.mu.Unlock()
+			if reaped {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the init was not reaped")
+			}
+		}
+		// Not a timing assertion: the judgement must come out the same
+		// whenever the reader is let go. Holding it a while longer makes
+		// a judgement that does not wait for the output (as a fixed
+		// drain window did) show.
+		time.Sleep(100 * time.Millisecond)
+		release()
+		evs := sink.waitClosed(t, "slow")
+		ex := exitedEvent(t, evs)
+		if out := output(evs, ""); ex.ExitCode != 1 || !strings.Contains(out, "Read-only file system") {
+			t.Fatalf("exit %d output %q..., want 1 and the denial", ex.ExitCode, out[:min(len(out), 200)])
+		}
+		res, err := m.Read(context.Background(), protocol.ReadParams{ProcessID: "slow"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ex.SandboxDenied || !res.SandboxDenied {
+			t.Errorf("sandboxDenied exited=%v read=%v, want true: %s", ex.SandboxDenied, res.SandboxDenied, describeEvents(evs))
+		}
 	})
 }
 

@@ -185,7 +185,8 @@ func (c *Channel) Resumable() bool {
 
 // Rebind moves a resumable stream to a new relay socket: later frames go
 // to s, a resume frame tells the peer where our receiving stands, and
-// every kept record is sent again (the peer drops what it has).
+// every kept record the peer's answer (an ack) shows it lacks is sent
+// again (after rto if no answer comes; see reliable.rebound).
 func (c *Channel) Rebind(ctx context.Context, s Sender) error {
 	if !c.Resumable() {
 		return errors.New("relay stream: not resumable")
@@ -196,11 +197,8 @@ func (c *Channel) Rebind(ctx context.Context, s Sender) error {
 	c.rmu.Lock()
 	next, _ := c.seq.ackState()
 	c.rmu.Unlock()
-	if err := c.sendFrame(ctx, frame.Resume(c.streamID, next), false); err != nil {
-		return err
-	}
-	c.rel.resend(0)
-	return nil
+	c.rel.rebound()
+	return c.sendFrame(ctx, frame.Resume(c.streamID, next), false)
 }
 
 // Retransmitted counts the records sent again (after a timeout or on

@@ -48,8 +48,10 @@ import (
 // Resume across a lost relay socket: with a reliable peer a failed send
 // does not end the stream (the record is kept); the owner dials a new
 // socket and calls Rebind, which sends resume{next_seq: our next expected
-// seq} and every kept record again; a peer receiving resume sends again
-// every kept record from next_seq on, and an ack. The relay must let the
+// seq}; a peer receiving resume sends again every kept record from
+// next_seq on, and an ack; that ack makes the rebound end send again every
+// kept record the peer has not got (or the retransmit timer does, after
+// rto, if no ack comes). The relay must let the
 // stream id move to the new socket (and not reset it when the old one
 // goes) for this to work; codex 0.169's relay behaviour is unknown.
 
@@ -115,6 +117,9 @@ type reliable struct {
 	adverts  int  // advertisements sent
 	keep     bool // records are kept (false once given up on a plain peer)
 	plainN   int  // records sent since the peer looked plain
+	// awaitAck: resume went out on a new socket; the kept records go
+	// again once the peer's first ack there says which it has (rebound).
+	awaitAck bool
 	resent   atomic.Uint64
 }
 
@@ -278,24 +283,34 @@ func (r *reliable) setKind(k peerKind) {
 // inbound handles the reliability side of an inbound frame: what the peer
 // is, and its ack fields.
 func (r *reliable) inbound(f *frame.Frame) {
+	if again := r.acked(f); len(again) > 0 {
+		r.resent.Add(uint64(len(again)))
+		r.sendAll(again)
+	}
+}
+
+// acked takes an inbound frame's acknowledgement; it returns the records
+// to send again now: after a Rebind, those the peer's first ack shows it
+// lacks.
+func (r *reliable) acked(f *frame.Frame) []*sentRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case f.Kind == frame.KindHeartbeat && f.AckBits == AdvertiseMagic:
 		r.setKind(peerReliable)
-		return
+		return nil
 	case f.Kind == frame.KindAck && f.Ack > 0, f.Kind == frame.KindData && f.Ack > 0:
 		r.setKind(peerReliable)
 	case f.Kind == frame.KindData:
 		if r.peer == peerUnknown {
 			r.setKind(peerPlain)
 		}
-		return
+		return nil
 	default:
-		return
+		return nil
 	}
 	if r.peer != peerReliable {
-		return
+		return nil
 	}
 	next := f.Ack - 1
 	progressed := false
@@ -342,6 +357,45 @@ func (r *reliable) inbound(f *frame.Frame) {
 		case r.space <- struct{}{}:
 		default:
 		}
+	}
+	if !r.awaitAck {
+		return nil
+	}
+	r.awaitAck = false
+	var again []*sentRecord
+	for _, rec := range r.unacked {
+		if !rec.sacked {
+			again = append(again, rec)
+			rec.sentAt = now
+			rec.resent = true
+			rec.sending++
+		}
+	}
+	if len(r.unacked) > 0 {
+		r.rtx.Reset(r.rto)
+	}
+	return again
+}
+
+// rebound is called once resume has gone out on a new socket. The kept
+// records go again when the peer's answer to it (an ack, which a peer
+// sends on resume) says which of them it has, not at once: the peer may
+// have most of them already, and a socket that is cut again after a few
+// frames (a flaky network, a loaded relay) then still carries new records
+// instead of the same oldest ones every time, which never made progress
+// when the peer's acks kept arriving after the cut. If no answer comes,
+// the retransmit timer sends them after rto as usual.
+func (r *reliable) rebound() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.awaitAck = true
+	r.rto = r.baseRTO()
+	if len(r.unacked) > 0 {
+		r.rtx.Reset(r.rto)
+	}
+	select {
+	case r.space <- struct{}{}:
+	default:
 	}
 }
 

@@ -31,7 +31,7 @@ type conn struct {
 	out, ctrl chan []byte
 	wmu       sync.Mutex   // held while writing the socket
 	unsent    atomic.Int64 // frames queued or being written by the writer
-	reason    chan string  // why the socket ended, first one wins
+	reason    chan string  // why the socket ended, first ones win (see ended)
 
 	mu       sync.Mutex
 	active   map[string]*relayStream
@@ -70,12 +70,11 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 		reason:  make(chan string, 4),
 	}
 	ws.SetReadLimit(int64(e.cfg.MaxFrameBytes))
-	reason := c.reason
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		if r := c.writer(); r != "" {
-			reason <- r
+			c.ended(r)
 			ws.CloseNow()
 		}
 	}()
@@ -83,15 +82,14 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 	go func() {
 		defer c.wg.Done()
 		if r := c.keepalive(); r != "" {
-			reason <- r
+			c.ended(r)
 			ws.CloseNow()
 		}
 	}()
 	// Streams kept from the last socket of this registration move here
 	// (the writer runs: their resume and kept records go out at once).
 	e.adopt(c)
-	r := c.readLoop()
-	reason <- r
+	c.ended(c.readLoop())
 	cancel()
 	ws.CloseNow()
 	// Streams running the reliability extension wait for the next
@@ -116,7 +114,18 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 		st.ch.Fail(errSocketGone)
 	}
 	c.wg.Wait()
-	return <-reason
+	return <-c.reason
+}
+
+// ended records why the socket ended. The first reasons win; later ones
+// are dropped, never waited for: any number of streams' writes may fail
+// on a dying socket (see enqueue), and a blocked send here once kept
+// serveConn from ever returning, so the executor never redialled.
+func (c *conn) ended(r string) {
+	select {
+	case c.reason <- r:
+	default:
+	}
 }
 
 // keepalive pings every PingInterval, never with a ping outstanding, and
@@ -207,10 +216,7 @@ func (c *conn) enqueue(ctx context.Context, f *frame.Frame) error {
 			c.wmu.Unlock()
 			putFrame(b)
 			if r != "" {
-				select {
-				case c.reason <- r:
-				default:
-				}
+				c.ended(r)
 				c.ws.CloseNow()
 				return errSocketGone
 			}

@@ -412,15 +412,59 @@ func TestExecStopSignalsEndClient(t *testing.T) {
 // exec --sandbox: read-only refuses a write and says the sandbox denied
 // it; workspace-write allows it in the working directory; --writable adds
 // a directory; flag misuse is a usage error.
+// outsideWritableRoots makes a temporary directory for a sandbox test that
+// no workspace-write policy leaves writable (its writable roots are the
+// working directory, /tmp and the server's TMPDIR, the test's): the test's
+// "outside" target must stay outside wherever the checkout is (a checkout
+// under /tmp is writable). It tries the user's cache directory, /var/tmp
+// and the package directory, in that order.
+func outsideWritableRoots(t *testing.T) string {
+	t.Helper()
+	var roots []string
+	for _, r := range []string{"/tmp", os.Getenv("TMPDIR")} {
+		if r == "" {
+			continue
+		}
+		if abs, err := filepath.EvalSymlinks(r); err == nil {
+			r = abs
+		}
+		roots = append(roots, r)
+	}
+	under := func(dir string) bool {
+		for _, r := range roots {
+			if rel, err := filepath.Rel(r, dir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return true
+			}
+		}
+		return false
+	}
+	var candidates []string
+	if cache, err := os.UserCacheDir(); err == nil {
+		candidates = append(candidates, cache)
+	}
+	candidates = append(candidates, "/var/tmp", ".")
+	for _, c := range candidates {
+		c, err := filepath.Abs(c)
+		if err != nil {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(c); err != nil || under(real) {
+			continue
+		}
+		base, err := os.MkdirTemp(c, ".exec-server-sandbox-test-")
+		if err != nil {
+			continue
+		}
+		t.Cleanup(func() { os.RemoveAll(base) })
+		return base
+	}
+	t.Skipf("no directory outside /tmp and TMPDIR to aim at among %q", candidates)
+	return ""
+}
+
 func TestExecSandbox(t *testing.T) {
 	needServer(t)
-	// Not under /tmp, which workspace-write leaves writable.
-	base, err := os.MkdirTemp(".", ".sandbox-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	base, _ = filepath.Abs(base)
+	base := outsideWritableRoots(t)
 	work, extra := filepath.Join(base, "work"), filepath.Join(base, "extra")
 	os.Mkdir(work, 0o755)
 	os.Mkdir(extra, 0o755)
