@@ -57,7 +57,7 @@ const (
 	fabCreditFrames = fabWindowFrames / 4
 	fabCreditBytes  = fabWindowBytes / 4
 	hbInterval      = time.Second
-	hbDead          = 3 * time.Second
+	hbDead          = 3 * time.Second // default of Options.FleetNodeDeadAfter
 	fabRequestWait  = 3 * time.Second
 )
 
@@ -548,7 +548,7 @@ func (f *fabric) pool(node string) *credit {
 func (f *fabric) shareLocked(node string, now time.Time) int64 {
 	senders := 1 // this node
 	for n, seen := range f.peers {
-		if n != node && n != f.node && now.Sub(seen) < hbDead {
+		if n != node && n != f.node && now.Sub(seen) < f.s.opts.FleetNodeDeadAfter {
 			senders++
 		}
 	}
@@ -1056,7 +1056,7 @@ func (f *fabric) alive(node string, since, now time.Time) bool {
 	if !ok || seen.Before(since) {
 		seen = since
 	}
-	return now.Sub(seen) < hbDead
+	return now.Sub(seen) < f.s.opts.FleetNodeDeadAfter
 }
 
 func (f *fabric) reapDead(now time.Time) {

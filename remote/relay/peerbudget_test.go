@@ -37,6 +37,9 @@ func TestFleetPeerBudget(t *testing.T) {
 		o.FleetNodeBytes = nodeBytes
 		o.QueueFrames, o.QueueBytes = 4, 256<<10 // the stuck executor absorbs little
 		o.SlowHarness = time.Minute
+		// No node dies here: the flood must not let a starved heartbeat
+		// (seen once at load 60+ under -race) pass for a lost node.
+		o.FleetNodeDeadAfter = 30 * time.Second
 	}
 	url := startNATS(t)
 	h := startNode(t, url, "h", "", tweak)

@@ -57,6 +57,7 @@ type Options struct {
 	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
 	FleetNodeBytes           int           // fleet: a node's buffers for frames from other nodes, shared among them; the same on every node, default 64 MiB
+	FleetNodeDeadAfter       time.Duration // fleet: a node silent (no heartbeat) this long is taken for dead and its streams move; default 3s
 	// ResumeGrace is how long a stream whose ends both run the
 	// reliability extension waits, after its harness socket or its
 	// executor socket went, for a new socket to take it up (default 30 s,
@@ -161,6 +162,7 @@ func New(opts Options) (*Server, error) {
 	defd(&opts.PingInterval, 30*time.Second)
 	defd(&opts.PongTimeout, 60*time.Second)
 	defd(&opts.TakeoverGrace, opts.ResumeGrace)
+	defd(&opts.FleetNodeDeadAfter, hbDead)
 	if opts.NATS != nil && !validNodeName(opts.NodeName) {
 		return nil, fmt.Errorf("relay: node name %q must be 1-64 characters of [A-Za-z0-9_]", opts.NodeName)
 	}
