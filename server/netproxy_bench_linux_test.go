@@ -1,14 +1,12 @@
 package server
 
 import (
-	"bufio"
-	"fmt"
-	"net"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/execgo/exec-server/internal/test/linesrv"
 	"github.com/execgo/exec-server/sandbox"
 )
 
@@ -49,7 +47,7 @@ func BenchmarkSandboxedNetwork(b *testing.B) {
 		b.Skip("no python3")
 	}
 	hello := helloServer(b)
-	echo := pongServer(b)
+	echo, _ := linesrv.Start(b, "127.0.0.1", linesrv.Pong)
 	for _, proxied := range []bool{false, true} {
 		name := "direct"
 		if proxied {
@@ -86,32 +84,4 @@ func BenchmarkSandboxedNetwork(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
-}
-
-// pongServer answers each line with "pong" on 127.0.0.1.
-func pongServer(b *testing.B) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if _, err := br.ReadString('\n'); err != nil {
-						return
-					}
-					fmt.Fprint(c, "pong\n")
-				}
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
 }

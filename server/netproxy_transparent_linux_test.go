@@ -1,50 +1,21 @@
 package server
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/linesrv"
 	"github.com/execgo/exec-server/sandbox"
 )
 
-// lineServer listens on addr (a loopback address of the host) and answers
-// each line with "pong <line>"; it returns its port and the number of
-// connections it accepted.
-func lineServer(t testing.TB, addr string) (int, *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr+":0")
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", addr, err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var n atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			go func() {
-				defer c.Close()
-				sc := bufio.NewScanner(c)
-				for sc.Scan() {
-					fmt.Fprintf(c, "pong %s\n", sc.Text())
-				}
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port, &n
-}
+// pongLine answers a line with "pong <line>".
+func pongLine(line string) string { return "pong " + line + "\n" }
 
 func needTransparent(t *testing.T) {
 	t.Helper()
@@ -78,8 +49,8 @@ func TestTransparentTCP(t *testing.T) {
 	// The command's 127.0.0.1 is its own loopback; other loopback
 	// addresses of the host are reached through the proxy, which allows
 	// them only when listed exactly (local addresses).
-	allowed, _ := lineServer(t, "127.0.0.2")
-	denied, deniedConns := lineServer(t, "127.0.0.3")
+	allowed, _ := linesrv.Start(t, "127.0.0.2", pongLine)
+	denied, deniedConns := linesrv.Start(t, "127.0.0.3", pongLine)
 	dir := t.TempDir()
 	p := stdioPeer(t, New(Config{}))
 	p.init()
@@ -227,7 +198,7 @@ func BenchmarkSandboxedTransparentTCP(b *testing.B) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		b.Skip("no python3")
 	}
-	port, _ := lineServer(b, "127.0.0.2")
+	port, _ := linesrv.Start(b, "127.0.0.2", pongLine)
 	for _, name := range []string{"direct", "transparent"} {
 		b.Run(name, func(b *testing.B) {
 			p := stdioPeer(b, New(Config{}))

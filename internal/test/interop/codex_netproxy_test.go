@@ -1,7 +1,6 @@
 package interop
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/linesrv"
 )
 
 // socksScript is a SOCKS5 CONNECT client (RFC 1928, no authentication) in
@@ -62,7 +62,7 @@ func TestCodexNetworkProxy(t *testing.T) {
 	go hs.Serve(httpLn)
 	t.Cleanup(func() { hs.Close() })
 	httpPort := httpLn.Addr().(*net.TCPAddr).Port
-	tcpPort := echoServer(t)
+	tcpPort, _ := linesrv.Start(t, "127.0.0.1", linesrv.Pong)
 
 	cmd := fmt.Sprintf(`echo "active=$CODEX_NETWORK_PROXY_ACTIVE"
 echo "http=$(curl -s http://localhost:%[1]d/)"
@@ -123,36 +123,4 @@ python3 -c 'import socket; socket.create_connection(("127.0.0.1",%[2]d),timeout=
 			t.Errorf("no network/policyDecision %s (got %v)", want, got)
 		}
 	}
-}
-
-// echoServer answers each line with "pong" on 127.0.0.1; it returns the
-// port.
-func echoServer(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if _, err := br.ReadString('\n'); err != nil {
-						return
-					}
-					if _, err := c.Write([]byte("pong\n")); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -1,46 +1,15 @@
 package interop
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os/exec"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/execgo/exec-server/internal/test/codexref"
+	"github.com/execgo/exec-server/internal/test/linesrv"
 )
-
-// lineServerAt answers each line with "pong" on addr (a loopback address
-// of the host); it returns the port and the count of accepted connections.
-func lineServerAt(t *testing.T, addr string) (int, *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr+":0")
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", addr, err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var n atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			go func() {
-				defer c.Close()
-				sc := bufio.NewScanner(c)
-				for sc.Scan() {
-					fmt.Fprint(c, "pong\n")
-				}
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port, &n
-}
 
 // TestCodexTransparentTCP runs the real codex (0.171) with transparent_tcp
 // in its permission profile against our server: codex sends
@@ -63,8 +32,8 @@ func TestCodexTransparentTCP(t *testing.T) {
 			ours = tg
 		}
 	}
-	allowed, _ := lineServerAt(t, "127.0.0.2")
-	denied, deniedConns := lineServerAt(t, "127.0.0.3")
+	allowed, _ := linesrv.Start(t, "127.0.0.2", linesrv.Pong)
+	denied, deniedConns := linesrv.Start(t, "127.0.0.3", linesrv.Pong)
 	probe := `import socket,sys
 try:
   s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=20);s.sendall(b"ping\n");print(s.recv(100).decode().strip() or "closed")
