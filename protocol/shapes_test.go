@@ -43,7 +43,6 @@ var shapeExceptions = map[string]string{
 	"caproots/sandbox.go helperRequest":      "server to sandboxed capability-roots helper",
 	"caproots/caproots.go func declarations": "a plugin manifest file's members, read from disk",
 	"netproxy/http.go blockedBody":           "the proxy's 403 body to the sandboxed command's HTTP client",
-	"netproxy/mask.go ProviderConfig":        "the proxy's own provider config, converted from protocol.CredentialProviderConfig in process/mask.go",
 
 	// The SDK's encoders and fast decoders of shapes declared here.
 	"client/decode.go readBlockResult": "protocol.FsReadBlockResult with a fast decoder",
