@@ -99,7 +99,7 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 	var gone []*relayStream
 	for _, st := range c.active {
 		if st.ch.Resumable() {
-			e.keep(st, reg.RegistrationID)
+			e.keep(st, reg.ExecutorRegistrationID)
 		} else {
 			gone = append(gone, st)
 		}
@@ -378,7 +378,7 @@ func (c *conn) handshake(f *frame.Frame) {
 	// The handshake's public-key work runs without the lock. Only this
 	// goroutine (the socket's reader) adds pending entries, so what was
 	// checked above still holds for this stream id.
-	resp := noise.NewResponder(c.e.key, noise.Prologue(c.reg.EnvironmentID, c.reg.RegistrationID, sid))
+	resp := noise.NewResponder(c.e.key, noise.Prologue(c.reg.EnvironmentID, c.reg.ExecutorRegistrationID, sid))
 	authz, err := resp.ReadMessage1(f.Payload)
 	if err == nil && (len(authz) > noise.MaxAuthorization || !utf8.Valid(authz)) {
 		resp.Destroy()
@@ -401,7 +401,7 @@ func (c *conn) handshake(f *frame.Frame) {
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		v, err := c.e.reg.validate(vctx, c.reg.RegistrationID, sid, resp.RemoteStatic(), string(authz))
+		v, err := c.e.reg.validate(vctx, c.reg.ExecutorRegistrationID, sid, resp.RemoteStatic(), string(authz))
 		c.finish(sid, p, resp, v, err)
 	}()
 }

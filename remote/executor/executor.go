@@ -215,7 +215,7 @@ func (e *executor) unkeep(st *relayStream) bool {
 func (e *executor) adopt(c *conn) {
 	e.hmu.Lock()
 	held := e.held
-	same := e.heldReg == c.reg.RegistrationID
+	same := e.heldReg == c.reg.ExecutorRegistrationID
 	e.held = nil
 	e.hmu.Unlock()
 	for _, st := range held {
@@ -286,7 +286,7 @@ func (e *executor) run(ctx context.Context) error {
 		}
 		return err
 	}
-	e.log.Info("registered with the environment registry", "registration", reg.RegistrationID)
+	e.log.Info("registered with the environment registry", "registration", reg.ExecutorRegistrationID)
 	bo := backoff{min: e.cfg.ReconnectMin, max: e.cfg.ReconnectMax}
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
@@ -358,7 +358,7 @@ func (e *executor) reregister(ctx context.Context, old registration) (registrati
 	for {
 		reg, err := e.reg.register(ctx, e.key.Public(), sleep)
 		if err == nil {
-			e.log.Info("registered again", "registration", reg.RegistrationID)
+			e.log.Info("registered again", "registration", reg.ExecutorRegistrationID)
 			return reg, nil
 		}
 		if ctx.Err() != nil {
