@@ -33,7 +33,7 @@ const (
 )
 
 // codexWorkspaceWrite is the context codex 0.169 sends with every mutating
-// fs call in -s workspace-write (codex-client.md), for the workspace work.
+// fs call in -s workspace-write, for the workspace work.
 func codexWorkspaceWrite(work string) json.RawMessage {
 	w := string(mustJSON(uri(work)))
 	return json.RawMessage(`{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[
