@@ -15,7 +15,7 @@ import (
 	"github.com/execgo/exec-server/remote/noise"
 )
 
-// conn is one physical rendezvous websocket and its streams (spec §9).
+// conn is one physical rendezvous websocket and its streams.
 type conn struct {
 	e    *executor
 	ws   *websocket.Conn
@@ -129,7 +129,7 @@ func (c *conn) ended(r string) {
 }
 
 // keepalive pings every PingInterval, never with a ping outstanding, and
-// gives up after PongTimeout (spec §4.1).
+// gives up after PongTimeout, as the reference.
 func (c *conn) keepalive() string {
 	t := time.NewTicker(c.e.cfg.PingInterval)
 	defer t.Stop()
@@ -328,7 +328,7 @@ func (c *conn) readLoop() string {
 		case frame.KindReset:
 			c.peerReset(f.StreamID)
 		default:
-			// ack, resume and heartbeat: 0.169 ignores them (§8); an
+			// ack, resume and heartbeat: 0.169 ignores them; an
 			// active stream's channel gets them, for the acknowledgement
 			// mode both ends may advertise.
 			c.mu.Lock()

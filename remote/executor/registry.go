@@ -19,7 +19,7 @@ import (
 // SecurityProfile is the registration profile of the Noise transport.
 const SecurityProfile = envreg.SecurityProfile
 
-// registry talks to the environment registry (spec §3).
+// registry talks to the environment registry (remote/internal/envreg).
 type registry struct {
 	base    string // trimmed, without a trailing slash; a path prefix is kept
 	env     string
@@ -33,7 +33,7 @@ type registry struct {
 }
 
 // checkRegistryURL trims base and refuses to send a bearer token anywhere
-// but https or a loopback host (spec §2.1).
+// but https or a loopback host (docs/remote.md).
 func checkRegistryURL(raw string) (string, error) {
 	base, u, err := parseRemoteURL(raw)
 	if err != nil {
@@ -160,8 +160,8 @@ func registerDelay(n int) time.Duration {
 	return base + rand.N(base/2+1)
 }
 
-// register retries the two transient failures of spec §3.2 and returns any
-// other error.
+// register retries the two transient failures the reference retries
+// (RegistryError.retryable) and returns any other error.
 func (r *registry) register(ctx context.Context, key noise.PublicKey, sleep func(context.Context, time.Duration) error) (registration, error) {
 	for n := 0; ; n++ {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

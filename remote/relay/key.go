@@ -5,10 +5,10 @@ import (
 	"github.com/execgo/exec-server/remote/noise"
 )
 
-// Suite is the only key suite remote mode knows (spec §3.1).
+// Suite is the only key suite remote mode knows.
 const Suite = noise.Suite
 
-// SecurityProfile is the only registration profile (spec §3.2).
+// SecurityProfile is the only registration profile (remote/internal/envreg).
 const SecurityProfile = envreg.SecurityProfile
 
 // PublicKey is a NoiseChannelPublicKey, decoded by remote/noise as

@@ -536,7 +536,7 @@ func (fx *fixture) onlyMountPoints(d []string) bool {
 	return true
 }
 
-// Policies, exactly as codex 0.169 sends them (codex-client.md).
+// Policies, exactly as codex 0.169 sends them.
 
 func special(kind string) map[string]any {
 	return map[string]any{"type": "special", "value": map[string]any{"kind": kind}}
