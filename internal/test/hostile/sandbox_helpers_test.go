@@ -205,7 +205,7 @@ func startSandboxServer(t *testing.T, m sbxMode, env ...string) *server {
 }
 
 // fixture is one case's world: P/WORK (writable root) and P/OUT (outside),
-// with the §4 fixtures in WORK pointing out.
+// with the fixtures in WORK pointing out.
 type fixture struct {
 	P, WORK, OUT string
 	mode         sbxMode
