@@ -16,7 +16,7 @@ import (
 
 	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/fileuri"
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"

@@ -33,7 +33,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/procmark"
+	"github.com/execgo/exec-server/internal/test/procmark"
 	"golang.org/x/sys/unix"
 )
 

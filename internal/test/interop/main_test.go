@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // target is one server binary the scenarios run against.
