@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/reexec"
 	"github.com/execgo/exec-server/internal/test/procmark"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // The test binary is also the init (StartSpawner re-executes
@@ -16,17 +18,12 @@ import (
 // set, a stand-in server that starts the given shell commands under a
 // spawner and then waits to be killed.
 func TestMain(m *testing.M) {
-	MaybeMain()
-	if os.Getenv("GORACE") == "" {
-		// A race-enabled binary sleeps 1 s at exit by default: every
-		// spawner's Close would wait for it.
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
+	reexec.Main()
 	if cmds := os.Getenv("CHILDINIT_FAKE_SERVER"); cmds != "" {
 		fakeServer(strings.Split(cmds, "\n"))
 		return
 	}
-	os.Exit(m.Run())
+	testbin.Main(m)
 }
 
 func fakeServer(cmds []string) {

@@ -49,10 +49,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	removeState := testbin.SandboxState()
-	code := m.Run()
-	removeState()
-	os.Exit(code)
+	testbin.Run(m)
 }
 
 func errnoOf(err error) string {

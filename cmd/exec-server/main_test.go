@@ -21,10 +21,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
-	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/transport"
 )
 
@@ -36,28 +34,19 @@ var binary string
 const serverEnv = "EXEC_SERVER_TEST_AS_SERVER=1"
 
 func TestMain(m *testing.M) {
-	if os.Getenv("GORACE") == "" {
-		// A race-enabled binary sleeps 1 s at exit by default: every
-		// server and init would wait for it.
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
 	if os.Getenv("EXEC_SERVER_TEST_AS_SERVER") == "1" {
 		main()
 		return
 	}
-	childinit.MaybeMain()
-	sandbox.MaybeMain()
 	var err error
 	if binary, err = os.Executable(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// Servers run in process (run) and as binaries record their sandbox
-	// state here, never in the user's cache directory.
-	removeState := testbin.SandboxState()
-	code := m.Run()
-	removeState()
-	os.Exit(code)
+	// Servers run in process (run) and as binaries: testbin.Main runs the
+	// re-executed personalities and records their sandbox state in a
+	// temporary directory, never in the user's cache directory.
+	testbin.Main(m)
 }
 
 // serverCommand runs the server with args.

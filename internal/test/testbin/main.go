@@ -18,6 +18,14 @@ import (
 // at a temporary directory (SandboxState), then runs the tests.
 func Main(m *testing.M) {
 	reexec.Main()
+	Run(m)
+}
+
+// Run is Main without the re-executed personalities, for a test binary that
+// decides itself whether to run them (the sandbox's tests start a copy that
+// must not, as a program embedding the server without calling reexec.Main):
+// it sets GORACE and the sandbox state as Main does, runs the tests and exits.
+func Run(m *testing.M) {
 	if os.Getenv("GORACE") == "" {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
