@@ -9,7 +9,8 @@ import (
 // node, or one on another node of a fleet that frames reach through NATS.
 type Leg interface {
 	// Send queues one binary frame; false means the leg is gone or too slow
-	// (and has been cut).
+	// (and has been cut). frame is borrowed for the call only: a leg that
+	// keeps it copies it.
 	Send(frame []byte) bool
 	// Close ends the leg.
 	Close(reason string)
