@@ -241,12 +241,11 @@ func procCPU(procs []*fleetProc) float64 {
 // path echo frames.
 func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d time.Duration) error {
 	type path struct {
-		name       string
-		regBase    string // where executors register
-		connBase   string // where harnesses connect
-		procs      []*fleetProc
-		envPrefix  string
-		executorOn func(env string) error
+		name      string
+		regBase   string // where executors register
+		connBase  string // where harnesses connect
+		procs     []*fleetProc
+		envPrefix string
 	}
 	paths := []path{
 		{name: "single", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-"},
