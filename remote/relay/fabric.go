@@ -719,6 +719,9 @@ func (rl *remoteLeg) Send(b []byte) bool {
 	return true
 }
 
+// sendOwned: NATS copies what it publishes either way.
+func (rl *remoteLeg) sendOwned(b []byte) bool { return rl.Send(b) }
+
 func (rl *remoteLeg) deliver(o outFrame) bool {
 	if o.text {
 		return false
@@ -779,7 +782,7 @@ func (rl *remoteLeg) onUp(m *nats.Msg) {
 		f := rl.f
 		f.st.framesIn.Add(1)
 		f.st.bytesIn.Add(uint64(len(m.Data)))
-		if !rl.gone.Load() && !f.s.harnessFrame(rl, m.Data) {
+		if !rl.gone.Load() && !f.s.harnessFrame(rl, m.Data, true) {
 			rl.lost()
 			rl.f.nc.Publish("rly.dn."+rl.key+".c", []byte("executor_disconnected"))
 			return

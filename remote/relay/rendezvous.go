@@ -570,7 +570,7 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 				// Both ends are here again: the stream resumed.
 				s.recov.resumed(l.env, stream, time.Now())
 			}
-			s.forward(false, h, stream, kind, b)
+			s.forward(false, h, stream, kind, b, false)
 		} else if kind == KindResume && !s.router.Known(l.env, stream) {
 			// An executor resuming a stream whose harness went while the
 			// executor was away: it would wait for nobody.
@@ -639,7 +639,7 @@ func (s *Server) serveHarness(l *leg, reg string) {
 		if typ != websocket.MessageBinary {
 			continue
 		}
-		if !s.harnessFrame(l, b) {
+		if !s.harnessFrame(l, b, false) {
 			break
 		}
 	}
@@ -650,7 +650,9 @@ func (s *Server) serveHarness(l *leg, reg string) {
 
 // harnessFrame routes one frame from harness leg h (a socket here, or one
 // on another node); false when the route has gone and h should stop.
-func (s *Server) harnessFrame(h Leg, b []byte) bool {
+// owned: b is the caller's to give away (a NATS message), not a read
+// buffer, so a queue keeps it without a copy.
+func (s *Server) harnessFrame(h Leg, b []byte, owned bool) bool {
 	f, err := peekFrame(b)
 	if err != nil {
 		return true
@@ -679,7 +681,7 @@ func (s *Server) harnessFrame(h Leg, b []byte) bool {
 	if kind == KindResume {
 		s.recov.resumed(env, stream, time.Now())
 	}
-	s.forward(true, exec, stream, kind, b)
+	s.forward(true, exec, stream, kind, b, owned)
 	if kind == KindReset {
 		s.router.Unbind(env, stream, h)
 	}
@@ -719,10 +721,14 @@ func (s *Server) harnessGone(env, stream string) {
 
 // forward sends one frame, through the fault shaper when frame faults are
 // switched on (tests); the production path takes no fault lock.
-func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte, owned bool) {
 	s.routed.Add(1)
 	if !s.faults.framesOn.Load() {
-		to.Send(b)
+		if owned {
+			to.sendOwned(b)
+		} else {
+			to.Send(b)
+		}
 		return
 	}
 	s.forwardShaped(toExecutor, to, stream, kind, b)

@@ -12,6 +12,9 @@ type Leg interface {
 	// (and has been cut). frame is borrowed for the call only: a leg that
 	// keeps it copies it.
 	Send(frame []byte) bool
+	// sendOwned is Send of a frame the leg may keep without a copy (one
+	// NATS handed over).
+	sendOwned(frame []byte) bool
 	// Close ends the leg.
 	Close(reason string)
 	// Cut drops the socket at once, as a network failure would.
