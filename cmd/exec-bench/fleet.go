@@ -317,7 +317,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	}
 	if rawK > 0 {
 		// The relay itself (fleetraw.go): raw frame clients.
-		if err := b.rawRows(ctx, out, rawK, 2*time.Second); err != nil {
+		if err := b.rawRows(ctx, out, rawK, 3*time.Second); err != nil {
 			return nil, err
 		}
 	}
