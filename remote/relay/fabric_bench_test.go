@@ -161,6 +161,8 @@ func BenchmarkFleetThroughput(b *testing.B) {
 			b.SetBytes(60 << 10)
 			b.ResetTimer()
 			pumpFrames(b, []*websocket.Conn{c}, b.N, 60<<10, 16)
+			sa, sb := fe.a.FleetStats(), fe.b.FleetStats()
+			b.ReportMetric(float64(sa.CreditWaits+sb.CreditWaits)/float64(b.N), "creditwaits/op")
 		})
 	}
 }
