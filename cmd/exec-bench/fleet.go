@@ -18,6 +18,11 @@ package main
 // (remote/harness, reliability extension on) run in this process. Midway
 // it SIGKILLs the first node and measures recovery. It prints one JSON
 // line.
+//
+// The raw_* rows (fleetraw.go) measure the relay rather than its
+// clients: raw executors and harnesses speak the relay frame protocol
+// with opaque payloads (the relay never decrypts), single node, fleet
+// node-local and cross-node side by side.
 
 import (
 	"bufio"
@@ -119,6 +124,7 @@ func fleetMain(args []string) int {
 	relayBin := fs.String("relay", "", "exec-relay binary (default: go build ./cmd/exec-relay)")
 	after := fs.Duration("after-kill", 8*time.Second, "how long streams run after the node kill")
 	jsonOut := fs.String("json", "", "also write the JSON line to this file")
+	rawStreams := fs.Int("raw-streams", 16, "streams of the raw_* rows (raw frame clients, opaque payloads: the relay measured, not Noise); 0 skips them")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -139,7 +145,7 @@ func fleetMain(args []string) int {
 	b := &fleetBench{dir: dir, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	defer b.stop()
-	out, err := b.run(*relayBin, *nodes, *executors, *streams, *after)
+	out, err := b.run(*relayBin, *nodes, *executors, *streams, *rawStreams, *after)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exec-bench fleet: %v\n", err)
 		return 1
@@ -191,7 +197,7 @@ func (b *fleetBench) startRelay(name string, extra ...string) (*fleetProc, error
 }
 
 // run is the whole benchmark; the result is the JSON line.
-func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after time.Duration) (map[string]any, error) {
+func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, after time.Duration) (map[string]any, error) {
 	out := map[string]any{"bench": "fleet", "nodes": nNodes, "executors": nExec, "streams": nStreams}
 	b.relayBin = relayBin
 	if b.relayBin == "" {
@@ -308,6 +314,12 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 	}
 	if routed > 0 {
 		out["affinity_node_local_fraction"] = round3(1 - crossed/routed)
+	}
+	if rawK > 0 {
+		// The relay itself (fleetraw.go): raw frame clients.
+		if err := b.rawRows(ctx, out, rawK, 3*time.Second); err != nil {
+			return nil, err
+		}
 	}
 
 	// Streams across the kill: half node-local, half cross-node.

@@ -383,7 +383,8 @@ func (f *fabric) onRequest(env string, m *nats.Msg) {
 			f.reply(m, fabReply{Status: http.StatusForbidden, Code: "unexpected_executor_registration_id"})
 			return
 		}
-		rl := &remoteLeg{f: f, key: req.Leg, node: req.Node, env: env, reg: req.Reg, at: time.Now()}
+		rl := &remoteLeg{f: f, key: req.Leg, node: req.Node, env: env, reg: req.Reg, at: time.Now(),
+			frameSubj: "rly.dn." + req.Leg + ".f"}
 		rl.back.f, rl.back.node, rl.back.leg = f, req.Node, req.Leg
 		rl.down.init()
 		if err := f.s.router.AttachHarness(env, req.Reg, rl); err != nil {
@@ -427,6 +428,7 @@ type credit struct {
 	frames, bytes       int64
 	maxFrames, maxBytes int64
 	changed             chan struct{} // closed (and replaced) when credit comes back
+	waiting             int           // senders waiting on changed
 	quit                chan struct{}
 	quitOnce            sync.Once
 }
@@ -442,8 +444,14 @@ func (c *credit) initMax(frames, bytes int64) {
 
 func (c *credit) stop() { c.quitOnce.Do(func() { close(c.quit) }) }
 
-// wakeLocked tells every waiter to look again; c.mu is held.
+// wakeLocked tells every waiter to look again; c.mu is held. Without
+// waiters (the common case: credit comes back before it runs out) the
+// channel stays, so a credit message costs no allocation.
 func (c *credit) wakeLocked() {
+	if c.waiting == 0 {
+		return
+	}
+	c.waiting = 0
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -465,6 +473,7 @@ func (c *credit) acquire(n int64, timeout time.Duration, waits *atomic.Uint64, s
 			return true
 		}
 		changed := c.changed
+		c.waiting++
 		c.mu.Unlock()
 		if t == nil {
 			waits.Add(1)
@@ -600,6 +609,9 @@ type returned struct {
 	frames    int64
 	bytes     int64
 	armed     bool
+	timer     *time.Timer // one per leg, re-armed: no allocation per frame
+	buf       []byte      // the credit message, reused (NATS copies it)
+	subj      string
 }
 
 const creditDelay = 2 * time.Millisecond
@@ -615,7 +627,11 @@ func (r *returned) add(n int) {
 	}
 	if !r.armed {
 		r.armed = true
-		time.AfterFunc(creditDelay, r.flush)
+		if r.timer == nil {
+			r.timer = time.AfterFunc(creditDelay, r.flush)
+		} else {
+			r.timer.Reset(creditDelay)
+		}
 	}
 	r.mu.Unlock()
 }
@@ -630,11 +646,14 @@ func (r *returned) flush() {
 }
 
 func (r *returned) sendLocked() {
-	b := make([]byte, 0, len(r.leg)+12)
-	b = binary.AppendUvarint(b, uint64(r.frames))
+	b := binary.AppendUvarint(r.buf[:0], uint64(r.frames))
 	b = binary.AppendUvarint(b, uint64(r.bytes))
 	b = append(b, r.leg...)
-	r.f.nc.Publish("rly.ctl."+r.node, b)
+	r.buf = b
+	if r.subj == "" {
+		r.subj = "rly.ctl." + r.node
+	}
+	r.f.nc.Publish(r.subj, b)
 	r.frames, r.bytes = 0, 0
 }
 
@@ -674,6 +693,7 @@ type remoteLeg struct {
 	sub                 *nats.Subscription
 	back                returned // up-direction credit owed to the forwarder
 	gone                atomic.Bool
+	frameSubj           string // rly.dn.<leg>.f
 }
 
 func (rl *remoteLeg) Env() string { return rl.env }
@@ -690,7 +710,7 @@ func (rl *remoteLeg) Send(b []byte) bool {
 		}
 		return false
 	}
-	if err := f.nc.Publish("rly.dn."+rl.key+".f", b); err != nil {
+	if err := f.nc.Publish(rl.frameSubj, b); err != nil {
 		rl.Cut()
 		return false
 	}
@@ -698,6 +718,9 @@ func (rl *remoteLeg) Send(b []byte) bool {
 	f.st.bytesOut.Add(uint64(len(b)))
 	return true
 }
+
+// sendOwned: NATS copies what it publishes either way.
+func (rl *remoteLeg) sendOwned(b []byte) bool { return rl.Send(b) }
 
 func (rl *remoteLeg) deliver(o outFrame) bool {
 	if o.text {
@@ -759,7 +782,7 @@ func (rl *remoteLeg) onUp(m *nats.Msg) {
 		f := rl.f
 		f.st.framesIn.Add(1)
 		f.st.bytesIn.Add(uint64(len(m.Data)))
-		if !rl.gone.Load() && !f.s.harnessFrame(rl, m.Data) {
+		if !rl.gone.Load() && !f.s.harnessFrame(rl, m.Data, true) {
 			rl.lost()
 			rl.f.nc.Publish("rly.dn."+rl.key+".c", []byte("executor_disconnected"))
 			return
@@ -938,7 +961,7 @@ func (fl *fwdLeg) onDown(m *nats.Msg) {
 	case 'f':
 		fl.f.st.framesIn.Add(1)
 		fl.f.st.bytesIn.Add(uint64(len(m.Data)))
-		l.Send(m.Data)
+		l.sendOwned(m.Data) // NATS gave us m.Data: no copy when queued
 		if fl.back.f == nil {
 			fl.f.mu.Lock()
 			fl.back.node = fl.home

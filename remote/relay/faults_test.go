@@ -15,6 +15,7 @@ func (nopLeg) Close(string)          {}
 func (nopLeg) Cut()                  {}
 func (nopLeg) Env() string           { return "" }
 func (nopLeg) deliver(outFrame) bool { return true }
+func (nopLeg) sendOwned([]byte) bool { return true }
 
 // seqOf reads a test data frame's seq (its payload is the seq, 4 bytes).
 func seqOf(b []byte) uint32 {

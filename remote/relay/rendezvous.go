@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -40,6 +41,14 @@ type leg struct {
 	scratch  []byte // read buffer, reader goroutine only
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// ioctx never ends: reads and writes pass it, since a context that
+	// can end costs coder/websocket an AfterFunc registration per
+	// message (and a deadline context two allocations more). cut closes
+	// the socket, which ends them; the write watchdog bounds writes.
+	ioctx     context.Context
+	wdeadline atomic.Int64 // unix ns by which the write in progress must end; 0: none
+	wdog      *time.Timer  // fires watchdog
+	wslow     atomic.Bool  // the watchdog cut the socket
 }
 
 type outFrame struct {
@@ -50,14 +59,45 @@ type outFrame struct {
 
 func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &leg{
+	l := &leg{
 		s: s, role: role, env: env, conn: c,
 		out:     make(chan outFrame, s.opts.QueueFrames),
 		space:   make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		ctx:     ctx, cancel: cancel,
+		ioctx: context.WithoutCancel(ctx),
 	}
+	l.wdog = time.AfterFunc(time.Hour, l.watchdog)
+	l.wdog.Stop()
+	return l
+}
+
+// write writes one message, cutting the socket if the write has not
+// ended within timeout. The caller holds l.wmu (one write at a time).
+func (l *leg) write(typ websocket.MessageType, b []byte, timeout time.Duration) error {
+	l.wdeadline.Store(time.Now().Add(timeout).UnixNano())
+	l.wdog.Reset(timeout)
+	err := l.conn.Write(l.ioctx, typ, b)
+	l.wdeadline.Store(0)
+	l.wdog.Stop()
+	return err
+}
+
+// watchdog cuts a socket whose write outlived its deadline. The decision
+// rests on the deadline, not on the timer: a late firing for an earlier
+// write finds none (or a later one, and waits for it).
+func (l *leg) watchdog() {
+	d := l.wdeadline.Load()
+	if d == 0 {
+		return
+	}
+	if wait := time.Duration(d - time.Now().UnixNano()); wait > 0 {
+		l.wdog.Reset(wait)
+		return
+	}
+	l.wslow.Store(true)
+	l.cut()
 }
 
 // Send queues a frame. An executor leg applies back-pressure (the sender
@@ -70,7 +110,16 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
 // every message's path. The kernel's socket buffer is then the queue; a
 // write to a harness that does not drain it within SlowHarness cuts it, as
 // a full queue does.
-func (l *leg) Send(b []byte) bool {
+//
+// b is only borrowed (the caller's read buffer, reused for the next
+// frame): it is copied when it has to wait in the queue, never when it is
+// written at once.
+func (l *leg) Send(b []byte) bool { return l.sendFrame(b, false) }
+
+// sendOwned is Send of a frame the leg may keep (no copy).
+func (l *leg) sendOwned(b []byte) bool { return l.sendFrame(b, true) }
+
+func (l *leg) sendFrame(b []byte, owned bool) bool {
 	if l.unsent.Load() == 0 && l.wmu.TryLock() {
 		if l.unsent.Load() == 0 {
 			ok := l.writeNow(b)
@@ -78,6 +127,9 @@ func (l *leg) Send(b []byte) bool {
 			return ok
 		}
 		l.wmu.Unlock()
+	}
+	if !owned {
+		b = bytes.Clone(b)
 	}
 	return l.send(outFrame{b: b})
 }
@@ -103,10 +155,8 @@ func (l *leg) writeNow(b []byte) bool {
 	if l.role == roleHarness {
 		timeout = min(timeout, l.s.opts.SlowHarness)
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, timeout)
-	defer cancel()
-	if err := l.conn.Write(ctx, websocket.MessageBinary, b); err != nil {
-		if l.role == roleHarness && ctx.Err() != nil && l.ctx.Err() == nil {
+	if err := l.write(websocket.MessageBinary, b, timeout); err != nil {
+		if l.role == roleHarness && l.wslow.Load() {
 			l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
 		}
 		l.cut()
@@ -236,12 +286,10 @@ func (l *leg) writer() {
 		if f.text {
 			typ = websocket.MessageText
 		}
-		ctx, cancel := context.WithTimeout(l.ctx, writeTimeout)
-		defer cancel()
 		l.wmu.Lock()
 		defer l.wmu.Unlock()
 		defer l.unsent.Add(-1)
-		return l.conn.Write(ctx, typ, f.b) == nil
+		return l.write(typ, f.b, writeTimeout) == nil
 	}
 	for {
 		select {
@@ -298,11 +346,13 @@ func (l *leg) pinger() {
 	}
 }
 
-// read returns the next message. It reads into the leg's scratch buffer
-// and copies out an exact-size frame: reading straight into a growing
-// slice re-allocated and cleared each large frame several times over.
+// read returns the next message, in the leg's scratch buffer: valid until
+// the next read (Send copies what it queues; NATS copies what it
+// publishes), so a frame written at once or published costs no
+// allocation. Reading straight into a growing slice re-allocated and
+// cleared each large frame several times over.
 func (l *leg) read() (websocket.MessageType, []byte, error) {
-	typ, r, err := l.conn.Reader(l.ctx)
+	typ, r, err := l.conn.Reader(l.ioctx)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -324,7 +374,7 @@ func (l *leg) read() (websocket.MessageType, []byte, error) {
 			return 0, nil, err
 		}
 	}
-	return typ, append([]byte(nil), l.scratch[:n]...), nil
+	return typ, l.scratch[:n:n], nil
 }
 
 func (s *Server) track(l *leg) bool {
@@ -520,7 +570,7 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 				// Both ends are here again: the stream resumed.
 				s.recov.resumed(l.env, stream, time.Now())
 			}
-			s.forward(false, h, stream, kind, b)
+			s.forward(false, h, stream, kind, b, false)
 		} else if kind == KindResume && !s.router.Known(l.env, stream) {
 			// An executor resuming a stream whose harness went while the
 			// executor was away: it would wait for nobody.
@@ -589,7 +639,7 @@ func (s *Server) serveHarness(l *leg, reg string) {
 		if typ != websocket.MessageBinary {
 			continue
 		}
-		if !s.harnessFrame(l, b) {
+		if !s.harnessFrame(l, b, false) {
 			break
 		}
 	}
@@ -600,7 +650,9 @@ func (s *Server) serveHarness(l *leg, reg string) {
 
 // harnessFrame routes one frame from harness leg h (a socket here, or one
 // on another node); false when the route has gone and h should stop.
-func (s *Server) harnessFrame(h Leg, b []byte) bool {
+// owned: b is the caller's to give away (a NATS message), not a read
+// buffer, so a queue keeps it without a copy.
+func (s *Server) harnessFrame(h Leg, b []byte, owned bool) bool {
 	f, err := peekFrame(b)
 	if err != nil {
 		return true
@@ -629,7 +681,7 @@ func (s *Server) harnessFrame(h Leg, b []byte) bool {
 	if kind == KindResume {
 		s.recov.resumed(env, stream, time.Now())
 	}
-	s.forward(true, exec, stream, kind, b)
+	s.forward(true, exec, stream, kind, b, owned)
 	if kind == KindReset {
 		s.router.Unbind(env, stream, h)
 	}
@@ -669,16 +721,21 @@ func (s *Server) harnessGone(env, stream string) {
 
 // forward sends one frame, through the fault shaper when frame faults are
 // switched on (tests); the production path takes no fault lock.
-func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte, owned bool) {
 	s.routed.Add(1)
 	if !s.faults.framesOn.Load() {
-		to.Send(b)
+		if owned {
+			to.sendOwned(b)
+		} else {
+			to.Send(b)
+		}
 		return
 	}
 	s.forwardShaped(toExecutor, to, stream, kind, b)
 }
 
 func (s *Server) forwardShaped(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
+	b = bytes.Clone(b) // the shaper may hold it (reordering, delays)
 	out := s.faults.shape(toExecutor, to, stream, kind, b)
 	for _, f := range out.frames {
 		if out.delay > 0 {

@@ -9,8 +9,12 @@ import (
 // node, or one on another node of a fleet that frames reach through NATS.
 type Leg interface {
 	// Send queues one binary frame; false means the leg is gone or too slow
-	// (and has been cut).
+	// (and has been cut). frame is borrowed for the call only: a leg that
+	// keeps it copies it.
 	Send(frame []byte) bool
+	// sendOwned is Send of a frame the leg may keep without a copy (one
+	// NATS handed over).
+	sendOwned(frame []byte) bool
 	// Close ends the leg.
 	Close(reason string)
 	// Cut drops the socket at once, as a network failure would.

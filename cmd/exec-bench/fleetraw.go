@@ -1,0 +1,316 @@
+package main
+
+// Rows of exec-bench fleet that measure the relay rather than its
+// clients: raw executors and harnesses speak the relay's frame protocol
+// (RelayMessageFrame, remote/frame) with opaque payloads. The relay never
+// decrypts a frame (it reads the stream id and the body kind, nothing
+// else), so what it does per frame is the same as with Noise-encrypted
+// payloads; the Noise end-to-end clients stay for the correctness and
+// latency rows (rtt_1k_*, stream_MBps_*). On a 2-core machine the Noise
+// clients, not the relay, were the limit of the frames/s row.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/remote/frame"
+	"github.com/execgo/exec-server/remote/noise"
+)
+
+const rawProfile = "noise_hybrid_ik_v1"
+
+// rawPost posts body to base/cloud/environment/env/verb and returns the
+// answer's "url".
+func (b *fleetBench) rawPost(ctx context.Context, base, env, verb, token string, body any) (string, int, error) {
+	data, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/cloud/environment/"+env+"/"+verb, bytes.NewReader(data))
+	if err != nil {
+		return "", 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return "", resp.StatusCode, fmt.Errorf("%s %s: %d %s", verb, env, resp.StatusCode, rb)
+	}
+	var out struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal(rb, &out); err != nil || out.URL == "" {
+		return "", resp.StatusCode, fmt.Errorf("%s %s: no url in %s", verb, env, rb)
+	}
+	return out.URL, resp.StatusCode, nil
+}
+
+func rawKey() noise.PublicKey {
+	kp, err := noise.GenerateKeypair()
+	if err != nil {
+		panic(err)
+	}
+	return kp.Public()
+}
+
+func rawDial(ctx context.Context, url string) (*websocket.Conn, error) {
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{
+		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(1 << 20)
+	return c, nil
+}
+
+// rawExecutor registers env at base, dials its socket and echoes every
+// frame until ctx ends.
+func (b *fleetBench) rawExecutor(ctx context.Context, base, env string) error {
+	url, _, err := b.rawPost(ctx, base, env, "register", fleetExecToken,
+		map[string]any{"security_profile": rawProfile, "executor_public_key": rawKey()})
+	if err != nil {
+		return err
+	}
+	c, err := rawDial(ctx, url)
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer c.CloseNow()
+		for {
+			typ, r, err := c.Reader(ctx)
+			if err != nil {
+				return
+			}
+			w, err := c.Writer(ctx, typ)
+			if err != nil {
+				return
+			}
+			if _, err := io.Copy(w, r); err != nil || w.Close() != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// rawHarness connects to env through base (retrying while its home is
+// not known yet) and dials the harness socket.
+func (b *fleetBench) rawHarness(ctx context.Context, base, env string) (*websocket.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		url, _, err := b.rawPost(dctx, base, env, "connect", fleetHarnessToken, map[string]any{"harness_public_key": rawKey()})
+		if err == nil {
+			c, derr := rawDial(dctx, url)
+			if derr == nil {
+				return c, nil
+			}
+			err = derr
+		}
+		if dctx.Err() != nil {
+			return nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rawSID is stream i's id (a UUID, as harnesses use).
+func rawSID(i int) string { return fmt.Sprintf("0f8b1d2e-aaaa-4bbb-8ccc-%012d", i) }
+
+// rawRTT echoes n frames of size payload bytes one at a time: p50, p99
+// in µs.
+func rawRTT(ctx context.Context, c *websocket.Conn, size, n int) (float64, float64, error) {
+	msg := frame.Data(rawSID(0), 1, bytes.Repeat([]byte("r"), size)).Marshal()
+	var s []float64
+	for range n {
+		t0 := time.Now()
+		if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
+			return 0, 0, err
+		}
+		if _, _, err := c.Read(ctx); err != nil {
+			return 0, 0, err
+		}
+		s = append(s, float64(time.Since(t0).Nanoseconds())/1000)
+	}
+	return pct(s, 50), pct(s, 99), nil
+}
+
+// rawPump sends frames of size payload bytes on every socket for d, at
+// most window in flight on each, and reads the echoes: frames per second
+// each way and payload bytes carried one way.
+func rawPump(ctx context.Context, conns []*websocket.Conn, size, window int, d time.Duration) (float64, int64, error) {
+	var frames atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 2*len(conns))
+	t0 := time.Now()
+	stop := t0.Add(d)
+	for i, c := range conns {
+		msg := frame.Data(rawSID(i), 1, bytes.Repeat([]byte("f"), size)).Marshal()
+		// The last frame, shorter than the others, tells the reader
+		// every echo is in (frames of one stream stay in order).
+		last := frame.Data(rawSID(i), 2, nil).Marshal()
+		inflight := make(chan struct{}, window)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				inflight <- struct{}{}
+				if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
+					errc <- err
+					c.CloseNow() // the reader waits for nothing more
+					return
+				}
+			}
+			if err := c.Write(ctx, websocket.MessageBinary, last); err != nil {
+				errc <- err
+				c.CloseNow()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for {
+				_, r, err := c.Reader(ctx)
+				if err != nil {
+					errc <- err
+					return
+				}
+				n, err := io.Copy(io.Discard, r)
+				if err != nil {
+					errc <- err
+					return
+				}
+				if n == int64(len(last)) {
+					return
+				}
+				frames.Add(1)
+				<-inflight
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0).Seconds()
+	select {
+	case err := <-errc:
+		return 0, 0, err
+	default:
+	}
+	n := frames.Load()
+	return round3(float64(n) / el), n * int64(size), nil
+}
+
+// procCPU is the CPU seconds (utime + stime) of the processes so far.
+func procCPU(procs []*fleetProc) float64 {
+	var total float64
+	for _, n := range procs {
+		if n == nil || n.dead.Load() {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 12 {
+			u, _ := strconv.ParseFloat(f[11], 64)
+			st, _ := strconv.ParseFloat(f[12], 64)
+			total += (u + st) / 100 // USER_HZ
+		}
+	}
+	return total
+}
+
+// rawRows measures the three paths with raw frame clients: the
+// single-node relay, a fleet node with the harness on the executor's node
+// (local), and the harness on another node (cross). k raw executors per
+// path echo frames.
+func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d time.Duration) error {
+	type path struct {
+		name      string
+		regBase   string // where executors register
+		connBase  string // where harnesses connect
+		procs     []*fleetProc
+		envPrefix string
+	}
+	paths := []path{
+		{name: "single", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-"},
+		{name: "local", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-"},
+		{name: "cross", regBase: b.lb.url(0), connBase: b.lb.url(1), procs: b.nodes, envPrefix: "rawfleet-"},
+	}
+	registered := map[string]bool{}
+	for _, p := range paths {
+		if registered[p.envPrefix] {
+			continue
+		}
+		registered[p.envPrefix] = true
+		for i := range k {
+			if err := b.rawExecutor(ctx, p.regBase, fmt.Sprint(p.envPrefix, i)); err != nil {
+				return fmt.Errorf("raw executor: %w", err)
+			}
+		}
+	}
+	for _, p := range paths {
+		var conns []*websocket.Conn
+		for i := range k {
+			c, err := b.rawHarness(ctx, p.connBase, fmt.Sprint(p.envPrefix, i))
+			if err != nil {
+				return fmt.Errorf("raw %s harness: %w", p.name, err)
+			}
+			conns = append(conns, c)
+		}
+		p50, p99, err := rawRTT(ctx, conns[0], 1024, 2000)
+		if err != nil {
+			return fmt.Errorf("raw %s rtt: %w", p.name, err)
+		}
+		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50, p99
+		cpu0 := procCPU(p.procs)
+		fps, _, err := rawPump(ctx, conns, 1024, 64, d)
+		if err != nil {
+			return fmt.Errorf("raw %s frames: %w", p.name, err)
+		}
+		out[fmt.Sprintf("raw_1k_frames_per_s_each_way_%d_streams_%s", k, p.name)] = fps
+		out["raw_relay_cpu_us_per_1k_frame_"+p.name] = round3((procCPU(p.procs) - cpu0) / (fps * d.Seconds() * 2) * 1e6)
+		cpu0 = procCPU(p.procs)
+		_, bytes, err := rawPump(ctx, conns[:1], 60<<10, 16, d)
+		if err != nil {
+			return fmt.Errorf("raw %s stream: %w", p.name, err)
+		}
+		out["raw_stream_MBps_"+p.name] = round3(float64(bytes) / d.Seconds() / 1e6)
+		if bytes > 0 {
+			out["raw_relay_cpu_s_per_GB_"+p.name] = round3((procCPU(p.procs) - cpu0) / (float64(bytes) * 2 / 1e9))
+		}
+		for _, c := range conns {
+			c.CloseNow()
+		}
+	}
+	ratio := func(key, a, bb string) {
+		x, ok1 := out[key+a].(float64)
+		y, ok2 := out[key+bb].(float64)
+		if ok1 && ok2 && y > 0 {
+			out[key+a+"_vs_"+bb] = round3(x / y)
+		}
+	}
+	ratio("raw_stream_MBps_", "cross", "local")
+	ratio("raw_stream_MBps_", "cross", "single")
+	if x, ok := out["raw_rtt_1k_p50_us_cross"].(float64); ok {
+		out["raw_added_rtt_p50_us_cross_vs_local"] = round3(x - out["raw_rtt_1k_p50_us_local"].(float64))
+		out["raw_added_rtt_p50_us_cross_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
+	}
+	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); relay CPU is the relay processes' utime+stime, both directions counted"
+	return nil
+}
