@@ -307,11 +307,31 @@ func (f *fabric) becomeHome(env, reg string) {
 		}
 		f.homes[env] = sub
 	}
+	// This node's own forwarders of env lead to its former home: the
+	// announcement below moves the other nodes' (onHome), not these,
+	// and waiting for the old home to be declared dead would stall
+	// their streams for FleetNodeDeadAfter.
+	moved := f.forwardersLocked(env, f.node)
 	f.mu.Unlock()
 	f.st.homes.Add(1)
 	b, _ := json.Marshal(map[string]string{"node": f.node, "env": env, "reg": reg})
 	f.nc.Publish("rly.home."+envToken(env), b)
 	f.nc.Flush()
+	for _, fl := range moved {
+		fl.rehome("home_moved")
+	}
+}
+
+// forwardersLocked are this node's forwarders of env whose home is known
+// and is not node. f.mu is held.
+func (f *fabric) forwardersLocked(env, node string) []*fwdLeg {
+	var out []*fwdLeg
+	for _, fl := range f.fwd {
+		if fl.env == env && fl.home != "" && fl.home != node {
+			out = append(out, fl)
+		}
+	}
+	return out
 }
 
 type homeNote struct {
@@ -985,12 +1005,7 @@ func (f *fabric) onHome(m *nats.Msg) {
 	}
 	f.homeOf[a.Env] = homeNote{a.Node, time.Now()}
 	_, wasHome := f.homes[a.Env]
-	var moved []*fwdLeg
-	for _, fl := range f.fwd {
-		if fl.env == a.Env && fl.home != "" && fl.home != a.Node {
-			moved = append(moved, fl)
-		}
-	}
+	moved := f.forwardersLocked(a.Env, a.Node)
 	f.mu.Unlock()
 	for _, fl := range moved {
 		fl.rehome("home_moved")
