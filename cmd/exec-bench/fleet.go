@@ -102,6 +102,8 @@ type fleetBench struct {
 	lb       *fleetLB
 	single   *fleetProc
 	client   *http.Client
+
+	// The node kill's figures (kill_timeline).
 	mu        sync.Mutex
 	cpuAround map[string][2]float64
 	natsPID   int
@@ -319,10 +321,10 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 		execNode, harnessNode int
 		maxGap                time.Duration
 		gapAtKill             time.Duration
-		resumedAt             time.Duration // first echo after the kill, from the kill
-		maxGapBefore          time.Duration // largest gap ending before the kill
-		maxGapAfter           time.Duration // largest gap ending after it
-		maxGapEnd             time.Duration // when maxGapAfter ended, from the kill
+		resumedAt             time.Duration          // first echo after the kill, from the kill
+		maxGapBefore          time.Duration          // largest gap ending before the kill
+		maxGapAfter           time.Duration          // largest gap ending after it
+		maxGapEnd             time.Duration          // when maxGapAfter ended, from the kill
 		bySec                 [gapSecs]time.Duration // largest gap ending in each second from the steady start
 		err                   error
 		msgs                  int
