@@ -455,7 +455,8 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 
 	var touching, other []float64
 	// The kill's timeline, in ms from it: per class of stream (where its
-	// executor and harness sockets were), when it echoed again; the
+	// executor and harness sockets were), when its largest gap after the
+	// kill ended (it echoed again); the
 	// executors' and harnesses' new connections through the balancer;
 	// unaffected streams' largest gap before and after the kill.
 	classes := map[string][]float64{}
@@ -467,11 +468,11 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		switch {
 		case r.execNode == 0 && r.harnessNode == 0:
-			classes["exec_and_harness_on_dead"] = append(classes["exec_and_harness_on_dead"], ms(r.resumedAt))
+			classes["exec_and_harness_on_dead"] = append(classes["exec_and_harness_on_dead"], ms(r.maxGapEnd))
 		case r.execNode == 0:
-			classes["exec_on_dead"] = append(classes["exec_on_dead"], ms(r.resumedAt))
+			classes["exec_on_dead"] = append(classes["exec_on_dead"], ms(r.maxGapEnd))
 		case r.harnessNode == 0:
-			classes["harness_on_dead"] = append(classes["harness_on_dead"], ms(r.resumedAt))
+			classes["harness_on_dead"] = append(classes["harness_on_dead"], ms(r.maxGapEnd))
 		default:
 			otherBefore = append(otherBefore, ms(r.maxGapBefore))
 			otherAfter = append(otherAfter, ms(r.maxGapAfter))
@@ -524,7 +525,10 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 			}
 			continue
 		}
-		g := float64(r.gapAtKill.Microseconds()) / 1000
+		// The stall: the largest gap after the kill (the gap spanning
+		// the kill itself can be short: an echo already on its way when
+		// the node died, the stream stalling on its next message).
+		g := float64(max(r.gapAtKill, r.maxGapAfter).Microseconds()) / 1000
 		if r.execNode == 0 || r.harnessNode == 0 {
 			touching = append(touching, g)
 		} else {

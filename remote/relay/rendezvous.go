@@ -491,9 +491,15 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 	s.log.Info("executor attached", "env", l.env, "registration", reg)
 	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
 	if t, ok := s.store.(Toucher); ok {
-		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-		t.TouchRegistration(ctx, l.env, reg)
-		cancel()
+		// Off the read loop: with a KV store it is two round trips to
+		// JetStream, and after a node's death hundreds of executors
+		// attach at once; their streams wait on the first frames read.
+		// It ends with the socket, or after 5 s.
+		go func() {
+			ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+			t.TouchRegistration(ctx, l.env, reg)
+			cancel()
+		}()
 	}
 	for {
 		typ, b, err := l.read()
