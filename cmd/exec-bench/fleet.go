@@ -514,6 +514,23 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 		series = append(series, [2]float64{pct(v, 99), pct(v, 100)})
 	}
 	timeline["unaffected_gap_ms_p99_max_by_second_from_kill_minus_2"] = series
+	// The same for the node-local unaffected streams of each survivor:
+	// the one taking most of the dead node's executors (the balancer's
+	// next node) and the other. If both rise alike, what the streams
+	// wait for is not that node's takeover work.
+	for node := 1; node < nNodes; node++ {
+		var ser []float64
+		for sec := range gapSecs {
+			var v []float64
+			for _, r := range res {
+				if r.err == nil && r.execNode == node && r.harnessNode == node && r.bySec[sec] > 0 {
+					v = append(v, float64(r.bySec[sec].Microseconds())/1000)
+				}
+			}
+			ser = append(ser, pct(v, 99))
+		}
+		timeline[fmt.Sprintf("unaffected_local_n%d_gap_ms_p99_by_second_from_kill_minus_2", node)] = ser
+	}
 	timeline["format"] = "resumed: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max"
 	out["kill_timeline"] = timeline
 	resets, errs := 0, 0
