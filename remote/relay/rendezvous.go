@@ -379,14 +379,16 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	// Refuse what cannot be routed before upgrading, so the peer sees an
 	// HTTP status (a 4xx makes the executor re-register).
 	if role == roleEnvironment {
-		cur, ok, err := s.store.Registration(r.Context(), env)
-		if err != nil {
-			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
-			return
-		}
-		if !ok || cur.ID != reg {
-			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
-			return
+		if c, ok := s.store.(CurrentChecker); !ok || !c.IsCurrentRegistration(env, reg) {
+			cur, ok, err := s.store.Registration(r.Context(), env)
+			if err != nil {
+				s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+				return
+			}
+			if !ok || cur.ID != reg {
+				s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
+				return
+			}
 		}
 	} else if status, reason := s.routeHarness(r.Context(), env, reg, &fwd); status != 0 {
 		s.reject(w, &ev, status, reason)
