@@ -32,7 +32,8 @@ import (
 //	rly.dn.<leg>.f|c|x    home → harness: a frame, close, cut
 //	rly.ctl.<node>        credits returned to node (never blocks)
 //	rly.home.<E>          "node N is E's home now": the others drop theirs
-//	rly.hb.<node>         heartbeats; a node silent for 3 s is dead
+//	rly.hb.<node>         heartbeats; a node silent for 3 s is suspected
+//	rly.probe.<node>      "are you alive?" to a suspected node (membership.go)
 //
 // Each leg's frames travel on one subject from one connection, so NATS
 // keeps their order; a leg sends at most fabWindowFrames frames and

@@ -57,7 +57,7 @@ type Options struct {
 	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
 	FleetNodeBytes           int           // fleet: a node's buffers for frames from other nodes, shared among them; the same on every node, default 64 MiB
-	FleetNodeDeadAfter       time.Duration // fleet: a node silent (no heartbeat) this long is taken for dead and its streams move; default 3s
+	FleetNodeDeadAfter       time.Duration // fleet: a node silent (no heartbeat) this long is suspected and probed, dead if the probe confirms it (membership.go); default 3s
 	// ResumeGrace is how long a stream whose ends both run the
 	// reliability extension waits, after its harness socket or its
 	// executor socket went, for a new socket to take it up (default 30 s,
