@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/procmark"
+	"github.com/execgo/exec-server/internal/test/procmark"
 )
 
 // The test binary is also the init (StartSpawner re-executes

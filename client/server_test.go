@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/client"
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // A server under test: this project's binary (built once per test run
-// by internal/testbin) and, when EXEC_SERVER_REFERENCE names it, the
+// by internal/test/testbin) and, when EXEC_SERVER_REFERENCE names it, the
 // reference binary.
 type server struct {
 	name string
@@ -24,7 +24,7 @@ type server struct {
 }
 
 // ours returns this project's server, built once per test run by
-// internal/testbin, or reports why it cannot be built.
+// internal/test/testbin, or reports why it cannot be built.
 func ours() (string, error) { return testbin.ExecServer() }
 
 // servers lists the servers a test runs against; it skips the test when

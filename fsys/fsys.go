@@ -6,7 +6,7 @@
 // Every client path goes through fileuri.Parse before anything touches the
 // disk. A call with a sandbox policy runs in this process only when the
 // policy cannot restrict it (reads under full-disk read, mutations under
-// full-disk write, sandbox.md §2); otherwise it runs confined in the sandbox
+// full-disk write, docs/sandbox.md); otherwise it runs confined in the sandbox
 // helper (policy.Plan.Run), where the kernel decides, with the reference's
 // codes: EROFS outside the writable roots (-32603), EACCES on deny masks
 // (-32600), ENOENT for what a restricted read view hides and for a missing

@@ -14,30 +14,26 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/execgo/exec-server/childinit"
 	"github.com/execgo/exec-server/fileuri"
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/reexec"
+	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/protocol"
-	"github.com/execgo/exec-server/sandbox"
 )
 
 // TestMain doubles as the unprivileged helper: with FSYS_TEST_HELPER set,
 // the test binary reads calls ({"method":..,"params":..} per line) from
 // stdin, runs them against a fresh FS and prints one reply per line. It is
-// also the sandbox helper (sandbox.MaybeMain) and the spawner childinit
-// starts.
+// also the sandbox helper: the re-executed personalities come first
+// (reexec.Main, which the helper's own sandboxed calls re-execute), then
+// the shared test main.
 func TestMain(m *testing.M) {
-	childinit.MaybeMain()
-	sandbox.MaybeMain()
+	reexec.Main()
 	if os.Getenv("FSYS_TEST_HELPER") == "1" {
 		runHelper()
 		return
 	}
-	removeState := testbin.SandboxState()
-	code := m.Run()
-	removeState()
-	os.Exit(code)
+	testbin.Main(m)
 }
 
 type helperCall struct {

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/protocol"
 )
 
 // buildServer returns the path of this project's exec-server, built once
-// per test run by internal/testbin (skipping under -short).
+// per test run by internal/test/testbin (skipping under -short).
 func buildServer(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {

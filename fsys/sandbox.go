@@ -22,7 +22,7 @@ import (
 	"github.com/execgo/exec-server/sandbox/policy"
 )
 
-// Sandboxed operations (sandbox.md §2). A call whose params carry a policy
+// Sandboxed operations (docs/sandbox.md). A call whose params carry a policy
 // runs in this process when the policy cannot make a difference to it:
 // read-type methods under full-disk read, mutating ones under full-disk
 // write. Anything else runs confined: the same method, with the same
@@ -95,7 +95,7 @@ func (f *FS) confine(method string, pol *policy.Policy, kind opKind) (*policy.Pl
 // on procfs is opened again in the helper: full-disk read lets a client
 // read everything the sandbox shows, and the sandbox's /proc is its own,
 // while this process's /proc/self holds the server's environment and
-// descriptors (the reference serves them, sandbox.md §2). The check is on
+// descriptors (the reference serves them). The check is on
 // the opened descriptor, so no symlink swapped in meanwhile escapes it.
 func (f *FS) openRead(ctx context.Context, method string, plan *policy.Plan, sb json.RawMessage, path string) (*os.File, error) {
 	if plan != nil {
@@ -323,7 +323,7 @@ func withinAny(p string, dirs []string) bool {
 // guard holds the deny glob patterns of a plan (policy.Plan.DenyGlobs).
 // The sandbox masks the paths that matched when it was built; a guard
 // refuses, inside the helper, to create a new one (the reference lets it
-// through, sandbox.md §1.3).
+// through).
 type guard []string
 
 // create checks that creating p (following a dangling symlink, as an open

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/sandbox/policy"
@@ -33,7 +33,7 @@ const (
 )
 
 // codexWorkspaceWrite is the context codex 0.169 sends with every mutating
-// fs call in -s workspace-write (codex-client.md), for the workspace work.
+// fs call in -s workspace-write, for the workspace work.
 func codexWorkspaceWrite(work string) json.RawMessage {
 	w := string(mustJSON(uri(work)))
 	return json.RawMessage(`{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox/policy"
 )

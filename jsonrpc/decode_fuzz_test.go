@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/execgo/exec-server/internal/jsontest"
+	"github.com/execgo/exec-server/internal/test/jsontest"
 )
 
 // fuzzLimits are small so that the depth and value limits are reachable by

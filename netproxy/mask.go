@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/execgo/exec-server/protocol"
 )
 
 // Credential masking (the reference's credential broker): secrets in a
@@ -32,18 +34,11 @@ const (
 	BrokeredCredentialsVar = "CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS"
 )
 
-// ProviderConfig is one custom provider, as networkProxy.proxy's
-// credentialProviders carries it (keys as the reference 0.171 names them,
-// measured from its decoding errors).
-type ProviderConfig struct {
-	Env              []string `json:"env"`
-	Patterns         []string `json:"patterns"`
-	URLPrefixes      []string `json:"url_prefixes"`
-	URLPrefixFromEnv string   `json:"url_prefix_from_env,omitempty"`
-	Auth             []string `json:"auth"` // bearer, token, basic, header
-	Header           string   `json:"header,omitempty"`
-	Prefix           string   `json:"prefix,omitempty"`
-}
+// ProviderConfig is one custom provider, exactly as networkProxy.proxy's
+// credentialProviders carries it: the wire shape is its only home, so
+// what a client sends is what CompileProviders checks. Auth is one of the
+// Auth* methods below.
+type ProviderConfig = protocol.CredentialProviderConfig
 
 // Auth methods.
 const (

@@ -3,7 +3,7 @@ package process
 import (
 	"testing"
 
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // The test binary doubles as the spawner of the children it starts.

@@ -40,12 +40,7 @@ func (nl *netLaunch) prepareMasking(m *Manager, s *protocol.NetworkProxySettings
 }
 
 func compileProviders(s *protocol.NetworkProxySettings) (*netproxy.Providers, error) {
-	custom := make(map[string]netproxy.ProviderConfig, len(s.CredentialProviders))
-	for name, c := range s.CredentialProviders {
-		custom[name] = netproxy.ProviderConfig{Env: c.Env, Patterns: c.Patterns, URLPrefixes: c.URLPrefixes,
-			URLPrefixFromEnv: c.URLPrefixFromEnv, Auth: c.Auth, Header: c.Header, Prefix: c.Prefix}
-	}
-	ps, err := netproxy.CompileProviders(custom)
+	ps, err := netproxy.CompileProviders(s.CredentialProviders)
 	if err != nil {
 		return nil, unavailable("networkProxy.proxy.credentialProviders: %v; the command is not run", err)
 	}

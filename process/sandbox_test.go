@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/asnobody"
 	"github.com/execgo/exec-server/protocol"
 	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/sandbox/policy"

@@ -1,15 +1,9 @@
 package protocol
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
-	"reflect"
-	"sort"
-	"strings"
 	"testing"
+
+	"github.com/execgo/exec-server/internal/test/shapescan"
 )
 
 // shapePackages are the product packages that implement or call exec-server
@@ -43,7 +37,6 @@ var shapeExceptions = map[string]string{
 	"caproots/sandbox.go helperRequest":      "server to sandboxed capability-roots helper",
 	"caproots/caproots.go func declarations": "a plugin manifest file's members, read from disk",
 	"netproxy/http.go blockedBody":           "the proxy's 403 body to the sandboxed command's HTTP client",
-	"netproxy/mask.go ProviderConfig":        "the proxy's own provider config, converted from protocol.CredentialProviderConfig in process/mask.go",
 
 	// The SDK's encoders and fast decoders of shapes declared here.
 	"client/decode.go readBlockResult": "protocol.FsReadBlockResult with a fast decoder",
@@ -63,99 +56,5 @@ var shapeExceptions = map[string]string{
 // belongs here (docs/architecture.md, "Import rules"), and anything else
 // must say why it is not one.
 func TestWireShapesLiveInProtocol(t *testing.T) {
-	fset := token.NewFileSet()
-	seen := map[string]bool{}
-	for _, dir := range shapePackages {
-		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(files) == 0 {
-			t.Fatalf("package %s has no Go files: update shapePackages", dir)
-		}
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			rel := dir + "/" + filepath.Base(path)
-			src, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, key := range taggedStructs(f) {
-				key = rel + " " + key
-				seen[key] = true
-				if _, ok := shapeExceptions[key]; !ok {
-					t.Errorf("%s: a struct with json tags outside protocol; move the wire shape here or list it in shapeExceptions with the reason", key)
-				}
-			}
-		}
-	}
-	var stale []string
-	for key := range shapeExceptions {
-		if !seen[key] {
-			stale = append(stale, key)
-		}
-	}
-	sort.Strings(stale)
-	for _, key := range stale {
-		t.Errorf("shapeExceptions lists %s, which no longer exists: remove it", key)
-	}
-}
-
-// taggedStructs names the structs in f with a json tag on a field: a named
-// type by its name, an anonymous struct by its enclosing function.
-func taggedStructs(f *ast.File) []string {
-	var out []string
-	add := func(key string) {
-		for _, k := range out {
-			if k == key {
-				return
-			}
-		}
-		out = append(out, key)
-	}
-	for _, d := range f.Decls {
-		switch d := d.(type) {
-		case *ast.GenDecl:
-			for _, s := range d.Specs {
-				if ts, ok := s.(*ast.TypeSpec); ok && hasJSONTag(ts.Type) {
-					add(ts.Name.Name)
-				}
-			}
-		case *ast.FuncDecl:
-			if d.Body == nil {
-				continue
-			}
-			ast.Inspect(d.Body, func(n ast.Node) bool {
-				if st, ok := n.(*ast.StructType); ok && hasJSONTag(st) {
-					add("func " + d.Name.Name)
-					return false
-				}
-				return true
-			})
-		}
-	}
-	return out
-}
-
-// hasJSONTag reports whether a struct type (or one nested in it) tags a
-// field for encoding/json.
-func hasJSONTag(e ast.Expr) bool {
-	found := false
-	ast.Inspect(e, func(n ast.Node) bool {
-		fl, ok := n.(*ast.Field)
-		if !ok || fl.Tag == nil {
-			return true
-		}
-		if _, ok := reflect.StructTag(strings.Trim(fl.Tag.Value, "`")).Lookup("json"); ok {
-			found = true
-		}
-		return !found
-	})
-	return found
+	shapescan.Check(t, "..", shapePackages, shapeExceptions, "protocol")
 }

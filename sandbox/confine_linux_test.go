@@ -23,8 +23,8 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"github.com/execgo/exec-server/internal/asnobody"
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/asnobody"
+	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/sandbox/policy"
 )
 

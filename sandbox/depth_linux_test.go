@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/asnobody"
 	"github.com/execgo/exec-server/internal/test/plantest"
 	"github.com/execgo/exec-server/sandbox/policy"
 )

@@ -12,8 +12,8 @@ import (
 
 // The seccomp filter is hand-written classic BPF (libseccomp needs cgo and
 // headers; see docs/sandbox.md). It allows by default and denies, with
-// EPERM, what the sandbox never needs: the §3.5 rule set of the reference
-// plus the kernel attack surface listed in sandbox.md §7 and §9.6.
+// EPERM, what the sandbox never needs: the reference's rule set plus the
+// kernel attack surface of docs/sandbox.md ("Threat model").
 
 // seccompArch is the AUDIT_ARCH of the running binary, 0 when unsupported
 // (the sandbox then fails closed).
@@ -64,7 +64,7 @@ var archDenied []uintptr
 // legacyMknod is mknod(2)'s number where it exists (amd64), -1 elsewhere.
 var legacyMknod = -1
 
-// Syscalls denied when the network is restricted (sandbox.md §3.5:
+// Syscalls denied when the network is restricted (as the reference's:
 // recvfrom stays allowed for unix socketpairs).
 var networkDenied = []uintptr{
 	unix.SYS_CONNECT, unix.SYS_ACCEPT, unix.SYS_ACCEPT4, unix.SYS_BIND, unix.SYS_LISTEN,

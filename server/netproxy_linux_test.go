@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/asnobody"
 	"github.com/execgo/exec-server/sandbox"
 )
 

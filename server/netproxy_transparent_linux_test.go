@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/asnobody"
 	"github.com/execgo/exec-server/internal/test/linesrv"
 	"github.com/execgo/exec-server/sandbox"
 )

@@ -28,7 +28,7 @@ flags:
 `
 
 // forwardMaxMessage bounds one message from the destination, as the
-// reference (spec: 64 MiB).
+// reference (64 MiB).
 const forwardMaxMessage = 64 << 20
 
 // runForward is `exec-server forward`.

@@ -22,7 +22,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/execgo/exec-server/childinit"
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/jsonrpc"
 	"github.com/execgo/exec-server/sandbox"
 	"github.com/execgo/exec-server/transport"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgo/exec-server/internal/jsontest"
+	"github.com/execgo/exec-server/internal/test/jsontest"
 	"github.com/execgo/exec-server/protocol"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/asnobody"
+	"github.com/execgo/exec-server/internal/test/asnobody"
 )
 
 const childEnv = "PEERPROC_TEST_CHILD"

@@ -18,8 +18,8 @@ const (
 var ErrGap = errors.New("relay stream: reorder window exceeded")
 
 // sequencer is the seq and ack policy of a stream, the one place that
-// knows how records are numbered and acknowledged (spec §8 asks for it to
-// be isolated: upstream may switch to seq from 1 with cumulative acks).
+// knows how records are numbered and acknowledged (isolated because the
+// reference may yet switch to seq from 1 with cumulative acks).
 //
 // plainSequencer is codex 0.169's: seq from 0, ack fields 0, no
 // retransmission. The reliable mode of issue #11 item 5, switched on only

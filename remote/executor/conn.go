@@ -15,7 +15,7 @@ import (
 	"github.com/execgo/exec-server/remote/noise"
 )
 
-// conn is one physical rendezvous websocket and its streams (spec §9).
+// conn is one physical rendezvous websocket and its streams.
 type conn struct {
 	e    *executor
 	ws   *websocket.Conn
@@ -99,7 +99,7 @@ func (e *executor) serveConn(ctx context.Context, ws *websocket.Conn, reg regist
 	var gone []*relayStream
 	for _, st := range c.active {
 		if st.ch.Resumable() {
-			e.keep(st, reg.RegistrationID)
+			e.keep(st, reg.ExecutorRegistrationID)
 		} else {
 			gone = append(gone, st)
 		}
@@ -129,7 +129,7 @@ func (c *conn) ended(r string) {
 }
 
 // keepalive pings every PingInterval, never with a ping outstanding, and
-// gives up after PongTimeout (spec §4.1).
+// gives up after PongTimeout, as the reference.
 func (c *conn) keepalive() string {
 	t := time.NewTicker(c.e.cfg.PingInterval)
 	defer t.Stop()
@@ -328,7 +328,7 @@ func (c *conn) readLoop() string {
 		case frame.KindReset:
 			c.peerReset(f.StreamID)
 		default:
-			// ack, resume and heartbeat: 0.169 ignores them (§8); an
+			// ack, resume and heartbeat: 0.169 ignores them; an
 			// active stream's channel gets them, for the acknowledgement
 			// mode both ends may advertise.
 			c.mu.Lock()
@@ -378,7 +378,7 @@ func (c *conn) handshake(f *frame.Frame) {
 	// The handshake's public-key work runs without the lock. Only this
 	// goroutine (the socket's reader) adds pending entries, so what was
 	// checked above still holds for this stream id.
-	resp := noise.NewResponder(c.e.key, noise.Prologue(c.reg.EnvironmentID, c.reg.RegistrationID, sid))
+	resp := noise.NewResponder(c.e.key, noise.Prologue(c.reg.EnvironmentID, c.reg.ExecutorRegistrationID, sid))
 	authz, err := resp.ReadMessage1(f.Payload)
 	if err == nil && (len(authz) > noise.MaxAuthorization || !utf8.Valid(authz)) {
 		resp.Destroy()
@@ -401,7 +401,7 @@ func (c *conn) handshake(f *frame.Frame) {
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		v, err := c.e.reg.validate(vctx, c.reg.RegistrationID, sid, resp.RemoteStatic(), string(authz))
+		v, err := c.e.reg.validate(vctx, c.reg.ExecutorRegistrationID, sid, resp.RemoteStatic(), string(authz))
 		c.finish(sid, p, resp, v, err)
 	}()
 }

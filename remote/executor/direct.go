@@ -27,7 +27,7 @@ import (
 // against a registry double (TestRemoteDirect in cmd/exec-server).
 
 // DirectTransport is the transport id of the direct registration.
-const DirectTransport = "direct_jsonrpc_v1"
+const DirectTransport = envreg.DirectTransport
 
 // DirectConfig configures RunDirect.
 type DirectConfig struct {
@@ -47,12 +47,7 @@ type DirectConfig struct {
 	Delay func(n int) time.Duration
 }
 
-type directRegistration struct {
-	EnvironmentID  string `json:"environment_id"`
-	Transport      string `json:"transport"`
-	RegistrationID string `json:"registration_id"`
-	URL            string `json:"url"`
-}
+type directRegistration = envreg.DirectRegistration
 
 // directTerminal are the upgrade refusals that end the executor, as in
 // the reference; 409 means the registration is stale (register again);
@@ -167,7 +162,10 @@ func checkDirectURL(raw string) (string, error) {
 // the reference's request has it unsigned), and checks the answer.
 func directRegister(ctx context.Context, cfg DirectConfig, base string) (directRegistration, error) {
 	var out directRegistration
-	body := []byte(`{"transport":"` + DirectTransport + `"}`)
+	body, err := json.Marshal(envreg.DirectRegisterRequest{Transport: DirectTransport})
+	if err != nil {
+		return out, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	u := base + "/cloud/environment/" + url.PathEscape(cfg.EnvironmentID) + "/direct/register"
@@ -191,7 +189,7 @@ func directRegister(ctx context.Context, cfg DirectConfig, base string) (directR
 	}
 	if resp.StatusCode/100 != 2 {
 		re := &RegistryError{Verb: "direct/register", Status: resp.StatusCode}
-		re.Code, re.Message = envreg.ErrorBody(data)
+		re.Code, re.Message = envreg.ParseError(data)
 		return out, re
 	}
 	if err := json.Unmarshal(data, &out); err != nil {

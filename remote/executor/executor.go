@@ -1,5 +1,5 @@
 // Package executor is the executor side of exec-server remote mode
-// (`exec-server --remote URL --environment-id ID`, spec §3, §4, §9): it
+// (`exec-server --remote URL --environment-id ID`, docs/remote.md): it
 // registers a fresh Noise key with the environment registry, holds one
 // outbound websocket to the rendezvous, and for each relay stream runs the
 // responder handshake, asks the registry to validate the harness, then
@@ -35,7 +35,7 @@ type StreamServer interface {
 }
 
 // Config configures Run. Zero durations and limits take the reference's
-// values (spec §12).
+// values.
 type Config struct {
 	RegistryURL   string // --remote
 	EnvironmentID string // --environment-id
@@ -75,7 +75,7 @@ type Config struct {
 	ResumeGrace time.Duration
 }
 
-// ResetReason is the only reason the executor puts in a Reset (spec §9).
+// ResetReason is the only reason the executor puts in a Reset, as the reference.
 const ResetReason = "noise_relay_protocol_error"
 
 func (c *Config) defaults() {
@@ -111,7 +111,7 @@ func (c *Config) defaults() {
 }
 
 // DefaultHTTPClient is the registry and rendezvous client: redirects are
-// not followed (spec §3: a bearer token must not travel to wherever a
+// not followed (a bearer token must not travel to wherever a
 // redirect points); roots, when not nil, replace the system's trusted CAs.
 func DefaultHTTPClient(roots *x509.CertPool) *http.Client {
 	c := &http.Client{
@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	// One identity per process, never persisted (spec §3.1).
+	// One identity per process, never persisted (as the reference).
 	kp, err := noise.GenerateKeypair()
 	if err != nil {
 		return err
@@ -215,7 +215,7 @@ func (e *executor) unkeep(st *relayStream) bool {
 func (e *executor) adopt(c *conn) {
 	e.hmu.Lock()
 	held := e.held
-	same := e.heldReg == c.reg.RegistrationID
+	same := e.heldReg == c.reg.ExecutorRegistrationID
 	e.held = nil
 	e.hmu.Unlock()
 	for _, st := range held {
@@ -286,7 +286,7 @@ func (e *executor) run(ctx context.Context) error {
 		}
 		return err
 	}
-	e.log.Info("registered with the environment registry", "registration", reg.RegistrationID)
+	e.log.Info("registered with the environment registry", "registration", reg.ExecutorRegistrationID)
 	bo := backoff{min: e.cfg.ReconnectMin, max: e.cfg.ReconnectMax}
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
@@ -320,7 +320,7 @@ func (e *executor) run(ctx context.Context) error {
 				"rejection_reason", rejectionReason(resp), "err", err)
 			if status >= 400 && status < 500 {
 				// The URL is no good any more: register again at once,
-				// then wait as for any failure (spec §4.1).
+				// then wait as for any failure (as the reference).
 				if reg, err = e.reregister(ctx, reg); err != nil {
 					return err
 				}
@@ -358,7 +358,7 @@ func (e *executor) reregister(ctx context.Context, old registration) (registrati
 	for {
 		reg, err := e.reg.register(ctx, e.key.Public(), sleep)
 		if err == nil {
-			e.log.Info("registered again", "registration", reg.RegistrationID)
+			e.log.Info("registered again", "registration", reg.ExecutorRegistrationID)
 			return reg, nil
 		}
 		if ctx.Err() != nil {

@@ -3,7 +3,7 @@ package executor
 import (
 	"testing"
 
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // The server under test re-executes this binary for its child init and

@@ -17,9 +17,9 @@ import (
 )
 
 // SecurityProfile is the registration profile of the Noise transport.
-const SecurityProfile = "noise_hybrid_ik_v1"
+const SecurityProfile = envreg.SecurityProfile
 
-// registry talks to the environment registry (spec §3).
+// registry talks to the environment registry (remote/internal/envreg).
 type registry struct {
 	base    string // trimmed, without a trailing slash; a path prefix is kept
 	env     string
@@ -33,7 +33,7 @@ type registry struct {
 }
 
 // checkRegistryURL trims base and refuses to send a bearer token anywhere
-// but https or a loopback host (spec §2.1).
+// but https or a loopback host (docs/remote.md).
 func checkRegistryURL(raw string) (string, error) {
 	base, u, err := parseRemoteURL(raw)
 	if err != nil {
@@ -95,8 +95,8 @@ func (e *RegistryError) Error() string {
 
 // retryable reports the registration failures the reference retries.
 func (e *RegistryError) retryable() bool {
-	return e.Status == 503 && e.Code == "registration_conflict" ||
-		e.Status == 502 && e.Code == "authentication_service_unavailable"
+	return e.Status == 503 && e.Code == envreg.CodeRegistrationConflict ||
+		e.Status == 502 && e.Code == envreg.CodeAuthenticationServiceUnavailable
 }
 
 func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Header, out any) error {
@@ -119,7 +119,7 @@ func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Hea
 	}
 	if status/100 != 2 {
 		re := &RegistryError{Verb: verb, Status: status}
-		re.Code, re.Message = envreg.ErrorBody(data)
+		re.Code, re.Message = envreg.ParseError(data)
 		return re
 	}
 	if err := json.Unmarshal(data, out); err != nil {
@@ -128,17 +128,12 @@ func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Hea
 	return nil
 }
 
-type registration struct {
-	EnvironmentID   string `json:"environment_id"`
-	URL             string `json:"url"`
-	SecurityProfile string `json:"security_profile"`
-	RegistrationID  string `json:"executor_registration_id"`
-}
+type registration = envreg.Registration
 
 // register posts the executor key once and checks the answer.
 func (r *registry) registerOnce(ctx context.Context, key noise.PublicKey) (registration, error) {
 	var out registration
-	err := r.post(ctx, "register", map[string]any{"security_profile": SecurityProfile, "executor_public_key": key}, nil, &out)
+	err := r.post(ctx, "register", envreg.RegisterRequest{ExecutorPublicKey: &key, SecurityProfile: SecurityProfile}, nil, &out)
 	if err != nil {
 		return out, err
 	}
@@ -147,7 +142,7 @@ func (r *registry) registerOnce(ctx context.Context, key noise.PublicKey) (regis
 		return out, &fatalError{errors.New("environment registry returned a different environment id")}
 	case out.SecurityProfile != SecurityProfile:
 		return out, &fatalError{fmt.Errorf("environment registry returned security profile %q", out.SecurityProfile)}
-	case strings.TrimSpace(out.URL) == "" || strings.TrimSpace(out.RegistrationID) == "":
+	case strings.TrimSpace(out.URL) == "" || strings.TrimSpace(out.ExecutorRegistrationID) == "":
 		return out, &fatalError{errors.New("environment registry returned a blank url or registration id")}
 	}
 	return out, nil
@@ -165,8 +160,8 @@ func registerDelay(n int) time.Duration {
 	return base + rand.N(base/2+1)
 }
 
-// register retries the two transient failures of spec §3.2 and returns any
-// other error.
+// register retries the two transient failures the reference retries
+// (RegistryError.retryable) and returns any other error.
 func (r *registry) register(ctx context.Context, key noise.PublicKey, sleep func(context.Context, time.Duration) error) (registration, error) {
 	for n := 0; ; n++ {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -192,14 +187,12 @@ const (
 )
 
 func (r *registry) validate(ctx context.Context, regID, streamID string, harness noise.PublicKey, authz string) (validation, error) {
-	var out struct {
-		Valid bool `json:"valid"`
-	}
-	err := r.post(ctx, "validate", map[string]any{
-		"executor_registration_id":  regID,
-		"harness_public_key":        harness,
-		"harness_key_authorization": authz,
-	}, http.Header{"X-Codex-Noise-Stream-Id": {streamID}}, &out)
+	var out envreg.ValidateResponse
+	err := r.post(ctx, "validate", envreg.ValidateRequest{
+		ExecutorRegistrationID:  regID,
+		HarnessKeyAuthorization: authz,
+		HarnessPublicKey:        &harness,
+	}, http.Header{envreg.StreamIDHeader: {streamID}}, &out)
 	var re *RegistryError
 	switch {
 	case errors.As(err, &re) && re.Status == http.StatusUnauthorized:

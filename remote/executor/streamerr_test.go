@@ -106,7 +106,7 @@ func (s *rawStream) expectReset() {
 	}
 }
 
-// The receiver rules of spec §8 and §7 on both executors.
+// The receiver rules (docs/remote.md) on both executors.
 func TestStreamErrors(t *testing.T) { forEachImpl(t, streamErrors) }
 
 func streamErrors(t *testing.T, impl string) {

@@ -19,7 +19,7 @@ import (
 	"github.com/execgo/exec-server/remote/noise"
 )
 
-// double is a minimal registry + rendezvous (spec §15) for tests: one
+// double is a minimal registry + rendezvous for tests: one
 // environment, one executor socket, one stream per harness socket, frames
 // forwarded verbatim. The real one is package relay.
 type double struct {

@@ -39,7 +39,7 @@ import (
 )
 
 // SecurityProfile is the registry's name for the Noise transport.
-const SecurityProfile = "noise_hybrid_ik_v1"
+const SecurityProfile = envreg.SecurityProfile
 
 // Timeouts and limits of codex 0.169's harness.
 const (
@@ -83,7 +83,7 @@ func (e *RegistryError) Error() string {
 // Retryable reports whether codex's harness treats the failure as
 // transient (409 environment_offline, 408, 429, 5xx).
 func (e *RegistryError) Retryable() bool {
-	return e.Status == http.StatusConflict && e.Code == "environment_offline" ||
+	return e.Status == http.StatusConflict && e.Code == envreg.CodeEnvironmentOffline ||
 		e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests || e.Status >= 500
 }
 
@@ -172,15 +172,11 @@ func NewDialer(registryURL, environmentID, token string, opts Options) (*Dialer,
 // Identity is the dialer's static key.
 func (d *Dialer) Identity() *noise.Keypair { return d.id }
 
-// Bundle is the registry's answer to /connect.
-type Bundle struct {
-	EnvironmentID           string          `json:"environment_id"`
-	URL                     string          `json:"url"`
-	SecurityProfile         string          `json:"security_profile"`
-	ExecutorRegistrationID  string          `json:"executor_registration_id"`
-	ExecutorPublicKey       noise.PublicKey `json:"executor_public_key"`
-	HarnessKeyAuthorization string          `json:"harness_key_authorization"`
-}
+// Bundle is the registry's answer to /connect: EnvironmentID,
+// ExecutorPublicKey, ExecutorRegistrationID, HarnessKeyAuthorization,
+// SecurityProfile and URL (the rendezvous websocket). Its home is
+// remote/internal/envreg, shared with the relay that sends it.
+type Bundle = envreg.Bundle
 
 // Connect asks the registry for a connect bundle (single-use).
 func (d *Dialer) Connect(ctx context.Context) (*Bundle, error) {
@@ -191,14 +187,15 @@ func (d *Dialer) Connect(ctx context.Context) (*Bundle, error) {
 		hdr = http.Header{}
 		hdr.Set("ChatGPT-Account-ID", d.opts.ChatGPTAccountID)
 	}
+	pub := d.id.Public()
 	status, data, err := envreg.Post(ctx, d.opts.HTTPClient, d.base, d.envID, "connect", d.token, hdr,
-		map[string]any{"harness_public_key": d.id.Public()}, maxConnectReply)
+		envreg.ConnectRequest{HarnessPublicKey: &pub}, maxConnectReply)
 	if err != nil {
 		return nil, fmt.Errorf("environment registry: connect: %w", err)
 	}
 	if status != http.StatusOK {
 		re := &RegistryError{Status: status}
-		re.Code, re.Message = envreg.ErrorBody(data)
+		re.Code, re.Message = envreg.ParseError(data)
 		return nil, re
 	}
 	return ParseBundle(data, d.envID)

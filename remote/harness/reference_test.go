@@ -336,7 +336,7 @@ func seqs(from, to int) []int {
 	return s
 }
 
-// TestReferenceReorderWindow checks the receiver rules of spec §8 on the
+// TestReferenceReorderWindow checks the receiver rules (docs/remote.md) on the
 // reference executor, with records of one large message that the double
 // delivers out of order: a gap of 64 and a 1 MiB buffer pass, one more
 // is a Reset; duplicates are dropped.

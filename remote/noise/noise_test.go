@@ -11,7 +11,7 @@ import (
 )
 
 func TestPrologueVector(t *testing.T) {
-	// The vector of the reference's own test (spec §6.2).
+	// The vector of the reference's own prologue test.
 	want := "0000000000000020" + hex.EncodeToString([]byte("codex-exec-server-relay-noise/v1")) +
 		"0000000000000005" + hex.EncodeToString([]byte("env-1")) +
 		"000000000000000e" + hex.EncodeToString([]byte("registration-1")) +

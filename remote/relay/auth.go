@@ -115,7 +115,7 @@ func bearer(h string) string {
 
 // Rendezvous URLs carry their own credential: role, registration and
 // expiry signed with the node's secret (the executor leg sends no
-// Authorization header, spec §4.1). The parameter names follow the
+// Authorization header). The parameter names follow the
 // reference's rejection reasons.
 const urlVersion = "1"
 
@@ -149,7 +149,7 @@ type rejection struct {
 func (r *rejection) Error() string { return r.reason }
 
 // checkURL verifies a rendezvous query for role and env. The reason names
-// are the reference's allow-listed ones (spec §4.1).
+// are the reference's allow-listed ones (docs/remote.md, "Endpoints").
 func checkURL(secret []byte, rawQuery, role, env string, now time.Time) (reg string, err error) {
 	q, perr := url.ParseQuery(rawQuery)
 	if perr != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/execgo/exec-server/remote/awssig"
+	"github.com/execgo/exec-server/remote/internal/envreg"
 )
 
 // The direct transport (codex's `--remote-transport direct --aws-sigv4`,
@@ -85,21 +86,19 @@ func (s *Server) directRegister(w http.ResponseWriter, r *http.Request) {
 	env := r.PathValue("env")
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", "unreadable body")
+		writeError(w, http.StatusBadRequest, envreg.CodeBadRequest, "unreadable body")
 		return
 	}
 	if err := s.directAuth(r, body); err != nil {
 		s.log.Info("direct/register refused", "environment_id", env, "err", err)
-		writeError(w, http.StatusUnauthorized, "unauthorized", "SigV4 authentication failed")
+		writeError(w, http.StatusUnauthorized, envreg.CodeUnauthorized, "SigV4 authentication failed")
 		return
 	}
-	var req struct {
-		Transport string `json:"transport"`
-	}
+	var req envreg.DirectRegisterRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if dec.Decode(&req) != nil || req.Transport != "direct_jsonrpc_v1" {
-		writeError(w, http.StatusBadRequest, "bad_request", `expected {"transport":"direct_jsonrpc_v1"}`)
+	if dec.Decode(&req) != nil || req.Transport != envreg.DirectTransport {
+		writeError(w, http.StatusBadRequest, envreg.CodeBadRequest, `expected {"transport":"`+envreg.DirectTransport+`"}`)
 		return
 	}
 	b := make([]byte, 16)
@@ -107,7 +106,7 @@ func (s *Server) directRegister(w http.ResponseWriter, r *http.Request) {
 	reg := "direct_" + hex.EncodeToString(b)
 	u := s.wsBase(r) + "/direct/environment/" + env + "?" + signedQuery(s.secret, urlClaims{role: roleDirect, env: env, reg: reg, expiry: time.Now().Add(s.opts.ExecutorURLTTL)})
 	s.event(Event{Kind: "register", Role: roleDirect, Env: env, Reg: reg, Status: http.StatusOK, Header: r.Header})
-	writeJSON(w, http.StatusOK, map[string]string{"environment_id": env, "transport": "direct_jsonrpc_v1", "registration_id": reg, "url": u})
+	writeJSON(w, http.StatusOK, envreg.DirectRegistration{EnvironmentID: env, RegistrationID: reg, Transport: envreg.DirectTransport, URL: u})
 }
 
 // directExecutor holds an executor socket until a harness takes it, a
@@ -191,19 +190,19 @@ func (s *Server) takeDirect(ctx context.Context, env string) *directIdle {
 func (s *Server) directHarness(w http.ResponseWriter, r *http.Request) {
 	env := r.PathValue("env")
 	if !s.opts.InsecureNoAuth && !s.opts.HarnessTokens.MatchEnv(bearer(r.Header.Get("Authorization")), env) {
-		writeError(w, http.StatusUnauthorized, "unauthorized", "invalid harness token")
+		writeError(w, http.StatusUnauthorized, envreg.CodeUnauthorized, "invalid harness token")
 		return
 	}
 	select {
 	case s.direct.bridges <- struct{}{}:
 		defer func() { <-s.direct.bridges }()
 	default:
-		writeError(w, http.StatusServiceUnavailable, "too_many_connections", "too many direct harness connections")
+		writeError(w, http.StatusServiceUnavailable, envreg.CodeTooManyConnections, "too many direct harness connections")
 		return
 	}
 	d := s.takeDirect(r.Context(), env)
 	if d == nil {
-		writeError(w, http.StatusConflict, "environment_offline", "no executor socket for this environment")
+		writeError(w, http.StatusConflict, envreg.CodeEnvironmentOffline, "no executor socket for this environment")
 		return
 	}
 	defer close(d.done)

@@ -15,7 +15,7 @@ import (
 	"github.com/execgo/exec-server/client"
 	"github.com/execgo/exec-server/internal/test/codexref"
 	"github.com/execgo/exec-server/internal/test/syncbuf"
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // TestDirectTransport: exec-relay serves codex's direct transport. An

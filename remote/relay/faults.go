@@ -27,7 +27,7 @@ type Faults struct {
 	// NoPong stops answering websocket pings (the peer's pong_timeout path).
 	NoPong bool
 
-	// Registry faults (spec §15).
+	// Registry faults.
 	Register             Failure // fail register with this status and error code
 	Connect              Failure
 	Validate             Failure       // 401, 403, 500, ...
@@ -92,7 +92,7 @@ type heldFrame struct {
 	heldAtTime time.Time
 }
 
-// The receiver's reorder window is 64 records and 1 MiB (spec §8); a held
+// The receiver's reorder window is 64 records and 1 MiB (docs/remote.md); a held
 // frame is released before either is exceeded.
 const (
 	maxReorderDepth = 64

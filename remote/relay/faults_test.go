@@ -73,7 +73,7 @@ func TestShaperFaults(t *testing.T) {
 				return err
 			}
 			moved := 0
-			// Receiver rule (spec §8): buffered ahead of next_seq by at
+			// Receiver rule (docs/remote.md): buffered ahead of next_seq by at
 			// most 64.
 			next, ahead := uint32(0), map[uint32]bool{}
 			for _, s := range out {

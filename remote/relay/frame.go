@@ -7,7 +7,7 @@ import (
 	"github.com/execgo/exec-server/remote/frame"
 )
 
-// Kind is the body member of a RelayMessageFrame (spec §5); the relay looks
+// Kind is the body member of a RelayMessageFrame (remote/frame); the relay looks
 // at nothing else but the stream id.
 type Kind = frame.Kind
 

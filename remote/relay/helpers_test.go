@@ -230,7 +230,7 @@ func dialStatus(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, resp.Header.Get(RejectionHeader)
 }
 
-// A few RelayMessageFrame encoders (spec §5).
+// A few RelayMessageFrame encoders (remote/frame).
 func rawFrame(stream string, bodyTag byte, body []byte) []byte {
 	b := []byte{0x08, 0x01, 0x12}
 	b = binary.AppendUvarint(b, uint64(len(stream)))

@@ -1,12 +1,15 @@
 package relay
 
-import "github.com/execgo/exec-server/remote/noise"
+import (
+	"github.com/execgo/exec-server/remote/internal/envreg"
+	"github.com/execgo/exec-server/remote/noise"
+)
 
-// Suite is the only key suite remote mode knows (spec §3.1).
+// Suite is the only key suite remote mode knows.
 const Suite = noise.Suite
 
-// SecurityProfile is the only registration profile (spec §3.2).
-const SecurityProfile = "noise_hybrid_ik_v1"
+// SecurityProfile is the only registration profile (remote/internal/envreg).
+const SecurityProfile = envreg.SecurityProfile
 
 // PublicKey is a NoiseChannelPublicKey, decoded by remote/noise as
 // strictly as the reference (exactly three fields, the exact suite, 32 and

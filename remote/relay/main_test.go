@@ -3,7 +3,7 @@ package relay
 import (
 	"testing"
 
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // The exec-server behind the fleet's codex test re-executes this binary

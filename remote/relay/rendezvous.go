@@ -12,7 +12,7 @@ import (
 	"github.com/coder/websocket"
 )
 
-// RejectionHeader carries the reason of a refused upgrade (spec §4.1).
+// RejectionHeader carries the reason of a refused upgrade (docs/remote.md).
 const RejectionHeader = "x-codex-rendezvous-rejection-reason"
 
 const writeTimeout = 30 * time.Second

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/execgo/exec-server/remote/internal/envreg"
 )
 
 // Options configure a Server. Zero limits take the defaults below.
@@ -362,11 +364,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	type body struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	writeJSON(w, status, map[string]body{"error": {code, msg}})
+	writeJSON(w, status, envreg.ErrorBody{Error: envreg.Error{Code: code, Message: msg}})
 }
 
 // authorized checks the bearer token against set, for env.
@@ -456,7 +454,7 @@ func (s *Server) admit(c *call, r *http.Request, tokens *Tokens, who string) boo
 	if s.authorized(r, tokens, c.ev.Env) {
 		return true
 	}
-	c.fail(http.StatusUnauthorized, "unauthorized", "missing or unknown "+who+" token")
+	c.fail(http.StatusUnauthorized, envreg.CodeUnauthorized, "missing or unknown "+who+" token")
 	return false
 }
 
@@ -478,43 +476,40 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !validEnv(env) {
-		fail(http.StatusBadRequest, "invalid_environment_id", "environment id must be 1-256 characters of [A-Za-z0-9._:@~-]")
+		fail(http.StatusBadRequest, envreg.CodeInvalidEnvironmentID, "environment id must be 1-256 characters of [A-Za-z0-9._:@~-]")
 		return
 	}
-	var req struct {
-		SecurityProfile string     `json:"security_profile"`
-		Key             *PublicKey `json:"executor_public_key"`
-	}
+	var req envreg.RegisterRequest
 	if err := readBody(w, r, &req); err != nil {
-		fail(http.StatusBadRequest, "invalid_request", err.Error())
+		fail(http.StatusBadRequest, envreg.CodeInvalidRequest, err.Error())
 		return
 	}
 	if req.SecurityProfile != SecurityProfile {
-		fail(http.StatusBadRequest, "unsupported_security_profile", "security_profile must be "+SecurityProfile)
+		fail(http.StatusBadRequest, envreg.CodeUnsupportedSecurityProfile, "security_profile must be "+SecurityProfile)
 		return
 	}
-	if req.Key == nil {
-		fail(http.StatusBadRequest, "invalid_request", "executor_public_key is required")
+	if req.ExecutorPublicKey == nil {
+		fail(http.StatusBadRequest, envreg.CodeInvalidRequest, "executor_public_key is required")
 		return
 	}
-	reg := Registration{ID: randomID("reg_", 18), Key: *req.Key, At: time.Now()}
+	reg := Registration{ID: randomID("reg_", 18), Key: *req.ExecutorPublicKey, At: time.Now()}
 	if err := s.store.PutRegistration(r.Context(), env, reg); err != nil {
 		s.log.Warn("register: store", "env", env, "err", err)
-		fail(http.StatusServiceUnavailable, "registry_full", err.Error())
+		fail(http.StatusServiceUnavailable, envreg.CodeRegistryFull, err.Error())
 		return
 	}
 	f := s.faults.get()
-	resp := map[string]string{
-		"environment_id":           env,
-		"url":                      s.mintURL(r, roleEnvironment, env, reg.ID, s.opts.ExecutorURLTTL),
-		"security_profile":         SecurityProfile,
-		"executor_registration_id": reg.ID,
+	resp := envreg.Registration{
+		EnvironmentID:          env,
+		ExecutorRegistrationID: reg.ID,
+		SecurityProfile:        SecurityProfile,
+		URL:                    s.mintURL(r, roleEnvironment, env, reg.ID, s.opts.ExecutorURLTTL),
 	}
 	if f.WrongEnvironmentID {
-		resp["environment_id"] = env + "-other"
+		resp.EnvironmentID = env + "-other"
 	}
 	if f.WrongSecurityProfile {
-		resp["security_profile"] = "noise_hybrid_ik_v0"
+		resp.SecurityProfile = "noise_hybrid_ik_v0"
 	}
 	c.ev.Reg, c.ev.Status = reg.ID, http.StatusOK
 	s.log.Info("executor registered", "env", env, "registration", reg.ID)
@@ -528,20 +523,18 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(c, r, s.opts.HarnessTokens, "harness") || s.injected(c, func(f *Faults) *Failure { return &f.Connect }) {
 		return
 	}
-	var req struct {
-		Key *PublicKey `json:"harness_public_key"`
-	}
+	var req envreg.ConnectRequest
 	if err := readBody(w, r, &req); err != nil {
-		fail(http.StatusBadRequest, "invalid_request", err.Error())
+		fail(http.StatusBadRequest, envreg.CodeInvalidRequest, err.Error())
 		return
 	}
-	if req.Key == nil {
-		fail(http.StatusBadRequest, "invalid_request", "harness_public_key is required")
+	if req.HarnessPublicKey == nil {
+		fail(http.StatusBadRequest, envreg.CodeInvalidRequest, "harness_public_key is required")
 		return
 	}
 	reg, ok, err := s.store.Registration(r.Context(), env)
 	if err != nil {
-		fail(http.StatusServiceUnavailable, "store_unavailable", err.Error())
+		fail(http.StatusServiceUnavailable, envreg.CodeStoreUnavailable, err.Error())
 		return
 	}
 	// Registered is not enough: the executor must hold its socket, here
@@ -552,28 +545,28 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		attached, live, _ = s.fab.ping(r.Context(), env)
 	}
 	if !ok || !live || attached != reg.ID {
-		fail(http.StatusConflict, "environment_offline", "no executor is connected for this environment")
+		fail(http.StatusConflict, envreg.CodeEnvironmentOffline, "no executor is connected for this environment")
 		return
 	}
 	authz := randomID("hka_", 32)
-	a := Authorization{Env: env, RegID: reg.ID, HarnessKey: *req.Key, Expires: time.Now().Add(s.opts.AuthorizationTTL)}
+	a := Authorization{Env: env, RegID: reg.ID, HarnessKey: *req.HarnessPublicKey, Expires: time.Now().Add(s.opts.AuthorizationTTL)}
 	if err := s.store.PutAuthorization(r.Context(), authz, a); err != nil {
-		fail(http.StatusTooManyRequests, "too_many_pending_authorizations", err.Error())
+		fail(http.StatusTooManyRequests, envreg.CodeTooManyPendingAuthorizations, err.Error())
 		return
 	}
 	c.ev.Reg, c.ev.Status = reg.ID, http.StatusOK
-	writeJSON(w, http.StatusOK, map[string]any{
-		"environment_id":            env,
-		"url":                       s.mintURL(r, roleHarness, env, reg.ID, s.opts.HarnessURLTTL),
-		"security_profile":          SecurityProfile,
-		"executor_registration_id":  reg.ID,
-		"executor_public_key":       reg.Key,
-		"harness_key_authorization": authz,
+	writeJSON(w, http.StatusOK, envreg.Bundle{
+		EnvironmentID:           env,
+		ExecutorPublicKey:       reg.Key,
+		ExecutorRegistrationID:  reg.ID,
+		HarnessKeyAuthorization: authz,
+		SecurityProfile:         SecurityProfile,
+		URL:                     s.mintURL(r, roleHarness, env, reg.ID, s.opts.HarnessURLTTL),
 	})
 }
 
 func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
-	c := s.begin(w, r, Event{Kind: "validate", Stream: r.Header.Get("X-Codex-Noise-Stream-Id")})
+	c := s.begin(w, r, Event{Kind: "validate", Stream: r.Header.Get(envreg.StreamIDHeader)})
 	defer func() { s.event(c.ev) }()
 	env, fail := c.ev.Env, c.fail
 	if !s.admit(c, r, s.opts.ExecutorTokens, "executor") {
@@ -589,17 +582,13 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 	if s.injected(c, func(f *Faults) *Failure { return &f.Validate }) {
 		return
 	}
-	var req struct {
-		RegID string     `json:"executor_registration_id"`
-		Key   *PublicKey `json:"harness_public_key"`
-		Authz string     `json:"harness_key_authorization"`
-	}
-	if err := readBody(w, r, &req); err != nil || req.Key == nil || req.RegID == "" || req.Authz == "" {
-		fail(http.StatusBadRequest, "invalid_request", "executor_registration_id, harness_public_key and harness_key_authorization are required")
+	var req envreg.ValidateRequest
+	if err := readBody(w, r, &req); err != nil || req.HarnessPublicKey == nil || req.ExecutorRegistrationID == "" || req.HarnessKeyAuthorization == "" {
+		fail(http.StatusBadRequest, envreg.CodeInvalidRequest, "executor_registration_id, harness_public_key and harness_key_authorization are required")
 		return
 	}
-	c.ev.Reg = req.RegID
-	valid := s.checkAuthorization(r.Context(), env, req.RegID, *req.Key, req.Authz)
+	c.ev.Reg = req.ExecutorRegistrationID
+	valid := s.checkAuthorization(r.Context(), env, req.ExecutorRegistrationID, *req.HarnessPublicKey, req.HarnessKeyAuthorization)
 	if s.faults.get().Invalid {
 		valid = false
 	}
@@ -607,7 +596,7 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		c.ev.Code = "invalid"
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"valid": valid})
+	writeJSON(w, http.StatusOK, envreg.ValidateResponse{Valid: valid})
 }
 
 // checkAuthorization consumes authz (whatever the outcome: a guessed or

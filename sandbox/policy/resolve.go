@@ -55,7 +55,7 @@ func isServerMountPoint(p string) bool {
 var minimalPaths = [...]string{"/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc"}
 
 // Resolve turns a parsed policy into the Plan of host paths it allows
-// (sandbox.md §1.3). A nil policy (no sandbox parameter) gives a nil Plan.
+// (docs/sandbox.md, "The model"). A nil policy (no sandbox parameter) gives a nil Plan.
 //
 // Paths: every Mount.Path is canonical, with symlinks resolved (a missing
 // path's longest existing prefix is resolved and the rest appended). A

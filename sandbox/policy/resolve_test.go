@@ -97,7 +97,7 @@ func findMount(p *Plan, path string) (Mount, bool) {
 	return Mount{}, false
 }
 
-// The objects codex 0.169 sends (codex-client.md), against a temporary WORK.
+// The objects codex 0.169 sends, against a temporary WORK.
 func TestResolveCodexReadOnly(t *testing.T) {
 	work := plantest.Tree(t, "src/a.go")
 	raw := `{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[

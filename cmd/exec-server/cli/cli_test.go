@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/execgo/exec-server/cmd/exec-server/cli"
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

@@ -18,10 +18,6 @@ const module = "github.com/execgo/exec-server"
 // may link them (docs/architecture.md, "Import rules", rule 2).
 var testOnly = []string{
 	"internal/test/...",
-	"internal/testbin",
-	"internal/asnobody",
-	"internal/procmark",
-	"internal/jsontest",
 	"remote/noise/noisetest",
 }
 
@@ -208,10 +204,10 @@ func TestImportRules(t *testing.T) {
 func TestCheckFindsViolations(t *testing.T) {
 	g := []pkg{
 		{ImportPath: "jsonrpc", Deps: []string{"protocol"}},
-		{ImportPath: "server", Deps: []string{"internal/testbin", "jsonrpc"}},
+		{ImportPath: "server", Deps: []string{"internal/test/testbin", "jsonrpc"}},
 		{ImportPath: "client", Deps: []string{"sandbox", "jsonrpc", "protocol"}},
 		{ImportPath: "protocol", Deps: []string{"jsonrpc", "fileuri"}},
-		{ImportPath: "internal/test/interop", Deps: []string{"server", "internal/testbin"}},
+		{ImportPath: "internal/test/interop", Deps: []string{"server", "internal/test/testbin"}},
 		{ImportPath: "sandbox/policy", Deps: []string{"protocol"}, Ext: []string{"os", "golang.org/x/sys/unix"}},
 		{ImportPath: "sandbox", Deps: []string{"sandbox/policy"}, Ext: []string{"golang.org/x/sys/unix"}},
 		{ImportPath: "cmd/exec-server", Deps: []string{"remote/noise"}, Ext: []string{"crypto/mlkem", "crypto/mlkem/mlkemtest"}},
@@ -220,7 +216,7 @@ func TestCheckFindsViolations(t *testing.T) {
 	got := check(g, rules, nil)
 	want := []string{
 		rules[0].name + ": jsonrpc -> protocol",
-		rules[1].name + ": server -> internal/testbin",
+		rules[1].name + ": server -> internal/test/testbin",
 		rules[2].name + ": client -> sandbox",
 		rules[3].name + ": protocol -> fileuri",
 		rules[4].name + ": sandbox/policy -> golang.org/x/sys/unix",

@@ -33,11 +33,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/procmark"
+	"github.com/execgo/exec-server/internal/test/procmark"
 	"golang.org/x/sys/unix"
 )
 
-// escapeCase is one §6 case. setup, when set, adds fixtures (they are
+// escapeCase is one numbered escape case. setup, when set, adds fixtures (they are
 // given to the mode's user afterwards) and may replace the policies.
 type escapeCase struct {
 	name  string
@@ -316,7 +316,7 @@ func case08RestrictedRead(t *testing.T, c *sbxClient) {
 	wantDenied(t, "fs/canonicalize linkdir/secret.txt", c.fs("fs/canonicalize", map[string]any{"path": fileURI(fx.w("linkdir", "secret.txt"))}, nil), -32004, "")
 	wantDenied(t, "fs/writeFile WORK/x.txt (read-only policy)", c.writeFile(fx.w("x.txt"), "x"), -32603, erofs)
 	if data, err := c.readFile(fx.w("hardlink.txt")); err == nil {
-		t.Logf("documented (§9.1, as the reference): an existing hard link exposes the outside content under restricted read: %q", data)
+		t.Logf("documented (docs/sandbox.md, as the reference): an existing hard link exposes the outside content under restricted read: %q", data)
 	} else {
 		t.Logf("hard link under restricted read: %v", err)
 	}
@@ -358,7 +358,7 @@ func case09LinkDotDot(t *testing.T, c *sbxClient) {
 }
 
 // 10: an existing hard link to an outside file is written in place, by
-// design (seed 001, §9.1): the shared inode changes, it is never replaced.
+// design (docs/sandbox.md, "Threat model"): the shared inode changes, it is never replaced.
 func case10Hardlink(t *testing.T, c *sbxClient) {
 	fx := c.fx
 	fx.mayChange[fx.o("hl.txt")] = true
@@ -374,7 +374,7 @@ func case10Hardlink(t *testing.T, c *sbxClient) {
 		t.Errorf("FAIL: the hard link was replaced (inodes %d / %d, nlink %d): writes must keep it", in.Ino, out.Ino, in.Nlink)
 	}
 	data, _ := os.ReadFile(fx.o("hl.txt"))
-	t.Logf("documented (§6.10, as the reference): writing WORK/hardlink.txt changed OUT/hl.txt to %q (same inode %d)", data, out.Ino)
+	t.Logf("documented (docs/sandbox.md, as the reference): writing WORK/hardlink.txt changed OUT/hl.txt to %q (same inode %d)", data, out.Ino)
 }
 
 // 11: creating a hard link across the writable root's mount: EXDEV.
@@ -429,7 +429,7 @@ func case13Proc(t *testing.T, c *sbxClient) {
 	wantProcDenied(t, "echo > /proc/self/cwd/../OUT/x", c.run([]string{"sh", "-c", "echo x > /proc/self/cwd/../OUT/x"}, nil), false)
 	wantProcDenied(t, "fd magic link: exec 3<../OUT; echo > /proc/self/fd/3/x", c.run([]string{"sh", "-c", "exec 3<../OUT && echo x > /proc/self/fd/3/x"}, nil), false)
 	wantProcDenied(t, "chmod via /proc/self/root", c.run(probeCmd("chmod", "/proc/self/root"+fx.o("secret.txt")), nil), false)
-	// Informational (§2, §9.5): a full-read policy reads in the server's
+	// Informational (as the reference): a full-read policy reads in the server's
 	// own process, where /proc/self is the server.
 	if data, err := c.readFile("/proc/self/environ"); err == nil && strings.Contains(data, "TMPDIR=") {
 		t.Logf("informational: fs/readFile /proc/self/environ under a full-read sandbox returns the server's environment (%d bytes), as the reference", len(data))
@@ -1187,7 +1187,7 @@ func case26Signals(t *testing.T, c *sbxClient) {
 		t.Errorf("HOLE: a host process of the same user was killed from the sandbox")
 	}
 	if r := c.run([]string{"unshare", "-U", "true"}, nil); r.StartErr == nil {
-		t.Logf("nested user namespace (§9.6, informational): %v", r)
+		t.Logf("nested user namespace (informational): %v", r)
 	}
 }
 
@@ -1333,7 +1333,7 @@ func setup30MoveParent(t *testing.T, fx *fixture) {
 	fx.fsEntries = append(workspaceWriteEntries(), pathEntry(fx.w("a", "b"), "read"), pathEntry(fx.w("d", "secret.txt"), "deny"))
 }
 
-// 30 (beyond §6): renaming the parent of a carve-out or a deny mask would
+// 30 (beyond the reference's cases): renaming the parent of a carve-out or a deny mask would
 // move the mount along (the kernel moves mounts with their directory), off
 // the path the policy names; the command could then make that path anew.
 // Both renames must fail and the host stay as it was.

@@ -17,7 +17,7 @@ var simulatedFeatures = []struct{ value, name string }{
 	{"seccomp", "seccomp"},
 }
 
-// TestSandboxFailClosed is §6.29: with a kernel feature reported missing,
+// TestSandboxFailClosed is escape case 29: with a kernel feature reported missing,
 // every sandboxed request fails with -32603 naming it and nothing runs;
 // requests without a sandbox still work. A root server needs no user
 // namespace, so with userns missing it may still sandbox, but then fully.

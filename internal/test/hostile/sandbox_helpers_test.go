@@ -205,7 +205,7 @@ func startSandboxServer(t *testing.T, m sbxMode, env ...string) *server {
 }
 
 // fixture is one case's world: P/WORK (writable root) and P/OUT (outside),
-// with the §4 fixtures in WORK pointing out.
+// with the fixtures in WORK pointing out.
 type fixture struct {
 	P, WORK, OUT string
 	mode         sbxMode
@@ -536,7 +536,7 @@ func (fx *fixture) onlyMountPoints(d []string) bool {
 	return true
 }
 
-// Policies, exactly as codex 0.169 sends them (codex-client.md).
+// Policies, exactly as codex 0.169 sends them.
 
 func special(kind string) map[string]any {
 	return map[string]any{"type": "special", "value": map[string]any{"kind": kind}}

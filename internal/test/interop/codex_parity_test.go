@@ -109,7 +109,7 @@ func TestCodexCallSequence(t *testing.T) {
 //     the MCP conversation is compared too;
 //   - consecutive process/terminate calls count as one: codex sends one or
 //     two depending on whether the command's exit reached it before the
-//     turn ended (codex-client.md);
+//     turn ended;
 //   - fs/watchMissing and environmentConfig/read come from two tasks of
 //     codex's that run at once (the skills watcher and the MCP config), so
 //     when adjacent they are compared as a set (CI saw both orders against

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 )
 
 // target is one server binary the scenarios run against.
@@ -264,8 +264,8 @@ func (e *env) closed(id string) []Event {
 	if exited != 1 || evs[len(evs)-1].Method != "process/closed" {
 		e.t.Fatalf("%s: want one exited and closed last, got %v", id, methods(evs))
 	}
-	// Our server sends the pushes of one process in seq order (decisions
-	// §7). The reference does not always: it was seen sending exited
+	// Our server sends the pushes of one process in seq order (a
+	// design decision). The reference does not always: it was seen sending exited
 	// (seq 266) before output seq 265; clients must order by seq.
 	if arr := e.c.Arrived(id); !e.tg.ref && len(arr) == len(evs) {
 		for i, ev := range arr {

@@ -1,7 +1,8 @@
 // Package envreg is the HTTP side of the environment registry shared by
-// the executor (register, validate) and the harness (connect): the same
-// request to /cloud/environment/{id}/{verb} and the same error body
-// (spec §3). What an answer means stays with each caller.
+// the executor (register, validate), the harness (connect) and the relay
+// that answers them (remote/relay): the request and answer bodies of
+// /cloud/environment/{id}/{verb}, the error body and its codes, and the
+// client's request. What an answer means stays with each caller.
 package envreg
 
 import (
@@ -44,15 +45,10 @@ func Post(ctx context.Context, client *http.Client, base, env, verb, token strin
 	return resp.StatusCode, data, nil
 }
 
-// ErrorBody returns the code and message of an error answer
-// ({"error":{"code":…,"message":…}}), empty when data is not one.
-func ErrorBody(data []byte) (code, message string) {
-	var eb struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+// ParseError returns the code and message of an error answer (ErrorBody),
+// empty when data is not one.
+func ParseError(data []byte) (code, message string) {
+	var eb ErrorBody
 	if json.Unmarshal(data, &eb) != nil {
 		return "", ""
 	}

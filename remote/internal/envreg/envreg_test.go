@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,7 +48,7 @@ func TestPost(t *testing.T) {
 	}
 }
 
-func TestErrorBody(t *testing.T) {
+func TestParseError(t *testing.T) {
 	for _, c := range []struct{ in, code, msg string }{
 		{`{"error":{"code":"environment_offline","message":"m"}}`, "environment_offline", "m"},
 		{`{"error":{"code":"c"}}`, "c", ""},
@@ -54,20 +56,49 @@ func TestErrorBody(t *testing.T) {
 		{`not json`, "", ""},
 		{`{"error":"flat"}`, "", ""},
 	} {
-		if code, msg := ErrorBody([]byte(c.in)); code != c.code || msg != c.msg {
-			t.Errorf("ErrorBody(%s) = %q, %q; want %q, %q", c.in, code, msg, c.code, c.msg)
+		if code, msg := ParseError([]byte(c.in)); code != c.code || msg != c.msg {
+			t.Errorf("ParseError(%s) = %q, %q; want %q, %q", c.in, code, msg, c.code, c.msg)
 		}
 	}
 }
 
-func FuzzErrorBody(f *testing.F) {
+func FuzzParseError(f *testing.F) {
 	f.Add([]byte(`{"error":{"code":"c","message":"m"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		code, msg := ErrorBody(b)
+		code, msg := ParseError(b)
 		// What it finds survives a round trip through the same shape.
 		again, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": msg}})
-		if c2, m2 := ErrorBody(again); c2 != code || m2 != msg {
+		if c2, m2 := ParseError(again); c2 != code || m2 != msg {
 			t.Fatalf("%q: %q, %q; again %q, %q", b, code, msg, c2, m2)
 		}
 	})
+}
+
+// TestShapesEncodeAsSortedMaps keeps each shape's fields in the order
+// encoding/json writes a map's keys: the three sides built these bodies as
+// maps before they shared the structs, and the bytes on the wire (which the
+// reference's executor and harness read, and a SigV4 signature covers)
+// stay the same.
+func TestShapesEncodeAsSortedMaps(t *testing.T) {
+	for _, v := range []any{
+		ErrorBody{}, Error{}, RegisterRequest{}, Registration{}, ConnectRequest{}, Bundle{},
+		ValidateRequest{}, ValidateResponse{}, DirectRegisterRequest{}, DirectRegistration{},
+	} {
+		typ := reflect.TypeOf(v)
+		var names []string
+		for i := range typ.NumField() {
+			name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			if name == "" || opts != "" {
+				t.Errorf("%s.%s: json tag %q: every field is named and has no options, as a map's key", typ.Name(), typ.Field(i).Name, typ.Field(i).Tag.Get("json"))
+			}
+			names = append(names, name)
+		}
+		if !slices.IsSorted(names) {
+			t.Errorf("%s: fields %v are not in sorted order", typ.Name(), names)
+		}
+	}
+	got, err := json.Marshal(ErrorBody{Error: Error{Code: CodeEnvironmentOffline, Message: "m"}})
+	if err != nil || string(got) != `{"error":{"code":"environment_offline","message":"m"}}` {
+		t.Errorf("ErrorBody encodes as %s (%v)", got, err)
+	}
 }

@@ -3,7 +3,7 @@ package testbin_test
 import (
 	"testing"
 
-	"github.com/execgo/exec-server/internal/testbin"
+	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/sandbox"
 )
 
