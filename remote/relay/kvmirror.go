@@ -65,9 +65,7 @@ func (m *regMirror) apply(e jetstream.KeyValueEntry) {
 	env := string(b)
 	var id string
 	if e.Operation() == jetstream.KeyValuePut {
-		var v struct {
-			ID string `json:"id"`
-		}
+		var v kvReg
 		if json.Unmarshal(e.Value(), &v) == nil {
 			id = v.ID
 		}
