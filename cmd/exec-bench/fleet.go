@@ -486,7 +486,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 	}
 	timeline := map[string]any{}
 	for c, v := range classes {
-		timeline["resumed_ms_"+c] = []float64{pct(v, 50), pct(v, 99), pct(v, 100), float64(len(v))}
+		timeline["largest_gap_end_ms_"+c] = []float64{pct(v, 50), pct(v, 99), pct(v, 100), float64(len(v))}
 	}
 	execRedial, harnessRedial := b.lb.since(killed)
 	timeline["executor_redial_ms"] = []float64{pct(execRedial, 0), pct(execRedial, 50), pct(execRedial, 99), pct(execRedial, 100), float64(len(execRedial))}
@@ -531,7 +531,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 		}
 		timeline[fmt.Sprintf("unaffected_local_n%d_gap_ms_p99_by_second_from_kill_minus_2", node)] = ser
 	}
-	timeline["format"] = "resumed: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max"
+	timeline["format"] = "largest_gap_end: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max"
 	out["kill_timeline"] = timeline
 	resets, errs := 0, 0
 	for _, r := range res {
