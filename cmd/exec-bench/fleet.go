@@ -321,7 +321,6 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 		execNode, harnessNode int
 		maxGap                time.Duration
 		gapAtKill             time.Duration
-		resumedAt             time.Duration          // first echo after the kill, from the kill
 		maxGapBefore          time.Duration          // largest gap ending before the kill
 		maxGapAfter           time.Duration          // largest gap ending after it
 		maxGapEnd             time.Duration          // when maxGapAfter ended, from the kill
@@ -390,7 +389,6 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams int, after tim
 				}
 				if k != 0 && last.UnixNano() <= k && now.UnixNano() >= k {
 					res[i].gapAtKill = gap
-					res[i].resumedAt = time.Duration(now.UnixNano() - k)
 				}
 				last = now
 				res[i].msgs++
