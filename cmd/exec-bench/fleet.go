@@ -107,6 +107,11 @@ type fleetBench struct {
 	lb       *fleetLB
 	single   *fleetProc
 	client   *http.Client
+
+	// The node kill's figures (kill_timeline).
+	mu        sync.Mutex
+	cpuAround map[string][2]float64
+	natsPID   int
 }
 
 type fleetProc struct {
@@ -226,6 +231,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
 	natsURL = strings.TrimSpace(natsURL)
+	b.natsPID = natsCmd.Process.Pid
 
 	if b.single, err = b.startRelay("single"); err != nil {
 		return nil, err
@@ -327,11 +333,15 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		execNode, harnessNode int
 		maxGap                time.Duration
 		gapAtKill             time.Duration
+		maxGapBefore          time.Duration          // largest gap ending before the kill
+		maxGapAfter           time.Duration          // largest gap ending after it
+		maxGapEnd             time.Duration          // when maxGapAfter ended, from the kill
+		bySec                 [gapSecs]time.Duration // largest gap ending in each second from the steady start
 		err                   error
 		msgs                  int
 	}
 	res := make([]sres, nStreams)
-	var killAt atomic.Int64
+	var killAt, steadyAt atomic.Int64
 	var wg sync.WaitGroup
 	sctx, scancel := context.WithCancel(ctx)
 	opened := make(chan error, nStreams)
@@ -374,7 +384,22 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 				now := time.Now()
 				gap := now.Sub(last)
 				res[i].maxGap = max(res[i].maxGap, gap)
-				if k := killAt.Load(); k != 0 && last.UnixNano() <= k && now.UnixNano() >= k {
+				k := killAt.Load()
+				switch {
+				case k == 0:
+					if st := steadyAt.Load(); st != 0 && last.UnixNano() >= st {
+						res[i].maxGapBefore = max(res[i].maxGapBefore, gap)
+					}
+				case gap > res[i].maxGapAfter:
+					res[i].maxGapAfter = gap
+					res[i].maxGapEnd = time.Duration(now.UnixNano() - k)
+				}
+				if st := steadyAt.Load(); st != 0 && last.UnixNano() >= st {
+					if sec := int((now.UnixNano() - st) / 1e9); sec < gapSecs {
+						res[i].bySec[sec] = max(res[i].bySec[sec], gap)
+					}
+				}
+				if k != 0 && last.UnixNano() <= k && now.UnixNano() >= k {
 					res[i].gapAtKill = gap
 				}
 				last = now
@@ -391,7 +416,10 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	}
 	out["stream_open_errors"] = openErrs
 	out["rss_MB_per_node_before_kill"] = b.rssMB(b.nodes)
+	steadyAt.Store(time.Now().UnixNano())
+	cpuSteady := b.procCPU()
 	time.Sleep(2 * time.Second)
+	cpuKill := b.procCPU()
 	steady := b.scrape(b.nodes)
 	var localF, crossF float64
 	for _, m := range steady {
@@ -404,11 +432,26 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	victim := b.nodes[0]
 	killed := time.Now()
 	killAt.Store(killed.UnixNano())
+	b.log.Warn("exec-bench fleet: SIGKILL", "node", victim.name)
+	b.lb.mark(killed)
 	victim.cmd.Process.Signal(syscall.SIGKILL)
 	victim.cmd.Wait()
 	victim.dead.Store(true)
 	b.lb.markDead(0)
 	alive := b.nodes[1:]
+	// CPU seconds each process used in the 2 s before the kill and the
+	// 2 s after it: is the machine the limit while the fleet recovers?
+	go func() {
+		time.Sleep(time.Until(killed.Add(2 * time.Second)))
+		cpu := b.procCPU()
+		use := map[string][2]float64{}
+		for k, v := range cpu {
+			use[k] = [2]float64{round3(cpuKill[k] - cpuSteady[k]), round3(v - cpuKill[k])}
+		}
+		b.mu.Lock()
+		b.cpuAround = use
+		b.mu.Unlock()
+	}()
 	if err := b.waitSockets(alive, nExec, 30*time.Second); err != nil {
 		out["executors_reattached_error"] = err.Error()
 	} else {
@@ -421,6 +464,85 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	wg.Wait()
 
 	var touching, other []float64
+	// The kill's timeline, in ms from it: per class of stream (where its
+	// executor and harness sockets were), when its largest gap after the
+	// kill ended (it echoed again); the
+	// executors' and harnesses' new connections through the balancer;
+	// unaffected streams' largest gap before and after the kill.
+	classes := map[string][]float64{}
+	var otherBefore, otherAfter, otherAfterEnd, localAfter, crossAfter []float64
+	for _, r := range res {
+		if r.err != nil {
+			continue
+		}
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		switch {
+		case r.execNode == 0 && r.harnessNode == 0:
+			classes["exec_and_harness_on_dead"] = append(classes["exec_and_harness_on_dead"], ms(r.maxGapEnd))
+		case r.execNode == 0:
+			classes["exec_on_dead"] = append(classes["exec_on_dead"], ms(r.maxGapEnd))
+		case r.harnessNode == 0:
+			classes["harness_on_dead"] = append(classes["harness_on_dead"], ms(r.maxGapEnd))
+		default:
+			otherBefore = append(otherBefore, ms(r.maxGapBefore))
+			otherAfter = append(otherAfter, ms(r.maxGapAfter))
+			otherAfterEnd = append(otherAfterEnd, ms(r.maxGapEnd))
+			if r.execNode == r.harnessNode {
+				localAfter = append(localAfter, ms(r.maxGapAfter))
+			} else {
+				crossAfter = append(crossAfter, ms(r.maxGapAfter))
+			}
+		}
+	}
+	timeline := map[string]any{}
+	for c, v := range classes {
+		timeline["largest_gap_end_ms_"+c] = []float64{pct(v, 50), pct(v, 99), pct(v, 100), float64(len(v))}
+	}
+	execRedial, harnessRedial := b.lb.since(killed)
+	timeline["executor_redial_ms"] = []float64{pct(execRedial, 0), pct(execRedial, 50), pct(execRedial, 99), pct(execRedial, 100), float64(len(execRedial))}
+	timeline["harness_redial_ms"] = []float64{pct(harnessRedial, 0), pct(harnessRedial, 50), pct(harnessRedial, 99), pct(harnessRedial, 100), float64(len(harnessRedial))}
+	timeline["unaffected_max_gap_ms_before_kill"] = []float64{pct(otherBefore, 50), pct(otherBefore, 99), pct(otherBefore, 100)}
+	timeline["unaffected_max_gap_ms_after_kill"] = []float64{pct(otherAfter, 50), pct(otherAfter, 99), pct(otherAfter, 100)}
+	timeline["unaffected_max_gap_end_ms_after_kill"] = []float64{pct(otherAfterEnd, 50), pct(otherAfterEnd, 99), pct(otherAfterEnd, 100)}
+	timeline["unaffected_local_max_gap_ms_after_kill"] = []float64{pct(localAfter, 50), pct(localAfter, 99), pct(localAfter, 100)}
+	timeline["unaffected_cross_max_gap_ms_after_kill"] = []float64{pct(crossAfter, 50), pct(crossAfter, 99), pct(crossAfter, 100)}
+	b.mu.Lock()
+	timeline["cpu_s_2s_before_and_after_kill"] = b.cpuAround
+	b.mu.Unlock()
+	// Unaffected streams, second by second from 2 s before the kill: the
+	// 99th percentile and the largest of their largest gap ending in
+	// that second (a stall the kill causes stands out; one the machine
+	// causes does not).
+	var series [][2]float64
+	for sec := range gapSecs {
+		var v []float64
+		for _, r := range res {
+			if r.err == nil && r.execNode != 0 && r.harnessNode != 0 && r.bySec[sec] > 0 {
+				v = append(v, float64(r.bySec[sec].Microseconds())/1000)
+			}
+		}
+		series = append(series, [2]float64{pct(v, 99), pct(v, 100)})
+	}
+	timeline["unaffected_gap_ms_p99_max_by_second_from_kill_minus_2"] = series
+	// The same for the node-local unaffected streams of each survivor:
+	// the one taking most of the dead node's executors (the balancer's
+	// next node) and the other. If both rise alike, what the streams
+	// wait for is not that node's takeover work.
+	for node := 1; node < nNodes; node++ {
+		var ser []float64
+		for sec := range gapSecs {
+			var v []float64
+			for _, r := range res {
+				if r.err == nil && r.execNode == node && r.harnessNode == node && r.bySec[sec] > 0 {
+					v = append(v, float64(r.bySec[sec].Microseconds())/1000)
+				}
+			}
+			ser = append(ser, pct(v, 99))
+		}
+		timeline[fmt.Sprintf("unaffected_local_n%d_gap_ms_p99_by_second_from_kill_minus_2", node)] = ser
+	}
+	timeline["format"] = "largest_gap_end: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max"
+	out["kill_timeline"] = timeline
 	resets, errs := 0, 0
 	for _, r := range res {
 		if r.err != nil {
@@ -430,7 +552,10 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 			}
 			continue
 		}
-		g := float64(r.gapAtKill.Microseconds()) / 1000
+		// The stall: the largest gap after the kill (the gap spanning
+		// the kill itself can be short: an echo already on its way when
+		// the node died, the stream stalling on its next message).
+		g := float64(max(r.gapAtKill, r.maxGapAfter).Microseconds()) / 1000
 		if r.execNode == 0 || r.harnessNode == 0 {
 			touching = append(touching, g)
 		} else {
@@ -443,14 +568,21 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	out["max_gap_ms_not_touching_dead_p99"], out["max_gap_ms_not_touching_dead_max"] = pct(other, 99), pct(other, 100)
 	out["streams_not_touching_dead"] = len(other)
 	out["rss_MB_per_node_after"] = b.rssMB(alive)
-	var drops, slow, reconnects, takeovers float64
+	var drops, slow, reconnects, takeovers, recSum, recN, rehomed float64
 	for _, m := range b.scrape(alive) {
+		recSum += m["exec_relay_stream_recovery_seconds_sum"]
+		recN += m["exec_relay_stream_recovery_seconds_count"]
+		rehomed += m["exec_relay_fleet_rehomed_total"]
 		drops += m["exec_relay_nats_dropped_total"]
 		slow += m["exec_relay_nats_slow_consumers_total"]
 		reconnects += m["exec_relay_nats_reconnects_total"]
 		takeovers += m["exec_relay_fleet_homes_total"]
 	}
 	out["nats_dropped"], out["nats_slow_consumers_relays"], out["nats_reconnects"] = drops, slow, reconnects
+	if recN > 0 {
+		out["relay_stream_recovery_s_mean"], out["relay_stream_recoveries"] = round3(recSum/recN), recN
+	}
+	out["relay_forwarders_rehomed"] = rehomed
 	io.WriteString(natsIn, "stats\n")
 	if line, err := natsOut.ReadString('\n'); err == nil {
 		var st struct {
@@ -465,6 +597,9 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	out["homes_on_survivors"] = takeovers
 	return out, nil
 }
+
+// gapSecs: seconds of per-second gap figures, from 2 s before the kill.
+const gapSecs = 12
 
 func secs(d time.Duration) float64 { return round3(d.Seconds()) }
 
@@ -712,6 +847,34 @@ func (b *fleetBench) rssMB(nodes []*fleetProc) map[string]float64 {
 	return out
 }
 
+// procCPU is the CPU seconds so far of each process of the benchmark:
+// the fleet nodes, the NATS server and this one (executors, harnesses,
+// the balancer).
+func (b *fleetBench) procCPU() map[string]float64 {
+	out := map[string]float64{"bench": pidCPU(os.Getpid()), "nats": pidCPU(b.natsPID)}
+	for _, n := range b.nodes {
+		if !n.dead.Load() {
+			out[n.name] = pidCPU(n.cmd.Process.Pid)
+		}
+	}
+	return out
+}
+
+func pidCPU(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) <= 12 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100 // USER_HZ
+}
+
 // relayCPU is the fleet nodes' CPU seconds so far (utime + stime).
 func (b *fleetBench) relayCPU() float64 {
 	var total float64
@@ -744,6 +907,30 @@ type fleetLB struct {
 	mu    sync.Mutex
 	execs map[string]int    // env → node of its last executor socket
 	hsock map[[2]string]int // (env, port) → node of the last harness socket
+	// From mark on, when each environment's first executor and harness
+	// connections came.
+	marked         time.Time
+	execAt, harnAt map[string]time.Time
+}
+
+func (b *fleetLB) mark(t time.Time) {
+	b.mu.Lock()
+	b.marked, b.execAt, b.harnAt = t, map[string]time.Time{}, map[string]time.Time{}
+	b.mu.Unlock()
+}
+
+// since: ms from t to the first executor and harness connections of each
+// environment after the mark.
+func (b *fleetLB) since(t time.Time) (execs, harns []float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, at := range b.execAt {
+		execs = append(execs, float64(at.Sub(t).Microseconds())/1000)
+	}
+	for _, at := range b.harnAt {
+		harns = append(harns, float64(at.Sub(t).Microseconds())/1000)
+	}
+	return execs, harns
 }
 
 func startFleetLB(nodes []*fleetProc) (*fleetLB, error) {
@@ -832,6 +1019,15 @@ func (b *fleetLB) proxy(c net.Conn, port int) {
 			b.execs[env] = node
 		} else {
 			b.hsock[[2]string{env, fmt.Sprint(port)}] = node
+		}
+		if !b.marked.IsZero() {
+			at := b.execAt
+			if role != "environment" {
+				at = b.harnAt
+			}
+			if _, ok := at[env]; !ok {
+				at[env] = time.Now()
+			}
 		}
 		b.mu.Unlock()
 	}

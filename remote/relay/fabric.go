@@ -32,7 +32,8 @@ import (
 //	rly.dn.<leg>.f|c|x    home → harness: a frame, close, cut
 //	rly.ctl.<node>        credits returned to node (never blocks)
 //	rly.home.<E>          "node N is E's home now": the others drop theirs
-//	rly.hb.<node>         heartbeats; a node silent for 3 s is dead
+//	rly.hb.<node>         heartbeats; a node silent for 3 s is suspected
+//	rly.probe.<node>      "are you alive?" to a suspected node (membership.go)
 //
 // Each leg's frames travel on one subject from one connection, so NATS
 // keeps their order; a leg sends at most fabWindowFrames frames and
@@ -72,6 +73,10 @@ type FleetStats struct {
 	Abandoned                 uint64 // routes dropped because another node became home
 	Rehomed                   uint64 // forwarder sockets closed because their home moved or died
 	RemoteLegs, ForwarderLegs int64  // current
+	Takeovers                 uint64 // times this node became the home of an environment another node was the home of
+	NodesLost                 uint64 // nodes this node declared dead (silent, then confirmed: membership.go)
+	SuspicionsRefuted         uint64 // silent nodes that answered the probe (not declared dead)
+	NATSDisconnects           uint64
 	NATSReconnects            uint64
 	NATSDropped               uint64 // messages dropped by slow subscriptions
 	NATSSlowConsumers         uint64
@@ -82,6 +87,8 @@ type fabStats struct {
 	framesOut, bytesOut, framesIn, bytesIn atomic.Uint64
 	creditWaits, homes, abandoned, rehomed atomic.Uint64
 	slow, peerWaits                        atomic.Uint64
+	takeovers, nodesLost, refuted          atomic.Uint64
+	disconnects                            atomic.Uint64
 }
 
 type fabric struct {
@@ -96,9 +103,12 @@ type fabric struct {
 	remote map[string]*remoteLeg
 	fwd    map[string]*fwdLeg
 	peers  map[string]time.Time // last heartbeat
-	pools  map[string]*credit   // budget toward each peer node
-	homeOf map[string]homeNote  // env → the last other node announced its home
-	subs   []*nats.Subscription
+	mem    membership           // suspicion and confirmation of silent nodes (membership.go)
+	// hbPaused stops this node's heartbeats (tests: a live node late).
+	hbPaused atomic.Bool
+	pools    map[string]*credit  // budget toward each peer node
+	homeOf   map[string]homeNote // env → the last other node announced its home
+	subs     []*nats.Subscription
 	// waiters are harness upgrades waiting for an environment to get a
 	// home (its executor redialling after its node died).
 	waiters map[string][]chan struct{}
@@ -132,6 +142,7 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		peers:  make(map[string]time.Time),
 		pools:  make(map[string]*credit),
 		homeOf: make(map[string]homeNote),
+		mem:    membership{probing: map[string]bool{}, suspect: map[string]time.Time{}, declared: map[string]time.Time{}, reap: make(chan struct{}, 1)},
 
 		waiters: make(map[string][]chan struct{}),
 	}
@@ -145,6 +156,13 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 			prev(c, sub, err)
 		}
 	})
+	prevDis := nc.DisconnectErrHandler()
+	nc.SetDisconnectErrHandler(func(c *nats.Conn, err error) {
+		f.st.disconnects.Add(1)
+		if prevDis != nil {
+			prevDis(c, err)
+		}
+	})
 	prevRe := nc.ReconnectHandler()
 	nc.SetReconnectHandler(func(c *nats.Conn) {
 		f.reconnected()
@@ -153,9 +171,10 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		}
 	})
 	for subj, h := range map[string]nats.MsgHandler{
-		"rly.ctl." + node: f.onCredit,
-		"rly.hb.*":        f.onHeartbeat,
-		"rly.home.*":      f.onHome,
+		"rly.ctl." + node:   f.onCredit,
+		"rly.hb.*":          f.onHeartbeat,
+		"rly.probe." + node: f.onProbe,
+		"rly.home.*":        f.onHome,
 	} {
 		sub, err := nc.Subscribe(subj, h)
 		if err != nil {
@@ -247,6 +266,8 @@ func (f *fabric) stats() FleetStats {
 	st.CreditWaits = f.st.creditWaits.Load()
 	st.PeerWaits = f.st.peerWaits.Load()
 	st.Homes, st.Abandoned, st.Rehomed = f.st.homes.Load(), f.st.abandoned.Load(), f.st.rehomed.Load()
+	st.Takeovers, st.NodesLost, st.SuspicionsRefuted = f.st.takeovers.Load(), f.st.nodesLost.Load(), f.st.refuted.Load()
+	st.NATSDisconnects = f.st.disconnects.Load()
 	st.NATSReconnects = ns.Reconnects
 	st.NATSDropped = dropped
 	st.NATSSlowConsumers = f.st.slow.Load()
@@ -307,11 +328,31 @@ func (f *fabric) becomeHome(env, reg string) {
 		}
 		f.homes[env] = sub
 	}
+	// This node's own forwarders of env lead to its former home: the
+	// announcement below moves the other nodes' (onHome), not these,
+	// and waiting for the old home to be declared dead would stall
+	// their streams for FleetNodeDeadAfter.
+	moved := f.forwardersLocked(env, f.node)
 	f.mu.Unlock()
 	f.st.homes.Add(1)
 	b, _ := json.Marshal(map[string]string{"node": f.node, "env": env, "reg": reg})
 	f.nc.Publish("rly.home."+envToken(env), b)
 	f.nc.Flush()
+	for _, fl := range moved {
+		fl.rehome("home_moved")
+	}
+}
+
+// forwardersLocked are this node's forwarders of env whose home is known
+// and is not node. f.mu is held.
+func (f *fabric) forwardersLocked(env, node string) []*fwdLeg {
+	var out []*fwdLeg
+	for _, fl := range f.fwd {
+		if fl.env == env && fl.home != "" && fl.home != node {
+			out = append(out, fl)
+		}
+	}
+	return out
 }
 
 type homeNote struct {
@@ -330,6 +371,7 @@ func (f *fabric) previousHomeSeen(env string, now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	delete(f.homeOf, env)
+	f.st.takeovers.Add(1)
 	seen, ok := f.peers[prev.node]
 	if !ok || seen.Before(prev.at) {
 		seen = prev.at
@@ -1008,12 +1050,7 @@ func (f *fabric) onHome(m *nats.Msg) {
 	}
 	f.homeOf[a.Env] = homeNote{a.Node, time.Now()}
 	_, wasHome := f.homes[a.Env]
-	var moved []*fwdLeg
-	for _, fl := range f.fwd {
-		if fl.env == a.Env && fl.home != "" && fl.home != a.Node {
-			moved = append(moved, fl)
-		}
-	}
+	moved := f.forwardersLocked(a.Env, a.Node)
 	f.mu.Unlock()
 	for _, fl := range moved {
 		fl.rehome("home_moved")
@@ -1041,72 +1078,4 @@ func (f *fabric) abandon(env string) {
 		h.Close("home_moved")
 	}
 	f.s.log.Info("fleet: another node is the environment's home now", "env", env)
-}
-
-func (f *fabric) onHeartbeat(m *nats.Msg) {
-	node := strings.TrimPrefix(m.Subject, "rly.hb.")
-	f.mu.Lock()
-	f.peers[node] = time.Now()
-	f.mu.Unlock()
-}
-
-// heartbeats publishes this node's and acts on the silence of others.
-func (f *fabric) heartbeats() {
-	defer f.s.wg.Done()
-	t := time.NewTicker(hbInterval / 2)
-	defer t.Stop()
-	subj := "rly.hb." + f.node
-	// The first at once: a node that dies young has been seen.
-	f.nc.Publish(subj, nil)
-	last := time.Now()
-	for {
-		select {
-		case <-f.s.stop:
-			return
-		case now := <-t.C:
-			if now.Sub(last) >= hbInterval {
-				f.nc.Publish(subj, nil)
-				last = now
-			}
-			f.reapDead(now)
-			f.resizePools(now)
-		}
-	}
-}
-
-func (f *fabric) alive(node string, since, now time.Time) bool {
-	seen, ok := f.peers[node]
-	if !ok || seen.Before(since) {
-		seen = since
-	}
-	return now.Sub(seen) < f.s.opts.FleetNodeDeadAfter
-}
-
-func (f *fabric) reapDead(now time.Time) {
-	if f.nc.Status() != nats.CONNECTED {
-		// We are the one cut off: others' silence means nothing.
-		return
-	}
-	var lost []*remoteLeg
-	var orphans []*fwdLeg
-	f.mu.Lock()
-	for _, rl := range f.remote {
-		if !f.alive(rl.node, rl.at, now) {
-			lost = append(lost, rl)
-		}
-	}
-	for _, fl := range f.fwd {
-		if fl.home != "" && !f.alive(fl.home, fl.at, now) {
-			orphans = append(orphans, fl)
-		}
-	}
-	f.mu.Unlock()
-	for _, rl := range lost {
-		f.s.log.Warn("fleet: node silent, dropping its harness legs", "node", rl.node, "env", rl.env)
-		rl.lost()
-	}
-	for _, fl := range orphans {
-		f.s.log.Warn("fleet: home node silent, closing its forwarded socket", "node", fl.home, "env", fl.env)
-		fl.rehome("relay_node_lost")
-	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/execgo/exec-server/remote/harness"
 )
@@ -58,24 +58,60 @@ func startNATSCluster(t *testing.T) ([]*natsserver.Server, string) {
 }
 
 // Losing the NATS server that leads the KV buckets, in a 3-server
-// cluster with R3 buckets: an existing cross-node stream goes on, and new
-// streams are admitted again once JetStream has elected another leader
-// (4-9 s in NATS 2.11+). Takes 15-25 s: run with EXEC_RELAY_NATS_CLUSTER=1.
+// cluster with R3 buckets, with relay node a connected to that very
+// server: a's connection moves to another server, the existing
+// cross-node stream goes on (reliable ends: frames lost with the
+// connection are sent again) with nothing reset and no node taken for
+// dead, and new streams are admitted again once JetStream has elected
+// another leader. The times are logged (docs/remote.md reports them),
+// not asserted: the guard is 60 s.
 func TestFleetNATSServerLoss(t *testing.T) {
-	if os.Getenv("EXEC_RELAY_NATS_CLUSTER") == "" {
-		t.Skip("EXEC_RELAY_NATS_CLUSTER=1 runs the 3-server NATS cluster test (15-25 s)")
+	if testing.Short() {
+		t.Skip("a 3-server NATS cluster (10-20 s)")
 	}
-	servers, urls := startNATSCluster(t)
-	node := func(name string) *fleetNode { return startNodeWith(t, urls, name, KVStoreOptions{Replicas: 3}) }
-	a, b := node("a"), node("b")
+	servers, _ := startNATSCluster(t)
+	// The buckets first (any server), to learn their leader.
+	boot, err := nats.Connect(servers[0].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := NewKVStore(ctx, boot, KVStoreOptions{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	boot.Close()
+	var leader *natsserver.Server
+	var others []string
+	for leader == nil {
+		for _, ns := range servers {
+			if ns.JetStreamIsStreamLeader("$G", "KV_relay_auth") {
+				leader = ns
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no leader for the authorization bucket")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, ns := range servers {
+		if ns != leader {
+			others = append(others, ns.ClientURL())
+		}
+	}
+	// a on the leader first, b on another server (nats.DontRandomize in
+	// startNodeOpts keeps the order).
+	a := startNodeWith(t, leader.ClientURL()+","+strings.Join(others, ","), "a", KVStoreOptions{Replicas: 3})
+	b := startNodeWith(t, strings.Join(others, ",")+","+leader.ClientURL(), "b", KVStoreOptions{Replicas: 3})
+	if a.nc.ConnectedUrl() != leader.ClientURL() {
+		t.Fatalf("node a on %s, not on the leader %s", a.nc.ConnectedUrl(), leader.ClientURL())
+	}
 	startExecutor(t, a.base, "E")
 	a.executorOn(t, "E", 30*time.Second)
 	d, err := harness.NewDialer(b.base, "E", harnessToken, harness.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	ch, err := d.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -83,15 +119,6 @@ func TestFleetNATSServerLoss(t *testing.T) {
 	defer ch.Close()
 	if err := exchange(ctx, ch, 0, 50); err != nil {
 		t.Fatal(err)
-	}
-	var leader *natsserver.Server
-	for _, ns := range servers {
-		if ns.JetStreamIsStreamLeader("$G", "KV_relay_auth") {
-			leader = ns
-		}
-	}
-	if leader == nil {
-		t.Fatal("no leader for the authorization bucket")
 	}
 	killed := time.Now()
 	leader.Shutdown()
@@ -113,4 +140,19 @@ func TestFleetNATSServerLoss(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("new streams admitted again %s after the KV leader went", time.Since(killed).Round(time.Millisecond))
+	if err := exchange(ctx, ch, 250, 50); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.FleetStats(); st.NATSDisconnects == 0 || st.NATSReconnects == 0 {
+		t.Fatalf("node a's NATS connection did not move: %+v", st)
+	}
+	for _, n := range []*fleetNode{a, b} {
+		// (The probe streams opened above end with a reset when closed.)
+		if k := n.rec.count(func(e Event) bool { return e.Kind == "reset" && e.Stream == ch.StreamID() }); k != 0 {
+			t.Fatalf("node %s reset the existing stream", n.name)
+		}
+		if st := n.FleetStats(); st.NodesLost != 0 || st.Rehomed != 0 {
+			t.Fatalf("node %s took a live node for dead: %+v", n.name, st)
+		}
+	}
 }

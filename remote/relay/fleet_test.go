@@ -67,7 +67,7 @@ func startNodeWith(t testing.TB, natsURL, name string, kv KVStoreOptions) *fleet
 
 func startNodeOpts(t testing.TB, natsURL, name, publicURL string, tweak func(*Options), kv KVStoreOptions) *fleetNode {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(natsURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.DontRandomize())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 type KVStore struct {
 	regs, auth jetstream.KeyValue
 	maxValue   int
+	mirror     *regMirror // kvmirror.go
 }
 
 // KVStoreOptions configure the buckets.
@@ -104,7 +105,8 @@ func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore,
 	if err != nil {
 		return nil, fmt.Errorf("relay: authorization bucket: %w", err)
 	}
-	return &KVStore{regs: regs, auth: auth, maxValue: o.MaxValueSize}, nil
+	return &KVStore{regs: regs, auth: auth, maxValue: o.MaxValueSize,
+		mirror: watchRegistrations(regs, o.RegistrationTTL, o.MaxRegistrations)}, nil
 }
 
 // bucket binds to the bucket, or creates it, and bounds its records to

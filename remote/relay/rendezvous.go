@@ -429,14 +429,16 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	// Refuse what cannot be routed before upgrading, so the peer sees an
 	// HTTP status (a 4xx makes the executor re-register).
 	if role == roleEnvironment {
-		cur, ok, err := s.store.Registration(r.Context(), env)
-		if err != nil {
-			s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
-			return
-		}
-		if !ok || cur.ID != reg {
-			s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
-			return
+		if c, ok := s.store.(CurrentChecker); !ok || !c.IsCurrentRegistration(env, reg) {
+			cur, ok, err := s.store.Registration(r.Context(), env)
+			if err != nil {
+				s.reject(w, &ev, http.StatusServiceUnavailable, "route_unavailable")
+				return
+			}
+			if !ok || cur.ID != reg {
+				s.reject(w, &ev, http.StatusForbidden, "unexpected_executor_registration_id")
+				return
+			}
 		}
 	} else if status, reason := s.routeHarness(r.Context(), env, reg, &fwd); status != 0 {
 		s.reject(w, &ev, status, reason)
@@ -541,9 +543,15 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 	s.log.Info("executor attached", "env", l.env, "registration", reg)
 	s.event(Event{Kind: "attach", Role: roleEnvironment, Env: l.env, Reg: reg})
 	if t, ok := s.store.(Toucher); ok {
-		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-		t.TouchRegistration(ctx, l.env, reg)
-		cancel()
+		// Off the read loop: with a KV store it is two round trips to
+		// JetStream, and after a node's death hundreds of executors
+		// attach at once; their streams wait on the first frames read.
+		// It ends with the socket, or after 5 s.
+		go func() {
+			ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+			t.TouchRegistration(ctx, l.env, reg)
+			cancel()
+		}()
 	}
 	for {
 		typ, b, err := l.read()

@@ -59,7 +59,7 @@ type Options struct {
 	QueueBytes               int           // ...and 4 MiB (one frame always fits)
 	SlowHarness              time.Duration // a harness socket whose queue stays full this long is cut, default 5 s
 	FleetNodeBytes           int           // fleet: a node's buffers for frames from other nodes, shared among them; the same on every node, default 64 MiB
-	FleetNodeDeadAfter       time.Duration // fleet: a node silent (no heartbeat) this long is taken for dead and its streams move; default 3s
+	FleetNodeDeadAfter       time.Duration // fleet: a node silent (no heartbeat) this long is suspected and probed, dead if the probe confirms it (membership.go); default 3s
 	// ResumeGrace is how long a stream whose ends both run the
 	// reliability extension waits, after its harness socket or its
 	// executor socket went, for a new socket to take it up (default 30 s,
@@ -655,6 +655,10 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		{"exec_relay_fleet_rehomed_total", "counter", "forwarded sockets closed because their home moved or died", st.Rehomed},
 		{"exec_relay_fleet_remote_legs", "gauge", "harness legs on other nodes routed here", st.RemoteLegs},
 		{"exec_relay_fleet_forwarder_legs", "gauge", "harness sockets here forwarded to another node", st.ForwarderLegs},
+		{"exec_relay_fleet_takeovers_total", "counter", "times this node became the home of an environment another node was the home of (its executor redialled here)", st.Takeovers},
+		{"exec_relay_fleet_nodes_lost_total", "counter", "nodes this node declared dead (silent for FleetNodeDeadAfter, then confirmed by a probe)", st.NodesLost},
+		{"exec_relay_fleet_suspicions_refuted_total", "counter", "silent nodes that answered a probe and were not declared dead", st.SuspicionsRefuted},
+		{"exec_relay_nats_disconnects_total", "counter", "NATS connection losses", st.NATSDisconnects},
 		{"exec_relay_nats_reconnects_total", "counter", "NATS reconnects", st.NATSReconnects},
 		{"exec_relay_nats_dropped_total", "counter", "NATS messages dropped by slow subscriptions", st.NATSDropped},
 		{"exec_relay_nats_slow_consumers_total", "counter", "NATS slow consumer errors", st.NATSSlowConsumers},
