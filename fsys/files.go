@@ -199,6 +199,7 @@ func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (an
 	if err != nil {
 		return nil, err
 	}
+	noteParams(ctx, p.Path, p.Sandbox)
 	path, err := parsePath(p.Path)
 	if err != nil {
 		return nil, err

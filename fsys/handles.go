@@ -246,7 +246,7 @@ func blockReply(chunk []byte, eof bool) *encodedReply {
 	return &encodedReply{buf: buf, start: frameReserve, end: end, data: len(chunk)}
 }
 
-func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {
+func (f *FS) writeBlock(ctx context.Context, h *Handles, raw json.RawMessage) (any, error) {
 	var p struct {
 		HandleID string          `json:"handleId"`
 		Offset   uint64          `json:"offset"`
@@ -262,6 +262,7 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	if chunk == nil || string(chunk) == "null" {
 		return nil, protocol.InvalidParams("missing field `chunk`")
 	}
+	noteParams(ctx, "", nil) // fs/writeBlock takes no sandbox
 	p.Chunk = chunk
 	var text []byte
 	inMessage := false
