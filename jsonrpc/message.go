@@ -44,6 +44,12 @@ type Message struct {
 	// A response's members: Result, or else Error (the raw error object).
 	Result json.RawMessage
 	Error  json.RawMessage
+	// Bulk is the body (between its quotes, aliasing the message) of the
+	// request's longest string of at least 64 KiB that holds no escape and
+	// no byte outside ASCII, as Decode validated it; nil when there is
+	// none. A later walk of the params (jsonscan.Spec.Known) can pass
+	// over it without reading it: an fs/writeFile's base64 payload.
+	Bulk []byte
 
 	reusable bool // see Reusable
 	// Set by Conn.handle for ReleaseNow: the message's bytes, the stream
@@ -109,6 +115,7 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 		}
 		m.Method = name
 		m.Params = params
+		m.Bulk = p.bulk
 		if id == nil {
 			m.Kind = KindNotification
 			return &m, nil

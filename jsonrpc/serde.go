@@ -42,7 +42,11 @@ type serdeParser struct {
 	top    byte     // the first byte of the top-level value
 	// The top-level object's members (nil: absent), raw sub-slices.
 	id, method, params, result, errv []byte
+	bulk                             []byte // Message.Bulk
 }
+
+// bulkMin is the length from which a plain string is a message's Bulk.
+const bulkMin = 64 << 10
 
 type serdeErr struct {
 	code  string
@@ -258,12 +262,16 @@ func (p *serdeParser) exponent() *serdeErr {
 // at a time.
 func (p *serdeParser) str() *serdeErr {
 	badUTF8 := false
+	start, plain := p.i, true
 	for {
 		p.i = plainRun(p.b, p.i)
 		if p.i == len(p.b) {
 			return p.err("EOF while parsing a string")
 		}
 		c := p.b[p.i]
+		if c != '"' {
+			plain = false
+		}
 		if c >= utf8.RuneSelf {
 			// Escapes are ASCII: the raw text is valid UTF-8 exactly
 			// when the decoded text is. serde checks it at the end of
@@ -277,6 +285,9 @@ func (p *serdeParser) str() *serdeErr {
 		}
 		switch c {
 		case '"':
+			if plain && p.i-start >= bulkMin && p.i-start > len(p.bulk) {
+				p.bulk = p.b[start:p.i]
+			}
 			p.i++
 			if badUTF8 {
 				return p.err("invalid unicode code point")
