@@ -254,7 +254,7 @@ func (f *FS) writeBlock(ctx context.Context, h *Handles, raw json.RawMessage) (a
 	}
 	// The block is cut out so that only the small members go through
 	// encoding/json.
-	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "FsWriteBlockParams", Required: []string{"handleId", "offset"}, Cut: []string{"chunk"}})
+	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "FsWriteBlockParams", Required: []string{"handleId", "offset"}, Cut: []string{"chunk"}, Known: knownOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func (f *FS) writeBlock(ctx context.Context, h *Handles, raw json.RawMessage) (a
 	p.Chunk = chunk
 	var text []byte
 	inMessage := false
-	if len(p.Chunk) > 0 && p.Chunk[0] == '"' && bytes.IndexByte(p.Chunk, '\\') < 0 {
+	if len(p.Chunk) > 0 && p.Chunk[0] == '"' && (isKnown(p.Chunk, knownOf(ctx)) || bytes.IndexByte(p.Chunk, '\\') < 0) {
 		text = p.Chunk[1 : len(p.Chunk)-1]
 		inMessage = true
 	} else {

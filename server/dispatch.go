@@ -99,8 +99,14 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 		inline = inline && allDone(wait)
 	}
 	id := msg.ID
+	var known []byte
+	if m.consumes {
+		// The payload's span as the decoder validated it: fsys passes
+		// over it instead of scanning it again.
+		known = msg.Bulk
+	}
 	run := func() {
-		ctx := cs.conn.Context()
+		ctx := fsys.WithKnown(cs.conn.Context(), known)
 		var res any
 		err := waitAll(ctx, wait)
 		if err == nil {
