@@ -16,7 +16,7 @@ func BenchmarkDecodeWriteFile(b *testing.B) {
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
 	for b.Loop() {
-		p, err := decodeWriteFile(raw)
+		p, err := decodeWriteFile(raw, nil)
 		if err != nil || len(p.Data) != len(data) {
 			b.Fatal(err)
 		}

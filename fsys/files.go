@@ -161,13 +161,13 @@ type writeFileParams struct {
 // decodeWriteFile walks the params once, cutting the big string out, and
 // decodes the small members as every other method's params (jsonscan), so
 // errors read the same.
-func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
+func decodeWriteFile(raw json.RawMessage, known []byte) (*writeFileParams, error) {
 	var p struct {
 		Path       string          `json:"path"`
 		DataBase64 string          `json:"dataBase64"`
 		Sandbox    json.RawMessage `json:"sandbox"`
 	}
-	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "WireFsWriteFileParams", Required: []string{"path"}, Cut: []string{"dataBase64"}})
+	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "WireFsWriteFileParams", Required: []string{"path"}, Cut: []string{"dataBase64"}, Known: known})
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
 		return nil, protocol.InvalidParams("invalid type: null, expected a string")
 	}
 	out := &writeFileParams{Path: p.Path, Sandbox: p.Sandbox}
-	if bytes.IndexByte(dataRaw, '\\') < 0 {
+	if isKnown(dataRaw, known) || bytes.IndexByte(dataRaw, '\\') < 0 {
 		out.Data = dataRaw[1 : len(dataRaw)-1]
 		out.inMessage = true
 	} else {
@@ -195,10 +195,11 @@ func decodeWriteFile(raw json.RawMessage) (*writeFileParams, error) {
 }
 
 func (f *FS) writeFile(ctx context.Context, _ *Handles, raw json.RawMessage) (any, error) {
-	p, err := decodeWriteFile(raw)
+	p, err := decodeWriteFile(raw, knownOf(ctx))
 	if err != nil {
 		return nil, err
 	}
+	noteParams(ctx, p.Path, p.Sandbox)
 	path, err := parsePath(p.Path)
 	if err != nil {
 		return nil, err

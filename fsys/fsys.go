@@ -153,6 +153,68 @@ func (f *FS) Call(ctx context.Context, h *Handles, method string, params json.Ra
 	return res, nil
 }
 
+// ConsumesParams reports whether method keeps no reference to its params
+// once Call returns: fs/writeFile and fs/writeBlock decode their payload
+// over the params' own bytes (the request's message) and keep nothing of
+// them, not even under a sandbox (the helper gets a copy). The server lets
+// the transport reuse such a message's buffer for the next large message.
+func ConsumesParams(method string) bool {
+	return method == protocol.MethodFsWriteFile || method == protocol.MethodFsWriteBlock
+}
+
+// ParamsNote receives, from fs/writeFile and fs/writeBlock (the methods
+// that consume their params, ConsumesParams), the members an observer logs,
+// taken from the call's own walk of its params: the payload is decoded
+// over the params, so a walk after the call would read the decoded data
+// (and find a path written inside it), and one before it would pass over
+// the payload once more. Filled is false when the params did not decode
+// (nothing was decoded over them).
+type ParamsNote struct {
+	Filled    bool
+	Path      string // fs/writeFile's path as sent (a file: URI)
+	Sandboxed bool   // a sandbox policy was given
+}
+
+type noteKey struct{}
+
+// WithParamsNote returns ctx carrying n, for Call to fill.
+func WithParamsNote(ctx context.Context, n *ParamsNote) context.Context {
+	return context.WithValue(ctx, noteKey{}, n)
+}
+
+// noteParams fills ctx's ParamsNote, if any.
+func noteParams(ctx context.Context, path string, sandbox json.RawMessage) {
+	if n, _ := ctx.Value(noteKey{}).(*ParamsNote); n != nil {
+		*n = ParamsNote{Filled: true, Path: path, Sandboxed: len(sandbox) > 0 && string(sandbox) != "null"}
+	}
+}
+
+type knownKey struct{}
+
+// WithKnown returns ctx telling Call that known, the body of a string in
+// the call's params (between its quotes, aliasing them), was already
+// found to hold no quote, no backslash and nothing but ASCII
+// (jsonrpc.Message.Bulk): fs/writeFile and fs/writeBlock then pass over
+// their payload without scanning it for its end or for escapes. The
+// result is the same as without it.
+func WithKnown(ctx context.Context, known []byte) context.Context {
+	if len(known) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, knownKey{}, known)
+}
+
+func knownOf(ctx context.Context) []byte {
+	k, _ := ctx.Value(knownKey{}).([]byte)
+	return k
+}
+
+// isKnown reports whether the JSON string value v (with its quotes) is
+// known's string.
+func isKnown(v, known []byte) bool {
+	return len(known) > 0 && len(v) == len(known)+2 && &v[1] == &known[0]
+}
+
 // toError maps err to the wire error; cancellation is reported as such rather
 // than as whatever OS error the interrupted step produced.
 func toError(ctx context.Context, method string, err error) *protocol.Error {

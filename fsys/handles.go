@@ -246,7 +246,7 @@ func blockReply(chunk []byte, eof bool) *encodedReply {
 	return &encodedReply{buf: buf, start: frameReserve, end: end, data: len(chunk)}
 }
 
-func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {
+func (f *FS) writeBlock(ctx context.Context, h *Handles, raw json.RawMessage) (any, error) {
 	var p struct {
 		HandleID string          `json:"handleId"`
 		Offset   uint64          `json:"offset"`
@@ -254,7 +254,7 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	}
 	// The block is cut out so that only the small members go through
 	// encoding/json.
-	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "FsWriteBlockParams", Required: []string{"handleId", "offset"}, Cut: []string{"chunk"}})
+	cut, err := jsonscan.Decode(raw, &p, jsonscan.Spec{Type: "FsWriteBlockParams", Required: []string{"handleId", "offset"}, Cut: []string{"chunk"}, Known: knownOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -262,10 +262,11 @@ func (f *FS) writeBlock(_ context.Context, h *Handles, raw json.RawMessage) (any
 	if chunk == nil || string(chunk) == "null" {
 		return nil, protocol.InvalidParams("missing field `chunk`")
 	}
+	noteParams(ctx, "", nil) // fs/writeBlock takes no sandbox
 	p.Chunk = chunk
 	var text []byte
 	inMessage := false
-	if len(p.Chunk) > 0 && p.Chunk[0] == '"' && bytes.IndexByte(p.Chunk, '\\') < 0 {
+	if len(p.Chunk) > 0 && p.Chunk[0] == '"' && (isKnown(p.Chunk, knownOf(ctx)) || bytes.IndexByte(p.Chunk, '\\') < 0) {
 		text = p.Chunk[1 : len(p.Chunk)-1]
 		inMessage = true
 	} else {

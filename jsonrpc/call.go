@@ -71,7 +71,7 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	if r.closed != nil || r.msg == nil {
 		return closedError(r.closed)
 	}
-	defer c.release(r.data, r.rel)
+	defer c.release(nil, r.data, r.rel)
 	if r.msg.Error != nil && string(r.msg.Error) != "null" {
 		return decodeError(r.msg.Error)
 	}
@@ -142,7 +142,7 @@ func (c *Conn) deliver(msg *Message, data []byte, rel Releaser) bool {
 	c.cmu.Unlock()
 	if ch == nil {
 		c.log.Debug("dropping a response to a call that gave up", "peer", c.stream.Describe(), "id", id)
-		c.release(data, rel)
+		c.release(nil, data, rel)
 		return true
 	}
 	ch <- &response{msg: msg, data: data, rel: rel}
@@ -160,7 +160,7 @@ func (c *Conn) forget(id int64, ch chan *response) {
 	select {
 	case r := <-ch:
 		if r.msg != nil {
-			c.release(r.data, r.rel)
+			c.release(nil, r.data, r.rel)
 		}
 	default:
 	}

@@ -37,6 +37,13 @@ type Releaser interface {
 	Release(msg []byte)
 }
 
+// Recycler is implemented by a Releaser whose messages are buffers of its
+// own, which it may reuse: for a message the Handler marked Reusable,
+// Recycle is called in place of Release.
+type Recycler interface {
+	Recycle(msg []byte)
+}
+
 // FramingNamer is implemented by a Stream whose framing the reference
 // names in its parse errors: "failed to parse websocket JSON-RPC message
 // from ..." (stdio's errors name none).

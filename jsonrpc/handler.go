@@ -44,24 +44,25 @@ func Detached(f func()) Action { return Action{run: f, detached: true} }
 // handle passes msg, decoded from data, to h and starts the work h returns.
 // It runs on the read loop.
 func (c *Conn) handle(h Handler, msg *Message, data []byte, rel Releaser) {
+	msg.data, msg.rel = data, rel
 	act := h(msg)
 	if act.run == nil || act.detached {
 		if act.run != nil {
 			c.GoDetached(act.run)
 		}
-		c.release(data, rel)
+		c.release(msg, data, rel)
 		return
 	}
 	select {
 	case c.sem <- struct{}{}:
 	case <-c.ctx.Done():
-		c.release(data, rel)
+		c.release(nil, data, rel)
 		return
 	}
 	c.handlers.Add(1)
 	go func() {
 		defer func() {
-			c.release(data, rel)
+			c.release(msg, data, rel)
 			<-c.sem
 			c.handlers.Done()
 		}()
@@ -69,9 +70,15 @@ func (c *Conn) handle(h Handler, msg *Message, data []byte, rel Releaser) {
 	}()
 }
 
-// release ends the use of an incoming message.
-func (c *Conn) release(data []byte, rel Releaser) {
-	if rel != nil {
+// release ends the use of an incoming message (msg, decoded from data; nil
+// when its work never ran).
+func (c *Conn) release(msg *Message, data []byte, rel Releaser) {
+	if msg != nil && msg.released {
+		return // by ReleaseNow
+	}
+	if rc, ok := rel.(Recycler); ok && msg != nil && msg.reusable {
+		rc.Recycle(data)
+	} else if rel != nil {
 		rel.Release(data)
 	}
 	largeDone(len(data))
@@ -94,4 +101,19 @@ func (c *Conn) GoDetached(f func()) bool {
 		f()
 	}()
 	return true
+}
+
+// ReleaseNow ends the use of a Reusable message's bytes before the work
+// serving it returns (it does nothing for other messages): for work that
+// is done with them and has only its reply left to send, so that the
+// stream can reuse the buffer for the peer's next message, which may come
+// as soon as the reply is out. Nothing may use the message afterwards
+// (copy its ID first). Call it from the Handler or from Concurrent work,
+// never from Detached work.
+func (c *Conn) ReleaseNow(msg *Message) {
+	if !msg.reusable || msg.released || msg.data == nil {
+		return
+	}
+	c.release(msg, msg.data, msg.rel)
+	msg.released = true
 }

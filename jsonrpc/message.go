@@ -44,7 +44,30 @@ type Message struct {
 	// A response's members: Result, or else Error (the raw error object).
 	Result json.RawMessage
 	Error  json.RawMessage
+	// Bulk is the body (between its quotes, aliasing the message) of the
+	// request's longest string of at least 64 KiB that holds no escape and
+	// no byte outside ASCII, as Decode validated it; nil when there is
+	// none. A later walk of the params (jsonscan.Spec.Known) can pass
+	// over it without reading it: an fs/writeFile's base64 payload.
+	Bulk []byte
+
+	reusable bool // see Reusable
+	// Set by Conn.handle for ReleaseNow: the message's bytes, the stream
+	// that counts them, and whether they were released already.
+	data     []byte
+	rel      Releaser
+	released bool
 }
+
+// Reusable declares that nothing keeps a reference into the message's
+// bytes (its Params, its ID) once the work serving it has returned: the
+// Handler for Inline, f for Concurrent (never Detached work, whose message
+// is released when the Handler returns). A Stream that is a Recycler may
+// then reuse the buffer for a later message instead of allocating (and
+// clearing, and faulting in) a new one: fs/writeFile and fs/writeBlock
+// decode their payload over their params and keep nothing of them. Call
+// it from the Handler.
+func (m *Message) Reusable() { m.reusable = true }
 
 // NoID is the id used to answer a message whose own id is unusable.
 var NoID = json.RawMessage("-1")
@@ -92,6 +115,7 @@ func Decode(data []byte, lim Limits) (*Message, error) {
 		}
 		m.Method = name
 		m.Params = params
+		m.Bulk = p.bulk
 		if id == nil {
 			m.Kind = KindNotification
 			return &m, nil

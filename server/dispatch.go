@@ -33,6 +33,10 @@ type method struct {
 	// (the reference reports bad params first).
 	decode func(raw json.RawMessage) (any, error)
 	call   func(ctx context.Context, cs *connState, params any) (any, error)
+	// consumes: the call keeps no reference to its params once it
+	// returns (fsys.ConsumesParams), so the transport may reuse the
+	// message's buffer (jsonrpc.Message.Reusable).
+	consumes bool
 }
 
 // afterReplier is a result with work to start once its reply is queued
@@ -72,6 +76,9 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 		cs.conn.Reply(msg.ID, nil, protocol.Errorf(protocol.CodeMethodNotFound, "exec-server stub does not implement `%s` yet", msg.Method))
 		return jsonrpc.Inline
 	}
+	if m.consumes {
+		msg.Reusable()
+	}
 	params, err := m.decode(msg.Params)
 	if err != nil {
 		cs.conn.Reply(msg.ID, nil, err)
@@ -92,8 +99,14 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 		inline = inline && allDone(wait)
 	}
 	id := msg.ID
+	var known []byte
+	if m.consumes {
+		// The payload's span as the decoder validated it: fsys passes
+		// over it instead of scanning it again.
+		known = msg.Bulk
+	}
 	run := func() {
-		ctx := cs.conn.Context()
+		ctx := fsys.WithKnown(cs.conn.Context(), known)
 		var res any
 		err := waitAll(ctx, wait)
 		if err == nil {
@@ -101,6 +114,13 @@ func (cs *connState) dispatch(msg *jsonrpc.Message) jsonrpc.Action {
 		}
 		if done != nil {
 			close(done)
+		}
+		if m.consumes {
+			// The message's buffer is free before the reply goes out:
+			// the client's next large message (the next fs/writeBlock)
+			// can come at once, and finds it to reuse.
+			id = bytes.Clone(id)
+			cs.conn.ReleaseNow(msg)
 		}
 		cs.conn.Reply(id, res, err)
 		if a, ok := res.(afterReplier); ok && err == nil {
@@ -339,9 +359,10 @@ func (s *Server) buildMethods() map[string]method {
 	}
 	for _, name := range s.fs.Methods() {
 		m[name] = method{
-			family: familyFilesystem,
-			inline: name == protocol.MethodFsOpen || name == protocol.MethodFsClose,
-			decode: decodeRaw,
+			family:   familyFilesystem,
+			inline:   name == protocol.MethodFsOpen || name == protocol.MethodFsClose,
+			consumes: fsys.ConsumesParams(name),
+			decode:   decodeRaw,
 			call: func(ctx context.Context, cs *connState, p any) (any, error) {
 				return cs.srv.fs.Call(ctx, cs.handles, name, p.(json.RawMessage))
 			},

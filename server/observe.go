@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/execgo/exec-server/fsys"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/process"
 	"github.com/execgo/exec-server/protocol"
@@ -82,7 +83,7 @@ func newObserver(log *slog.Logger, m *metrics) *observer {
 // no duration.
 func (s *Server) observeMethods(table map[string]method) {
 	for name, m := range table {
-		decode, call := m.decode, m.call
+		decode, call, consumes := m.decode, m.call, m.consumes
 		m.decode = func(raw json.RawMessage) (any, error) {
 			p, err := decode(raw)
 			if err != nil {
@@ -99,13 +100,32 @@ func (s *Server) observeMethods(table map[string]method) {
 			if helper != nil {
 				ctx = sandbox.WithHelperObserver(ctx, helper)
 			}
-			// Read before the call: fs/writeFile and fs/writeBlock decode
-			// their payload over the request's bytes.
-			sandbox := paramSandboxed(p)
+			// fs/writeFile and fs/writeBlock decode their payload over
+			// the request's bytes: what the metrics and the audit log
+			// want of their params comes from the call's own walk (a
+			// walk after the call would read the decoded data, and one
+			// before it would pass over the payload once more).
+			var note *fsys.ParamsNote
+			sandbox, audited := false, p
+			if consumes {
+				note = &fsys.ParamsNote{}
+				ctx = fsys.WithParamsNote(ctx, note)
+			} else {
+				sandbox = paramSandboxed(p)
+			}
 			res, err := call(ctx, cs, p)
 			d := time.Since(t0)
+			if note != nil {
+				if note.Filled {
+					sandbox, audited = note.Sandboxed, note
+				} else {
+					// The params did not decode: nothing was decoded
+					// over them.
+					sandbox = paramSandboxed(p)
+				}
+			}
 			s.obs.request(name, p, err, d, sandbox)
-			s.audit(cs, name, p, err)
+			s.audit(cs, name, audited, err)
 			if name == protocol.MethodProcessStart {
 				s.obs.processStarted(cs.sess(), p, err, t0)
 			}

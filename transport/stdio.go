@@ -100,7 +100,15 @@ func (s *Stdio) readLine() (line []byte, tooLong bool, n int, err error) {
 						// returns it.
 						size = min(s.sizeHint+1, keep+1)
 					}
-					grown := make([]byte, len(line), size)
+					// A large line takes the kept large buffer when it
+					// fits (websocket.go, readMessage).
+					var grown []byte
+					if size > recycleMin {
+						grown = jsonrpc.TakeLargeBuffer(len(line), size, 2*size)
+					}
+					if grown == nil {
+						grown = make([]byte, len(line), size)
+					}
 					copy(grown, line)
 					line = grown
 				}
@@ -132,6 +140,13 @@ func trimSpace(b []byte) []byte {
 	}
 	return b
 }
+
+// Release does nothing: stdio keeps no budget (jsonrpc.Releaser).
+func (s *Stdio) Release([]byte) {}
+
+// Recycle keeps a large message's buffer for the next large message or
+// frame (jsonrpc.Recycler).
+func (s *Stdio) Recycle(msg []byte) { recycle(msg) }
 
 // Write writes msg and a newline, flushing unless more is coming.
 func (s *Stdio) Write(_ context.Context, msg []byte, more bool) error {

@@ -234,3 +234,33 @@ func TestStdioConcurrentWrites(t *testing.T) {
 		}
 	}
 }
+
+// A recycled large message's buffer is the next large message's: no new
+// buffer (its clearing and page faults) per message of a run of them.
+func TestStdioRecyclesLargeMessages(t *testing.T) {
+	line := func(c byte) string { return `"` + strings.Repeat(string(c), 1<<20) + `"` + "\n" }
+	s := NewStdio(strings.NewReader(line('a')+line('b')+line('c')), io.Discard, nil, 0)
+	first, err := s.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Recycle(first)
+	second, err := s.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &second[0] != &first[0] {
+		t.Fatal("the recycled buffer was not reused")
+	}
+	if second[1] != 'b' || second[len(second)-2] != 'b' || len(second) != 1<<20+2 {
+		t.Fatalf("second message read wrong: %d bytes", len(second))
+	}
+	s.Release(second) // not recycled: the next one gets a new buffer
+	third, err := s.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &third[0] == &second[0] {
+		t.Fatal("a released (not recycled) buffer was reused")
+	}
+}

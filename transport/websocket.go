@@ -101,6 +101,16 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 				// same size ends without another growth.
 				grow = w.sizeHint + 1 - cap(buf)
 			}
+			// A large message takes the kept large buffer when it fits
+			// (a recycled message or frame, jsonrpc.TakeLargeBuffer): a
+			// new one costs its clearing or its page faults, about as
+			// much as the rest of an fs/writeFile's work.
+			var next []byte
+			if want := cap(buf) + grow; want > recycleMin {
+				if next = jsonrpc.TakeLargeBuffer(len(buf), want, 2*want); next != nil {
+					grow = cap(next) - cap(buf)
+				}
+			}
 			var berr error
 			if cap(buf)+grow <= smallMessage {
 				// Small messages never wait: a client must be able to
@@ -113,6 +123,9 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 				cancel()
 			}
 			if berr != nil {
+				if next != nil {
+					jsonrpc.PutBuffer(next[:0])
+				}
 				w.budget.Release(int64(cap(buf)))
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
@@ -123,7 +136,9 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 				}
 				return nil, &jsonrpc.DecodeError{Detail: fmt.Sprintf("message of %d bytes refused: %v", int64(len(buf))+rest, berr)}
 			}
-			next := make([]byte, len(buf), cap(buf)+grow)
+			if next == nil {
+				next = make([]byte, len(buf), cap(buf)+grow)
+			}
 			copy(next, buf)
 			buf = next
 		}
@@ -213,6 +228,25 @@ func (w *WebSocket) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
 // Release gives a message's bytes back to the budget (jsonrpc.Releaser).
 func (w *WebSocket) Release(msg []byte) {
 	w.budget.Release(int64(cap(msg)))
+}
+
+// Recycle is Release for a message that nothing refers to any more
+// (jsonrpc.Recycler): a large one's buffer is kept for the next large
+// message or frame (jsonrpc.PutBuffer: one buffer, server-wide, dropped at
+// the reclaim of large messages).
+func (w *WebSocket) Recycle(msg []byte) {
+	w.Release(msg)
+	recycle(msg)
+}
+
+// recycleMin is the capacity from which a message's buffer is recycled,
+// jsonrpc.PutBuffer's threshold for keeping a large frame.
+const recycleMin = 256 << 10
+
+func recycle(msg []byte) {
+	if cap(msg) > recycleMin {
+		jsonrpc.PutBuffer(msg[:0])
+	}
 }
 
 // FrameSize bounds one websocket frame that Write sends: a larger message

@@ -67,3 +67,31 @@ func TestDecodeBulk(t *testing.T) {
 		wantError(t, err, protocol.CodeInvalidParams, want)
 	}
 }
+
+// TestDecodeKnown: a Known string is passed over without being read (here
+// it holds a quote, which a read would take for its end), and only where
+// it is: the same bytes elsewhere are walked as usual.
+func TestDecodeKnown(t *testing.T) {
+	type params struct {
+		Path string `json:"path"`
+	}
+	spec := func(known []byte) Spec {
+		return Spec{Type: "P", Required: []string{"path"}, Cut: []string{"dataBase64"}, Known: known}
+	}
+	raw := []byte(`{"path":"p","dataBase64":"AAAA"BBBB"}`)
+	i := bytes.Index(raw, []byte(`AAAA`))
+	known := raw[i : i+len(`AAAA"BBBB`)]
+	var p params
+	cut, err := Decode(raw, &p, spec(known))
+	if err != nil || string(cut[0]) != `"AAAA"BBBB"` || p.Path != "p" {
+		t.Fatalf("with Known: %q %+v %v", cut, p, err)
+	}
+	if _, err := Decode(raw, &p, spec(nil)); err == nil {
+		t.Fatal("without Known the quote inside was not read")
+	}
+	// The same bytes, not at Known's place: walked.
+	other := append([]byte(nil), raw...)
+	if _, err := Decode(other, &p, spec(known)); err == nil {
+		t.Fatal("Known was applied to other bytes")
+	}
+}
