@@ -26,6 +26,7 @@ type rawEvent struct {
 	stream   string
 	data     []byte
 	exitCode int
+	spare    bool // data is a whole chunk buffer (see chunkBuf)
 }
 
 // Proc is one managed process.
@@ -379,7 +380,8 @@ func (p *Proc) pump(g *gatherer, stream string) {
 		defer g.close()
 	}
 	size := p.m.opts.ReadSize
-	buf := make([]byte, size)
+	buf := p.chunkBuf()
+	defer func() { putChunkBuf(buf) }()
 	for {
 		n, err := g.read(buf)
 		if n > 0 {
@@ -387,14 +389,15 @@ func (p *Proc) pump(g *gatherer, stream string) {
 				p.denial.Write(stream, buf[:n])
 			}
 			var data []byte
-			if n >= size/2 {
+			whole := n >= size/2
+			if whole {
 				// Hand the buffer over; at most half of it is slack.
 				data = buf[:n]
-				buf = make([]byte, size)
+				buf = p.chunkBuf()
 			} else {
 				data = append([]byte(nil), buf[:n]...)
 			}
-			p.emit(rawEvent{kind: EventOutput, stream: stream, data: data})
+			p.emit(rawEvent{kind: EventOutput, stream: stream, data: data, spare: whole})
 		}
 		if err != nil {
 			// EOF on a pipe, EIO on a PTY whose other side is gone.
@@ -493,7 +496,7 @@ func (p *Proc) record(ev rawEvent) Event {
 	p.nextSeq++
 	switch ev.kind {
 	case EventOutput:
-		p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data})
+		p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data, spare: ev.spare})
 	case EventExited:
 		p.exited, p.exitSeq, p.exitCode = true, seq, ev.exitCode
 		// Judged once, on what the readers have seen by now: for a
