@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -210,7 +211,8 @@ func serveFloor(m floorMsgs) {
 				return
 			}
 		case "stream", "stream-tty":
-			// The output of head read from its pipe in 64 KiB reads, each
+			// The output of head read from its pipe in 64 KiB reads
+			// (blocking, outside the poller: the cheapest way), each
 			// sent as a process/output notification. On a PTY (stream-tty)
 			// the master returns at most the line discipline's 4 KiB per
 			// read: blocking reads (no poller at all, the cheapest way to
@@ -227,11 +229,23 @@ func serveFloor(m floorMsgs) {
 				_ = master.Fd()
 				src, closer = master, master
 			} else {
-				pipe, err := cmd.StdoutPipe()
-				if err != nil || cmd.Start() != nil {
+				// A blocking pipe, never in the runtime's poller: the
+				// read waits in the kernel, and the child's writes wake
+				// no epoll watcher (as the server's pipes, see
+				// process/quiet.go).
+				var p [2]int
+				if syscall.Pipe2(p[:], syscall.O_CLOEXEC) != nil {
 					return
 				}
-				src = pipe
+				r, w := os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+				cmd.Stdout = w
+				err := cmd.Start()
+				w.Close()
+				if err != nil {
+					r.Close()
+					return
+				}
+				src, closer = r, r
 			}
 			buf := make([]byte, 64<<10)
 			stream := "stdout"
@@ -241,7 +255,7 @@ func serveFloor(m floorMsgs) {
 			for seq := 1; ; seq++ {
 				var k int
 				var err error
-				if closer != nil {
+				if req.Op == "stream-tty" {
 					// A PTY master ends with EIO once the child is gone.
 					for k < len(buf) && err == nil {
 						var r int
