@@ -39,6 +39,10 @@ type gatherer struct {
 	// q, for a pipe, waits for data outside the runtime's poller (see
 	// quietWait); f is then a non-blocking descriptor read through rc.
 	q *quietWait
+	// nap: a hold first sleeps (up to maxNap) and then takes what came,
+	// instead of waking at every write: the stream is a quiet pipe big
+	// enough (napPipeMin) to take the child's output meanwhile.
+	nap bool
 	// pending is an error or end of stream met after some bytes were
 	// read, returned by the next read.
 	pending error
@@ -79,6 +83,10 @@ func newGatherer(f *os.File, hold time.Duration) *gatherer {
 	if pf, q := quietPipe(f); q != nil {
 		if rc, err := pf.SyscallConn(); err == nil {
 			g.f, g.rc, g.q, g.hold = pf, rc, q, hold
+			_ = rc.Control(func(fd uintptr) {
+				size, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
+				g.nap = err == nil && size >= napPipeMin
+			})
 			return g
 		}
 		// Not reached (a file from os.NewFile has a RawConn); keep the
@@ -227,9 +235,29 @@ func (g *gatherer) drain(buf []byte, n int) int {
 	return n
 }
 
+// maxNap bounds a hold's sleep; napPipeMin is the smallest pipe a hold
+// sleeps on. A hold happens only when the pump found the pipe nearly
+// empty (it keeps up with the child), so while it sleeps the child's
+// writes go into the pipe, and at bulk rates they wake nobody: one wake-up
+// per held chunk instead of one per 4 KiB write. A child up to napPipeMin
+// per maxNap (256 MB/s) never finds the pipe full meanwhile; a faster one
+// fills it, and then the pump finds full chunks and does not hold. The
+// server's pipes are 1 MiB (spawn); a smaller one (F_SETPIPE_SZ refused)
+// holds by waking at each write, as a PTY does.
+const (
+	maxNap     = time.Millisecond
+	napPipeMin = 256 << 10
+)
+
 // holdFor adds to buf[:n] what the stream writes until buf is full or the
 // deadline passes.
 func (g *gatherer) holdFor(buf []byte, n int, deadline time.Time) int {
+	if g.nap {
+		time.Sleep(min(time.Until(deadline), maxNap))
+		if n = g.drain(buf, n); n == len(buf) || g.pending != nil || !time.Now().Before(deadline) {
+			return n
+		}
+	}
 	if g.setDeadline(deadline) != nil {
 		return n
 	}
