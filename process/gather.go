@@ -109,24 +109,6 @@ func newGatherer(f *os.File, hold time.Duration) *gatherer {
 	return g
 }
 
-// newPTYGatherer reads a PTY master that quietFile took out of the
-// poller, waiting through q. The master is not the gatherer's to close
-// when the stream ends (see pump): closeWait closes only q.
-func newPTYGatherer(master *os.File, q *quietWait, hold time.Duration) *gatherer {
-	g := newGatherer(master, hold)
-	if g.q == nil && g.rc != nil {
-		g.q = q
-	}
-	return g
-}
-
-// closeWait closes the stream's wait, if it has one, and not the stream.
-func (g *gatherer) closeWait() {
-	if g.q != nil {
-		g.q.close()
-	}
-}
-
 // close closes the stream (and ends a read in progress: a pipe's wait
 // first, then its descriptor).
 func (g *gatherer) close() error {

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/execgo/exec-server/protocol"
 )
 
 // gatherAll reads r through a gatherer with chunks of size until the end
@@ -298,41 +296,4 @@ func epollWatchers(t *testing.T, ino uint64, except int) []int {
 		}
 	}
 	return out
-}
-
-// A PTY master is out of the runtime's poller too (its line discipline
-// wakes every epoll watcher at each flush of the child's output), and
-// stdin larger than the terminal's input buffer still gets through: the
-// writer waits for room through a wait of its own. Epoll instances that
-// watch one file are the gatherers' and writers' own; the runtime's
-// watches several (its wake-up eventfd at least).
-func TestPTYOutsideRuntimePoller(t *testing.T) {
-	m, sink := newTestManager(t, Options{})
-	const n = 300000 // far more than the terminal's 4 KiB input buffer
-	p := params(t, "q", "sh", "-c", `stty raw -echo; echo ready; head -c `+strconv.Itoa(n)+` | wc -c`)
-	p.TTY = true
-	mustStart(t, m, p)
-	sink.waitOutput(t, "q", "ready")
-	var st syscall.Stat_t
-	if err := syscall.Stat("/dev/ptmx", &st); err != nil {
-		t.Skip(err)
-	}
-	ptmx := strconv.FormatUint(st.Ino, 16)
-	ents, _ := os.ReadDir("/proc/self/fd")
-	for _, e := range ents {
-		if link, _ := os.Readlink("/proc/self/fd/" + e.Name()); link != "anon_inode:[eventpoll]" {
-			continue
-		}
-		info, _ := os.ReadFile("/proc/self/fdinfo/" + e.Name())
-		if items := strings.Count(string(info), "tfd:"); items > 1 && strings.Contains(string(info), " ino:"+ptmx+" ") {
-			t.Fatalf("epoll instance %s (%d items, the runtime's) watches a PTY master", e.Name(), items)
-		}
-	}
-	if _, err := m.Write(protocol.WriteParams{ProcessID: "q", Chunk: bytes.Repeat([]byte{'k'}, n)}); err != nil {
-		t.Fatal(err)
-	}
-	evs := sink.waitClosed(t, "q")
-	if out := output(evs, ""); !strings.Contains(out, strconv.Itoa(n)) {
-		t.Fatalf("output %q, want the count %d", out, n)
-	}
 }

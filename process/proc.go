@@ -221,7 +221,6 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	var files [3]*os.File
 	var parentEnds []*os.File // closed in the parent after start
 	var readers []*os.File
-	var ptyWait *quietWait // the PTY master's, when it is out of the poller
 	var streams []string
 	closeAll := func() {
 		for _, f := range parentEnds {
@@ -233,9 +232,6 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		if p.stdin != nil {
 			p.stdin.f.Close()
 		}
-		if ptyWait != nil {
-			ptyWait.close()
-		}
 	}
 
 	if sp.TTY {
@@ -246,11 +242,6 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		if master, err = pollable(master); err != nil {
 			slave.Close()
 			return protocol.SpawnError(err)
-		}
-		// Out of the poller when that can be done (quietFile): reads
-		// and stdin writes then wait through waits of their own.
-		if qm, q := quietFile(master, unix.S_IFCHR); q != nil {
-			master, ptyWait = qm, q
 		}
 		rows, cols := uint16(24), uint16(80)
 		if sp.Rows != nil {
@@ -269,7 +260,6 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		streams = append(streams, protocol.StreamPTY)
 		p.tty = true
 		p.stdin = newStdinWriter(master, p.m.opts.StdinBuffered, p.m.opts.StdinBudget, false)
-		p.stdin.quiet = ptyWait != nil
 	} else {
 		if sp.PipeStdin {
 			r, w, err := os.Pipe()
@@ -339,11 +329,7 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	}
 	gs := make([]*gatherer, len(readers))
 	for i, r := range readers {
-		if streams[i] == protocol.StreamPTY && ptyWait != nil {
-			gs[i] = newPTYGatherer(r, ptyWait, p.m.opts.OutputHold)
-		} else {
-			gs[i] = newGatherer(r, p.m.opts.OutputHold)
-		}
+		gs[i] = newGatherer(r, p.m.opts.OutputHold)
 	}
 	p.outputs = gs
 
@@ -392,8 +378,6 @@ func (p *Proc) pump(g *gatherer, stream string) {
 		// closing it hangs up the terminal, and a child that closed its
 		// descriptors but has not yet exited would die of SIGHUP.
 		defer g.close()
-	} else {
-		defer g.closeWait()
 	}
 	size := p.m.opts.ReadSize
 	buf := p.chunkBuf()

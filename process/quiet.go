@@ -42,12 +42,7 @@ type quietWait struct {
 // poller (a non-blocking descriptor read without waiting) and its
 // quietWait. f is closed on success; on failure f is returned unchanged
 // with a nil quietWait.
-func quietPipe(f *os.File) (*os.File, *quietWait) { return quietFile(f, unix.S_IFIFO) }
-
-// quietFile is quietPipe for a file of type kind (S_IFIFO, or S_IFCHR for
-// a PTY master: its line discipline wakes the master's epoll watchers at
-// every flush of the child's output).
-func quietFile(f *os.File, kind uint32) (*os.File, *quietWait) {
+func quietPipe(f *os.File) (*os.File, *quietWait) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return f, nil
@@ -59,7 +54,7 @@ func quietFile(f *os.File, kind uint32) (*os.File, *quietWait) {
 		if derr = unix.Fstat(int(fd), &st); derr != nil {
 			return
 		}
-		if st.Mode&unix.S_IFMT != kind {
+		if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 			derr = unix.EINVAL
 			return
 		}
@@ -67,55 +62,31 @@ func quietFile(f *os.File, kind uint32) (*os.File, *quietWait) {
 	}); err != nil || derr != nil {
 		return f, nil
 	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		unix.Close(dup)
+		return f, nil
+	}
+	q := &quietWait{arm: unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(dup)}}
 	// The dup shares f's open file description, and so its O_NONBLOCK:
 	// cleared for os.NewFile, which leaves a blocking descriptor out of
 	// the poller, then set again (reads must never block a thread).
-	if unix.SetNonblock(dup, false) != nil {
+	if unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, dup, &q.arm) != nil ||
+		unix.SetNonblock(epfd, true) != nil ||
+		unix.SetNonblock(dup, false) != nil {
+		unix.Close(epfd)
 		unix.Close(dup)
 		return f, nil
 	}
 	pf := os.NewFile(uintptr(dup), f.Name())
-	_ = unix.SetNonblock(dup, true)
-	q, err := newQuietWait(pf, unix.EPOLLIN|unix.EPOLLRDHUP)
-	if err != nil {
-		pf.Close()
-		return f, nil
-	}
-	// From now on only the dup is read: f leaves the runtime's poller.
-	f.Close()
-	return pf, q
-}
-
-// newQuietWait makes a quietWait for events (EPOLLIN, EPOLLOUT) of f, a
-// non-blocking descriptor outside the runtime's poller. It holds f's
-// descriptor number: f must outlive it (or close it first).
-func newQuietWait(f *os.File, events uint32) (*quietWait, error) {
-	prc, err := f.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	fd := -1
-	if err := prc.Control(func(d uintptr) { fd = int(d) }); err != nil {
-		return nil, err
-	}
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, err
-	}
-	q := &quietWait{arm: unix.EpollEvent{Events: events | unix.EPOLLONESHOT, Fd: int32(fd)}}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &q.arm); err != nil {
-		unix.Close(epfd)
-		return nil, err
-	}
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return nil, err
-	}
 	q.ep = os.NewFile(uintptr(epfd), "epoll")
-	eprc, err := q.ep.SyscallConn()
-	if err != nil {
+	_ = unix.SetNonblock(dup, true)
+	prc, err1 := pf.SyscallConn()
+	eprc, err2 := q.ep.SyscallConn()
+	if err1 != nil || err2 != nil {
+		pf.Close()
 		q.ep.Close()
-		return nil, err
+		return f, nil
 	}
 	q.pipe, q.eprc = prc, eprc
 	q.poll = func(fd uintptr) bool {
@@ -132,11 +103,13 @@ func newQuietWait(f *os.File, events uint32) (*quietWait, error) {
 	q.rearm = func(epfd uintptr) {
 		q.err = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_MOD, int(q.arm.Fd), &q.arm)
 	}
-	return q, nil
+	// From now on only the dup is read: f leaves the runtime's poller.
+	f.Close()
+	return pf, q
 }
 
-// wait re-arms the item and waits until the file is ready (or its other
-// side is gone), the deadline set by setDeadline passes
+// wait re-arms the pipe's item and waits until the pipe has data (or its
+// writer is gone), the deadline set by setDeadline passes
 // (os.ErrDeadlineExceeded) or the wait is closed (os.ErrClosed).
 func (q *quietWait) wait() error {
 	q.err = nil

@@ -1,7 +1,6 @@
 package process
 
 import (
-	"errors"
 	"os"
 	"sync"
 	"syscall"
@@ -32,11 +31,6 @@ type stdinWriter struct {
 	eof      bool // input ended by the client: close once the queue is written
 	broken   bool
 	writing  bool // run is writing data it took from the queue
-	// quiet: f is a non-blocking descriptor outside the runtime's poller
-	// (a PTY master, see quietFile); a write that meets a full buffer
-	// waits through wq, made at the first such write. Set before run.
-	quiet bool
-	wq    *quietWait
 }
 
 func newStdinWriter(f *os.File, limit int, b *budget.Bytes, ownsFile bool) *stdinWriter {
@@ -115,7 +109,7 @@ func (w *stdinWriter) run() {
 		w.writing = true
 		w.mu.Unlock()
 
-		err := w.write(data)
+		_, err := w.f.Write(data)
 
 		w.mu.Lock()
 		w.writing = false
@@ -127,45 +121,6 @@ func (w *stdinWriter) run() {
 		}
 		w.mu.Unlock()
 	}
-}
-
-// write writes data, waiting while the file takes nothing.
-func (w *stdinWriter) write(data []byte) error {
-	if !w.quiet {
-		_, err := w.f.Write(data)
-		return err
-	}
-	for {
-		n, err := w.f.Write(data)
-		data = data[n:]
-		if err == nil || !errors.Is(err, syscall.EAGAIN) {
-			return err
-		}
-		wq, err := w.outWait()
-		if err != nil {
-			return err
-		}
-		if err := wq.wait(); err != nil {
-			return err
-		}
-	}
-}
-
-// outWait returns the wait for room to write, made at the first call.
-func (w *stdinWriter) outWait() (*quietWait, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return nil, os.ErrClosed
-	}
-	if w.wq == nil {
-		q, err := newQuietWait(w.f, unix.EPOLLOUT)
-		if err != nil {
-			return nil, err
-		}
-		w.wq = q
-	}
-	return w.wq, nil
 }
 
 // tryWrite writes what the file takes at once, without waiting: it stops
@@ -223,9 +178,6 @@ func (w *stdinWriter) close() {
 	w.mu.Lock()
 	w.done = true
 	w.cond.Signal()
-	if w.wq != nil {
-		w.wq.close() // ends a write waiting for room
-	}
 	w.mu.Unlock()
 	if w.ownsFile {
 		// Unblocks a pending write whose reader is a surviving
