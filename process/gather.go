@@ -36,6 +36,13 @@ import (
 type gatherer struct {
 	f  *os.File
 	rc syscall.RawConn // nil: the descriptor blocks; one read per chunk
+	// q, for a pipe, waits for data outside the runtime's poller (see
+	// quietWait); f is then a non-blocking descriptor read through rc.
+	q *quietWait
+	// nap: a hold first sleeps (up to maxNap) and then takes what came,
+	// instead of waking at every write: the stream is a quiet pipe big
+	// enough (napPipeMin) to take the child's output meanwhile.
+	nap bool
 	// pending is an error or end of stream met after some bytes were
 	// read, returned by the next read.
 	pending error
@@ -65,6 +72,29 @@ const bulkMin = 4000
 
 func newGatherer(f *os.File, hold time.Duration) *gatherer {
 	g := &gatherer{f: f}
+	g.readNow = func(fd uintptr) bool {
+		for {
+			g.got, g.gotErr = unix.Read(int(fd), g.dst)
+			if g.gotErr != unix.EINTR {
+				return true // never wait: drained is drained
+			}
+		}
+	}
+	if pf, q := quietPipe(f); q != nil {
+		if rc, err := pf.SyscallConn(); err == nil {
+			g.f, g.rc, g.q, g.hold = pf, rc, q, hold
+			_ = rc.Control(func(fd uintptr) {
+				size, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
+				g.nap = err == nil && size >= napPipeMin
+			})
+			return g
+		}
+		// Not reached (a file from os.NewFile has a RawConn); keep the
+		// pipe readable all the same, one read per chunk.
+		q.close()
+		g.f = pf
+		return g
+	}
 	// Only a non-blocking descriptor can be read without waiting; a
 	// blocking one (none today: pipes from os.Pipe and PTY masters made
 	// pollable are non-blocking) keeps one read per chunk, never held.
@@ -76,15 +106,51 @@ func newGatherer(f *os.File, hold time.Duration) *gatherer {
 			g.hold = hold
 		}
 	}
-	g.readNow = func(fd uintptr) bool {
-		for {
-			g.got, g.gotErr = unix.Read(int(fd), g.dst)
-			if g.gotErr != unix.EINTR {
-				return true // never wait: drained is drained
+	return g
+}
+
+// close closes the stream (and ends a read in progress: a pipe's wait
+// first, then its descriptor).
+func (g *gatherer) close() error {
+	if g.q != nil {
+		g.q.close()
+	}
+	return g.f.Close()
+}
+
+// readWait reads what the stream has, waiting for its first bytes (until
+// the deadline set by setDeadline). It returns io.EOF at the end.
+func (g *gatherer) readWait(buf []byte) (int, error) {
+	if g.q == nil {
+		return g.f.Read(buf)
+	}
+	for {
+		g.dst = buf
+		err := g.rc.Read(g.readNow)
+		n, rerr := g.got, g.gotErr
+		g.dst = nil
+		switch {
+		case err != nil:
+			return 0, err // closed under us
+		case rerr == unix.EAGAIN:
+			if err := g.q.wait(); err != nil {
+				return 0, err
 			}
+		case rerr != nil:
+			return 0, &os.PathError{Op: "read", Path: g.f.Name(), Err: rerr}
+		case n == 0:
+			return 0, io.EOF
+		default:
+			return n, nil
 		}
 	}
-	return g
+}
+
+func (g *gatherer) setDeadline(t time.Time) error {
+	if g.q != nil {
+		return g.q.setDeadline(t)
+	}
+	return g.f.SetReadDeadline(t)
 }
 
 // read fills buf with what the stream has at hand (see gatherer). It
@@ -94,7 +160,7 @@ func (g *gatherer) read(buf []byte) (int, error) {
 	if g.pending != nil {
 		return 0, g.pending
 	}
-	n, err := g.f.Read(buf)
+	n, err := g.readWait(buf)
 	if n == 0 {
 		if err == nil {
 			err = io.EOF
@@ -151,15 +217,35 @@ func (g *gatherer) drain(buf []byte, n int) int {
 	return n
 }
 
+// maxNap bounds a hold's sleep; napPipeMin is the smallest pipe a hold
+// sleeps on. A hold happens only when the pump found the pipe nearly
+// empty (it keeps up with the child), so while it sleeps the child's
+// writes go into the pipe, and at bulk rates they wake nobody: one wake-up
+// per held chunk instead of one per 4 KiB write. A child up to napPipeMin
+// per maxNap (256 MB/s) never finds the pipe full meanwhile; a faster one
+// fills it, and then the pump finds full chunks and does not hold. The
+// server's pipes are 1 MiB (spawn); a smaller one (F_SETPIPE_SZ refused)
+// holds by waking at each write, as a PTY does.
+const (
+	maxNap     = time.Millisecond
+	napPipeMin = 256 << 10
+)
+
 // holdFor adds to buf[:n] what the stream writes until buf is full or the
 // deadline passes.
 func (g *gatherer) holdFor(buf []byte, n int, deadline time.Time) int {
-	if g.f.SetReadDeadline(deadline) != nil {
+	if g.nap {
+		time.Sleep(min(time.Until(deadline), maxNap))
+		if n = g.drain(buf, n); n == len(buf) || g.pending != nil || !time.Now().Before(deadline) {
+			return n
+		}
+	}
+	if g.setDeadline(deadline) != nil {
 		return n
 	}
-	defer g.f.SetReadDeadline(time.Time{})
+	defer g.setDeadline(time.Time{})
 	for n < len(buf) && g.pending == nil {
-		m, err := g.f.Read(buf[n:])
+		m, err := g.readWait(buf[n:])
 		n += m
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			break

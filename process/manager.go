@@ -72,13 +72,18 @@ func (f SinkFunc) Deliver(ev Event) { f(ev) }
 
 // Options configure a Manager. Zero values take the defaults shown.
 type Options struct {
-	MaxProcesses  int           // live processes at once (4096)
-	Retention     time.Duration // how long a closed process stays readable (30s)
-	RetainBytes   int           // retained output per process (1 MiB)
-	RetainChunks  int           // retained chunks per process (50000)
-	ReadSize      int           // largest output chunk (64 KiB)
-	OutputHold    time.Duration // longest wait of bulk output to fill a chunk (1ms; < 0: none; see gatherer)
-	StdinBuffered int           // stdin bytes queued per process (8 MiB)
+	MaxProcesses int           // live processes at once (4096)
+	Retention    time.Duration // how long a closed process stays readable (30s)
+	RetainBytes  int           // retained output per process (1 MiB)
+	RetainChunks int           // retained chunks per process (50000)
+	ReadSize     int           // largest output chunk (64 KiB)
+	OutputHold   time.Duration // longest wait of bulk output to fill a chunk (1ms; < 0: none; see gatherer)
+	// ReuseOutput says the Sink keeps no Event.Data after Deliver
+	// returns (it encodes or copies it): an output chunk's buffer is then
+	// reused once the chunk leaves the retained window, unless a Read
+	// returned it (see window.evict).
+	ReuseOutput   bool
+	StdinBuffered int // stdin bytes queued per process (8 MiB)
 	// RetainBudget, when set, is shared with other managers: the bytes of
 	// retained output of all their processes (see window).
 	RetainBudget *budget.Bytes
@@ -208,6 +213,7 @@ func (m *Manager) Start(p protocol.StartParams) (*protocol.StartResult, error) {
 	}
 	proc := newProc(m, p.ProcessID)
 	proc.win.budget = m.opts.RetainBudget
+	proc.win.reuse = m.opts.ReuseOutput && m.opts.ReadSize == chunkBufSize
 	proc.ext.argv, proc.ext.startedAt = slices.Clone(p.Argv), time.Now()
 	m.procs[p.ProcessID] = proc
 	m.live++

@@ -26,6 +26,7 @@ type rawEvent struct {
 	stream   string
 	data     []byte
 	exitCode int
+	spare    bool // data is a whole chunk buffer (see chunkBuf)
 }
 
 // Proc is one managed process.
@@ -41,7 +42,7 @@ type Proc struct {
 	// it is kept after the reap: at session end the group is killed even
 	// when its leader has exited, as background children may live on.
 	pgid    int
-	outputs []*os.File                // read ends of the output streams
+	outputs []*gatherer               // readers of the output streams
 	exitCh  <-chan syscall.WaitStatus // the child's status, from the spawner
 	tty     bool
 	master  *os.File     // the PTY master, for resize
@@ -326,7 +327,11 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 		nl.start(pid)
 		netStarted = true
 	}
-	p.outputs = readers
+	gs := make([]*gatherer, len(readers))
+	for i, r := range readers {
+		gs[i] = newGatherer(r, p.m.opts.OutputHold)
+	}
+	p.outputs = gs
 
 	// Every reader and the reaper is a producer; the last one to finish
 	// emits closed. The reaper waits for the readers (briefly) so that
@@ -335,11 +340,11 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 	readersDone := make(chan struct{})
 	var readersLeft atomic.Int32
 	readersLeft.Store(int32(len(readers)))
-	for i, r := range readers {
+	for i, g := range gs {
 		p.m.wg.Add(1)
 		go func() {
 			defer p.m.wg.Done()
-			p.pump(r, streams[i])
+			p.pump(g, streams[i])
 			// Done as a producer before readersDone: a reaper that sees
 			// readersDone is then the last producer.
 			p.producerDone()
@@ -367,16 +372,16 @@ func (p *Proc) spawn(sp protocol.StartParams) error {
 // as one chunk at a time (see gatherer). When the delivery blocks (the
 // client is not keeping up) the pump blocks too and the child's writes
 // stall: back-pressure, not loss.
-func (p *Proc) pump(f *os.File, stream string) {
+func (p *Proc) pump(g *gatherer, stream string) {
 	if stream != protocol.StreamPTY {
 		// A PTY master stays open until the child is reaped (see emit):
 		// closing it hangs up the terminal, and a child that closed its
 		// descriptors but has not yet exited would die of SIGHUP.
-		defer f.Close()
+		defer g.close()
 	}
 	size := p.m.opts.ReadSize
-	buf := make([]byte, size)
-	g := newGatherer(f, p.m.opts.OutputHold)
+	buf := p.chunkBuf()
+	defer func() { putChunkBuf(buf) }()
 	for {
 		n, err := g.read(buf)
 		if n > 0 {
@@ -384,14 +389,15 @@ func (p *Proc) pump(f *os.File, stream string) {
 				p.denial.Write(stream, buf[:n])
 			}
 			var data []byte
-			if n >= size/2 {
+			whole := n >= size/2
+			if whole {
 				// Hand the buffer over; at most half of it is slack.
 				data = buf[:n]
-				buf = make([]byte, size)
+				buf = p.chunkBuf()
 			} else {
 				data = append([]byte(nil), buf[:n]...)
 			}
-			p.emit(rawEvent{kind: EventOutput, stream: stream, data: data})
+			p.emit(rawEvent{kind: EventOutput, stream: stream, data: data, spare: whole})
 		}
 		if err != nil {
 			// EOF on a pipe, EIO on a PTY whose other side is gone.
@@ -490,7 +496,7 @@ func (p *Proc) record(ev rawEvent) Event {
 	p.nextSeq++
 	switch ev.kind {
 	case EventOutput:
-		p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data})
+		p.win.append(chunk{seq: seq, stream: ev.stream, data: ev.data, spare: ev.spare})
 	case EventExited:
 		p.exited, p.exitSeq, p.exitCode = true, seq, ev.exitCode
 		// Judged once, on what the readers have seen by now: for a
@@ -726,8 +732,8 @@ func (p *Proc) kill() {
 // the process group (setsid) and still holds them open after kill.
 func (p *Proc) closeOutputs() {
 	<-p.ready
-	for _, f := range p.outputs {
-		_ = f.Close()
+	for _, g := range p.outputs {
+		_ = g.close()
 	}
 }
 

@@ -12,6 +12,9 @@ type chunk struct {
 	seq    uint64
 	stream string
 	data   []byte
+	// spare: data is a whole chunk buffer (chunkBuf), reusable once the
+	// chunk is evicted; lent: a Read returned it, so it is not.
+	spare, lent bool
 }
 
 // window is the retained output of one process: the newest chunks whose
@@ -28,6 +31,11 @@ type window struct {
 	maxBytes  int
 	maxChunks int
 	budget    *budget.Bytes // nil: unlimited
+	// reuse: evicted spare chunks that no Read returned go back to the
+	// chunk buffers (Options.ReuseOutput). Eviction happens only in
+	// append, which the process's emitter calls after the previous
+	// chunk's delivery returned, so no sink is still reading them.
+	reuse bool
 }
 
 func (w *window) append(c chunk) {
@@ -58,9 +66,13 @@ func (w *window) len() int { return len(w.chunks) - w.head }
 
 // evict drops the oldest retained chunk.
 func (w *window) evict() {
-	n := len(w.chunks[w.head].data)
+	c := &w.chunks[w.head]
+	n := len(c.data)
 	w.bytes -= n
 	w.budget.Release(int64(n))
+	if w.reuse && c.spare && !c.lent {
+		putChunkBuf(c.data)
+	}
 	w.chunks[w.head] = chunk{}
 	w.head++
 }
@@ -99,5 +111,8 @@ func (w *window) after(afterSeq uint64, budget int) []chunk {
 	}
 	out := make([]chunk, end-i)
 	copy(out, live[i:end])
+	for j := i; j < end; j++ {
+		live[j].lent = true // the caller encodes them after the lock
+	}
 	return out
 }

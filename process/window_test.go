@@ -123,3 +123,33 @@ func TestWindowEmpty(t *testing.T) {
 		t.Errorf("empty window with budget 0 returned %v", got)
 	}
 }
+
+// With reuse, an evicted whole-buffer chunk goes back to the chunk
+// buffers, unless a Read returned it: its bytes may still be encoded.
+func TestWindowReuseSkipsLentChunks(t *testing.T) {
+	for len(spareBufs) > 0 {
+		<-spareBufs
+	}
+	defer func() {
+		for len(spareBufs) > 0 {
+			<-spareBufs
+		}
+	}()
+	w := &window{maxBytes: 2 * chunkBufSize, maxChunks: 100, reuse: true}
+	lent := make([]byte, chunkBufSize)
+	kept := make([]byte, chunkBufSize)
+	w.append(chunk{seq: 1, stream: "stdout", data: lent, spare: true})
+	if got := w.after(0, -1); len(got) != 1 {
+		t.Fatalf("after: %d chunks", len(got))
+	}
+	w.append(chunk{seq: 2, stream: "stdout", data: kept, spare: true})
+	w.append(chunk{seq: 3, stream: "stdout", data: make([]byte, 10)})           // evicts 1
+	w.append(chunk{seq: 4, stream: "stdout", data: make([]byte, chunkBufSize)}) // evicts 2
+	var back [][]byte
+	for len(spareBufs) > 0 {
+		back = append(back, <-spareBufs)
+	}
+	if len(back) != 1 || &back[0][:1][0] != &kept[0] {
+		t.Fatalf("%d buffers came back; want only the chunk no Read returned", len(back))
+	}
+}

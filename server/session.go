@@ -43,6 +43,8 @@ func newUUID() string {
 func (s *Server) newSession(conn *jsonrpc.Conn) (*session, error) {
 	ss := &session{id: newUUID(), srv: s, conn: conn}
 	ss.procs = process.NewManager(process.Options{
+		// Deliver encodes every event into a frame before it returns.
+		ReuseOutput:    true,
 		MaxProcesses:   s.cfg.MaxProcesses,
 		RetainBudget:   s.retained,
 		StdinBudget:    s.stdin,

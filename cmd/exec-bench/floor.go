@@ -26,9 +26,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/creack/pty"
 
 	"github.com/execgo/exec-server/internal/b64codec"
 	"github.com/execgo/exec-server/internal/jsonscan"
@@ -208,21 +210,65 @@ func serveFloor(m floorMsgs) {
 			if m.write(out) != nil {
 				return
 			}
-		case "stream":
-			// The output of head read from its pipe in 64 KiB reads, each
-			// sent as a process/output notification.
+		case "stream", "stream-tty":
+			// The output of head read from its pipe in 64 KiB reads
+			// (blocking, outside the poller: the cheapest way), each
+			// sent as a process/output notification. On a PTY (stream-tty)
+			// the master returns at most the line discipline's 4 KiB per
+			// read: blocking reads (no poller at all, the cheapest way to
+			// wait) fill each 64 KiB chunk.
 			cmd := exec.Command("head", "-c", strconv.FormatInt(req.N, 10), "/dev/zero")
-			pipe, err := cmd.StdoutPipe()
-			if err != nil || cmd.Start() != nil {
-				return
+			var src io.Reader
+			var closer io.Closer
+			if req.Op == "stream-tty" {
+				master, err := pty.Start(cmd)
+				if err != nil {
+					return
+				}
+				// Fd puts the master in blocking mode, out of the poller.
+				_ = master.Fd()
+				src, closer = master, master
+			} else {
+				// A blocking pipe, never in the runtime's poller: the
+				// read waits in the kernel, and the child's writes wake
+				// no epoll watcher (as the server's pipes, see
+				// process/quiet.go).
+				var p [2]int
+				if syscall.Pipe2(p[:], syscall.O_CLOEXEC) != nil {
+					return
+				}
+				r, w := os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+				cmd.Stdout = w
+				err := cmd.Start()
+				w.Close()
+				if err != nil {
+					r.Close()
+					return
+				}
+				src, closer = r, r
 			}
 			buf := make([]byte, 64<<10)
+			stream := "stdout"
+			if req.Op == "stream-tty" {
+				stream = "pty"
+			}
 			for seq := 1; ; seq++ {
-				k, err := pipe.Read(buf)
+				var k int
+				var err error
+				if req.Op == "stream-tty" {
+					// A PTY master ends with EIO once the child is gone.
+					for k < len(buf) && err == nil {
+						var r int
+						r, err = src.Read(buf[k:])
+						k += r
+					}
+				} else {
+					k, err = src.Read(buf)
+				}
 				if k > 0 {
 					out = append(out[:0], `{"method":"`+protocol.NotifyProcessOutput+`","params":{"processId":"p","seq":`...)
 					out = strconv.AppendInt(out, int64(seq), 10)
-					out = append(out, `,"stream":"stdout","chunk":"`...)
+					out = append(out, `,"stream":"`+stream+`","chunk":"`...)
 					out = b64codec.AppendEncode(out, buf[:k])
 					out = append(out, `"}}`...)
 					if m.write(out) != nil {
@@ -234,6 +280,9 @@ func serveFloor(m floorMsgs) {
 				}
 			}
 			_ = cmd.Wait()
+			if closer != nil {
+				_ = closer.Close()
+			}
 			if m.write([]byte(`{"method":"`+protocol.NotifyProcessClosed+`"}`)) != nil {
 				return
 			}
@@ -400,8 +449,8 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 			if err = fc.send(payload); err == nil {
 				_, _, err = fc.recv()
 			}
-		case "stream":
-			req, _ := json.Marshal(floorReq{Op: "stream", N: n})
+		case "stream", "stream-tty":
+			req, _ := json.Marshal(floorReq{Op: what, N: n})
 			if err = fc.send(req); err != nil {
 				break
 			}

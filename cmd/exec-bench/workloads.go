@@ -194,7 +194,7 @@ func runStream(cfg *config, sides []side, tr transportKind) []*row {
 // stream-tty: the stream workload with the command on a PTY (tty: true),
 // so PTY output can be set against pipe output. NUL bytes pass the line
 // discipline unchanged (only newlines are rewritten), so the check is the
-// same. No floor row: the floor reads a pipe.
+// same. Its floor reads a PTY master (floor.go).
 func runStreamTTY(cfg *config, sides []side, tr transportKind) []*row {
 	return streamRows("stream-tty", true, cfg, sides, tr)
 }
@@ -240,10 +240,11 @@ func streamRows(name string, tty bool, cfg *config, sides []side, tr transportKi
 	})
 	cr := cm.row(name, tr, sides)
 	rows := []*row{mkrow(name, "throughput", "MB/s", true, tr, st), cr}
+	what := "stream"
 	if tty {
-		return rows
+		what = "stream-tty"
 	}
-	return append(rows, floorRows(name, tr, "stream", cfg.streamBytes, "", cfg.streamRuns, cr)...)
+	return append(rows, floorRows(name, tr, what, cfg.streamBytes, "", cfg.streamRuns, cr)...)
 }
 
 // ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
