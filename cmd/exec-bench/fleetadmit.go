@@ -23,6 +23,7 @@ type admission struct {
 	attempts [2]int            // before, after the kill
 	failures [2]map[string]int // by class
 	lat      [2][]float64      // ms, successful attempts
+	sample   map[string]string // class: its first error text (diagnosis only)
 }
 
 const (
@@ -73,8 +74,14 @@ func (b *fleetBench) admitProbe(ctx context.Context, a *admission, victim, nExec
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			class := b.admitOnce(ctx, b.lb.url(port), env, msg)
+			class, err := b.admitOnce(ctx, b.lb.url(port), env, msg)
 			ms := float64(time.Since(t0).Microseconds()) / 1000
+			if class != "" && phase == 0 && !killedAt().IsZero() {
+				// Started before the kill, failed after it: on the
+				// skew port its harness socket may have been on the
+				// killed node itself.
+				class += "_spanning_kill"
+			}
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			a.attempts[phase]++
@@ -83,6 +90,12 @@ func (b *fleetBench) admitProbe(ctx context.Context, a *admission, victim, nExec
 					a.failures[phase] = map[string]int{}
 				}
 				a.failures[phase][class]++
+				if a.sample == nil {
+					a.sample = map[string]string{}
+				}
+				if _, ok := a.sample[class]; !ok && err != nil {
+					a.sample[class] = err.Error()
+				}
 				return
 			}
 			a.lat[phase] = append(a.lat[phase], ms)
@@ -91,8 +104,8 @@ func (b *fleetBench) admitProbe(ctx context.Context, a *admission, victim, nExec
 }
 
 // admitOnce opens one stream, echoes msg once, and closes it: "" on
-// success, else the failure's class.
-func (b *fleetBench) admitOnce(ctx context.Context, base, env string, msg []byte) string {
+// success, else the failure's class and error.
+func (b *fleetBench) admitOnce(ctx context.Context, base, env string, msg []byte) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, admitTimeout)
 	defer cancel()
 	d, err := harness.NewDialer(base, env, fleetHarnessToken, harness.Options{
@@ -100,24 +113,24 @@ func (b *fleetBench) admitOnce(ctx context.Context, base, env string, msg []byte
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 	})
 	if err != nil {
-		return "dialer"
+		return "dialer", err
 	}
 	ch, err := d.Dial(ctx)
 	if err != nil {
-		return admitClass("dial", ctx, err)
+		return admitClass("dial", ctx, err), err
 	}
 	defer ch.Close()
 	if err := ch.Write(ctx, msg, false); err != nil {
-		return admitClass("write", ctx, err)
+		return admitClass("write", ctx, err), err
 	}
 	got, err := ch.Read(ctx)
 	if err != nil {
-		return admitClass("read", ctx, err)
+		return admitClass("read", ctx, err), err
 	}
 	if !bytes.Equal(got, msg) {
-		return "echo_differs"
+		return "echo_differs", nil
 	}
-	return ""
+	return "", nil
 }
 
 func admitClass(step string, ctx context.Context, err error) string {
@@ -147,5 +160,8 @@ func (a *admission) figures(t map[string]any) {
 		}
 		t["admission_failures_"+ph] = f
 		t["admission_ms_"+ph] = []float64{pct(a.lat[i], 50), pct(a.lat[i], 99), pct(a.lat[i], 100), float64(len(a.lat[i]))}
+	}
+	if a.sample != nil {
+		t["admission_failure_samples"] = a.sample
 	}
 }
