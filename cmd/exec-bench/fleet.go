@@ -417,6 +417,20 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	out["stream_open_errors"] = openErrs
 	out["rss_MB_per_node_before_kill"] = b.rssMB(b.nodes)
 	steadyAt.Store(time.Now().UnixNano())
+	// Admission across the kill (fleetadmit.go): new streams to
+	// environments homed on the survivors, from 2 s before the kill to
+	// 5 s after it.
+	adm := &admission{}
+	admDone := make(chan struct{})
+	go func() {
+		defer close(admDone)
+		b.admitProbe(ctx, adm, 0, nExec, func() time.Time {
+			if k := killAt.Load(); k != 0 {
+				return time.Unix(0, k)
+			}
+			return time.Time{}
+		})
+	}()
 	cpuSteady := b.procCPU()
 	time.Sleep(2 * time.Second)
 	cpuKill := b.procCPU()
@@ -460,6 +474,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	// New connections to environments homed elsewhere: a connect right
 	// after the kill.
 	time.Sleep(after)
+	<-admDone
 	scancel()
 	wg.Wait()
 
@@ -541,7 +556,8 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		}
 		timeline[fmt.Sprintf("unaffected_local_n%d_gap_ms_p99_by_second_from_kill_minus_2", node)] = ser
 	}
-	timeline["format"] = "largest_gap_end: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max"
+	adm.figures(timeline)
+	timeline["format"] = "largest_gap_end: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max; admission_ms: p50 p99 max n_ok"
 	out["kill_timeline"] = timeline
 	resets, errs := 0, 0
 	for _, r := range res {
