@@ -7,27 +7,10 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
+
+	"github.com/execgo/exec-server/internal/test/syncbuf"
 )
-
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The audit line of an fs/writeFile names the path the request wrote,
 // whatever the payload holds. The payload is decoded over the request's
@@ -37,7 +20,7 @@ func (l *lockedBuffer) String() string {
 func TestAuditWriteFileNamesTheWrittenPath(t *testing.T) {
 	for _, tr := range dpTransports {
 		t.Run(tr, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			c := dpServerWith(t, tr, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			dir := t.TempDir()
 			path := filepath.Join(dir, "real.bin")

@@ -892,26 +892,7 @@ func pidCPU(pid int) float64 {
 }
 
 // relayCPU is the fleet nodes' CPU seconds so far (utime + stime).
-func (b *fleetBench) relayCPU() float64 {
-	var total float64
-	for _, n := range b.nodes {
-		if n.dead.Load() {
-			continue
-		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid))
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) > 12 {
-			u, _ := strconv.ParseFloat(f[11], 64)
-			st, _ := strconv.ParseFloat(f[12], 64)
-			total += (u + st) / 100 // USER_HZ
-		}
-	}
-	return total
-}
+func (b *fleetBench) relayCPU() float64 { return procCPU(b.nodes) }
 
 // fleetLB is the load balancer: port 0 hashes the environment id in the
 // request path to a node, port 1 sends it to the next node; a dead node
