@@ -93,13 +93,16 @@ func GetLargeBuffer(n, c int) []byte {
 		return b[:n]
 	}
 	large.Unlock()
-	// Headroom: the frame that comes back may start a little into the
-	// buffer (fs/readFile's reply leaves room for the frame's prefix) and
-	// must still hold c the next time.
+	// Headroom: the frame that comes back starts a little into the
+	// buffer (fs/readFile's and fs/readBlock's replies leave 128 bytes for
+	// the frame's prefix and use ~20), so each trip loses ~100 bytes of
+	// capacity, and the buffer must still hold c many trips later. With
+	// 512 bytes a run of 1 MiB fs/readBlock replies allocated (and
+	// cleared) a new 1.4 MB frame every fifth block.
 	return make([]byte, n, c+largeHeadroom)
 }
 
-const largeHeadroom = 512
+const largeHeadroom = 64 << 10
 
 // TakeLargeBuffer returns the kept large frame (PutBuffer) as a buffer of
 // length n when its capacity is at least c and at most limit, else nil;

@@ -52,7 +52,6 @@ type config struct {
 	fsWriteBytes int
 	fsRuns       int
 	blockBytes   int64
-	blockRuns    int
 	idleConns    int
 	sandboxN     int // samples of each sandboxed workload
 	stallFor     time.Duration
@@ -80,7 +79,7 @@ func run() int {
 	streamMiB := flag.Int("stream-mib", 0, "stream workload size in MiB (default 512, 128 with --quick)")
 	readMiB := flag.Int("read-mib", 0, "fs-readFile size in MiB (default 64, 16 with --quick)")
 	writeMiB := flag.Int("write-mib", 0, "fs-writeFile size in MiB (default 16)")
-	runs := flag.Int("runs", 0, "samples per side of the stream and fs-readFile/fs-writeFile workloads (default 2 and 5)")
+	runs := flag.Int("runs", 0, "samples per side of the stream and fs workloads (readFile, writeFile, readBlock, writeBlock) (default 2 and 5)")
 	pprofDir := flag.String("pprof", "", "write a CPU profile of this client (the SDK's side of every workload) to `DIR`/client.pprof")
 	flag.Parse()
 
@@ -95,7 +94,7 @@ func run() int {
 	cfg := &config{quick: *quick, dir: dir,
 		spawnN: 300, concConns: 8, concProcs: 50, concRounds: 3,
 		streamBytes: 512 << 20, streamRuns: 2, ttyN: 1000,
-		fsFileBytes: 64 << 20, fsWriteBytes: 16 << 20, fsRuns: 5, blockBytes: 1 << 30, blockRuns: 1,
+		fsFileBytes: 64 << 20, fsWriteBytes: 16 << 20, fsRuns: 5, blockBytes: 1 << 30,
 		idleConns: 10000, stallFor: 6 * time.Second, budget: 12 * time.Second, sandboxN: 200}
 	if *quick {
 		cfg.spawnN, cfg.concRounds = 60, 1

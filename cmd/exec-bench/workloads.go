@@ -402,14 +402,19 @@ func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 const blockLen = 1 << 20
 
 // fs-readBlock: fs/open + 1 MiB fs/readBlock calls, one at a time, through
-// a blockBytes file. MB/s.
+// a file of random bytes the size of fs-readFile's (fsFileBytes), fsRuns
+// samples: the row compares like for like with fs-readFile, so the ratio
+// between them is the cost of the block path alone. (Until the fifth round
+// it read a 1 GiB file of zeros once; the 1 GiB limit lives in
+// limits.go.) MB/s.
 func runReadBlocks(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
-	path := filepath.Join(cfg.dir, "blocks-src.bin")
-	if err := writeZeros(path, cfg.blockBytes); err != nil {
+	path, data, err := fsFile(cfg, "blocks-src.bin", cfg.fsFileBytes)
+	if err != nil {
 		return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, errStats(sides, err))}
 	}
-	st := interleave(cfg, sides, tr, cfg.blockRuns, cfg.blockRuns, func(ctx context.Context, sd side) (*runner, error) {
+	want := int64(len(data))
+	st := interleave(cfg, sides, tr, cfg.fsRuns, cfg.fsRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
 			return nil, err
@@ -443,8 +448,8 @@ func runReadBlocks(cfg *config, sides []side, tr transportKind) []*row {
 				}
 				_ = f.Close()
 				el := time.Since(t0)
-				if total != cfg.blockBytes && el <= cfg.budget {
-					return xs, fmt.Errorf("fs/readBlock: read %d bytes of %d", total, cfg.blockBytes)
+				if total != want && el <= cfg.budget {
+					return xs, fmt.Errorf("fs/readBlock: read %d bytes of %d", total, want)
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(total))
@@ -455,13 +460,19 @@ func runReadBlocks(cfg *config, sides []side, tr transportKind) []*row {
 	return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, st), cm.row("fs-readBlock", tr, sides)}
 }
 
-// fs-writeBlock: fs/open replace + 1 MiB fs/writeBlock calls. MB/s.
+// fs-writeBlock: fs/open replace + 1 MiB fs/writeBlock calls making a file
+// the size of fs-writeFile's (fsWriteBytes), removed before each of fsRuns
+// samples as fs-writeFile's is: both rows write into fresh page cache, so
+// the ratio between them is the cost of the block path alone. (Until the
+// fifth round it wrote 1 GiB once, whose page-cache cost alone was ~1.7
+// s/GB against writeFile's ~0.3.) MB/s.
 func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
 	path := filepath.Join(cfg.dir, "blocks-dst.bin")
 	chunk := make([]byte, blockLen)
 	_, _ = rand.Read(chunk)
-	st := interleave(cfg, sides, tr, cfg.blockRuns, cfg.blockRuns, func(ctx context.Context, sd side) (*runner, error) {
+	size := int64(cfg.fsWriteBytes)
+	st := interleave(cfg, sides, tr, cfg.fsRuns, cfg.fsRuns, func(ctx context.Context, sd side) (*runner, error) {
 		srv, c, err := conn(ctx, sd, tr)
 		if err != nil {
 			return nil, err
@@ -478,7 +489,7 @@ func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 					return xs, err
 				}
 				var total int64
-				for off := int64(0); off < cfg.blockBytes; off += blockLen {
+				for off := int64(0); off < size; off += blockLen {
 					if _, err := f.WriteAtContext(ctx, chunk, off); err != nil {
 						f.Close()
 						return xs, err
