@@ -46,12 +46,7 @@ func TestCodexCredentialMasking(t *testing.T) {
 		t.Skip("the command needs curl")
 	}
 	base := scratchBase(t)
-	var ours *target
-	for _, tg := range targets {
-		if !tg.ref {
-			ours = tg
-		}
-	}
+	ours := oursTarget()
 	ln, err := net.Listen("tcp", "127.0.0.1:443")
 	if err != nil {
 		t.Skipf("the GitHub Enterprise stand-in needs 127.0.0.1:443: %v", err)

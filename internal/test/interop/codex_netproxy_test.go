@@ -48,12 +48,7 @@ func TestCodexNetworkProxy(t *testing.T) {
 		}
 	}
 	base := scratchBase(t)
-	var ours *target
-	for _, tg := range targets {
-		if !tg.ref {
-			ours = tg
-		}
-	}
+	ours := oursTarget()
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -58,12 +58,7 @@ func TestCodexReviewDomains(t *testing.T) {
 	if out, err := exec.Command(wrapper, "--version").CombinedOutput(); err != nil {
 		t.Skipf("cannot run codex with an overlay on /etc: %v: %s", err, out)
 	}
-	var ours *target
-	for _, tg := range targets {
-		if !tg.ref {
-			ours = tg
-		}
-	}
+	ours := oursTarget()
 	sc := codexScenario{
 		name: "review-domains",
 		flags: []string{

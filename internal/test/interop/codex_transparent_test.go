@@ -26,12 +26,7 @@ func TestCodexTransparentTCP(t *testing.T) {
 		t.Skip("the command needs python3")
 	}
 	base := scratchBase(t)
-	var ours *target
-	for _, tg := range targets {
-		if !tg.ref {
-			ours = tg
-		}
-	}
+	ours := oursTarget()
 	allowed, _ := linesrv.Start(t, "127.0.0.2", linesrv.Pong)
 	denied, deniedConns := linesrv.Start(t, "127.0.0.3", linesrv.Pong)
 	probe := `import socket,sys

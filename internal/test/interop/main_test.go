@@ -29,6 +29,17 @@ type target struct {
 
 var targets []*target
 
+// oursTarget is this project's server among targets (the reference may be
+// absent; ours never is).
+func oursTarget() *target {
+	for _, tg := range targets {
+		if !tg.ref {
+			return tg
+		}
+	}
+	return nil
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	// Scenarios wait on servers far more than they compute; run more of
