@@ -34,12 +34,10 @@ func (p *Proxy) serveHTTP(c net.Conn) {
 	br := bufio.NewReaderSize(lim, 16<<10)
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Minute))
-		lim.n = maxHeader
-		req, err := http.ReadRequest(br)
+		req, err := readHead(br, lim)
 		if err != nil {
 			return
 		}
-		lim.n = 1 << 62 // the body is not bounded
 		_ = c.SetReadDeadline(time.Time{})
 		if req.Method == http.MethodConnect {
 			p.connect(c, br, req)
@@ -53,6 +51,15 @@ func (p *Proxy) serveHTTP(c net.Conn) {
 
 // headLimit bounds what a request's head may read from the client, so
 // that an endless header line cannot grow the server's memory.
+// readHead reads one request from br, which reads through lim: its head
+// may be at most maxHeader bytes, the body that follows is not bounded.
+func readHead(br *bufio.Reader, lim *headLimit) (*http.Request, error) {
+	lim.n = maxHeader
+	req, err := http.ReadRequest(br)
+	lim.n = 1 << 62
+	return req, err
+}
+
 type headLimit struct {
 	r io.Reader
 	n int64

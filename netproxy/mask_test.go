@@ -1,15 +1,20 @@
 package netproxy
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -369,3 +374,61 @@ func TestInterceptRestores(t *testing.T) {
 	cl.CloseIdleConnections()
 	_ = ou
 }
+
+// TestInterceptHeadTooLarge: inside an intercepted tunnel a request head is
+// bounded as on the plain proxy; an endless one closes the tunnel instead
+// of growing the proxy's memory.
+func TestInterceptHeadTooLarge(t *testing.T) {
+	bound, _ := echoTLS(t)
+	bu, _ := url.Parse(bound.URL)
+	ca, err := NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := mustProviders(t, map[string]ProviderConfig{"mine": {Env: []string{"MY_TOKEN"}, Patterns: []string{"mytok-[0-9a-f]{16}"},
+		URLPrefixes: []string{"https://" + bu.Host + "/api"}, Auth: []string{AuthBearer}}})
+	_, creds, _ := ps.Mask([]string{"MY_TOKEN=" + realMine})
+	roots := x509.NewCertPool()
+	roots.AddCert(bound.Certificate())
+	tp := startProxy(t, map[string]string{"127.0.0.1": "allow"}, Config{Credentials: creds, CA: ca, UpstreamRoots: roots})
+	c, err := net.Dial("tcp", tp.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", bu.Host, bu.Host)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	cmdRoots := x509.NewCertPool()
+	cmdRoots.AddCert(ca.Certificate())
+	tc := tls.Client(&tunnelConn{Conn: c, r: br}, &tls.Config{RootCAs: cmdRoots, ServerName: bu.Hostname()})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("the tunnel was not intercepted: %v", err)
+	}
+	go func() {
+		fmt.Fprint(tc, "GET /api/x HTTP/1.1\r\nHost: "+bu.Host+"\r\nX: ")
+		chunk := bytes.Repeat([]byte("a"), 32<<10)
+		for range 8 {
+			if _, err := tc.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	// EOF, or a reset: not a timeout.
+	if _, err := io.Copy(io.Discard, tc); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the proxy did not close an intercepted tunnel with an endless head")
+	}
+}
+
+// tunnelConn is a net.Conn whose reads go through r (bytes the CONNECT
+// answer's reader may already hold).
+type tunnelConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *tunnelConn) Read(p []byte) (int, error) { return b.r.Read(p) }

@@ -58,17 +58,19 @@ func (p *Proxy) intercept(c net.Conn, t *target, up net.Conn) {
 		// answer before it asks for a broken connection).
 		p.cfg.Logger.Info("network proxy: intercepted upstream TLS failed", "host", t.host, "port", t.port, "err", upErr)
 		_ = tc.SetReadDeadline(time.Now().Add(handshakeTimeout))
-		if req, err := http.ReadRequest(bufio.NewReader(tc)); err == nil {
+		lim := &headLimit{r: tc}
+		if req, err := readHead(bufio.NewReader(lim), lim); err == nil {
 			req.Body.Close()
 			writeStatus(tc, http.StatusBadGateway, "upstream TLS: "+upErr.Error())
 		}
 		return
 	}
-	cbr := bufio.NewReaderSize(&headLimit{r: tc, n: 1 << 62}, 16<<10)
+	lim := &headLimit{r: tc}
+	cbr := bufio.NewReaderSize(lim, 16<<10)
 	ubr := bufio.NewReaderSize(uc, 16<<10)
 	for {
 		_ = tc.SetReadDeadline(time.Now().Add(5 * time.Minute))
-		req, err := http.ReadRequest(cbr)
+		req, err := readHead(cbr, lim)
 		if err != nil {
 			return
 		}
@@ -107,11 +109,10 @@ func (p *Proxy) roundTrip(tc, uc net.Conn, ubr *bufio.Reader, req *http.Request,
 	}
 	defer resp.Body.Close()
 	red := p.cfg.Credentials.redactions()
-	for k, vs := range resp.Header {
+	for _, vs := range resp.Header {
 		for i, v := range vs {
 			vs[i] = redactString(v, red)
 		}
-		resp.Header[k] = vs
 	}
 	if len(red) > 0 {
 		resp.Body = &redactReader{r: resp.Body, pairs: red}
