@@ -81,18 +81,11 @@ func newGatherer(f *os.File, hold time.Duration) *gatherer {
 		}
 	}
 	if pf, q := quietPipe(f); q != nil {
-		if rc, err := pf.SyscallConn(); err == nil {
-			g.f, g.rc, g.q, g.hold = pf, rc, q, hold
-			_ = rc.Control(func(fd uintptr) {
-				size, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
-				g.nap = err == nil && size >= napPipeMin
-			})
-			return g
-		}
-		// Not reached (a file from os.NewFile has a RawConn); keep the
-		// pipe readable all the same, one read per chunk.
-		q.close()
-		g.f = pf
+		g.f, g.rc, g.q, g.hold = pf, q.pipe, q, hold
+		_ = q.pipe.Control(func(fd uintptr) {
+			size, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
+			g.nap = err == nil && size >= napPipeMin
+		})
 		return g
 	}
 	// Only a non-blocking descriptor can be read without waiting; a

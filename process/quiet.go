@@ -96,7 +96,10 @@ func quietPipe(f *os.File) (*os.File, *quietWait) {
 				continue
 			}
 			// An event (the item is disarmed again), or an error
-			// that waiting would not cure.
+			// that waiting would not cure: wait returns it, so the
+			// reader ends instead of reading, finding nothing and
+			// waiting again in a loop.
+			q.err = err
 			return n > 0 || err != nil
 		}
 	}
@@ -119,7 +122,10 @@ func (q *quietWait) wait() error {
 	if q.err != nil {
 		return q.err
 	}
-	return q.eprc.Read(q.poll)
+	if err := q.eprc.Read(q.poll); err != nil {
+		return err
+	}
+	return q.err
 }
 
 func (q *quietWait) setDeadline(t time.Time) error { return q.ep.SetReadDeadline(t) }
