@@ -57,7 +57,10 @@ func (f *fabric) onProbe(m *nats.Msg) { m.Respond(nil) }
 // heartbeats publishes this node's and acts on the silence of others.
 func (f *fabric) heartbeats() {
 	defer f.s.wg.Done()
-	t := time.NewTicker(hbInterval / 2)
+	// A shorter FleetNodeDeadAfter than three heartbeats would make every
+	// live node look silent between two of them: beat faster then.
+	iv := min(hbInterval, f.s.opts.FleetNodeDeadAfter/3)
+	t := time.NewTicker(iv / 2)
 	defer t.Stop()
 	subj := "rly.hb." + f.node
 	// The first at once: a node that dies young has been seen.
@@ -68,7 +71,7 @@ func (f *fabric) heartbeats() {
 		case <-f.s.stop:
 			return
 		case now := <-t.C:
-			if now.Sub(last) >= hbInterval && !f.hbPaused.Load() {
+			if now.Sub(last) >= iv && !f.hbPaused.Load() {
 				f.nc.Publish(subj, nil)
 				last = now
 			}
