@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 		fakeServer(strings.Split(cmds, "\n"))
 		return
 	}
-	testbin.Main(m)
+	testbin.Run(m)
 }
 
 func fakeServer(cmds []string) {

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		runHelper()
 		return
 	}
-	testbin.Main(m)
+	testbin.Run(m)
 }
 
 type helperCall struct {
