@@ -892,7 +892,7 @@ func pidCPU(pid int) float64 {
 }
 
 // relayCPU is the fleet nodes' CPU seconds so far (utime + stime).
-func (b *fleetBench) relayCPU() float64 { return procCPU(b.nodes) }
+func (b *fleetBench) relayCPU() float64 { return sumCPU(b.nodes) }
 
 // fleetLB is the load balancer: port 0 hashes the environment id in the
 // request path to a node, port 1 sends it to the next node; a dead node

@@ -16,9 +16,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,23 +210,12 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, size, window int, d t
 	return round3(float64(n) / el), n * int64(size), nil
 }
 
-// procCPU is the CPU seconds (utime + stime) of the processes so far.
-func procCPU(procs []*fleetProc) float64 {
+// sumCPU is the CPU seconds (utime + stime) of the live processes so far.
+func sumCPU(procs []*fleetProc) float64 {
 	var total float64
 	for _, n := range procs {
-		if n == nil || n.dead.Load() {
-			continue
-		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid))
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) > 12 {
-			u, _ := strconv.ParseFloat(f[11], 64)
-			st, _ := strconv.ParseFloat(f[12], 64)
-			total += (u + st) / 100 // USER_HZ
+		if n != nil && !n.dead.Load() {
+			total += pidCPU(n.cmd.Process.Pid)
 		}
 	}
 	return total
@@ -278,21 +264,21 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 			return fmt.Errorf("raw %s rtt: %w", p.name, err)
 		}
 		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50, p99
-		cpu0 := procCPU(p.procs)
+		cpu0 := sumCPU(p.procs)
 		fps, _, err := rawPump(ctx, conns, 1024, 64, d)
 		if err != nil {
 			return fmt.Errorf("raw %s frames: %w", p.name, err)
 		}
 		out[fmt.Sprintf("raw_1k_frames_per_s_each_way_%d_streams_%s", k, p.name)] = fps
-		out["raw_relay_cpu_us_per_1k_frame_"+p.name] = round3((procCPU(p.procs) - cpu0) / (fps * d.Seconds() * 2) * 1e6)
-		cpu0 = procCPU(p.procs)
+		out["raw_relay_cpu_us_per_1k_frame_"+p.name] = round3((sumCPU(p.procs) - cpu0) / (fps * d.Seconds() * 2) * 1e6)
+		cpu0 = sumCPU(p.procs)
 		_, bytes, err := rawPump(ctx, conns[:1], 60<<10, 16, d)
 		if err != nil {
 			return fmt.Errorf("raw %s stream: %w", p.name, err)
 		}
 		out["raw_stream_MBps_"+p.name] = round3(float64(bytes) / d.Seconds() / 1e6)
 		if bytes > 0 {
-			out["raw_relay_cpu_s_per_GB_"+p.name] = round3((procCPU(p.procs) - cpu0) / (float64(bytes) * 2 / 1e9))
+			out["raw_relay_cpu_s_per_GB_"+p.name] = round3((sumCPU(p.procs) - cpu0) / (float64(bytes) * 2 / 1e9))
 		}
 		for _, c := range conns {
 			c.CloseNow()
