@@ -71,6 +71,13 @@ func startNodeOpts(t testing.TB, natsURL, name, publicURL string, tweak func(*Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startNodeConn(t, nc, name, publicURL, tweak, kv)
+}
+
+// startNodeConn starts relay node name on the NATS connection nc (closed
+// with the node).
+func startNodeConn(t testing.TB, nc *nats.Conn, name, publicURL string, tweak func(*Options), kv KVStoreOptions) *fleetNode {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store, err := NewKVStore(ctx, nc, kv)
