@@ -2,7 +2,9 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,5 +173,58 @@ func TestEmbeddedNATSRouteNeedsSecret(t *testing.T) {
 	}
 	if n, g := a.Routes(), good.Routes(); n != g {
 		t.Fatalf("server a has %d route connections, the server with the secret %d: another server joined", n, g)
+	}
+}
+
+// failingStore fails every write once down, with a store error that is
+// not a bound.
+type failingStore struct {
+	*MemStore
+	down atomic.Bool
+}
+
+var errStoreDown = errors.New("no response from stream")
+
+func (f *failingStore) PutRegistration(ctx context.Context, env string, r Registration) error {
+	if f.down.Load() {
+		return errStoreDown
+	}
+	return f.MemStore.PutRegistration(ctx, env, r)
+}
+
+func (f *failingStore) PutAuthorization(ctx context.Context, token string, a Authorization) error {
+	if f.down.Load() {
+		return errStoreDown
+	}
+	return f.MemStore.PutAuthorization(ctx, token, a)
+}
+
+// A store that fails (a fleet's KV buckets without a leader while
+// JetStream elects one after a node loss) answers 503 store_unavailable,
+// which clients retry, not registry_full or 429
+// too_many_pending_authorizations, which name a bound that was not hit.
+func TestStoreFailureIsNotABound(t *testing.T) {
+	fs := &failingStore{MemStore: NewMemStore(16, 16)}
+	r := startRelay(t, Options{Store: fs})
+	reg := r.register(t, "E", randomKey())
+	dial(t, reg["url"].(string))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if l, _, ok := r.router.Executor("E"); ok && l != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("executor not attached")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fs.down.Store(true)
+	st, m := post(t, r.env("E")+"/connect", harnessToken, map[string]any{"harness_public_key": randomKey()})
+	if st != 503 || errCode(m) != "store_unavailable" {
+		t.Fatalf("connect with the store down: %d %v", st, m)
+	}
+	st, m = post(t, r.env("F")+"/register", execToken, map[string]any{"security_profile": SecurityProfile, "executor_public_key": randomKey()})
+	if st != 503 || errCode(m) != "store_unavailable" {
+		t.Fatalf("register with the store down: %d %v", st, m)
 	}
 }

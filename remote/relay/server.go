@@ -495,7 +495,11 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	reg := Registration{ID: randomID("reg_", 18), Key: *req.ExecutorPublicKey, At: time.Now()}
 	if err := s.store.PutRegistration(r.Context(), env, reg); err != nil {
 		s.log.Warn("register: store", "env", env, "err", err)
-		fail(http.StatusServiceUnavailable, envreg.CodeRegistryFull, err.Error())
+		code := envreg.CodeStoreUnavailable
+		if errors.Is(err, ErrStoreFull) {
+			code = envreg.CodeRegistryFull
+		}
+		fail(http.StatusServiceUnavailable, code, err.Error())
 		return
 	}
 	f := s.faults.get()
@@ -551,7 +555,13 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	authz := randomID("hka_", 32)
 	a := Authorization{Env: env, RegID: reg.ID, HarnessKey: *req.HarnessPublicKey, Expires: time.Now().Add(s.opts.AuthorizationTTL)}
 	if err := s.store.PutAuthorization(r.Context(), authz, a); err != nil {
-		fail(http.StatusTooManyRequests, envreg.CodeTooManyPendingAuthorizations, err.Error())
+		if errors.Is(err, ErrStoreFull) {
+			fail(http.StatusTooManyRequests, envreg.CodeTooManyPendingAuthorizations, err.Error())
+		} else {
+			// The store failing (a fleet's KV without a leader for a
+			// moment) is not too many authorizations.
+			fail(http.StatusServiceUnavailable, envreg.CodeStoreUnavailable, err.Error())
+		}
 		return
 	}
 	c.ev.Reg, c.ev.Status = reg.ID, http.StatusOK
