@@ -112,6 +112,9 @@ type fleetBench struct {
 	mu        sync.Mutex
 	cpuAround map[string][2]float64
 	natsPID   int
+	natsProc  *fleetProc // the NATS process (nil with embed)
+	natsStats func() string
+	embed     bool // nodes embed their NATS servers
 }
 
 type fleetProc struct {
@@ -129,6 +132,7 @@ func fleetMain(args []string) int {
 	relayBin := fs.String("relay", "", "exec-relay binary (default: go build ./cmd/exec-relay)")
 	after := fs.Duration("after-kill", 8*time.Second, "how long streams run after the node kill")
 	jsonOut := fs.String("json", "", "also write the JSON line to this file")
+	embed := fs.Bool("nats-embed", false, "nodes embed their NATS servers (exec-relay --nats-embed, routed together, KV replicas min(3, nodes)) instead of one NATS process")
 	rawStreams := fs.Int("raw-streams", 16, "streams of the raw_* rows (raw frame clients, opaque payloads: the relay measured, not Noise); 0 skips them")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -150,6 +154,7 @@ func fleetMain(args []string) int {
 	b := &fleetBench{dir: dir, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	defer b.stop()
+	b.embed = *embed
 	out, err := b.run(*relayBin, *nodes, *executors, *streams, *rawStreams, *after)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exec-bench fleet: %v\n", err)
@@ -173,6 +178,39 @@ func (b *fleetBench) stop() {
 	if b.lb != nil {
 		b.lb.close()
 	}
+}
+
+// startEmbeddedNodes starts n relay nodes with --nats-embed, routed to
+// one another (every node lists every node's route address).
+func (b *fleetBench) startEmbeddedNodes(n int) error {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	procs := make([]*fleetProc, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			name := fmt.Sprint("n", i)
+			procs[i], errs[i] = b.startRelay(name, "--nats-embed", "--node-name", name,
+				"--nats-listen", addrs[i], "--nats-routes", strings.Join(addrs, ","),
+				"--nats-store-dir", filepath.Join(b.dir, "js-"+name), "--nats-replicas", fmt.Sprint(min(3, n)))
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		b.nodes = append(b.nodes, procs[i])
+	}
+	return nil
 }
 
 func (b *fleetBench) startRelay(name string, extra ...string) (*fleetProc, error) {
@@ -217,31 +255,43 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	if err != nil {
 		return nil, err
 	}
-	natsCmd := exec.Command(self, "fleet-nats", filepath.Join(b.dir, "js"))
-	natsCmd.Stderr = os.Stderr
-	natsIn, _ := natsCmd.StdinPipe()
-	natsOutPipe, _ := natsCmd.StdoutPipe()
-	if err := natsCmd.Start(); err != nil {
-		return nil, err
-	}
-	defer func() { natsIn.Close(); natsCmd.Wait() }()
-	natsOut := bufio.NewReader(natsOutPipe)
-	natsURL, err := natsOut.ReadString('\n')
-	if err != nil {
-		return nil, fmt.Errorf("nats server: %w", err)
-	}
-	natsURL = strings.TrimSpace(natsURL)
-	b.natsPID = natsCmd.Process.Pid
-
 	if b.single, err = b.startRelay("single"); err != nil {
 		return nil, err
 	}
-	for i := range nNodes {
-		p, err := b.startRelay(fmt.Sprint("n", i), "--nats-url", natsURL, "--node-name", fmt.Sprint("n", i))
-		if err != nil {
+	if b.embed {
+		out["nats"] = "embedded"
+		if err := b.startEmbeddedNodes(nNodes); err != nil {
 			return nil, err
 		}
-		b.nodes = append(b.nodes, p)
+	} else {
+		natsCmd := exec.Command(self, "fleet-nats", filepath.Join(b.dir, "js"))
+		natsCmd.Stderr = os.Stderr
+		natsIn, _ := natsCmd.StdinPipe()
+		natsOutPipe, _ := natsCmd.StdoutPipe()
+		if err := natsCmd.Start(); err != nil {
+			return nil, err
+		}
+		defer func() { natsIn.Close(); natsCmd.Wait() }()
+		natsOut := bufio.NewReader(natsOutPipe)
+		natsURL, err := natsOut.ReadString('\n')
+		if err != nil {
+			return nil, fmt.Errorf("nats server: %w", err)
+		}
+		natsURL = strings.TrimSpace(natsURL)
+		b.natsPID = natsCmd.Process.Pid
+		b.natsProc = &fleetProc{name: "nats", cmd: natsCmd}
+		b.natsStats = func() string {
+			io.WriteString(natsIn, "stats\n")
+			line, _ := natsOut.ReadString('\n')
+			return line
+		}
+		for i := range nNodes {
+			p, err := b.startRelay(fmt.Sprint("n", i), "--nats-url", natsURL, "--node-name", fmt.Sprint("n", i))
+			if err != nil {
+				return nil, err
+			}
+			b.nodes = append(b.nodes, p)
+		}
 	}
 	if b.lb, err = startFleetLB(b.nodes); err != nil {
 		return nil, err
@@ -599,8 +649,8 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		out["relay_stream_recovery_s_mean"], out["relay_stream_recoveries"] = round3(recSum/recN), recN
 	}
 	out["relay_forwarders_rehomed"] = rehomed
-	io.WriteString(natsIn, "stats\n")
-	if line, err := natsOut.ReadString('\n'); err == nil {
+	if b.natsStats != nil {
+		line := b.natsStats()
 		var st struct {
 			SlowConsumers int64 `json:"slow_consumers"`
 			PID           int   `json:"pid"`

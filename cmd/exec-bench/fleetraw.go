@@ -232,11 +232,20 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		connBase  string // where harnesses connect
 		procs     []*fleetProc
 		envPrefix string
+		// withNATS: procs and the NATS process (with external NATS; an
+		// embedded server's CPU is already in its node's).
+		withNATS []*fleetProc
 	}
 	paths := []path{
 		{name: "single", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-"},
 		{name: "local", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-"},
 		{name: "cross", regBase: b.lb.url(0), connBase: b.lb.url(1), procs: b.nodes, envPrefix: "rawfleet-"},
+	}
+	for i := range paths {
+		paths[i].withNATS = paths[i].procs
+		if paths[i].name != "single" && b.natsProc != nil {
+			paths[i].withNATS = append(append([]*fleetProc{}, b.nodes...), b.natsProc)
+		}
 	}
 	registered := map[string]bool{}
 	for _, p := range paths {
@@ -264,14 +273,15 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 			return fmt.Errorf("raw %s rtt: %w", p.name, err)
 		}
 		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50, p99
-		cpu0 := sumCPU(p.procs)
+		cpu0, cpuN := sumCPU(p.procs), sumCPU(p.withNATS)
 		fps, _, err := rawPump(ctx, conns, 1024, 64, d)
 		if err != nil {
 			return fmt.Errorf("raw %s frames: %w", p.name, err)
 		}
 		out[fmt.Sprintf("raw_1k_frames_per_s_each_way_%d_streams_%s", k, p.name)] = fps
 		out["raw_relay_cpu_us_per_1k_frame_"+p.name] = round3((sumCPU(p.procs) - cpu0) / (fps * d.Seconds() * 2) * 1e6)
-		cpu0 = sumCPU(p.procs)
+		out["raw_relay_nats_cpu_us_per_1k_frame_"+p.name] = round3((sumCPU(p.withNATS) - cpuN) / (fps * d.Seconds() * 2) * 1e6)
+		cpu0, cpuN = sumCPU(p.procs), sumCPU(p.withNATS)
 		_, bytes, err := rawPump(ctx, conns[:1], 60<<10, 16, d)
 		if err != nil {
 			return fmt.Errorf("raw %s stream: %w", p.name, err)
@@ -279,6 +289,7 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		out["raw_stream_MBps_"+p.name] = round3(float64(bytes) / d.Seconds() / 1e6)
 		if bytes > 0 {
 			out["raw_relay_cpu_s_per_GB_"+p.name] = round3((sumCPU(p.procs) - cpu0) / (float64(bytes) * 2 / 1e9))
+			out["raw_relay_nats_cpu_s_per_GB_"+p.name] = round3((sumCPU(p.withNATS) - cpuN) / (float64(bytes) * 2 / 1e9))
 		}
 		for _, c := range conns {
 			c.CloseNow()
@@ -297,6 +308,6 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		out["raw_added_rtt_p50_us_cross_vs_local"] = round3(x - out["raw_rtt_1k_p50_us_local"].(float64))
 		out["raw_added_rtt_p50_us_cross_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
 	}
-	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); relay CPU is the relay processes' utime+stime, both directions counted"
+	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
 	return nil
 }
