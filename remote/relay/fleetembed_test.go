@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execgo/exec-server/remote/harness"
 )
@@ -226,5 +227,46 @@ func TestStoreFailureIsNotABound(t *testing.T) {
 	st, m = post(t, r.env("F")+"/register", execToken, map[string]any{"security_profile": SecurityProfile, "executor_public_key": randomKey()})
 	if st != 503 || errCode(m) != "store_unavailable" {
 		t.Fatalf("register with the store down: %d %v", st, m)
+	}
+}
+
+// With replicated buckets, a registration put through one server is read
+// back at once through another: reads go to the bucket's leader, not to
+// a replica that may not have applied the put yet (direct gets).
+func TestKVReplicatedReadAfterWrite(t *testing.T) {
+	servers, _ := startNATSCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stores []*KVStore
+	for _, ns := range servers {
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		st, err := NewKVStore(ctx, nc, KVStoreOptions{Replicas: 3, Memory: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, st)
+		js, _ := jetstream.New(nc)
+		s, err := js.Stream(ctx, "KV_relay_reg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Fatal("the replicated registration bucket allows direct (replica) reads")
+		}
+	}
+	for i := range 100 {
+		env := fmt.Sprint("E", i)
+		reg := Registration{ID: fmt.Sprint("reg_", i), Key: randomKey(), At: time.Now()}
+		if err := stores[i%3].PutRegistration(ctx, env, reg); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := stores[(i+1)%3].Registration(ctx, env)
+		if err != nil || !ok || got.ID != reg.ID {
+			t.Fatalf("put %d through one server, read through another: %+v %v %v", i, got, ok, err)
+		}
 	}
 }

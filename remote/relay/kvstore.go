@@ -128,6 +128,11 @@ func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueC
 			err = boundRecords(actx, js, cfg, maxRecords)
 		}
 		if err == nil {
+			// Bound again: the handle reads directly or not as the
+			// stream allowed when it was bound.
+			kv, err = js.KeyValue(actx, cfg.Bucket)
+		}
+		if err == nil {
 			cancel()
 			return kv, nil
 		}
@@ -149,10 +154,18 @@ func boundRecords(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		return err
 	}
 	sc := st.CachedInfo().Config
-	if sc.MaxMsgs == int64(maxRecords) && sc.Discard == jetstream.DiscardNew && sc.MaxMsgSize == cfg.MaxValueSize {
+	// Reads of a replicated bucket go to its leader: a KV bucket allows
+	// "direct" gets, which any replica answers, and a replica that has
+	// not applied a put yet answers "not found" (an executor dialling
+	// right after registering was refused 403
+	// unexpected_executor_registration_id with R3 buckets; a harness's
+	// authorization could be missed the same way).
+	direct := cfg.Replicas <= 1
+	if sc.MaxMsgs == int64(maxRecords) && sc.Discard == jetstream.DiscardNew && sc.MaxMsgSize == cfg.MaxValueSize && sc.AllowDirect == direct {
 		return nil
 	}
 	sc.MaxMsgs, sc.Discard, sc.MaxMsgSize = int64(maxRecords), jetstream.DiscardNew, cfg.MaxValueSize
+	sc.AllowDirect = direct
 	_, err = js.UpdateStream(ctx, sc)
 	return err
 }
