@@ -115,6 +115,7 @@ type fleetBench struct {
 	natsProc  *fleetProc // the NATS process (nil with embed)
 	natsStats func() string
 	embed     bool // nodes embed their NATS servers
+	embedTCP  bool // … and reach them over loopback TCP
 }
 
 type fleetProc struct {
@@ -133,6 +134,7 @@ func fleetMain(args []string) int {
 	after := fs.Duration("after-kill", 8*time.Second, "how long streams run after the node kill")
 	jsonOut := fs.String("json", "", "also write the JSON line to this file")
 	embed := fs.Bool("nats-embed", false, "nodes embed their NATS servers (exec-relay --nats-embed, routed together, KV replicas min(3, nodes)) instead of one NATS process")
+	embedTCP := fs.Bool("nats-embed-loopback", false, "with --nats-embed: nodes reach their server over loopback TCP, not an in-process pipe")
 	rawStreams := fs.Int("raw-streams", 16, "streams of the raw_* rows (raw frame clients, opaque payloads: the relay measured, not Noise); 0 skips them")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -154,7 +156,7 @@ func fleetMain(args []string) int {
 	b := &fleetBench{dir: dir, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	defer b.stop()
-	b.embed = *embed
+	b.embed, b.embedTCP = *embed, *embedTCP
 	out, err := b.run(*relayBin, *nodes, *executors, *streams, *rawStreams, *after)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exec-bench fleet: %v\n", err)
@@ -198,9 +200,13 @@ func (b *fleetBench) startEmbeddedNodes(n int) error {
 	for i := range n {
 		wg.Go(func() {
 			name := fmt.Sprint("n", i)
-			procs[i], errs[i] = b.startRelay(name, "--nats-embed", "--node-name", name,
+			args := []string{"--nats-embed", "--node-name", name,
 				"--nats-listen", addrs[i], "--nats-routes", strings.Join(addrs, ","),
-				"--nats-store-dir", filepath.Join(b.dir, "js-"+name), "--nats-replicas", fmt.Sprint(min(3, n)))
+				"--nats-store-dir", filepath.Join(b.dir, "js-"+name), "--nats-replicas", fmt.Sprint(min(3, n))}
+			if b.embedTCP {
+				args = append(args, "--nats-embed-loopback")
+			}
+			procs[i], errs[i] = b.startRelay(name, args...)
 		})
 	}
 	wg.Wait()
@@ -260,6 +266,9 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	}
 	if b.embed {
 		out["nats"] = "embedded"
+		if b.embedTCP {
+			out["nats"] = "embedded-loopback"
+		}
 		if err := b.startEmbeddedNodes(nNodes); err != nil {
 			return nil, err
 		}

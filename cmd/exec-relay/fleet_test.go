@@ -257,3 +257,46 @@ func TestFleetCommandLine(t *testing.T) {
 		t.Fatalf("metrics of node b:\n%s", body)
 	}
 }
+
+// A node with an embedded NATS server and no routes (a fleet of one)
+// binds its buckets in its own JetStream and serves: ready, an executor
+// registered, a harness stream through it.
+func TestEmbeddedCommandLine(t *testing.T) {
+	secret := writeFile(t, "secret", strings.Repeat("e", 64))
+	addr := freeAddr(t)
+	base := startRun(t, "--listen", addr, "--insecure-no-auth", "--nats-embed", "--node-name", "solo",
+		"--nats-store-dir", t.TempDir(), "--url-secret-file", secret)
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/readyz %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go executor.Run(ctx, executor.Config{RegistryURL: base, EnvironmentID: "E", Token: "t", Server: echo{}, ReconnectMin: 200 * time.Millisecond})
+	d, err := harness.NewDialer(base, "E", "t", harness.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ch, err := d.Dial(ctx)
+		if err == nil {
+			m := []byte(`{"jsonrpc":"2.0","method":"m"}`)
+			if err := ch.Write(ctx, m, false); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ch.Read(ctx); err != nil || !bytes.Equal(got, m) {
+				t.Fatalf("%q %v", got, err)
+			}
+			ch.Close()
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsEmbed := fs.Bool("nats-embed", false, "run a NATS server inside this node instead of --nats-url (frames to other nodes cross one route; docs/remote.md, \"Embedded NATS\")")
 	natsListen := fs.String("nats-listen", "", "`IP:PORT` of the embedded server's routes from the other nodes (with --nats-embed; empty: a fleet of one)")
 	natsRoutes := fs.String("nats-routes", "", "the nodes' --nats-listen `ADDRS` (HOST:PORT, comma-separated; this node's own may be listed)")
+	natsLoopback := fs.Bool("nats-embed-loopback", false, "reach the embedded server over its loopback TCP port instead of an in-process pipe (measured in docs/remote.md, \"Embedded NATS\")")
 	natsStore := fs.String("nats-store-dir", "", "`DIR` for the embedded server's JetStream files (required with --nats-embed)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "private key `FILE` (PEM) of --tls-cert")
@@ -144,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	if !*natsEmbed && (*natsListen != "" || *natsRoutes != "" || *natsStore != "") {
+	if !*natsEmbed && (*natsListen != "" || *natsRoutes != "" || *natsStore != "" || *natsLoopback) {
 		fmt.Fprintln(stderr, "exec-relay: --nats-listen, --nats-routes and --nats-store-dir need --nats-embed")
 		return 2
 	}
@@ -196,7 +197,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			defer emb.Shutdown()
-			if nc, err = connectEmbedded(emb, *nodeName, log); err != nil {
+			if nc, err = connectEmbedded(emb, *natsLoopback, *nodeName, log); err != nil {
 				fmt.Fprintf(stderr, "exec-relay: embedded NATS: %v\n", err)
 				return 1
 			}
@@ -279,8 +280,12 @@ func connectNATS(urls, creds, node string, log *slog.Logger) (*nats.Conn, error)
 }
 
 // connectEmbedded connects in process to the node's own server.
-func connectEmbedded(emb *relay.EmbeddedNATS, node string, log *slog.Logger) (*nats.Conn, error) {
-	return emb.Connect(
+func connectEmbedded(emb *relay.EmbeddedNATS, loopback bool, node string, log *slog.Logger) (*nats.Conn, error) {
+	connect := emb.Connect
+	if loopback {
+		connect = emb.ConnectLoopback
+	}
+	return connect(
 		nats.Name("exec-relay "+node),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),

@@ -2,12 +2,14 @@ package relay
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
 )
 
 // The cross-node path against the node-local one, in one process: two
@@ -22,13 +24,52 @@ type fleetBenchEnv struct {
 	a, b *fleetNode
 }
 
+// fleetBenchNATS: how the nodes reach NATS in the benchmarks (go test
+// -bench Fleet -fleetnats=shared|embed|embed-tcp).
+var fleetBenchNATS = flag.String("fleetnats", "shared", "fleet benchmarks: shared (one NATS server, TCP), embed (a server per node, in-process pipe), embed-tcp (a server per node, loopback TCP)")
+
 func startFleetBench(tb testing.TB, envs int) *fleetBenchEnv {
 	tb.Helper()
-	url := startNATS(tb)
 	// No node dies here: a loaded machine must not pass a late
 	// heartbeat for a lost node.
 	tweak := func(o *Options) { o.FleetNodeDeadAfter = time.Minute }
-	fe := &fleetBenchEnv{a: startNode(tb, url, "a", "", tweak), b: startNode(tb, url, "b", "", tweak)}
+	fe := &fleetBenchEnv{}
+	switch *fleetBenchNATS {
+	case "shared":
+		url := startNATS(tb)
+		fe.a, fe.b = startNode(tb, url, "a", "", tweak), startNode(tb, url, "b", "", tweak)
+	case "embed", "embed-tcp":
+		addrs := []string{fmt.Sprintf("127.0.0.1:%d", freePort(tb)), fmt.Sprintf("127.0.0.1:%d", freePort(tb))}
+		var servers []*EmbeddedNATS
+		for i, name := range []string{"a", "b"} {
+			e, err := StartEmbeddedNATS(EmbeddedNATSOptions{Name: name, StoreDir: tb.TempDir(),
+				ClusterListen: addrs[i], Routes: addrs, Secret: fleetSecret})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(e.Shutdown)
+			servers = append(servers, e)
+		}
+		for i, name := range []string{"a", "b"} {
+			e := servers[i]
+			connect := e.Connect
+			if *fleetBenchNATS == "embed-tcp" {
+				connect = e.ConnectLoopback
+			}
+			nc, err := connect(nats.Name(name))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			n := startNodeConn(tb, nc, name, "", tweak, KVStoreOptions{Memory: true})
+			if i == 0 {
+				fe.a = n
+			} else {
+				fe.b = n
+			}
+		}
+	default:
+		tb.Fatalf("-fleetnats %q", *fleetBenchNATS)
+	}
 	for i := range envs {
 		env := fmt.Sprint("E", i)
 		reg := fe.a.register(tb, env, randomKey())

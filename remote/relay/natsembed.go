@@ -137,6 +137,12 @@ func (e *EmbeddedNATS) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect("", append(opts, nats.InProcessServer(e.srv), nats.UserInfo(e.user, e.pass))...)
 }
 
+// ConnectLoopback opens a connection to the server over its loopback
+// client port (TCP) instead of the in-process pipe.
+func (e *EmbeddedNATS) ConnectLoopback(opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(e.srv.ClientURL(), append(opts, nats.UserInfo(e.user, e.pass))...)
+}
+
 // Routes is how many other servers this one is routed to now.
 func (e *EmbeddedNATS) Routes() int { return e.srv.NumRoutes() }
 
