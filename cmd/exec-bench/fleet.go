@@ -112,10 +112,7 @@ type fleetBench struct {
 	mu        sync.Mutex
 	cpuAround map[string][2]float64
 	natsPID   int
-	natsProc  *fleetProc // the NATS process (nil with embed)
-	natsStats func() string
-	embed     bool // nodes embed their NATS servers
-	embedTCP  bool // … and reach them over loopback TCP
+	natsProc  *fleetProc // the NATS process (its CPU counted in raw_relay_nats_*)
 }
 
 type fleetProc struct {
@@ -133,8 +130,6 @@ func fleetMain(args []string) int {
 	relayBin := fs.String("relay", "", "exec-relay binary (default: go build ./cmd/exec-relay)")
 	after := fs.Duration("after-kill", 8*time.Second, "how long streams run after the node kill")
 	jsonOut := fs.String("json", "", "also write the JSON line to this file")
-	embed := fs.Bool("nats-embed", false, "nodes embed their NATS servers (exec-relay --nats-embed, routed together, KV replicas min(3, nodes)) instead of one NATS process")
-	embedTCP := fs.Bool("nats-embed-loopback", false, "with --nats-embed: nodes reach their server over loopback TCP, not an in-process pipe")
 	rawStreams := fs.Int("raw-streams", 16, "streams of the raw_* rows (raw frame clients, opaque payloads: the relay measured, not Noise); 0 skips them")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -156,7 +151,6 @@ func fleetMain(args []string) int {
 	b := &fleetBench{dir: dir, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	defer b.stop()
-	b.embed, b.embedTCP = *embed, *embedTCP
 	out, err := b.run(*relayBin, *nodes, *executors, *streams, *rawStreams, *after)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exec-bench fleet: %v\n", err)
@@ -180,43 +174,6 @@ func (b *fleetBench) stop() {
 	if b.lb != nil {
 		b.lb.close()
 	}
-}
-
-// startEmbeddedNodes starts n relay nodes with --nats-embed, routed to
-// one another (every node lists every node's route address).
-func (b *fleetBench) startEmbeddedNodes(n int) error {
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
-	procs := make([]*fleetProc, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			name := fmt.Sprint("n", i)
-			args := []string{"--nats-embed", "--node-name", name,
-				"--nats-listen", addrs[i], "--nats-routes", strings.Join(addrs, ","),
-				"--nats-store-dir", filepath.Join(b.dir, "js-"+name), "--nats-replicas", fmt.Sprint(min(3, n))}
-			if b.embedTCP {
-				args = append(args, "--nats-embed-loopback")
-			}
-			procs[i], errs[i] = b.startRelay(name, args...)
-		})
-	}
-	wg.Wait()
-	for i := range n {
-		if errs[i] != nil {
-			return errs[i]
-		}
-		b.nodes = append(b.nodes, procs[i])
-	}
-	return nil
 }
 
 func (b *fleetBench) startRelay(name string, extra ...string) (*fleetProc, error) {
@@ -261,46 +218,32 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	if err != nil {
 		return nil, err
 	}
+	natsCmd := exec.Command(self, "fleet-nats", filepath.Join(b.dir, "js"))
+	natsCmd.Stderr = os.Stderr
+	natsIn, _ := natsCmd.StdinPipe()
+	natsOutPipe, _ := natsCmd.StdoutPipe()
+	if err := natsCmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { natsIn.Close(); natsCmd.Wait() }()
+	natsOut := bufio.NewReader(natsOutPipe)
+	natsURL, err := natsOut.ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("nats server: %w", err)
+	}
+	natsURL = strings.TrimSpace(natsURL)
+	b.natsPID = natsCmd.Process.Pid
+	b.natsProc = &fleetProc{name: "nats", cmd: natsCmd}
+
 	if b.single, err = b.startRelay("single"); err != nil {
 		return nil, err
 	}
-	if b.embed {
-		out["nats"] = "embedded"
-		if b.embedTCP {
-			out["nats"] = "embedded-loopback"
-		}
-		if err := b.startEmbeddedNodes(nNodes); err != nil {
-			return nil, err
-		}
-	} else {
-		natsCmd := exec.Command(self, "fleet-nats", filepath.Join(b.dir, "js"))
-		natsCmd.Stderr = os.Stderr
-		natsIn, _ := natsCmd.StdinPipe()
-		natsOutPipe, _ := natsCmd.StdoutPipe()
-		if err := natsCmd.Start(); err != nil {
-			return nil, err
-		}
-		defer func() { natsIn.Close(); natsCmd.Wait() }()
-		natsOut := bufio.NewReader(natsOutPipe)
-		natsURL, err := natsOut.ReadString('\n')
+	for i := range nNodes {
+		p, err := b.startRelay(fmt.Sprint("n", i), "--nats-url", natsURL, "--node-name", fmt.Sprint("n", i))
 		if err != nil {
-			return nil, fmt.Errorf("nats server: %w", err)
+			return nil, err
 		}
-		natsURL = strings.TrimSpace(natsURL)
-		b.natsPID = natsCmd.Process.Pid
-		b.natsProc = &fleetProc{name: "nats", cmd: natsCmd}
-		b.natsStats = func() string {
-			io.WriteString(natsIn, "stats\n")
-			line, _ := natsOut.ReadString('\n')
-			return line
-		}
-		for i := range nNodes {
-			p, err := b.startRelay(fmt.Sprint("n", i), "--nats-url", natsURL, "--node-name", fmt.Sprint("n", i))
-			if err != nil {
-				return nil, err
-			}
-			b.nodes = append(b.nodes, p)
-		}
+		b.nodes = append(b.nodes, p)
 	}
 	if b.lb, err = startFleetLB(b.nodes); err != nil {
 		return nil, err
@@ -658,8 +601,8 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		out["relay_stream_recovery_s_mean"], out["relay_stream_recoveries"] = round3(recSum/recN), recN
 	}
 	out["relay_forwarders_rehomed"] = rehomed
-	if b.natsStats != nil {
-		line := b.natsStats()
+	io.WriteString(natsIn, "stats\n")
+	if line, err := natsOut.ReadString('\n'); err == nil {
 		var st struct {
 			SlowConsumers int64 `json:"slow_consumers"`
 			PID           int   `json:"pid"`

@@ -51,12 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsURL := fs.String("nats-url", "", "NATS server `URLs` (comma-separated): run as a fleet node, state in JetStream KV, frames between nodes over NATS")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE` (JWT and NKey seed)")
 	nodeName := fs.String("node-name", "", "this node's unique `NAME` in the fleet ([A-Za-z0-9_]); required with --nats-url")
-	natsReplicas := fs.Int("nats-replicas", 1, "replicas of the JetStream KV buckets (3 on a 3-server NATS cluster, or 3 embedded nodes)")
-	natsEmbed := fs.Bool("nats-embed", false, "run a NATS server inside this node instead of --nats-url (frames to other nodes cross one route; docs/remote.md, \"Embedded NATS\")")
-	natsListen := fs.String("nats-listen", "", "`IP:PORT` of the embedded server's routes from the other nodes (with --nats-embed; empty: a fleet of one)")
-	natsRoutes := fs.String("nats-routes", "", "the nodes' --nats-listen `ADDRS` (HOST:PORT, comma-separated; this node's own may be listed)")
-	natsLoopback := fs.Bool("nats-embed-loopback", false, "reach the embedded server over its loopback TCP port instead of an in-process pipe (measured in docs/remote.md, \"Embedded NATS\")")
-	natsStore := fs.String("nats-store-dir", "", "`DIR` for the embedded server's JetStream files (required with --nats-embed)")
+	natsReplicas := fs.Int("nats-replicas", 1, "replicas of the JetStream KV buckets (3 on a 3-server NATS cluster)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "private key `FILE` (PEM) of --tls-cert")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -145,72 +140,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	if !*natsEmbed && (*natsListen != "" || *natsRoutes != "" || *natsStore != "" || *natsLoopback) {
-		fmt.Fprintln(stderr, "exec-relay: --nats-listen, --nats-routes and --nats-store-dir need --nats-embed")
-		return 2
-	}
-	if *natsURL == "" && !*natsEmbed {
+	if *natsURL == "" {
 		if *natsCreds != "" || *nodeName != "" {
-			fmt.Fprintln(stderr, "exec-relay: --nats-creds and --node-name need --nats-url or --nats-embed")
+			fmt.Fprintln(stderr, "exec-relay: --nats-creds and --node-name need --nats-url")
 			return 2
 		}
 	} else {
-		if *natsURL != "" && *natsEmbed {
-			fmt.Fprintln(stderr, "exec-relay: --nats-url and --nats-embed exclude each other")
-			return 2
-		}
 		if *nodeName == "" {
-			fmt.Fprintln(stderr, "exec-relay: --node-name is required with --nats-url or --nats-embed")
+			fmt.Fprintln(stderr, "exec-relay: --node-name is required with --nats-url")
 			return 2
 		}
 		if *secretFile == "" {
-			fmt.Fprintln(stderr, "exec-relay: --url-secret-file is required in a fleet (every node must verify the others' URLs)")
+			fmt.Fprintln(stderr, "exec-relay: --url-secret-file is required with --nats-url (every node must verify the others' URLs)")
 			return 2
 		}
-		var nc *nats.Conn
-		// A fleet of embedded servers binds its buckets once a quorum of
-		// the nodes is up: nodes started one by one wait longer.
-		kvWait := 30 * time.Second
-		if *natsEmbed {
-			if *natsCreds != "" {
-				fmt.Fprintln(stderr, "exec-relay: --nats-creds is for --nats-url (embedded routes authenticate with the URL secret)")
-				return 2
-			}
-			if *natsStore == "" {
-				fmt.Fprintln(stderr, "exec-relay: --nats-store-dir is required with --nats-embed")
-				return 2
-			}
-			var routes []string
-			for _, r := range strings.Split(*natsRoutes, ",") {
-				if r = strings.TrimSpace(r); r != "" {
-					routes = append(routes, r)
-				}
-			}
-			if *natsReplicas > len(routes)+1 || (len(routes) == 0 && *natsReplicas > 1) {
-				fmt.Fprintf(stderr, "exec-relay: --nats-replicas %d needs at least as many nodes in --nats-routes\n", *natsReplicas)
-				return 2
-			}
-			emb, err := relay.StartEmbeddedNATS(relay.EmbeddedNATSOptions{Name: *nodeName, StoreDir: *natsStore,
-				ClusterListen: *natsListen, Routes: routes, Secret: opts.URLSecret, Logger: log})
-			if err != nil {
-				fmt.Fprintf(stderr, "exec-relay: %v\n", err)
-				return 1
-			}
-			defer emb.Shutdown()
-			if nc, err = connectEmbedded(emb, *natsLoopback, *nodeName, log); err != nil {
-				fmt.Fprintf(stderr, "exec-relay: embedded NATS: %v\n", err)
-				return 1
-			}
-			kvWait = 5 * time.Minute
-		} else {
-			var err error
-			if nc, err = connectNATS(*natsURL, *natsCreds, *nodeName, log); err != nil {
-				fmt.Fprintf(stderr, "exec-relay: --nats-url: %v\n", err)
-				return 1
-			}
+		nc, err := connectNATS(*natsURL, *natsCreds, *nodeName, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "exec-relay: --nats-url: %v\n", err)
+			return 1
 		}
 		defer nc.Close()
-		kctx, kcancel := context.WithTimeout(ctx, kvWait)
+		kctx, kcancel := context.WithTimeout(ctx, 30*time.Second)
 		store, err := relay.NewKVStore(kctx, nc, relay.KVStoreOptions{Replicas: *natsReplicas})
 		kcancel()
 		if err != nil {
@@ -277,21 +227,6 @@ func connectNATS(urls, creds, node string, log *slog.Logger) (*nats.Conn, error)
 		opts = append(opts, nats.UserCredentials(creds))
 	}
 	return nats.Connect(urls, opts...)
-}
-
-// connectEmbedded connects in process to the node's own server.
-func connectEmbedded(emb *relay.EmbeddedNATS, loopback bool, node string, log *slog.Logger) (*nats.Conn, error) {
-	connect := emb.Connect
-	if loopback {
-		connect = emb.ConnectLoopback
-	}
-	return connect(
-		nats.Name("exec-relay "+node),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats: disconnected", "err", err) }),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats: reconnected") }),
-	)
 }
 
 // versionString is the module version and VCS revision the binary was

@@ -42,13 +42,7 @@ func TestRefusesToStart(t *testing.T) {
 		{"missing url secret", []string{"--insecure-no-auth", "--url-secret-file", filepath.Join(dir, "none")}, "no such file"},
 		{"nats without node name", []string{"--insecure-no-auth", "--nats-url", "nats://127.0.0.1:1", "--url-secret-file", secret}, "--node-name is required"},
 		{"nats without url secret", []string{"--insecure-no-auth", "--nats-url", "nats://127.0.0.1:1", "--node-name", "a"}, "--url-secret-file is required"},
-		{"node name without nats", []string{"--insecure-no-auth", "--node-name", "a"}, "need --nats-url or --nats-embed"},
-		{"embed and url", []string{"--insecure-no-auth", "--nats-embed", "--nats-url", "nats://127.0.0.1:1", "--node-name", "a", "--url-secret-file", secret}, "exclude each other"},
-		{"embed without store dir", []string{"--insecure-no-auth", "--nats-embed", "--node-name", "a", "--url-secret-file", secret}, "--nats-store-dir is required"},
-		{"embed without node name", []string{"--insecure-no-auth", "--nats-embed", "--url-secret-file", secret}, "--node-name is required"},
-		{"embed flags without embed", []string{"--insecure-no-auth", "--nats-routes", "127.0.0.1:1"}, "need --nats-embed"},
-		{"embed replicas beyond routes", []string{"--insecure-no-auth", "--nats-embed", "--node-name", "a", "--url-secret-file", secret, "--nats-store-dir", dir, "--nats-replicas", "3"}, "--nats-replicas 3"},
-		{"embed creds", []string{"--insecure-no-auth", "--nats-embed", "--node-name", "a", "--url-secret-file", secret, "--nats-store-dir", dir, "--nats-creds", tok}, "--nats-creds is for --nats-url"},
+		{"node name without nats", []string{"--insecure-no-auth", "--node-name", "a"}, "need --nats-url"},
 		{"tls cert without key", []string{"--insecure-no-auth", "--tls-cert", tok}, "go together"},
 	}
 	for _, c := range cases {

@@ -17,19 +17,13 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Embedded NATS: each fleet node runs its own NATS server inside its
-// process (nats-server as a library) and reaches it over an in-process
-// pipe (nats.InProcessServer), so a frame from one node to another crosses
-// one TCP connection, the route between the two nodes' servers, instead of
-// node → NATS process → node (two loopback or network crossings and a
-// third process's wake-ups). The nodes' servers form one NATS cluster by
-// routes, with JetStream clustered across them for the KV buckets.
-//
-// The relay's own connection is in process; the servers' client ports
-// are on loopback. Routes (and clients) authenticate with a user and password derived from the
-// fleet's URL secret (every node has it already), so a host that can reach
-// a route port but lacks the secret cannot join the cluster and read the
-// KV buckets.
+// Embedded NATS, for measuring only (go test -bench Fleet
+// -fleetnats=embed|embed-tcp): each node runs its own NATS server in
+// process, reached over an in-process pipe (nats.InProcessServer) or its
+// loopback port, the nodes' servers clustered by routes authenticated
+// with a password derived from the URL secret. It was an exec-relay mode
+// (--nats-embed, branch fleetnats up to a86cfa2) and was measured not to
+// pay: docs/remote.md, "Embedded NATS: measured, not adopted".
 
 // EmbeddedNATSOptions configure a node's embedded NATS server.
 type EmbeddedNATSOptions struct {
