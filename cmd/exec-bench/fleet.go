@@ -388,6 +388,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 		}
 	}
 	out["rss_MB_per_node_before_kill"] = b.rssMB(b.nodes)
+	out["mem_per_node_before_kill"] = b.memOf(b.nodes)
 	broadcast(fmt.Sprint("steady ", time.Now().UnixNano()))
 	// Admission across the kill (fleetadmit.go): new streams to
 	// environments homed on the survivors, from 2 s before the kill to
@@ -545,6 +546,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 		timeline[fmt.Sprintf("unaffected_local_n%d_gap_ms_p99_by_second_from_kill_minus_2", node)] = ser
 	}
 	adm.figures(timeline)
+	out["mem_format"] = "MB heap objects, heap unused, heap free not returned, stacks; goroutines"
 	timeline["format"] = "largest_gap_end: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max; admission_ms: p50 p99 max n_ok"
 	out["kill_timeline"] = timeline
 	resets, errs := 0, 0
@@ -572,6 +574,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 	out["max_gap_ms_not_touching_dead_p99"], out["max_gap_ms_not_touching_dead_max"] = pct(other, 99), pct(other, 100)
 	out["streams_not_touching_dead"] = len(other)
 	out["rss_MB_per_node_after"] = b.rssMB(alive)
+	out["mem_per_node_after"] = b.memOf(alive)
 	var drops, slow, reconnects, takeovers, recSum, recN, rehomed float64
 	for _, m := range b.scrape(alive) {
 		recSum += m["exec_relay_stream_recovery_seconds_sum"]
@@ -847,6 +850,17 @@ func (b *fleetBench) rssMB(nodes []*fleetProc) map[string]float64 {
 				out[n.name] = round3(kb / 1024)
 			}
 		}
+	}
+	return out
+}
+
+// memOf is where each node's memory goes, from its /metrics: MB of live
+// heap objects, unused heap, free heap not returned, stacks; goroutines.
+func (b *fleetBench) memOf(nodes []*fleetProc) map[string][5]float64 {
+	out := map[string][5]float64{}
+	for i, m := range b.scrape(nodes) {
+		mb := func(k string) float64 { return round3(m["exec_relay_memory_"+k+"_bytes"] / (1 << 20)) }
+		out[nodes[i].name] = [5]float64{mb("heap_objects"), mb("heap_unused"), mb("heap_free"), mb("stacks"), m["exec_relay_goroutines"]}
 	}
 	return out
 }
