@@ -567,19 +567,26 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 		c.Close(websocket.StatusGoingAway, "relay_shutdown")
 		return
 	}
-	defer s.untrack(l)
-	l.startPings()
-	switch {
-	case role == roleEnvironment:
-		s.serveExecutor(l, reg)
-	case fwd != nil:
-		fwd.serve(l, reg)
-	default:
-		s.serveHarness(l, reg)
-	}
-	l.Close("closed") // if serving did not (the first reason stays)
-	<-l.writerDone    // the writer ends by cutting the socket
-	l.stopPings()
+	// The socket is served on a goroutine of its own and the handler
+	// returns (the connection is hijacked: nothing waits for it). The
+	// upgrade (request parsing, registration checks, the handshake) grew
+	// this goroutine's stack, which a socket waiting for its next frame,
+	// most executors most of the time, kept for life.
+	go func() {
+		defer s.untrack(l)
+		l.startPings()
+		switch {
+		case role == roleEnvironment:
+			s.serveExecutor(l, reg)
+		case fwd != nil:
+			fwd.serve(l, reg)
+		default:
+			s.serveHarness(l, reg)
+		}
+		l.Close("closed") // if serving did not (the first reason stays)
+		<-l.writerDone    // the writer ends by cutting the socket
+		l.stopPings()
+	}()
 }
 
 // homeWait bounds how long a harness upgrade waits for its environment to
