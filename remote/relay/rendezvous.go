@@ -28,7 +28,7 @@ type leg struct {
 	env      string
 	reg      string // registration it dialled for
 	conn     *websocket.Conn
-	out      chan outFrame
+	out      chan outFrame // made with the writer (startWriter)
 	queued   atomic.Int64  // bytes in out
 	wmu      sync.Mutex    // held while writing the socket
 	unsent   atomic.Int64  // frames in out or being written by the writer
@@ -69,7 +69,6 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leg{
 		s: s, role: role, env: env, conn: c,
-		out:     make(chan outFrame, s.opts.QueueFrames),
 		space:   make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -279,6 +278,9 @@ func (l *leg) Close(reason string) {
 // and its stack less per socket.
 func (l *leg) startWriter() {
 	l.writerOnce.Do(func() {
+		// The queue too: 64 frames' headers are 3.5 KiB an idle socket
+		// need not hold. The Once orders this before any enqueue.
+		l.out = make(chan outFrame, l.s.opts.QueueFrames)
 		go func() {
 			defer close(l.writerDone)
 			l.writer()
