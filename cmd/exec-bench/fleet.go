@@ -263,7 +263,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 	defer cancel()
 
 	// Baseline: the single-node relay, one executor, one stream.
-	if err := b.startExecutors(b.single.base, "single-", 1, 1); err != nil {
+	if err := b.startExecutors(b.single.base, "single-", 0, 1, 1); err != nil {
 		return nil, err
 	}
 	if err := b.waitSockets([]*fleetProc{b.single}, 1, 30*time.Second); err != nil {
@@ -272,8 +272,19 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 
 	// The fleet's executors, through the affinity port.
 	start := time.Now()
-	if err := b.startExecutors(b.lb.url(0), "env-", nExec, procs); err != nil {
+	// The environments of the streams measured across the kill
+	// (env-1..env-nStreams) in workers of their own, the others in
+	// theirs: the 332 executors redialling after the kill would
+	// otherwise share a process with the unaffected streams' executors
+	// and show their own scheduling as those streams' gaps.
+	nMeasured := min(nStreams, nExec-1)
+	if err := b.startExecutors(b.lb.url(0), "env-", 0, nMeasured+1, procs); err != nil {
 		return nil, err
+	}
+	if rest := nExec - nMeasured - 1; rest > 0 {
+		if err := b.startExecutors(b.lb.url(0), "env-", nMeasured+1, rest, procs); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.waitSockets(b.nodes, nExec, 120*time.Second); err != nil {
 		return nil, err

@@ -252,13 +252,13 @@ func (b *fleetBench) stopClients() {
 	}
 }
 
-// startExecutors runs executors PREFIX0..PREFIX(n-1) registered at
-// registry, split over procs worker processes.
-func (b *fleetBench) startExecutors(registry, prefix string, n, procs int) error {
+// startExecutors runs executors PREFIXfirst..PREFIX(first+n-1)
+// registered at registry, split over procs worker processes.
+func (b *fleetBench) startExecutors(registry, prefix string, first, n, procs int) error {
 	procs = max(1, min(procs, n))
 	for p := range procs {
-		first, last := n*p/procs, n*(p+1)/procs
-		c, err := b.startClient("exec", registry, prefix, strconv.Itoa(first), strconv.Itoa(last-first))
+		lo, hi := first+n*p/procs, first+n*(p+1)/procs
+		c, err := b.startClient("exec", registry, prefix, strconv.Itoa(lo), strconv.Itoa(hi-lo))
 		if err != nil {
 			return err
 		}
