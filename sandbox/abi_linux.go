@@ -63,6 +63,13 @@ func notifIoctl[T seccompNotif | seccompResp | seccompAddfd | uint64](listener i
 	return e
 }
 
+// notifAddfd installs a descriptor in a notifying task
+// (SECCOMP_IOCTL_NOTIF_ADDFD) and returns its number there.
+func notifAddfd(listener int, arg *seccompAddfd) (int, unix.Errno) {
+	r, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), ioctlNotifAddfd, uintptr(unsafe.Pointer(arg)))
+	return int(r), e
+}
+
 // openHowOf decodes struct open_how from b (at least openHowSize bytes,
 // read from the target's memory).
 func openHowOf(b []byte) unix.OpenHow {

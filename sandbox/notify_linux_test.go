@@ -684,6 +684,43 @@ func TestCommandDenyGlobInterrupted(t *testing.T) {
 	}
 }
 
+// pySignalled creates fresh names while orphans keep exiting: each is
+// reparented to the sandbox's init, whose SIGCHLD can interrupt the
+// supervisor (on the init's main thread) while it hands the descriptor
+// over. Every open must return the file it made, never another
+// descriptor. It prints how many did not.
+const pySignalled = `
+import os, subprocess
+orphans = subprocess.Popen(["/bin/sh", "-c", "while :; do (/bin/true &); done"])
+bad = 0
+for i in range(3000):
+    name = "s%d" % i
+    try:
+        fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        if os.fstat(fd).st_ino != os.stat(name).st_ino:
+            raise OSError(0, "descriptor %d is not the file made" % fd)
+        os.close(fd)
+    except OSError as e:
+        bad += 1
+        if bad < 4:
+            print("%s: %s" % (name, e))
+orphans.kill()
+print("failed=%d" % bad)
+`
+
+// TestCommandCreateUnderSignals: a signal to the supervisor while it
+// installs a created file's descriptor in the command must not leave the
+// command's open with a descriptor it never opened (stdin, once).
+func TestCommandCreateUnderSignals(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws := denyFixture(t)
+	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pySignalled+"' </dev/null")
+	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "failed=0") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
+
 // TestCommandDenyGlobFIFOStarved: an O_CREAT open of a FIFO for writing
 // waits in the supervisor's pending list for a reader; another process
 // creating files without pause must not keep it waiting once the reader

@@ -91,20 +91,39 @@ func (s *supervisor) serve() {
 // syscall's result) when fd >= 0 (closed here), else with errno (0: the
 // call returns 0). An answer to a notification gone meanwhile (the target
 // was interrupted or died) fails with ENOENT: nothing to do.
+//
+// The descriptor is added, then the reply sent, in two calls rather than
+// one SECCOMP_ADDFD_FLAG_SEND: that flag marks the notification answered
+// before the target has taken the descriptor, and when a signal to this
+// thread (a reparented orphan's SIGCHLD) interrupts the wait for it the
+// kernel withdraws the descriptor but not the answer. The target's open
+// then returned 0, a descriptor it never opened, and the restarted ioctl
+// found the notification gone (TestCommandCreateUnderSignals). Without
+// the flag, an interrupted add is withdrawn whole (and restarted) or was
+// done and returns its number. Between the two calls the target waits
+// killably (WAIT_KILLABLE_RECV); only on kernels before 5.19 can a signal
+// to it restart the call, leaving it the descriptor of its own creation.
 func (s *supervisor) answer(id uint64, fd fdResult, errno unix.Errno) {
+	resp := seccompResp{ID: id}
 	if fd.fd >= 0 {
-		add := seccompAddfd{ID: id, Flags: unix.SECCOMP_ADDFD_FLAG_SEND, Srcfd: uint32(fd.fd)}
+		add := seccompAddfd{ID: id, Srcfd: uint32(fd.fd)}
 		if fd.cloexec {
 			add.NewfdFlags = unix.O_CLOEXEC
 		}
-		e := notifIoctl(s.listener, ioctlNotifAddfd, &add)
-		unix.Close(fd.fd)
-		if e == 0 || e == unix.ENOENT {
-			return
+		n, e := notifAddfd(s.listener, &add)
+		for e == unix.EINTR {
+			n, e = notifAddfd(s.listener, &add)
 		}
-		errno = e // fail closed: the call fails with the reason
+		unix.Close(fd.fd)
+		switch e {
+		case 0:
+			resp.Val, errno = int64(n), 0
+		case unix.ENOENT:
+			return
+		default:
+			errno = e // fail closed: the call fails with the reason
+		}
 	}
-	resp := seccompResp{ID: id}
 	if errno != 0 {
 		resp.Error = -int32(errno)
 	}

@@ -14,8 +14,11 @@ package main
 // node (as an L7 balancer hashing on the {env} segment would), "skew"
 // sends it to the next node, so that a harness dialled through it lands
 // on another node than its executor. Executors (remote/executor, real
-// register, Noise and validate, serving an echo) and harness streams
-// (remote/harness, reliability extension on) run in this process. Midway
+// register, Noise and validate, serving an echo) and the harness streams
+// measured across the kill (remote/harness, reliability extension on) run
+// in --client-procs worker processes each (fleetclient.go), so that their
+// scheduling is not counted as the relay's; the latency, throughput and
+// admission probes run in this process. Midway
 // it SIGKILLs the first node and measures recovery. It prints one JSON
 // line.
 //
@@ -60,6 +63,9 @@ import (
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == "fleet" {
 		os.Exit(fleetMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fleet-client" {
+		os.Exit(fleetClientMain(os.Args[2:]))
 	}
 	if len(os.Args) > 2 && os.Args[1] == "fleet-nats" {
 		os.Exit(fleetNATS(os.Args[2]))
@@ -113,6 +119,11 @@ type fleetBench struct {
 	cpuAround map[string][2]float64
 	natsPID   int
 	natsProc  *fleetProc // the NATS process (its CPU counted in raw_relay_nats_*)
+
+	// The client worker processes (fleetclient.go).
+	clients       []*fleetClient
+	execClients   []int // pids
+	streamClients []*fleetClient
 }
 
 type fleetProc struct {
@@ -130,6 +141,7 @@ func fleetMain(args []string) int {
 	relayBin := fs.String("relay", "", "exec-relay binary (default: go build ./cmd/exec-relay)")
 	after := fs.Duration("after-kill", 8*time.Second, "how long streams run after the node kill")
 	jsonOut := fs.String("json", "", "also write the JSON line to this file")
+	clientProcs := fs.Int("client-procs", 2, "worker processes for the executors, and as many for the streams across the kill (clients out of this process, so that their scheduling is not measured as the relay's)")
 	rawStreams := fs.Int("raw-streams", 16, "streams of the raw_* rows (raw frame clients, opaque payloads: the relay measured, not Noise); 0 skips them")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -151,7 +163,7 @@ func fleetMain(args []string) int {
 	b := &fleetBench{dir: dir, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	defer b.stop()
-	out, err := b.run(*relayBin, *nodes, *executors, *streams, *rawStreams, *after)
+	out, err := b.run(*relayBin, *nodes, *executors, *streams, *rawStreams, *clientProcs, *after)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exec-bench fleet: %v\n", err)
 		return 1
@@ -165,6 +177,7 @@ func fleetMain(args []string) int {
 }
 
 func (b *fleetBench) stop() {
+	b.stopClients()
 	for _, p := range append(b.nodes, b.single) {
 		if p != nil && !p.dead.Load() {
 			p.cmd.Process.Kill()
@@ -203,8 +216,8 @@ func (b *fleetBench) startRelay(name string, extra ...string) (*fleetProc, error
 }
 
 // run is the whole benchmark; the result is the JSON line.
-func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, after time.Duration) (map[string]any, error) {
-	out := map[string]any{"bench": "fleet", "nodes": nNodes, "executors": nExec, "streams": nStreams}
+func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs int, after time.Duration) (map[string]any, error) {
+	out := map[string]any{"bench": "fleet", "nodes": nNodes, "executors": nExec, "streams": nStreams, "client_procs": procs}
 	b.relayBin = relayBin
 	if b.relayBin == "" {
 		b.relayBin = filepath.Join(b.dir, "exec-relay")
@@ -252,15 +265,28 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	defer cancel()
 
 	// Baseline: the single-node relay, one executor, one stream.
-	b.startExecutor(ctx, b.single.base, "single-0")
+	if err := b.startExecutors(b.single.base, "single-", 0, 1, 1); err != nil {
+		return nil, err
+	}
 	if err := b.waitSockets([]*fleetProc{b.single}, 1, 30*time.Second); err != nil {
 		return nil, err
 	}
 
 	// The fleet's executors, through the affinity port.
 	start := time.Now()
-	for i := range nExec {
-		b.startExecutor(ctx, b.lb.url(0), fmt.Sprint("env-", i))
+	// The environments of the streams measured across the kill
+	// (env-1..env-nStreams) in workers of their own, the others in
+	// theirs: the 332 executors redialling after the kill would
+	// otherwise share a process with the unaffected streams' executors
+	// and show their own scheduling as those streams' gaps.
+	nMeasured := min(nStreams, nExec-1)
+	if err := b.startExecutors(b.lb.url(0), "env-", 0, nMeasured+1, procs); err != nil {
+		return nil, err
+	}
+	if rest := nExec - nMeasured - 1; rest > 0 {
+		if err := b.startExecutors(b.lb.url(0), "env-", nMeasured+1, rest, procs); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.waitSockets(b.nodes, nExec, 120*time.Second); err != nil {
 		return nil, err
@@ -330,95 +356,53 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		}
 	}
 
-	// Streams across the kill: half node-local, half cross-node.
-	type sres struct {
-		execNode, harnessNode int
-		maxGap                time.Duration
-		gapAtKill             time.Duration
-		maxGapBefore          time.Duration          // largest gap ending before the kill
-		maxGapAfter           time.Duration          // largest gap ending after it
-		maxGapEnd             time.Duration          // when maxGapAfter ended, from the kill
-		bySec                 [gapSecs]time.Duration // largest gap ending in each second from the steady start
-		err                   error
-		msgs                  int
-	}
-	res := make([]sres, nStreams)
-	var killAt, steadyAt atomic.Int64
-	var wg sync.WaitGroup
-	sctx, scancel := context.WithCancel(ctx)
-	opened := make(chan error, nStreams)
+	// Streams across the kill: half node-local, half cross-node, in
+	// worker processes of their own (fleetclient.go).
+	specs := make([][]fleetStreamSpec, max(1, min(procs, nStreams)))
 	for i := range nStreams {
-		env := fmt.Sprint("env-", 1+i%(nExec-1))
-		port := i % 2
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ch, err := b.dial(ctx, b.lb.url(port), env)
-			opened <- err
-			if err != nil {
-				res[i].err = err
-				return
-			}
-			defer ch.Close()
-			res[i].execNode = b.lb.execNode(env)
-			res[i].harnessNode = b.lb.harnessNode(env, port)
-			msg := bytes.Repeat([]byte("x"), 1024)
-			msg = append(append([]byte(`{"jsonrpc":"2.0","method":"m","params":"`), msg...), `"}`...)
-			last := time.Now()
-			for sctx.Err() == nil {
-				if err := ch.Write(sctx, msg, false); err != nil {
-					if sctx.Err() == nil {
-						res[i].err = err
-					}
-					return
-				}
-				got, err := ch.Read(sctx)
-				if err != nil {
-					if sctx.Err() == nil {
-						res[i].err = err
-					}
-					return
-				}
-				if !bytes.Equal(got, msg) {
-					res[i].err = fmt.Errorf("message differs")
-					return
-				}
-				now := time.Now()
-				gap := now.Sub(last)
-				res[i].maxGap = max(res[i].maxGap, gap)
-				k := killAt.Load()
-				switch {
-				case k == 0:
-					if st := steadyAt.Load(); st != 0 && last.UnixNano() >= st {
-						res[i].maxGapBefore = max(res[i].maxGapBefore, gap)
-					}
-				case gap > res[i].maxGapAfter:
-					res[i].maxGapAfter = gap
-					res[i].maxGapEnd = time.Duration(now.UnixNano() - k)
-				}
-				if st := steadyAt.Load(); st != 0 && last.UnixNano() >= st {
-					if sec := int((now.UnixNano() - st) / 1e9); sec < gapSecs {
-						res[i].bySec[sec] = max(res[i].bySec[sec], gap)
-					}
-				}
-				if k != 0 && last.UnixNano() <= k && now.UnixNano() >= k {
-					res[i].gapAtKill = gap
-				}
-				last = now
-				res[i].msgs++
-				time.Sleep(20 * time.Millisecond) // about 50 round trips/s per stream
-			}
-		}()
+		sp := fleetStreamSpec{Env: fmt.Sprint("env-", 1+i%(nExec-1)), Port: i % 2}
+		specs[i%len(specs)] = append(specs[i%len(specs)], sp)
 	}
 	openErrs := 0
-	for range nStreams {
-		if err := <-opened; err != nil {
-			openErrs++
+	for _, sp := range specs {
+		c, err := b.startClient("streams", b.lb.url(0), b.lb.url(1))
+		if err != nil {
+			return nil, err
+		}
+		b.streamClients = append(b.streamClients, c)
+		line, _ := json.Marshal(sp)
+		c.send(string(line))
+	}
+	for _, c := range b.streamClients {
+		var st struct {
+			OpenErrors int `json:"open_errors"`
+		}
+		line, err := c.out.ReadBytes('\n')
+		if err == nil {
+			err = json.Unmarshal(line, &st)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stream worker: %w", err)
+		}
+		openErrs += st.OpenErrors
+	}
+	// Where each stream's sockets are, before the kill moves them.
+	nodesOf := map[fleetStreamSpec][2]int{}
+	for _, sps := range specs {
+		for _, sp := range sps {
+			nodesOf[sp] = [2]int{b.lb.execNode(sp.Env), b.lb.harnessNode(sp.Env, sp.Port)}
 		}
 	}
 	out["stream_open_errors"] = openErrs
+	var killAt atomic.Int64 // for the admission probe
+	broadcast := func(line string) {
+		for _, c := range b.streamClients {
+			c.send(line)
+		}
+	}
 	out["rss_MB_per_node_before_kill"] = b.rssMB(b.nodes)
-	steadyAt.Store(time.Now().UnixNano())
+	out["mem_per_node_before_kill"] = b.memOf(b.nodes)
+	broadcast(fmt.Sprint("steady ", time.Now().UnixNano()))
 	// Admission across the kill (fleetadmit.go): new streams to
 	// environments homed on the survivors, from 2 s before the kill to
 	// 5 s after it.
@@ -448,6 +432,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	victim := b.nodes[0]
 	killed := time.Now()
 	killAt.Store(killed.UnixNano())
+	broadcast(fmt.Sprint("kill ", killed.UnixNano()))
 	b.log.Warn("exec-bench fleet: SIGKILL", "node", victim.name)
 	b.lb.mark(killed)
 	victim.cmd.Process.Signal(syscall.SIGKILL)
@@ -477,8 +462,23 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	// after the kill.
 	time.Sleep(after)
 	<-admDone
-	scancel()
-	wg.Wait()
+	broadcast("stop")
+	var res []fleetStreamResult
+	for _, c := range b.streamClients {
+		line, err := c.out.ReadBytes('\n')
+		var part []fleetStreamResult
+		if err == nil {
+			err = json.Unmarshal(line, &part)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stream worker results: %w", err)
+		}
+		for i := range part {
+			n := nodesOf[fleetStreamSpec{Env: part[i].Env, Port: part[i].Port}]
+			part[i].execNode, part[i].harnessNode = n[0], n[1]
+		}
+		res = append(res, part...)
+	}
 
 	var touching, other []float64
 	// The kill's timeline, in ms from it: per class of stream (where its
@@ -489,25 +489,25 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	classes := map[string][]float64{}
 	var otherBefore, otherAfter, otherAfterEnd, localAfter, crossAfter []float64
 	for _, r := range res {
-		if r.err != nil {
+		if r.Err != "" {
 			continue
 		}
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		switch {
 		case r.execNode == 0 && r.harnessNode == 0:
-			classes["exec_and_harness_on_dead"] = append(classes["exec_and_harness_on_dead"], ms(r.maxGapEnd))
+			classes["exec_and_harness_on_dead"] = append(classes["exec_and_harness_on_dead"], ms(r.MaxGapEnd))
 		case r.execNode == 0:
-			classes["exec_on_dead"] = append(classes["exec_on_dead"], ms(r.maxGapEnd))
+			classes["exec_on_dead"] = append(classes["exec_on_dead"], ms(r.MaxGapEnd))
 		case r.harnessNode == 0:
-			classes["harness_on_dead"] = append(classes["harness_on_dead"], ms(r.maxGapEnd))
+			classes["harness_on_dead"] = append(classes["harness_on_dead"], ms(r.MaxGapEnd))
 		default:
-			otherBefore = append(otherBefore, ms(r.maxGapBefore))
-			otherAfter = append(otherAfter, ms(r.maxGapAfter))
-			otherAfterEnd = append(otherAfterEnd, ms(r.maxGapEnd))
+			otherBefore = append(otherBefore, ms(r.MaxGapBefore))
+			otherAfter = append(otherAfter, ms(r.MaxGapAfter))
+			otherAfterEnd = append(otherAfterEnd, ms(r.MaxGapEnd))
 			if r.execNode == r.harnessNode {
-				localAfter = append(localAfter, ms(r.maxGapAfter))
+				localAfter = append(localAfter, ms(r.MaxGapAfter))
 			} else {
-				crossAfter = append(crossAfter, ms(r.maxGapAfter))
+				crossAfter = append(crossAfter, ms(r.MaxGapAfter))
 			}
 		}
 	}
@@ -534,8 +534,8 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	for sec := range gapSecs {
 		var v []float64
 		for _, r := range res {
-			if r.err == nil && r.execNode != 0 && r.harnessNode != 0 && r.bySec[sec] > 0 {
-				v = append(v, float64(r.bySec[sec].Microseconds())/1000)
+			if r.Err == "" && r.execNode != 0 && r.harnessNode != 0 && r.BySec[sec] > 0 {
+				v = append(v, float64(r.BySec[sec].Microseconds())/1000)
 			}
 		}
 		series = append(series, [2]float64{pct(v, 99), pct(v, 100)})
@@ -550,8 +550,8 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		for sec := range gapSecs {
 			var v []float64
 			for _, r := range res {
-				if r.err == nil && r.execNode == node && r.harnessNode == node && r.bySec[sec] > 0 {
-					v = append(v, float64(r.bySec[sec].Microseconds())/1000)
+				if r.Err == "" && r.execNode == node && r.harnessNode == node && r.BySec[sec] > 0 {
+					v = append(v, float64(r.BySec[sec].Microseconds())/1000)
 				}
 			}
 			ser = append(ser, pct(v, 99))
@@ -559,13 +559,14 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		timeline[fmt.Sprintf("unaffected_local_n%d_gap_ms_p99_by_second_from_kill_minus_2", node)] = ser
 	}
 	adm.figures(timeline)
+	out["mem_format"] = "MB heap objects, heap unused, heap free not returned, stacks; goroutines"
 	timeline["format"] = "largest_gap_end: p50 p99 max n; redial: first p50 p99 max n; gaps: p50 p99 max; admission_ms: p50 p99 max n_ok"
 	out["kill_timeline"] = timeline
 	resets, errs := 0, 0
 	for _, r := range res {
-		if r.err != nil {
+		if r.Err != "" {
 			errs++
-			if strings.Contains(r.err.Error(), "reset") {
+			if strings.Contains(r.Err, "reset") {
 				resets++
 			}
 			continue
@@ -573,11 +574,11 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 		// The stall: the largest gap after the kill (the gap spanning
 		// the kill itself can be short: an echo already on its way when
 		// the node died, the stream stalling on its next message).
-		g := float64(max(r.gapAtKill, r.maxGapAfter).Microseconds()) / 1000
+		g := float64(max(r.GapAtKill, r.MaxGapAfter).Microseconds()) / 1000
 		if r.execNode == 0 || r.harnessNode == 0 {
 			touching = append(touching, g)
 		} else {
-			other = append(other, float64(r.maxGap.Microseconds())/1000)
+			other = append(other, float64(r.MaxGap.Microseconds())/1000)
 		}
 	}
 	out["stream_errors"], out["stream_resets"] = errs, resets
@@ -586,6 +587,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK int, aft
 	out["max_gap_ms_not_touching_dead_p99"], out["max_gap_ms_not_touching_dead_max"] = pct(other, 99), pct(other, 100)
 	out["streams_not_touching_dead"] = len(other)
 	out["rss_MB_per_node_after"] = b.rssMB(alive)
+	out["mem_per_node_after"] = b.memOf(alive)
 	var drops, slow, reconnects, takeovers, recSum, recN, rehomed float64
 	for _, m := range b.scrape(alive) {
 		recSum += m["exec_relay_stream_recovery_seconds_sum"]
@@ -865,11 +867,23 @@ func (b *fleetBench) rssMB(nodes []*fleetProc) map[string]float64 {
 	return out
 }
 
+// memOf is where each node's memory goes, from its /metrics: MB of live
+// heap objects, unused heap, free heap not returned, stacks; goroutines.
+func (b *fleetBench) memOf(nodes []*fleetProc) map[string][5]float64 {
+	out := map[string][5]float64{}
+	for i, m := range b.scrape(nodes) {
+		mb := func(k string) float64 { return round3(m["exec_relay_memory_"+k+"_bytes"] / (1 << 20)) }
+		out[nodes[i].name] = [5]float64{mb("heap_objects"), mb("heap_unused"), mb("heap_free"), mb("stacks"), m["exec_relay_goroutines"]}
+	}
+	return out
+}
+
 // procCPU is the CPU seconds so far of each process of the benchmark:
-// the fleet nodes, the NATS server and this one (executors, harnesses,
-// the balancer).
+// the fleet nodes, the NATS server, this one (the balancer, the admission
+// probe) and the client workers.
 func (b *fleetBench) procCPU() map[string]float64 {
 	out := map[string]float64{"bench": pidCPU(os.Getpid()), "nats": pidCPU(b.natsPID)}
+	out["executor_clients"], out["stream_clients"] = b.clientCPU()
 	for _, n := range b.nodes {
 		if !n.dead.Load() {
 			out[n.name] = pidCPU(n.cmd.Process.Pid)

@@ -37,6 +37,9 @@ const (
 // admitAfter, or admitMax attempts, or ctx ends. victim is the node
 // index being killed; nExec the number of environments env-0..env-N-1.
 func (b *fleetBench) admitProbe(ctx context.Context, a *admission, victim, nExec int, killedAt func() time.Time) {
+	if nExec < 2 {
+		return // env-0 is the latency probes' own; no other environment to admit to
+	}
 	msg := append(append([]byte(`{"jsonrpc":"2.0","method":"m","params":"`), bytes.Repeat([]byte("a"), 64)...), `"}`...)
 	var wg sync.WaitGroup
 	defer wg.Wait()

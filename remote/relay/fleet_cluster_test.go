@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,30 +13,20 @@ import (
 	"github.com/execgo/exec-server/remote/harness"
 )
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startNATSCluster starts three in-process NATS servers routed together,
-// JetStream on.
+// JetStream on. Each takes its route port from the kernel (port -1) and
+// routes to the ones started before it (the cluster learns the rest by
+// gossip): no port is chosen, closed and bound again, which another
+// process could take in between.
 func startNATSCluster(t *testing.T) ([]*natsserver.Server, string) {
 	t.Helper()
-	ports := []int{freePort(t), freePort(t), freePort(t)}
 	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-	}
 	var servers []*natsserver.Server
 	var urls []string
-	for i, p := range ports {
+	for i := range 3 {
 		ns, err := natsserver.NewServer(&natsserver.Options{
 			ServerName: fmt.Sprint("s", i), Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-			Cluster: natsserver.ClusterOpts{Name: "relay", Host: "127.0.0.1", Port: p},
+			Cluster: natsserver.ClusterOpts{Name: "relay", Host: "127.0.0.1", Port: -1},
 			Routes:  natsserver.RoutesFromStr(strings.Join(routes, ",")),
 			NoLog:   true, NoSigs: true,
 		})
@@ -46,12 +35,13 @@ func startNATSCluster(t *testing.T) ([]*natsserver.Server, string) {
 		}
 		go ns.Start()
 		t.Cleanup(ns.Shutdown)
-		servers = append(servers, ns)
-	}
-	for _, ns := range servers {
 		if !ns.ReadyForConnections(10 * time.Second) {
 			t.Fatal("nats server not ready")
 		}
+		routes = append(routes, fmt.Sprintf("nats://%s", ns.ClusterAddr()))
+		servers = append(servers, ns)
+	}
+	for _, ns := range servers {
 		urls = append(urls, ns.ClientURL())
 	}
 	return servers, strings.Join(urls, ",")
@@ -108,15 +98,7 @@ func TestFleetNATSServerLoss(t *testing.T) {
 	}
 	startExecutor(t, a.base, "E")
 	a.executorOn(t, "E", 30*time.Second)
-	d, err := harness.NewDialer(b.base, "E", harnessToken, harness.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := d.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := dialStream(ctx, t, b.base, "E", harness.Options{})
 	if err := exchange(ctx, ch, 0, 50); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +108,10 @@ func TestFleetNATSServerLoss(t *testing.T) {
 		t.Fatalf("existing stream after the KV leader went: %v", err)
 	}
 	t.Logf("existing stream: 200 messages in %s after the kill", time.Since(killed).Round(time.Millisecond))
+	d, err := harness.NewDialer(b.base, "E", harnessToken, harness.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 		ch2, err := d.Dial(dctx)

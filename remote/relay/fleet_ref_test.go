@@ -72,17 +72,9 @@ func TestFleetReferenceExecutor(t *testing.T) {
 	b := startNode(t, url, "b", "", nil)
 	startReference(t, a.base, "E", execToken)
 	a.executorOn(t, "E", 30*time.Second)
-	d, err := harness.NewDialer(b.base, "E", harnessToken, harness.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ch, err := d.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := dialStream(ctx, t, b.base, "E", harness.Options{})
 	rpcCall(t, ch, 1, "initialize", map[string]any{"clientName": "fleet-test"})
 	note, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "initialized", "params": map[string]any{}})
 	ch.Write(ctx, note, false)

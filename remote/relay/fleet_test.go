@@ -425,17 +425,9 @@ func TestFleetReliableEndsAcrossNodes(t *testing.T) {
 		t.Run(tc.env, func(t *testing.T) {
 			startExecutor(t, a.base, tc.env)
 			a.executorOn(t, tc.env, 15*time.Second)
-			d, err := harness.NewDialer(tc.node.base, tc.env, harnessToken, harness.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			ch, err := d.Dial(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ch.Close()
+			ch := dialStream(ctx, t, tc.node.base, tc.env, harness.Options{})
 			forwarded := func(e Event) bool { return e.Kind == "attach" && e.Code == "forward" && e.Env == tc.env }
 			if got := b.rec.count(forwarded); got != map[bool]int{false: 0, true: 1}[tc.cross] {
 				t.Fatalf("%d sockets forwarded from node b", got)
@@ -632,16 +624,24 @@ func threeNodeStream(t *testing.T, opts func(*Options)) (*lb, []*fleetNode, cont
 	startExecutor(t, front.url(), "E")
 	nodes[0].executorOn(t, "E", 15*time.Second)
 	front.pick.Store(1)
-	d, err := harness.NewDialer(front.url(), "E", harnessToken, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	ch := dialStream(ctx, t, front.url(), "E", harness.Options{})
+	return front, nodes, ctx, ch
+}
+
+// dialStream opens a harness stream to env through the relay at base; it
+// is closed when the test ends.
+func dialStream(ctx context.Context, t *testing.T, base, env string, o harness.Options) *channel.Channel {
+	t.Helper()
+	d, err := harness.NewDialer(base, env, harnessToken, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
 	ch, err := d.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ch.Close() })
-	return front, nodes, ctx, ch
+	return ch
 }

@@ -84,17 +84,9 @@ func TestFleetSilentNodeNotDeclaredDead(t *testing.T) {
 	b := startNode(t, url, "b", "", fast)
 	startExecutor(t, a.base, "E")
 	a.executorOn(t, "E", 15*time.Second)
-	d, err := harness.NewDialer(b.base, "E", harnessToken, harness.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ch, err := d.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := dialStream(ctx, t, b.base, "E", harness.Options{})
 	if err := exchange(ctx, ch, 0, 50); err != nil {
 		t.Fatal(err)
 	}
@@ -128,17 +120,9 @@ func TestFleetDeadNodeDeclared(t *testing.T) {
 	b := startNode(t, url, "b", "", fast)
 	startExecutor(t, a.base, "E") // its URLs point at a alone
 	a.executorOn(t, "E", 15*time.Second)
-	d, err := harness.NewDialer(b.base, "E", harnessToken, harness.Options{ResumeTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ch, err := d.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := dialStream(ctx, t, b.base, "E", harness.Options{ResumeTimeout: time.Second})
 	if err := exchange(ctx, ch, 0, 20); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -191,3 +192,15 @@ func (n natsLog) Fatalf(format string, v ...any) { n.l.Error(fmt.Sprintf(format,
 func (n natsLog) Errorf(format string, v ...any) { n.l.Error(fmt.Sprintf(format, v...)) }
 func (n natsLog) Debugf(format string, v ...any) {}
 func (n natsLog) Tracef(format string, v ...any) {}
+
+// freePort is a port free a moment ago (the embedded servers' routes
+// list every node's address, their own included, before any starts; for
+// the benchmarks only: another process may take it in between).
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

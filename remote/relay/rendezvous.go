@@ -28,7 +28,7 @@ type leg struct {
 	env      string
 	reg      string // registration it dialled for
 	conn     *websocket.Conn
-	out      chan outFrame
+	out      chan outFrame // made with the writer (startWriter)
 	queued   atomic.Int64  // bytes in out
 	wmu      sync.Mutex    // held while writing the socket
 	unsent   atomic.Int64  // frames in out or being written by the writer
@@ -38,7 +38,7 @@ type leg struct {
 	closeMu  sync.Once
 	doneOnce sync.Once
 	reason   string
-	scratch  []byte // read buffer, reader goroutine only
+	rbuf     *readBuf // the frame read last, reader goroutine only (nil between frames)
 	ctx      context.Context
 	cancel   context.CancelFunc
 	// ioctx never ends: reads and writes pass it, since a context that
@@ -49,6 +49,14 @@ type leg struct {
 	wdeadline atomic.Int64 // unix ns by which the write in progress must end; 0: none
 	wdog      *time.Timer  // fires watchdog
 	wslow     atomic.Bool  // the watchdog cut the socket
+
+	writerOnce sync.Once
+	writerDone chan struct{} // closed when the writer has ended
+
+	pingMu   sync.Mutex
+	pingT    *time.Timer    // starts the next ping
+	pingStop bool           // the socket is gone: arm no more
+	pings    sync.WaitGroup // the ping in progress
 }
 
 type outFrame struct {
@@ -61,12 +69,12 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leg{
 		s: s, role: role, env: env, conn: c,
-		out:     make(chan outFrame, s.opts.QueueFrames),
 		space:   make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		ctx:     ctx, cancel: cancel,
-		ioctx: context.WithoutCancel(ctx),
+		writerDone: make(chan struct{}),
+		ioctx:      context.WithoutCancel(ctx),
 	}
 	l.wdog = time.AfterFunc(time.Hour, l.watchdog)
 	l.wdog.Stop()
@@ -169,6 +177,7 @@ func (l *leg) send(f outFrame) bool {
 	if l.ending() {
 		return false
 	}
+	l.startWriter()
 	l.unsent.Add(1)
 	if !l.enqueue(f) {
 		l.unsent.Add(-1)
@@ -259,6 +268,24 @@ func (l *leg) Close(reason string) {
 		l.reason = reason
 		close(l.closing)
 	})
+	l.startWriter()
+}
+
+// startWriter starts the leg's writer goroutine, once: when a frame first
+// waits in the queue, or the leg closes. Frames are written on the
+// sender's goroutine while nothing is queued (sendFrame), so an idle
+// socket, most executors most of the time, never needs one: a goroutine
+// and its stack less per socket.
+func (l *leg) startWriter() {
+	l.writerOnce.Do(func() {
+		// The queue too: 64 frames' headers are 3.5 KiB an idle socket
+		// need not hold. The Once orders this before any enqueue.
+		l.out = make(chan outFrame, l.s.opts.QueueFrames)
+		go func() {
+			defer close(l.writerDone)
+			l.writer()
+		}()
+	})
 }
 
 // cut drops the socket at once.
@@ -320,61 +347,133 @@ func (l *leg) writer() {
 	}
 }
 
-// pinger checks the peer answers: a half-open socket would otherwise hold
-// routes until TCP gives up.
-func (l *leg) pinger() {
-	t := time.NewTicker(l.s.opts.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(l.ctx, l.s.opts.PongTimeout)
-			err := l.conn.Ping(ctx)
-			cancel()
-			if err != nil {
-				select {
-				case <-l.done:
-				default:
-					l.s.log.Info("rendezvous: no pong, dropping socket", "role", l.role, "env", l.env)
-				}
-				l.cut()
-				return
-			}
-		}
-	}
+// Pings check the peer answers: a half-open socket would otherwise hold
+// routes until TCP gives up. A timer starts each ping (no goroutine per
+// socket waiting for a ticker: a goroutine and its stack per idle
+// executor was a good part of a node's memory), and the next is armed
+// once the pong came.
+func (l *leg) startPings() {
+	l.pingT = time.AfterFunc(l.s.opts.PingInterval, l.ping)
 }
 
-// read returns the next message, in the leg's scratch buffer: valid until
-// the next read (Send copies what it queues; NATS copies what it
-// publishes), so a frame written at once or published costs no
-// allocation. Reading straight into a growing slice re-allocated and
-// cleared each large frame several times over.
+func (l *leg) ping() {
+	l.pingMu.Lock()
+	if l.pingStop {
+		l.pingMu.Unlock()
+		return
+	}
+	l.pings.Add(1)
+	l.pingMu.Unlock()
+	defer l.pings.Done()
+	ctx, cancel := context.WithTimeout(l.ctx, l.s.opts.PongTimeout)
+	err := l.conn.Ping(ctx)
+	cancel()
+	if err != nil {
+		select {
+		case <-l.done:
+		default:
+			l.s.log.Info("rendezvous: no pong, dropping socket", "role", l.role, "env", l.env)
+		}
+		l.cut()
+		return
+	}
+	l.pingMu.Lock()
+	if !l.pingStop {
+		l.pingT.Reset(l.s.opts.PingInterval)
+	}
+	l.pingMu.Unlock()
+}
+
+// stopPings ends the pings once the socket is cut (a ping in progress
+// returns at once: the leg's context has ended).
+func (l *leg) stopPings() {
+	l.pingMu.Lock()
+	l.pingStop = true
+	l.pingT.Stop()
+	l.pingMu.Unlock()
+	l.pings.Wait()
+}
+
+// read returns the next message, in a read buffer the leg holds until the
+// next read (Send copies what it queues; NATS copies what it publishes),
+// so a frame written at once or published costs no allocation. Between
+// frames the leg holds no buffer: it goes back to the server's pool before
+// the leg waits for the next message, so an idle socket (most executors,
+// most of the time) costs no read buffer. Each leg kept one of 64 KiB or
+// more (grown by large frames) for its whole life: about 40 MB on a fleet
+// node holding 660 executors after a takeover.
 func (l *leg) read() (websocket.MessageType, []byte, error) {
+	l.releaseRead()
 	typ, r, err := l.conn.Reader(l.ioctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	if l.scratch == nil {
-		l.scratch = make([]byte, 64<<10)
-	}
+	class := 0
+	buf := l.s.readBufs[class].Get().(*readBuf)
 	n := 0
 	for {
-		if n == len(l.scratch) {
-			// The read limit (MaxFrameBytes) bounds this.
-			l.scratch = append(l.scratch, make([]byte, len(l.scratch))...)
+		if n == len(buf.b) {
+			// The next class. The read limit (MaxFrameBytes) bounds
+			// this: the last class holds it, past it only a frame of
+			// exactly the limit (to see its end) grows.
+			var next *readBuf
+			if class++; class < len(l.s.readBufs) {
+				next = l.s.readBufs[class].Get().(*readBuf)
+			} else {
+				next = &readBuf{b: make([]byte, 2*n)}
+			}
+			copy(next.b, buf.b[:n])
+			buf.free()
+			buf = next
 		}
-		m, err := r.Read(l.scratch[n:])
+		m, err := r.Read(buf.b[n:])
 		n += m
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
+			buf.free()
 			return 0, nil, err
 		}
 	}
-	return typ, l.scratch[:n:n], nil
+	l.rbuf = buf
+	return typ, buf.b[:n:n], nil
+}
+
+// releaseRead gives the last frame's buffer back: its frame is done with.
+func (l *leg) releaseRead() {
+	if l.rbuf != nil {
+		l.rbuf.free()
+		l.rbuf = nil
+	}
+}
+
+// readBuf is a read buffer of one of the server's classes (4 KiB, 66 KiB,
+// MaxFrameBytes), or of none (pool nil).
+type readBuf struct {
+	b    []byte
+	pool *sync.Pool
+}
+
+func (b *readBuf) free() {
+	if b.pool != nil {
+		b.pool.Put(b)
+	}
+}
+
+// initReadBufs sets up the read buffer classes.
+func (s *Server) initReadBufs() {
+	// Most frames are small (a 1 KiB message is a 1.1 KiB frame), and a
+	// buffer is held from a frame's arrival until its frame is written
+	// or queued, by hundreds of legs at once on a busy node: small ones
+	// first. A full Noise transport message (65 535 bytes) and its
+	// frame's header fit the second class: a stream of full frames
+	// copies 4 KiB once per frame, never into the third.
+	sizes := [3]int{4 << 10, 66 << 10, max(s.opts.MaxFrameBytes, 132<<10)}
+	for i := range s.readBufs {
+		p, n := &s.readBufs[i], sizes[i]
+		p.New = func() any { return &readBuf{b: make([]byte, n), pool: p} }
+	}
 }
 
 func (s *Server) track(l *leg) bool {
@@ -470,20 +569,26 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 		c.Close(websocket.StatusGoingAway, "relay_shutdown")
 		return
 	}
-	defer s.untrack(l)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); l.writer() }()
-	go func() { defer wg.Done(); l.pinger() }()
-	switch {
-	case role == roleEnvironment:
-		s.serveExecutor(l, reg)
-	case fwd != nil:
-		fwd.serve(l, reg)
-	default:
-		s.serveHarness(l, reg)
-	}
-	wg.Wait()
+	// The socket is served on a goroutine of its own and the handler
+	// returns (the connection is hijacked: nothing waits for it). The
+	// upgrade (request parsing, registration checks, the handshake) grew
+	// this goroutine's stack, which a socket waiting for its next frame,
+	// most executors most of the time, kept for life.
+	go func() {
+		defer s.untrack(l)
+		l.startPings()
+		switch {
+		case role == roleEnvironment:
+			s.serveExecutor(l, reg)
+		case fwd != nil:
+			fwd.serve(l, reg)
+		default:
+			s.serveHarness(l, reg)
+		}
+		l.Close("closed") // if serving did not (the first reason stays)
+		<-l.writerDone    // the writer ends by cutting the socket
+		l.stopPings()
+	}()
 }
 
 // homeWait bounds how long a harness upgrade waits for its environment to

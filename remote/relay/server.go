@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,6 +122,8 @@ type Server struct {
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
 	recov  recoveries
 
+	readBufs [3]sync.Pool // of *readBuf: frames being read (rendezvous.go)
+
 	direct *directState // direct.go
 
 	mu     sync.Mutex
@@ -183,6 +186,7 @@ func New(opts Options) (*Server, error) {
 		legs:   make(map[*leg]struct{}),
 		stop:   make(chan struct{}),
 	}
+	s.initReadBufs()
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -642,6 +646,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
 	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
 	s.recov.hist.write(w, "exec_relay_stream_recovery_seconds", "how long a reliable stream was stalled by a lost socket or node until it resumed (docs/remote.md)")
+	writeMemMetrics(w)
 	if s.fab == nil {
 		return
 	}
@@ -675,5 +680,32 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		{"exec_relay_nats_connected", "gauge", "1 while the NATS connection is up", up},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.typ, m.name, m.v)
+	}
+}
+
+// memSamples: where a node's memory goes (docs/remote.md "Memory"): live
+// heap, heap kept but unused (the collector's headroom, and freed memory
+// not yet returned to the system), goroutine stacks, goroutines.
+var memSamples = []struct{ metric, name, help string }{
+	{"/memory/classes/heap/objects:bytes", "exec_relay_memory_heap_objects_bytes", "bytes of live and not yet collected heap objects"},
+	{"/memory/classes/heap/unused:bytes", "exec_relay_memory_heap_unused_bytes", "heap bytes reserved for objects but unused"},
+	{"/memory/classes/heap/free:bytes", "exec_relay_memory_heap_free_bytes", "free heap bytes not yet returned to the system"},
+	{"/memory/classes/heap/stacks:bytes", "exec_relay_memory_stacks_bytes", "bytes of goroutine stacks"},
+	{"/memory/classes/total:bytes", "exec_relay_memory_mapped_bytes", "bytes mapped by the Go runtime, released ones included"},
+	{"/memory/classes/heap/released:bytes", "exec_relay_memory_heap_released_bytes", "free heap bytes returned to the system"},
+	{"/sched/goroutines:goroutines", "exec_relay_goroutines", "goroutines"},
+}
+
+func writeMemMetrics(w io.Writer) {
+	samples := make([]metrics.Sample, len(memSamples))
+	for i, m := range memSamples {
+		samples[i].Name = m.metric
+	}
+	metrics.Read(samples)
+	for i, m := range memSamples {
+		if samples[i].Value.Kind() != metrics.KindUint64 {
+			continue
+		}
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", m.name, m.help, m.name, m.name, samples[i].Value.Uint64())
 	}
 }

@@ -60,7 +60,23 @@ type codexScenario struct {
 	serverHome func(t *testing.T, home string)
 	// serverEnv are NAME=VALUE entries added to our server's environment.
 	serverEnv []string
+	// slashTmp: the run's sandbox writes /tmp (codex's slash_tmp), so both
+	// servers make mount points for /tmp/.git, /tmp/.agents, … on the host
+	// (see slashTmpMu).
+	slashTmp bool
 }
+
+// slashTmpMu keeps the two targets' slash_tmp runs apart. The reference
+// makes its mount points for missing protected paths on the host and
+// removes them when its sandbox exits, without regard for anyone else:
+// ours, having found /tmp/.agents there (the reference's) and held it,
+// saw it removed before its command's view was built and failed closed
+// ("mount /tmp/.agents: protected path missing and its mount point could
+// not be made", CI under load). Ours keeps its own mount points (a marker,
+// a shared lock; see sandbox/protected_linux.go) and cannot keep the
+// reference's: what is under test here is the client on each server, not
+// two sandboxes racing on one host.
+var slashTmpMu sync.Mutex
 
 // codexRun is what a scenario's check looks at.
 type codexRun struct {
@@ -85,6 +101,10 @@ func scratchBase(t *testing.T) string {
 var mkScratch = codexref.Dir
 
 func runCodexScenario(t *testing.T, codex, base string, tg *target, sc codexScenario) {
+	if sc.slashTmp {
+		slashTmpMu.Lock()
+		defer slashTmpMu.Unlock()
+	}
 	for attempt := 1; ; attempt++ {
 		r := runCodexOnce(t, codex, base, tg, sc)
 		// The reference's bwrap fails now and then when another sandbox on
@@ -570,8 +590,9 @@ var codexScenarios = []codexScenario{
 		},
 	},
 	{
-		name:  "workspace-write",
-		flags: []string{"-s", "workspace-write"},
+		name:     "workspace-write",
+		flags:    []string{"-s", "workspace-write"},
+		slashTmp: true,
 		script: func(work, token string) [][]map[string]any {
 			return [][]map[string]any{
 				execCommand("call-inside", "echo inside-"+token+" > inside.txt && echo wrote"),

@@ -47,17 +47,11 @@ func TestRegistryShapesLiveInEnvreg(t *testing.T) {
 // literal instead of using the constant: a client classifies a failure by
 // its code, so both ends must read the same one.
 func TestRegistryNamesLiveInEnvreg(t *testing.T) {
-	names := map[string]bool{}
-	for _, n := range []string{
-		SecurityProfile, DirectTransport, StreamIDHeader,
-		CodeUnauthorized, CodeInvalidRequest, CodeBadRequest, CodeInvalidEnvironmentID,
-		CodeUnsupportedSecurityProfile, CodeRegistryFull, CodeStoreUnavailable, CodeEnvironmentOffline,
-		CodeTooManyPendingAuthorizations, CodeTooManyConnections, CodeRegistrationConflict,
-		CodeAuthenticationServiceUnavailable,
-	} {
-		names[n] = true
-	}
 	fset := token.NewFileSet()
+	names := wireNames(t, fset)
+	if len(names) < 15 {
+		t.Fatalf("wire.go: %d string constants, want the registry's names", len(names))
+	}
 	for _, dir := range registryPackages {
 		files, err := filepath.Glob(filepath.Join("../..", dir, "*.go"))
 		if err != nil || len(files) == 0 {
@@ -89,4 +83,31 @@ func TestRegistryNamesLiveInEnvreg(t *testing.T) {
 			})
 		}
 	}
+}
+
+// wireNames is every string constant wire.go declares: the registry's
+// names, read from their home so that a name added there is checked too.
+func wireNames(t *testing.T, fset *token.FileSet) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(fset, "wire.go", nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			for _, v := range spec.(*ast.ValueSpec).Values {
+				if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if s, err := strconv.Unquote(lit.Value); err == nil {
+						names[s] = true
+					}
+				}
+			}
+		}
+	}
+	return names
 }
