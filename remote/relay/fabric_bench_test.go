@@ -25,7 +25,7 @@ type fleetBenchEnv struct {
 }
 
 // fleetBenchNATS: how the nodes reach NATS in the benchmarks (go test
-// -bench Fleet -fleetnats=shared|embed|embed-tcp).
+// -bench Fleet ./remote/relay -fleetnats=shared|embed|embed-tcp).
 var fleetBenchNATS = flag.String("fleetnats", "shared", "fleet benchmarks: shared (one NATS server, TCP), embed (a server per node, in-process pipe), embed-tcp (a server per node, loopback TCP)")
 
 func startFleetBench(tb testing.TB, envs int) *fleetBenchEnv {

@@ -19,7 +19,7 @@ import (
 )
 
 // Embedded NATS, for measuring only (go test -bench Fleet
-// -fleetnats=embed|embed-tcp): each node runs its own NATS server in
+// ./remote/relay -fleetnats=embed|embed-tcp): each node runs its own NATS server in
 // process, reached over an in-process pipe (nats.InProcessServer) or its
 // loopback port, the nodes' servers clustered by routes authenticated
 // with a password derived from the URL secret. It was an exec-relay mode
