@@ -18,6 +18,13 @@ type Appender interface {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// LargeBufferMin is the capacity above which a buffer counts as large:
+// PutBuffer keeps it (keepLarge) instead of pooling it, GetLargeBuffer
+// looks for the kept one, and the transports hand a large message's buffer
+// back (Recycler) and take the kept one for a large incoming message. One
+// home, so that what is kept and what is looked for agree.
+const LargeBufferMin = 256 << 10
+
 // GetBuffer returns an empty buffer from the frame pool.
 func GetBuffer() []byte { return (*bufPool.Get().(*[]byte))[:0] }
 
@@ -25,7 +32,7 @@ func GetBuffer() []byte { return (*bufPool.Get().(*[]byte))[:0] }
 // for a moment instead (keepLarge), one at a time, so that a burst of large
 // replies does not allocate (and clear) a new one for each.
 func PutBuffer(b []byte) {
-	if cap(b) > 256<<10 {
+	if cap(b) > LargeBufferMin {
 		keepLarge(b)
 		return
 	}
@@ -83,7 +90,7 @@ func dropLarge() {
 // its reply in one) and end it as a frame given to the connection, which
 // returns it through PutBuffer once written.
 func GetLargeBuffer(n, c int) []byte {
-	if c <= 256<<10 {
+	if c <= LargeBufferMin {
 		return make([]byte, n, c)
 	}
 	large.Lock()

@@ -48,6 +48,10 @@ func (c *Conn) handle(h Handler, msg *Message, data []byte, rel Releaser) {
 	act := h(msg)
 	if act.run == nil || act.detached {
 		if act.run != nil {
+			// A Reusable mark covers work that has returned; Detached
+			// work is still running, so its buffer is released, never
+			// handed to the next message.
+			msg.reusable = false
 			c.GoDetached(act.run)
 		}
 		c.release(msg, data, rel)

@@ -213,3 +213,39 @@ func TestConnRecyclesReusableMessagesOnce(t *testing.T) {
 		}
 	}
 }
+
+// A Detached message is released, never recycled, even when the Handler
+// marked it Reusable: the mark covers work that has returned, and Detached
+// work is still running when the message is let go, so a Recycler must not
+// hand its buffer to the next message.
+func TestConnDetachedNeverRecycles(t *testing.T) {
+	s := &recyclingStream{releasingStream: releasingStream{fakeStream: newFakeStream(), released: map[string]int{}}, recycled: map[string]int{}}
+	c := NewConn(s, Options{})
+	hold := make(chan struct{})
+	wait := runConn(c, context.Background(), func(m *Message) Action {
+		m.Reusable()
+		id := append(json.RawMessage(nil), m.ID...)
+		return Detached(func() {
+			<-hold
+			c.Reply(id, json.RawMessage(`1`), nil)
+		})
+	})
+	msg := `{"id":"poll","method":"wait"}`
+	s.send(msg)
+	s.send(`{"id":"x"`) // the read loop has moved on: a parse error
+	s.next(t)
+	s.mu.Lock()
+	rel, rec := s.released[msg], s.recycled[msg]
+	s.mu.Unlock()
+	if rel != 1 || rec != 0 {
+		t.Errorf("detached Reusable message: released %d, recycled %d times; want 1, 0", rel, rec)
+	}
+	close(hold)
+	if got := s.next(t); got != `{"id":"poll","result":1}` {
+		t.Errorf("reply %s", got)
+	}
+	close(s.in)
+	if err := wait(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+}

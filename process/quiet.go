@@ -128,6 +128,15 @@ func (q *quietWait) wait() error {
 	return q.err
 }
 
+// setDeadline bounds the waits that follow. A wait that ends at its
+// deadline leaves the pipe's item armed; it is not disarmed (EPOLL_CTL_MOD
+// with no events) because an armed oneshot item costs at most one wake-up
+// of the runtime's poller, at the next write, and then disarms itself:
+// the same order of cost as the syscall that would disarm it, paid only
+// when the child writes again before the reader waits again (the next
+// wait re-arms it in any case). The stale readiness that wake-up leaves on
+// ep is harmless: a wait polls ep (q.poll) before it trusts the runtime's
+// readiness, and waits again when the poll finds nothing.
 func (q *quietWait) setDeadline(t time.Time) error { return q.ep.SetReadDeadline(t) }
 
 // close ends a wait in progress and every later one.

@@ -147,6 +147,8 @@ func (s *Server) Run(ctx context.Context) error {
 		if out == nil {
 			out = os.Stdout
 		}
+		growPipe(in)
+		growPipe(out)
 		st := transport.NewStdio(in, out, nil, int(s.cfg.MaxMessageBytes))
 		s.cfg.Logger.Info("serving on stdio")
 		// A blocked read of stdin cannot be interrupted; when ctx ends we

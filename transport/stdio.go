@@ -103,7 +103,7 @@ func (s *Stdio) readLine() (line []byte, tooLong bool, n int, err error) {
 					// A large line takes the kept large buffer when it
 					// fits (websocket.go, readMessage).
 					var grown []byte
-					if size > recycleMin {
+					if size > jsonrpc.LargeBufferMin {
 						grown = jsonrpc.TakeLargeBuffer(len(line), size, 2*size)
 					}
 					if grown == nil {

@@ -106,7 +106,7 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 			// new one costs its clearing or its page faults, about as
 			// much as the rest of an fs/writeFile's work.
 			var next []byte
-			if want := cap(buf) + grow; want > recycleMin {
+			if want := cap(buf) + grow; want > jsonrpc.LargeBufferMin {
 				if next = jsonrpc.TakeLargeBuffer(len(buf), want, 2*want); next != nil {
 					grow = cap(next) - cap(buf)
 				}
@@ -239,12 +239,10 @@ func (w *WebSocket) Recycle(msg []byte) {
 	recycle(msg)
 }
 
-// recycleMin is the capacity from which a message's buffer is recycled,
-// jsonrpc.PutBuffer's threshold for keeping a large frame.
-const recycleMin = 256 << 10
-
+// recycle hands a large message's buffer to jsonrpc.PutBuffer, which keeps
+// it for the next large message or frame; a small one is left to the GC.
 func recycle(msg []byte) {
-	if cap(msg) > recycleMin {
+	if cap(msg) > jsonrpc.LargeBufferMin {
 		jsonrpc.PutBuffer(msg[:0])
 	}
 }
