@@ -675,10 +675,18 @@ print("failed=%d" % bad)
 `
 
 func TestCommandDenyGlobInterrupted(t *testing.T) {
+	runPyNoFailures(t, pyInterrupted)
+}
+
+// runPyNoFailures runs a Python script that ends by printing
+// "failed=N" in the deny-glob fixture's workspace, confined by its plan
+// (stdin /dev/null), and fails unless it exits 0 with N = 0.
+func runPyNoFailures(t *testing.T, script string) {
+	t.Helper()
 	needSandbox(t)
 	needPython(t)
 	ws := denyFixture(t)
-	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pyInterrupted+"'")
+	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+script+"' </dev/null")
 	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "failed=0") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
@@ -712,13 +720,7 @@ print("failed=%d" % bad)
 // installs a created file's descriptor in the command must not leave the
 // command's open with a descriptor it never opened (stdin, once).
 func TestCommandCreateUnderSignals(t *testing.T) {
-	needSandbox(t)
-	needPython(t)
-	ws := denyFixture(t)
-	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+pySignalled+"' </dev/null")
-	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "failed=0") {
-		t.Errorf("exit %d:\n%s", code, out)
-	}
+	runPyNoFailures(t, pySignalled)
 }
 
 // TestCommandDenyGlobFIFOStarved: an O_CREAT open of a FIFO for writing
