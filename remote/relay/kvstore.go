@@ -160,7 +160,10 @@ func boundRecords(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	// right after registering was refused 403
 	// unexpected_executor_registration_id with R3 buckets; a harness's
 	// authorization could be missed the same way).
-	direct := cfg.Replicas <= 1
+	// The stream's own replica count, not this node's option: a node
+	// started with the default against an R3 bucket must not turn direct
+	// gets back on.
+	direct := sc.Replicas <= 1
 	if sc.MaxMsgs == int64(maxRecords) && sc.Discard == jetstream.DiscardNew && sc.MaxMsgSize == cfg.MaxValueSize && sc.AllowDirect == direct {
 		return nil
 	}

@@ -353,7 +353,9 @@ func (l *leg) writer() {
 // executor was a good part of a node's memory), and the next is armed
 // once the pong came.
 func (l *leg) startPings() {
+	l.pingMu.Lock()
 	l.pingT = time.AfterFunc(l.s.opts.PingInterval, l.ping)
+	l.pingMu.Unlock()
 }
 
 func (l *leg) ping() {
@@ -389,7 +391,9 @@ func (l *leg) ping() {
 func (l *leg) stopPings() {
 	l.pingMu.Lock()
 	l.pingStop = true
-	l.pingT.Stop()
+	if l.pingT != nil {
+		l.pingT.Stop()
+	}
 	l.pingMu.Unlock()
 	l.pings.Wait()
 }
