@@ -147,8 +147,14 @@ func (s *Server) Run(ctx context.Context) error {
 		if out == nil {
 			out = os.Stdout
 		}
-		growPipe(in)
-		growPipe(out)
+		for _, p := range []struct {
+			name string
+			f    any
+		}{{"stdin", in}, {"stdout", out}} {
+			if err := growPipe(p.f); err != nil {
+				s.cfg.Logger.Debug("stdio pipe not grown", "pipe", p.name, "size", stdioPipeSize, "err", err)
+			}
+		}
 		st := transport.NewStdio(in, out, nil, int(s.cfg.MaxMessageBytes))
 		s.cfg.Logger.Info("serving on stdio")
 		// A blocked read of stdin cannot be interrupted; when ctx ends we
