@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -81,6 +82,16 @@ type FleetStats struct {
 	NATSDropped               uint64 // messages dropped by slow subscriptions
 	NATSSlowConsumers         uint64
 	NATSConnected             bool
+	// Peer links (peerlink.go): frames that crossed on a link rather
+	// than NATS (included in the totals above), links up and lost, and
+	// the writes that carried the links' messages.
+	LinkFramesOut, LinkBytesOut uint64
+	LinkFramesIn, LinkBytesIn   uint64
+	LinkUps, LinkDowns          uint64
+	LinkBatches, LinkMessages   uint64 // writes, and messages they carried
+	LinkRefused, LinkDialFails  uint64 // handshakes refused here, dials that failed
+	Links                       int64  // up now
+	LinkLegs                    int64  // legs riding a link now
 }
 
 type fabStats struct {
@@ -89,6 +100,10 @@ type fabStats struct {
 	slow, peerWaits                        atomic.Uint64
 	takeovers, nodesLost, refuted          atomic.Uint64
 	disconnects                            atomic.Uint64
+	linkFramesOut, linkBytesOut            atomic.Uint64
+	linkFramesIn, linkBytesIn              atomic.Uint64
+	linkUps, linkDowns, linkBatches        atomic.Uint64
+	linkMsgs, linkRefused, linkDialFails   atomic.Uint64
 }
 
 type fabric struct {
@@ -112,6 +127,14 @@ type fabric struct {
 	// waiters are harness upgrades waiting for an environment to get a
 	// home (its executor redialling after its node died).
 	waiters map[string][]chan struct{}
+
+	// Peer links (peerlink.go); linkLn is nil without Options.PeerListen.
+	links    map[string]*peerLink // by node
+	dialing  map[string]bool
+	nextDial map[string]time.Time
+	linkLn   net.Listener
+	linkAddr string // advertised in heartbeats
+	linkKey  []byte
 }
 
 func envToken(env string) string {
@@ -145,6 +168,10 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		mem:    membership{probing: map[string]bool{}, suspect: map[string]time.Time{}, declared: map[string]time.Time{}, reap: make(chan struct{}, 1)},
 
 		waiters: make(map[string][]chan struct{}),
+
+		links:    make(map[string]*peerLink),
+		dialing:  make(map[string]bool),
+		nextDial: make(map[string]time.Time),
 	}
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
@@ -188,6 +215,12 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		f.unsubscribeAll()
 		return nil, err
 	}
+	if s.opts.PeerListen != "" {
+		if err := f.startLinks(); err != nil {
+			f.unsubscribeAll()
+			return nil, err
+		}
+	}
 	s.wg.Add(1)
 	go f.heartbeats()
 	return f, nil
@@ -200,11 +233,16 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 func (f *fabric) reconnected() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Legs on peer links lost nothing.
 	for _, rl := range f.remote {
-		rl.down.refill()
+		if rl.link == nil {
+			rl.down.refill()
+		}
 	}
 	for _, fl := range f.fwd {
-		fl.up.refill()
+		if fl.link == nil {
+			fl.up.refill()
+		}
 	}
 	for _, p := range f.pools {
 		p.refill()
@@ -229,6 +267,7 @@ func (f *fabric) unsubscribeAll() {
 // nodes see no responders for this node's environments.
 func (f *fabric) close() {
 	f.unsubscribeAll()
+	f.closeLinks()
 	f.mu.Lock()
 	var rls []*remoteLeg
 	for _, rl := range f.remote {
@@ -243,9 +282,12 @@ func (f *fabric) close() {
 func (f *fabric) stats() FleetStats {
 	ns := f.nc.Stats()
 	f.mu.Lock()
-	st := FleetStats{RemoteLegs: int64(len(f.remote)), ForwarderLegs: int64(len(f.fwd))}
+	st := FleetStats{RemoteLegs: int64(len(f.remote)), ForwarderLegs: int64(len(f.fwd)), Links: int64(len(f.links))}
 	var dropped uint64
 	for _, rl := range f.remote {
+		if rl.link != nil {
+			st.LinkLegs++
+		}
 		if rl.sub != nil {
 			if n, err := rl.sub.Dropped(); err == nil {
 				dropped += uint64(n)
@@ -253,6 +295,9 @@ func (f *fabric) stats() FleetStats {
 		}
 	}
 	for _, fl := range f.fwd {
+		if fl.link != nil {
+			st.LinkLegs++
+		}
 		if fl.sub != nil {
 			if n, err := fl.sub.Dropped(); err == nil {
 				dropped += uint64(n)
@@ -272,6 +317,11 @@ func (f *fabric) stats() FleetStats {
 	st.NATSDropped = dropped
 	st.NATSSlowConsumers = f.st.slow.Load()
 	st.NATSConnected = f.nc.Status() == nats.CONNECTED
+	st.LinkFramesOut, st.LinkBytesOut = f.st.linkFramesOut.Load(), f.st.linkBytesOut.Load()
+	st.LinkFramesIn, st.LinkBytesIn = f.st.linkFramesIn.Load(), f.st.linkBytesIn.Load()
+	st.LinkUps, st.LinkDowns = f.st.linkUps.Load(), f.st.linkDowns.Load()
+	st.LinkBatches, st.LinkMessages = f.st.linkBatches.Load(), f.st.linkMsgs.Load()
+	st.LinkRefused, st.LinkDialFails = f.st.linkRefused.Load(), f.st.linkDialFails.Load()
 	return st
 }
 
@@ -282,6 +332,9 @@ type fabRequest struct {
 	Node string `json:"node"`
 	Leg  string `json:"leg,omitempty"`
 	Reg  string `json:"reg,omitempty"`
+	// Links: attach: the forwarder's peer links up now, node → link id;
+	// the home uses its own to the forwarder's node if the id matches.
+	Links map[string]string `json:"links,omitempty"`
 }
 
 type fabReply struct {
@@ -290,6 +343,7 @@ type fabReply struct {
 	Attached bool   `json:"attached,omitempty"` // ping: the executor socket is up
 	Status   int    `json:"status,omitempty"`   // attach: 0 ok, else the HTTP status to answer
 	Code     string `json:"code,omitempty"`
+	Link     bool   `json:"link,omitempty"` // attach: the leg rides the peer link offered
 }
 
 func (f *fabric) request(ctx context.Context, env string, req fabRequest) (fabReply, error) {
@@ -429,26 +483,41 @@ func (f *fabric) onRequest(env string, m *nats.Msg) {
 			frameSubj: "rly.dn." + req.Leg + ".f"}
 		rl.back.f, rl.back.node, rl.back.leg = f, req.Node, req.Leg
 		rl.down.init()
+		rl.in.wake = make(chan struct{}, 1)
+		rl.link = f.linkTo(req.Node, req.Links[f.node])
+		if rl.link != nil && !rl.link.attach(rl.key, rl) {
+			rl.link = nil
+		}
+		rl.back.link = rl.link
 		if err := f.s.router.AttachHarness(env, req.Reg, rl); err != nil {
+			if rl.link != nil {
+				rl.link.detach(rl.key)
+			}
 			f.reply(m, fabReply{Status: http.StatusServiceUnavailable, Code: "route_unavailable"})
 			return
 		}
-		sub, err := f.nc.Subscribe("rly.up."+req.Leg+".*", rl.onUp)
-		if err != nil {
-			f.s.router.DetachHarness(env, rl)
-			f.reply(m, fabReply{Status: http.StatusServiceUnavailable, Code: "route_unavailable"})
-			return
+		if rl.link == nil {
+			sub, err := f.nc.Subscribe("rly.up."+req.Leg+".*", rl.onUp)
+			if err != nil {
+				f.s.router.DetachHarness(env, rl)
+				f.reply(m, fabReply{Status: http.StatusServiceUnavailable, Code: "route_unavailable"})
+				return
+			}
+			sub.SetPendingLimits(-1, -1) // credits bound it
+			rl.sub = sub
+		} else {
+			rl.in.start(f, rl.down.quit, func(m inMsg) { rl.up(m.kind, m.b) })
 		}
-		sub.SetPendingLimits(-1, -1) // credits bound it
-		rl.sub = sub
 		f.mu.Lock()
 		f.remote[rl.key] = rl
 		f.mu.Unlock()
-		// The subscription reaches the server before the reply does, so
-		// the forwarder's first frame finds interest.
-		f.nc.Flush()
+		if rl.link == nil {
+			// The subscription reaches the server before the reply does,
+			// so the forwarder's first frame finds interest.
+			f.nc.Flush()
+		}
 		f.s.event(Event{Kind: "attach", Role: roleHarness, Env: env, Reg: req.Reg, Code: "remote"})
-		f.reply(m, fabReply{Reg: reg})
+		f.reply(m, fabReply{Reg: reg, Link: rl.link != nil})
 	}
 }
 
@@ -652,8 +721,9 @@ type returned struct {
 	bytes     int64
 	armed     bool
 	timer     *time.Timer // one per leg, re-armed: no allocation per frame
-	buf       []byte      // the credit message, reused (NATS copies it)
+	buf       []byte      // the credit message, reused (NATS and links copy it)
 	subj      string
+	link      *peerLink // the leg's link, if it rides one
 }
 
 const creditDelay = 2 * time.Millisecond
@@ -690,6 +760,12 @@ func (r *returned) flush() {
 func (r *returned) sendLocked() {
 	b := binary.AppendUvarint(r.buf[:0], uint64(r.frames))
 	b = binary.AppendUvarint(b, uint64(r.bytes))
+	if r.link != nil {
+		r.buf = b
+		r.link.send(linkCredit, r.leg, b)
+		r.frames, r.bytes = 0, 0
+		return
+	}
 	b = append(b, r.leg...)
 	r.buf = b
 	if r.subj == "" {
@@ -710,7 +786,11 @@ func (f *fabric) onCredit(m *nats.Msg) {
 	if n <= 0 {
 		return
 	}
-	key := b[n:]
+	f.credited(b[n:], frames, bytes)
+}
+
+// credited: the receiver of leg key handed on frames and bytes.
+func (f *fabric) credited(key []byte, frames, bytes uint64) {
 	f.mu.Lock()
 	rl := f.remote[string(key)]
 	fl := f.fwd[string(key)]
@@ -735,8 +815,28 @@ type remoteLeg struct {
 	sub                 *nats.Subscription
 	back                returned // up-direction credit owed to the forwarder
 	gone                atomic.Bool
-	frameSubj           string // rly.dn.<leg>.f
+	frameSubj           string    // rly.dn.<leg>.f
+	link                *peerLink // set at attach, for the leg's life; nil: NATS
+	in                  inbox     // frames from the link, to the leg's goroutine
 }
+
+// toHarness sends one message toward the harness's node.
+func (rl *remoteLeg) toHarness(kind byte, b []byte) error {
+	if rl.link != nil {
+		return rl.link.send(kind, rl.key, b)
+	}
+	subj := rl.frameSubj
+	switch kind {
+	case linkDownClose:
+		subj = "rly.dn." + rl.key + ".c"
+	case linkDownCut:
+		subj = "rly.dn." + rl.key + ".x"
+	}
+	return rl.f.nc.Publish(subj, b)
+}
+
+// linkLost: the link the leg rode went, as if the harness's node died.
+func (rl *remoteLeg) linkLost() { rl.lost() }
 
 func (rl *remoteLeg) Env() string { return rl.env }
 
@@ -752,12 +852,16 @@ func (rl *remoteLeg) Send(b []byte) bool {
 		}
 		return false
 	}
-	if err := f.nc.Publish(rl.frameSubj, b); err != nil {
+	if err := rl.toHarness(linkDownFrame, b); err != nil {
 		rl.Cut()
 		return false
 	}
 	f.st.framesOut.Add(1)
 	f.st.bytesOut.Add(uint64(len(b)))
+	if rl.link != nil {
+		f.st.linkFramesOut.Add(1)
+		f.st.linkBytesOut.Add(uint64(len(b)))
+	}
 	return true
 }
 
@@ -776,7 +880,7 @@ func (rl *remoteLeg) Close(reason string) {
 	if rl.gone.Swap(true) {
 		return
 	}
-	rl.f.nc.Publish("rly.dn."+rl.key+".c", []byte(reason))
+	rl.toHarness(linkDownClose, []byte(reason))
 	rl.drop()
 }
 
@@ -786,7 +890,7 @@ func (rl *remoteLeg) Cut() {
 	if rl.gone.Swap(true) {
 		return
 	}
-	rl.f.nc.Publish("rly.dn."+rl.key+".x", nil)
+	rl.toHarness(linkDownCut, nil)
 	rl.drop()
 	go rl.detached()
 }
@@ -811,6 +915,9 @@ func (rl *remoteLeg) drop() {
 	if rl.sub != nil {
 		rl.sub.Unsubscribe()
 	}
+	if rl.link != nil {
+		rl.link.detach(rl.key)
+	}
 	rl.f.mu.Lock()
 	if rl.f.remote[rl.key] == rl {
 		delete(rl.f.remote, rl.key)
@@ -819,18 +926,25 @@ func (rl *remoteLeg) drop() {
 }
 
 func (rl *remoteLeg) onUp(m *nats.Msg) {
-	switch m.Subject[len(m.Subject)-1] {
-	case 'f':
-		f := rl.f
-		f.st.framesIn.Add(1)
-		f.st.bytesIn.Add(uint64(len(m.Data)))
-		if !rl.gone.Load() && !f.s.harnessFrame(rl, m.Data, true) {
+	kind := m.Subject[len(m.Subject)-1]
+	if kind == linkUpFrame {
+		rl.f.st.framesIn.Add(1)
+		rl.f.st.bytesIn.Add(uint64(len(m.Data)))
+	}
+	rl.up(kind, m.Data)
+}
+
+// up handles a message from the forwarder (NATS or the link); b is ours.
+func (rl *remoteLeg) up(kind byte, b []byte) {
+	switch kind {
+	case linkUpFrame:
+		if !rl.gone.Load() && !rl.f.s.harnessFrame(rl, b, true) {
 			rl.lost()
-			rl.f.nc.Publish("rly.dn."+rl.key+".c", []byte("executor_disconnected"))
+			rl.toHarness(linkDownClose, []byte("executor_disconnected"))
 			return
 		}
-		rl.back.add(len(m.Data))
-	case 'd':
+		rl.back.add(len(b))
+	case linkUpDone:
 		rl.lost()
 	}
 }
@@ -848,7 +962,36 @@ type fwdLeg struct {
 	ready     chan struct{}
 	back      returned // down-direction credit owed to the home
 	closeOnce sync.Once
+	// offered: the links this leg's attach request offered (fixed before
+	// the leg is findable); link: the one the home chose, nil: NATS.
+	offered map[string]string
+	link    *peerLink
+	in      inbox
 }
+
+// toHome sends one message toward the home.
+func (fl *fwdLeg) toHome(kind byte, b []byte) error {
+	if fl.link != nil {
+		return fl.link.send(kind, fl.key, b)
+	}
+	if kind == linkUpDone {
+		return fl.f.nc.Publish("rly.up."+fl.key+".d", b)
+	}
+	return fl.f.nc.Publish("rly.up."+fl.key+".f", b)
+}
+
+// fromLink: a message from the home on a link. Handled on the leg's
+// goroutine, never on the link's reader (the harness's socket may wait).
+func (fl *fwdLeg) fromLink(pl *peerLink, kind byte, b []byte) {
+	if fl.offered[pl.node] != pl.id {
+		return
+	}
+	fl.in.start(fl.f, fl.up.quit, func(m inMsg) { fl.down(m.kind, m.b) })
+	fl.in.push(inMsg{kind: kind, b: b})
+}
+
+// linkLost: the link went, as if the home died.
+func (fl *fwdLeg) linkLost() { fl.rehome("peer_link_lost") }
 
 // peer is the leg's home node ("" before the home answered).
 func (fl *fwdLeg) peer() string {
@@ -904,6 +1047,8 @@ func (f *fabric) wakeHome(env string) {
 func (f *fabric) openForwarder(ctx context.Context, env, reg string) (fl *fwdLeg, status int, reason string, noHome bool) {
 	fl = &fwdLeg{f: f, key: f.node + "-" + strconv.FormatUint(f.seq.Add(1), 10), env: env, at: time.Now(), ready: make(chan struct{})}
 	fl.up.init()
+	fl.in.wake = make(chan struct{}, 1)
+	fl.offered = f.linkIDs()
 	sub, err := f.nc.Subscribe("rly.dn."+fl.key+".*", fl.onDown)
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, "route_unavailable", false
@@ -920,9 +1065,23 @@ func (f *fabric) openForwarder(ctx context.Context, env, reg string) (fl *fwdLeg
 	}
 	f.fwd[fl.key] = fl
 	f.mu.Unlock()
-	rep, err := f.request(ctx, env, fabRequest{Op: "attach", Leg: fl.key, Reg: reg})
+	rep, err := f.request(ctx, env, fabRequest{Op: "attach", Leg: fl.key, Reg: reg, Links: fl.offered})
 	if err == nil && rep.Status == 0 {
+		if rep.Link {
+			// The home rides the link we offered: so do we, or the leg
+			// cannot work (the link went meanwhile: the home's end of it
+			// is going too, with its leg).
+			pl := f.linkTo(rep.Node, fl.offered[rep.Node])
+			if pl == nil || !pl.attach(fl.key, fl) {
+				fl.abort()
+				return nil, http.StatusServiceUnavailable, "route_unavailable", false
+			}
+			fl.back.link = pl
+		}
 		f.mu.Lock()
+		if rep.Link {
+			fl.link = fl.back.link
+		}
 		fl.home = rep.Node
 		f.mu.Unlock()
 		return fl, 0, "", false
@@ -938,7 +1097,7 @@ func (f *fabric) openForwarder(ctx context.Context, env, reg string) (fl *fwdLeg
 
 // abort undoes openForwarder when the upgrade failed.
 func (fl *fwdLeg) abort() {
-	fl.f.nc.Publish("rly.up."+fl.key+".d", nil)
+	fl.toHome(linkUpDone, nil)
 	fl.finish()
 }
 
@@ -947,6 +1106,9 @@ func (fl *fwdLeg) finish() {
 		fl.up.stop()
 		fl.f.giveBack(&fl.up, fl.peer())
 		fl.sub.Unsubscribe()
+		if fl.link != nil {
+			fl.link.detach(fl.key)
+		}
 		fl.f.mu.Lock()
 		delete(fl.f.fwd, fl.key)
 		fl.f.mu.Unlock()
@@ -963,8 +1125,12 @@ func (fl *fwdLeg) serve(l *leg, reg string) {
 	f := fl.f
 	fl.l = l
 	close(fl.ready)
+	if fl.link != nil && !fl.link.up() {
+		// Gone before the socket was ready: linkLost found nothing to
+		// close (see rehome).
+		l.Close("peer_link_lost")
+	}
 	f.s.event(Event{Kind: "attach", Role: roleHarness, Env: l.env, Reg: reg, Code: "forward"})
-	subj := "rly.up." + fl.key + ".f"
 	home := fl.peer()
 	for {
 		typ, b, err := l.read()
@@ -980,40 +1146,52 @@ func (fl *fwdLeg) serve(l *leg, reg string) {
 		if !f.take(&fl.up, home, int64(len(b)), writeTimeout) {
 			break
 		}
-		if f.nc.Publish(subj, b) != nil {
+		if fl.toHome(linkUpFrame, b) != nil {
 			break
 		}
 		f.st.framesOut.Add(1)
 		f.st.bytesOut.Add(uint64(len(b)))
+		if fl.link != nil {
+			f.st.linkFramesOut.Add(1)
+			f.st.linkBytesOut.Add(uint64(len(b)))
+		}
 	}
-	f.nc.Publish("rly.up."+fl.key+".d", nil)
+	fl.toHome(linkUpDone, nil)
 	fl.finish()
 	l.Close("closed")
 	f.s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg, Code: "forward"})
 }
 
 func (fl *fwdLeg) onDown(m *nats.Msg) {
+	kind := m.Subject[len(m.Subject)-1]
+	if kind == 'f' {
+		kind = linkDownFrame
+		fl.f.st.framesIn.Add(1)
+		fl.f.st.bytesIn.Add(uint64(len(m.Data)))
+	}
+	fl.down(kind, m.Data)
+}
+
+// down handles a message from the home (NATS or the link); b is ours.
+func (fl *fwdLeg) down(kind byte, b []byte) {
 	<-fl.ready
 	l := fl.l
 	if l == nil {
 		return
 	}
-
-	switch m.Subject[len(m.Subject)-1] {
-	case 'f':
-		fl.f.st.framesIn.Add(1)
-		fl.f.st.bytesIn.Add(uint64(len(m.Data)))
-		l.sendOwned(m.Data) // NATS gave us m.Data: no copy when queued
+	switch kind {
+	case linkDownFrame:
+		l.sendOwned(b) // no copy when queued
 		if fl.back.f == nil {
 			fl.f.mu.Lock()
 			fl.back.node = fl.home
 			fl.f.mu.Unlock()
 			fl.back.f, fl.back.leg = fl.f, fl.key
 		}
-		fl.back.add(len(m.Data))
-	case 'c':
-		l.Close(string(m.Data))
-	case 'x':
+		fl.back.add(len(b))
+	case linkDownClose:
+		l.Close(string(b))
+	case linkDownCut:
 		l.Cut()
 	}
 }

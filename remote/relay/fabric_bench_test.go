@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -28,11 +30,23 @@ type fleetBenchEnv struct {
 // -bench Fleet ./remote/relay -fleetnats=shared|embed|embed-tcp).
 var fleetBenchNATS = flag.String("fleetnats", "shared", "fleet benchmarks: shared (one NATS server, TCP), embed (a server per node, in-process pipe), embed-tcp (a server per node, loopback TCP)")
 
+// fleetBenchLinks: legs' frames on peer links (peerlink.go) rather than
+// NATS (-fleetlinks).
+var fleetBenchLinks = flag.Bool("fleetlinks", false, "fleet benchmarks: direct peer links between the nodes for legs' frames")
+
 func startFleetBench(tb testing.TB, envs int) *fleetBenchEnv {
 	tb.Helper()
 	// No node dies here: a loaded machine must not pass a late
 	// heartbeat for a lost node.
-	tweak := func(o *Options) { o.FleetNodeDeadAfter = time.Minute }
+	tweak := func(o *Options) {
+		o.FleetNodeDeadAfter = time.Minute
+		if *fleetBenchLinks {
+			o.PeerListen = "127.0.0.1:0"
+		}
+		if os.Getenv("MESHDEBUG") != "" {
+			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		}
+	}
 	fe := &fleetBenchEnv{}
 	switch *fleetBenchNATS {
 	case "shared":
@@ -69,6 +83,9 @@ func startFleetBench(tb testing.TB, envs int) *fleetBenchEnv {
 		}
 	default:
 		tb.Fatalf("-fleetnats %q", *fleetBenchNATS)
+	}
+	if *fleetBenchLinks {
+		waitLinks(tb, 10*time.Second, fe.a, fe.b)
 	}
 	for i := range envs {
 		env := fmt.Sprint("E", i)

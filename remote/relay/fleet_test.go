@@ -123,6 +123,7 @@ func startNodeConn(t testing.TB, nc *nats.Conn, name, publicURL string, tweak fu
 func (n *fleetNode) crash() {
 	n.dead.Store(true)
 	n.nc.Close()
+	n.fab.closeLinks() // its peer links drop as its process's sockets would
 	n.ln.Close()
 	n.Server.mu.Lock()
 	legs := make([]*leg, 0, len(n.Server.legs))
@@ -165,8 +166,12 @@ func (n *fleetNode) executorOn(t testing.TB, env string, d time.Duration) {
 // beyond the credit window and frames of the largest size.
 func TestFleetRoutesAcrossNodes(t *testing.T) {
 	url := startNATS(t)
-	a := startNode(t, url, "a", "", nil)
-	b := startNode(t, url, "b", "", nil)
+	routesAcrossNodes(t, startNode(t, url, "a", "", nil), startNode(t, url, "b", "", nil))
+}
+
+// routesAcrossNodes: byte-exact frames of every size both ways between an
+// executor on a and a harness on b; a plain stream ends with its socket.
+func routesAcrossNodes(t *testing.T, a, b *fleetNode) {
 
 	reg := a.register(t, "E", randomKey())
 	execConn := dial(t, reg["url"].(string))
@@ -509,7 +514,22 @@ func (b *lb) proxy(c net.Conn) {
 // the harness's stream resumes there, with no reset and every message
 // byte for byte.
 func TestFleetNodeLoss(t *testing.T) {
-	front, nodes, ctx, ch := threeNodeStream(t, func(o *Options) { o.TakeoverGrace = 10 * time.Second })
+	t.Run("nats", func(t *testing.T) { fleetNodeLoss(t, false) })
+	t.Run("links", func(t *testing.T) { fleetNodeLoss(t, true) })
+}
+
+// fleetNodeLoss: the home node dies under a reliable stream; with links,
+// the legs' frames rode peer links (peerlink.go).
+func fleetNodeLoss(t *testing.T, links bool) {
+	front, nodes, ctx, ch := threeNodeStream(t, func(o *Options) {
+		o.TakeoverGrace = 10 * time.Second
+		if links {
+			o.PeerListen = "127.0.0.1:0"
+		}
+	})
+	if links {
+		waitLinks(t, 10*time.Second, nodes...)
+	}
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	if b.rec.count(func(e Event) bool { return e.Kind == "attach" && e.Code == "forward" }) != 1 {
 		t.Fatal("the harness socket is not on node b")
@@ -571,7 +591,12 @@ func TestFleetNodeLoss(t *testing.T) {
 // forwards its resume to the home; the home moves the stream to the new
 // leg without a reset.
 func TestFleetHarnessNodeLoss(t *testing.T) {
-	front, nodes, ctx, ch := threeNodeStream(t, nil)
+	t.Run("nats", func(t *testing.T) { fleetHarnessNodeLoss(t, nil) })
+	t.Run("links", func(t *testing.T) { fleetHarnessNodeLoss(t, withLinks(nil)) })
+}
+
+func fleetHarnessNodeLoss(t *testing.T, opts func(*Options)) {
+	front, nodes, ctx, ch := threeNodeStream(t, opts)
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	if err := exchange(ctx, ch, 0, 100); err != nil {
 		t.Fatal(err)

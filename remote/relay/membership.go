@@ -49,6 +49,7 @@ func (f *fabric) onHeartbeat(m *nats.Msg) {
 	delete(f.mem.declared, node)
 	delete(f.mem.suspect, node)
 	f.mu.Unlock()
+	f.peerHeard(node, string(m.Data)) // its peer link address, if any
 }
 
 // onProbe answers another node asking whether this one is alive.
@@ -64,7 +65,8 @@ func (f *fabric) heartbeats() {
 	defer t.Stop()
 	subj := "rly.hb." + f.node
 	// The first at once: a node that dies young has been seen.
-	f.nc.Publish(subj, nil)
+	hb := []byte(f.linkAddr) // where peers may link to this node (peerlink.go)
+	f.nc.Publish(subj, hb)
 	last := time.Now()
 	for {
 		select {
@@ -72,7 +74,7 @@ func (f *fabric) heartbeats() {
 			return
 		case now := <-t.C:
 			if now.Sub(last) >= iv && !f.hbPaused.Load() {
-				f.nc.Publish(subj, nil)
+				f.nc.Publish(subj, hb)
 				last = now
 			}
 			f.reapDead(now)

@@ -79,6 +79,12 @@ type Options struct {
 	NATS *nats.Conn
 	// NodeName names this node in the fleet ([A-Za-z0-9_]{1,64}, unique).
 	NodeName string
+	// PeerListen, with NATS, is the address this node listens on for
+	// peer links (peerlink.go): legs' frames then cross between nodes on
+	// direct, authenticated TCP links instead of through NATS. Empty:
+	// NATS only. PeerAdvertise is the address peers dial (default the
+	// listener's).
+	PeerListen, PeerAdvertise string
 	// TakeoverGrace: a node that became an environment's home does not
 	// answer the executor's resume of a stream it does not know with a
 	// reset for this long (default ResumeGrace, which the executor waits

@@ -1,0 +1,339 @@
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/remote/harness"
+)
+
+// waitLinks waits until each node has a peer link to every other one.
+func waitLinks(tb testing.TB, d time.Duration, nodes ...*fleetNode) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok := true
+		for _, n := range nodes {
+			if n.FleetStats().Links != int64(len(nodes)-1) {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, n := range nodes {
+				tb.Logf("node %s: %+v", n.name, n.FleetStats())
+			}
+			tb.Fatalf("peer links not up after %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func withLinks(more func(*Options)) func(*Options) {
+	return func(o *Options) {
+		o.PeerListen = "127.0.0.1:0"
+		if more != nil {
+			more(o)
+		}
+	}
+}
+
+// cutLinks drops n's peer links (its TCP connections), the node staying up.
+func (n *fleetNode) cutLinks() {
+	n.fab.mu.Lock()
+	var pls []*peerLink
+	for _, pl := range n.fab.links {
+		pls = append(pls, pl)
+	}
+	n.fab.mu.Unlock()
+	for _, pl := range pls {
+		pl.conn.Close()
+	}
+}
+
+// Frames of every size cross byte for byte both ways on a peer link, and
+// none through NATS.
+func TestPeerLinkRoutesAcrossNodes(t *testing.T) {
+	url := startNATS(t)
+	a := startNode(t, url, "a", "", withLinks(nil))
+	b := startNode(t, url, "b", "", withLinks(nil))
+	waitLinks(t, 10*time.Second, a, b)
+	routesAcrossNodes(t, a, b)
+	sa, sb := a.FleetStats(), b.FleetStats()
+	if sa.LinkFramesOut != sa.FramesOut || sb.LinkFramesOut != sb.FramesOut || sa.LinkFramesIn != sa.FramesIn || sb.LinkFramesIn != sb.FramesIn || sb.LinkFramesOut == 0 || sa.LinkFramesOut == 0 {
+		t.Fatalf("frames not all on the link: a %+v b %+v", sa, sb)
+	}
+	if sa.LinkBatches == 0 || sb.LinkBatches == 0 || sa.LinkMessages < sa.LinkFramesOut {
+		t.Fatalf("link writes not counted: a %+v b %+v", sa, sb)
+	}
+}
+
+// The remote/executor and remote/harness ends (reliability extension)
+// across a link.
+func TestPeerLinkReliableEnds(t *testing.T) {
+	front, nodes, ctx, ch := threeNodeStream(t, withLinks(nil))
+	_ = front
+	waitLinks(t, 10*time.Second, nodes...)
+	if err := exchange(ctx, ch, 0, 300); err != nil {
+		t.Fatal(err)
+	}
+	// The stream was opened before the links may have been up: a new
+	// one rides the link.
+	ch2 := dialStream(ctx, t, nodes[1].base, "E", harness.Options{})
+	if err := exchange(ctx, ch2, 0, 300); err != nil {
+		t.Fatal(err)
+	}
+	if st := nodes[1].FleetStats(); st.LinkFramesOut == 0 || st.LinkFramesIn == 0 {
+		t.Fatalf("nothing crossed on the link: %+v", st)
+	}
+}
+
+// A link lost mid-stream: the reliable stream resumes without a reset
+// (its harness redials; the leg it gets rides a new link or NATS).
+func TestPeerLinkLossReliable(t *testing.T) {
+	_, nodes, ctx, _ := threeNodeStream(t, withLinks(func(o *Options) { o.TakeoverGrace = 10 * time.Second }))
+	a, b := nodes[0], nodes[1]
+	waitLinks(t, 10*time.Second, nodes...)
+	ch := dialStream(ctx, t, b.base, "E", harness.Options{})
+	if err := exchange(ctx, ch, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.FleetStats(); st.LinkLegs == 0 {
+		t.Fatalf("the stream's leg is not on a link: %+v", st)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- exchange(ctx, ch, 100, 400) }()
+	time.Sleep(20 * time.Millisecond)
+	b.cutLinks()
+	if err := <-errc; err != nil {
+		t.Fatalf("after the link went: %v", err)
+	}
+	if err := exchange(ctx, ch, 500, 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if k := n.rec.count(func(e Event) bool { return e.Kind == "reset" }); k != 0 {
+			t.Fatalf("node %s reset %d streams", n.name, k)
+		}
+	}
+	if st := a.FleetStats(); st.LinkDowns == 0 {
+		t.Fatalf("the home did not see the link go: %+v", st)
+	}
+}
+
+// A link lost under a plain stream (raw frames, no reliability
+// extension): the harness socket ends and the executor sees the stream
+// reset, as when a node is lost.
+func TestPeerLinkLossPlain(t *testing.T) {
+	url := startNATS(t)
+	a := startNode(t, url, "a", "", withLinks(nil))
+	b := startNode(t, url, "b", "", withLinks(nil))
+	waitLinks(t, 10*time.Second, a, b)
+	reg := a.register(t, "E", randomKey())
+	e := dial(t, reg["url"].(string))
+	a.executorOn(t, "E", 10*time.Second)
+	h := dial(t, b.connect(t, "E", randomKey())["url"].(string))
+	write(t, h, dataFrame(benchSID, 0, []byte("hello")))
+	if got := read(t, e); !bytes.Contains(got, []byte("hello")) {
+		t.Fatalf("executor got %q", got)
+	}
+	if st := b.FleetStats(); st.LinkLegs != 1 {
+		t.Fatalf("the leg is not on the link: %+v", st)
+	}
+	a.cutLinks()
+	got := read(t, e)
+	if s, _, _ := peek(got); s != benchSID || resetReason(got) != "harness_disconnected" {
+		t.Fatalf("after the link went, executor got %q %q", s, resetReason(got))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, _, err := h.Read(ctx); websocket.CloseStatus(err) == -1 {
+		t.Fatalf("harness socket: %v, want a close", err)
+	}
+}
+
+// A harness that stops reading fills its own leg's window and socket; a
+// leg of another environment on the same link goes on (the link's reader
+// never waits on one harness socket).
+func TestPeerLinkSlowHarnessDoesNotStallLink(t *testing.T) {
+	url := startNATS(t)
+	slow := withLinks(func(o *Options) { o.SlowHarness = time.Minute })
+	a := startNode(t, url, "a", "", slow)
+	b := startNode(t, url, "b", "", slow)
+	waitLinks(t, 10*time.Second, a, b)
+	var execs []*websocket.Conn
+	for _, env := range []string{"E1", "E2"} {
+		reg := a.register(t, env, randomKey())
+		execs = append(execs, dial(t, reg["url"].(string)))
+		a.executorOn(t, env, 10*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// h1 sends one frame (binding its stream) and never reads again.
+	h1 := dial(t, b.connect(t, "E1", randomKey())["url"].(string))
+	h2 := dial(t, b.connect(t, "E2", randomKey())["url"].(string))
+	write(t, h1, dataFrame(benchSID, 0, []byte("bind")))
+	read(t, execs[0])
+	big := dataFrame(benchSID, 1, make([]byte, 200<<10))
+	flooded := make(chan error, 1)
+	go func() {
+		// Far more than h1's window, queue and socket buffers hold: the
+		// executor's writes stop once E1's window is spent.
+		for range 200 {
+			if err := execs[0].Write(ctx, websocket.MessageBinary, big); err != nil {
+				flooded <- err
+				return
+			}
+		}
+		flooded <- nil
+	}()
+	// Wait until E1's window toward b is spent: the link's reader has
+	// handed b as much as the window lets it.
+	for a.FleetStats().CreditWaits == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("E1's window never filled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// E2 round trips while h1 is stuck.
+	for i := range 50 {
+		write(t, h2, dataFrame(benchSID, uint32(i), []byte(fmt.Sprint("ping ", i))))
+		if got := read(t, execs[1]); !bytes.Contains(got, []byte(fmt.Sprint("ping ", i))) {
+			t.Fatalf("E2 executor got %q", got)
+		}
+		write(t, execs[1], dataFrame(benchSID, uint32(i), []byte(fmt.Sprint("pong ", i))))
+		rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+		_, got, err := h2.Read(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("E2 round trip %d while E1's harness is stuck: %v", i, err)
+		}
+		if !bytes.Contains(got, []byte(fmt.Sprint("pong ", i))) {
+			t.Fatalf("E2 harness got %q", got)
+		}
+	}
+	select {
+	case err := <-flooded:
+		t.Fatalf("E1's executor was not held back by the window: %v", err)
+	default:
+	}
+}
+
+// A peer address nobody answers at: the nodes route through NATS.
+func TestPeerLinkUnreachableFallsBackToNATS(t *testing.T) {
+	url := startNATS(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	a := startNode(t, url, "a", "", withLinks(nil))
+	b := startNode(t, url, "b", "", withLinks(func(o *Options) { o.PeerAdvertise = dead }))
+	// a (the smaller name) dials b's advertised address, and fails.
+	deadline := time.Now().Add(10 * time.Second)
+	for a.FleetStats().LinkDialFails == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no dial failed: %+v", a.FleetStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	routesAcrossNodes(t, a, b)
+	sa, sb := a.FleetStats(), b.FleetStats()
+	if sa.Links+sb.Links != 0 || sa.LinkFramesOut+sb.LinkFramesOut != 0 || sa.FramesOut == 0 || sb.FramesOut == 0 {
+		t.Fatalf("a %+v b %+v", sa, sb)
+	}
+}
+
+// Only a peer proving the fleet's secret gets a link: a wrong proof, a
+// node with another secret and a stranger are dropped before anything
+// they send is read as frames.
+func TestPeerLinkAuthentication(t *testing.T) {
+	url := startNATS(t)
+	a := startNode(t, url, "a", "", withLinks(nil))
+	addr := a.fab.linkAddr
+
+	// A stranger's bytes.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write(appendLinkMsg(nil, linkUpFrame, "z-1", []byte("frame")))
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := io.Copy(io.Discard, c); err != nil || n != 0 {
+		t.Fatalf("stranger: read %d bytes, %v; want a close", n, err)
+	}
+	c.Close()
+
+	// The right greeting, a wrong proof.
+	c, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := make([]byte, linkNonce)
+	rand.Read(nd)
+	c.Write(append([]byte(linkMagic), appendName(nil, "z", nd)...))
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if name, _, err := readName(br); err != nil || name != "a" {
+		t.Fatalf("acceptor's greeting: %q %v", name, err)
+	}
+	io.ReadFull(br, make([]byte, 32)) // its proof
+	c.Write(make([]byte, 32))         // ours, wrong
+	if n, err := io.Copy(io.Discard, br); err != nil || n != 0 {
+		t.Fatalf("wrong proof: read %d bytes, %v; want a close", n, err)
+	}
+	c.Close()
+
+	// A node with another secret: no link either way.
+	b := startNode(t, url, "b", "", withLinks(func(o *Options) { o.URLSecret = bytes.Repeat([]byte{9}, 32) }))
+	deadline := time.Now().Add(10 * time.Second)
+	for a.FleetStats().LinkDialFails == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a linked to a node with another secret: %+v", a.FleetStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if sa, sb := a.FleetStats(), b.FleetStats(); sa.Links+sb.Links != 0 || sa.LinkRefused < 2 {
+		t.Fatalf("a %+v b %+v", sa, sb)
+	}
+}
+
+// FuzzLinkMsg: the link decoder never panics, bounds what it allocates,
+// and reads back what appendLinkMsg wrote.
+func FuzzLinkMsg(f *testing.F) {
+	f.Add(appendLinkMsg(nil, linkUpFrame, "a-1", []byte("hello")))
+	f.Add(appendLinkMsg(appendLinkMsg(nil, linkCredit, "b-22", []byte{1, 2}), linkDownClose, "b-22", nil))
+	f.Add([]byte{linkDownFrame, 0, 0, 0, 0, 1})
+	f.Add([]byte{linkDownFrame, 1, 0xff, 0xff, 0xff, 0xff, 'a'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		const max = 1 << 16
+		r := bufio.NewReader(bytes.NewReader(b))
+		keyBuf := make([]byte, linkMaxKey)
+		var out []byte
+		for {
+			m, err := readLinkMsg(r, keyBuf, max)
+			if err != nil {
+				break
+			}
+			if !validLinkKind(m.kind) || len(m.key) == 0 || len(m.key) > linkMaxKey || len(m.payload) > max {
+				t.Fatalf("accepted %+v", m)
+			}
+			out = appendLinkMsg(out, m.kind, string(m.key), m.payload)
+		}
+		// What decoded re-encodes to a prefix of the input.
+		if !bytes.HasPrefix(b, out) {
+			t.Fatalf("re-encoded %x not a prefix of %x", out, b)
+		}
+	})
+}
