@@ -108,11 +108,13 @@ const (
 type fleetBench struct {
 	dir      string
 	relayBin string
-	log      *slog.Logger
-	nodes    []*fleetProc
-	lb       *fleetLB
-	single   *fleetProc
-	client   *http.Client
+	// peerLinks: the nodes run with --peer-listen (legs' frames on direct links).
+	peerLinks bool
+	log       *slog.Logger
+	nodes     []*fleetProc
+	lb        *fleetLB
+	single    *fleetProc
+	client    *http.Client
 
 	// The node kill's figures (kill_timeline).
 	mu        sync.Mutex
@@ -142,6 +144,7 @@ func fleetMain(args []string) int {
 	after := fs.Duration("after-kill", 8*time.Second, "how long streams run after the node kill")
 	jsonOut := fs.String("json", "", "also write the JSON line to this file")
 	clientProcs := fs.Int("client-procs", 2, "worker processes for the executors, and as many for the streams across the kill (clients out of this process, so that their scheduling is not measured as the relay's)")
+	peerLinks := fs.Bool("peer-links", true, "relay nodes link to each other directly for legs' frames (exec-relay --peer-listen); false: frames cross through NATS")
 	rawStreams := fs.Int("raw-streams", 16, "streams of the raw_* rows (raw frame clients, opaque payloads: the relay measured, not Noise); 0 skips them")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -161,7 +164,7 @@ func fleetMain(args []string) int {
 	}
 	defer os.RemoveAll(dir)
 	b := &fleetBench{dir: dir, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, peerLinks: *peerLinks}
 	defer b.stop()
 	out, err := b.run(*relayBin, *nodes, *executors, *streams, *rawStreams, *clientProcs, *after)
 	if err != nil {
@@ -217,7 +220,7 @@ func (b *fleetBench) startRelay(name string, extra ...string) (*fleetProc, error
 
 // run is the whole benchmark; the result is the JSON line.
 func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs int, after time.Duration) (map[string]any, error) {
-	out := map[string]any{"bench": "fleet", "nodes": nNodes, "executors": nExec, "streams": nStreams, "client_procs": procs}
+	out := map[string]any{"bench": "fleet", "nodes": nNodes, "executors": nExec, "streams": nStreams, "client_procs": procs, "peer_links": b.peerLinks}
 	b.relayBin = relayBin
 	if b.relayBin == "" {
 		b.relayBin = filepath.Join(b.dir, "exec-relay")
@@ -252,7 +255,11 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 		return nil, err
 	}
 	for i := range nNodes {
-		p, err := b.startRelay(fmt.Sprint("n", i), "--nats-url", natsURL, "--node-name", fmt.Sprint("n", i))
+		args := []string{"--nats-url", natsURL, "--node-name", fmt.Sprint("n", i)}
+		if b.peerLinks {
+			args = append(args, "--peer-listen", "127.0.0.1:0")
+		}
+		p, err := b.startRelay(fmt.Sprint("n", i), args...)
 		if err != nil {
 			return nil, err
 		}
@@ -421,12 +428,13 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 	time.Sleep(2 * time.Second)
 	cpuKill := b.procCPU()
 	steady := b.scrape(b.nodes)
-	var localF, crossF float64
+	var linkF, crossF float64
 	for _, m := range steady {
 		crossF += m["exec_relay_fleet_frames_out_total"]
+		linkF += m["exec_relay_fleet_link_frames_out_total"]
 	}
-	_ = localF
 	out["fleet_frames_out_before_kill"] = crossF
+	out["fleet_link_frames_out_before_kill"] = linkF
 
 	// Kill the first node.
 	victim := b.nodes[0]

@@ -203,12 +203,42 @@ func TestFleetCommandLine(t *testing.T) {
 	secret := writeFile(t, "secret", strings.Repeat("f", 64))
 	etok := writeFile(t, "etok", "exec-token\n")
 	htok := writeFile(t, "htok", "harness-token\n")
+	for _, links := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nats", true: "peer-links"}[links], func(t *testing.T) {
+			fleetCommandLine(t, ns.ClientURL(), secret, etok, htok, links)
+		})
+	}
+}
+
+func fleetCommandLine(t *testing.T, natsURL, secret, etok, htok string, links bool) {
 	node := func(name string) string {
 		addr := freeAddr(t)
-		return startRun(t, "--listen", addr, "--public-url", "http://"+addr, "--nats-url", ns.ClientURL(),
-			"--node-name", name, "--url-secret-file", secret, "--executor-token-file", etok, "--harness-token-file", htok)
+		args := []string{"--listen", addr, "--public-url", "http://" + addr, "--nats-url", natsURL,
+			"--node-name", name, "--url-secret-file", secret, "--executor-token-file", etok, "--harness-token-file", htok}
+		if links {
+			args = append(args, "--peer-listen", "127.0.0.1:0")
+		}
+		return startRun(t, args...)
 	}
 	a, b := node("a"), node("b")
+	metrics := func() []byte {
+		resp, err := http.Get(b + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return body
+	}
+	if links {
+		deadline := time.Now().Add(20 * time.Second)
+		for !bytes.Contains(metrics(), []byte("exec_relay_fleet_links 1\n")) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no peer link between the nodes:\n%s", metrics())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -244,16 +274,14 @@ func TestFleetCommandLine(t *testing.T) {
 			t.Fatalf("message %d: %q %v", i, got, err)
 		}
 	}
-	resp, err := http.Get(b + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := metrics()
 	if !bytes.Contains(body, []byte("exec_relay_fleet_frames_out_total")) || bytes.Contains(body, []byte("exec_relay_fleet_frames_out_total 0\n")) {
 		t.Fatalf("metrics of node b:\n%s", body)
 	}
 	if !bytes.Contains(body, []byte("exec_relay_nats_connected 1")) {
 		t.Fatalf("metrics of node b:\n%s", body)
+	}
+	if links == bytes.Contains(body, []byte("exec_relay_fleet_link_frames_out_total 0\n")) {
+		t.Fatalf("links %v, metrics of node b:\n%s", links, body)
 	}
 }

@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsURL := fs.String("nats-url", "", "NATS server `URLs` (comma-separated): run as a fleet node, state in JetStream KV, frames between nodes over NATS")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE` (JWT and NKey seed)")
 	nodeName := fs.String("node-name", "", "this node's unique `NAME` in the fleet ([A-Za-z0-9_]); required with --nats-url")
+	peerListen := fs.String("peer-listen", "", "with --nats-url: `ADDR` (host:port) to listen on for peer links: frames between nodes then go on direct TCP links (authenticated with the URL secret) instead of through NATS; empty: NATS only")
+	peerAdvertise := fs.String("peer-advertise", "", "with --peer-listen: the `ADDR` other nodes dial to reach it (default: the listener's address; needed when --peer-listen is a wildcard)")
 	natsReplicas := fs.Int("nats-replicas", 1, "replicas of the JetStream KV buckets (3 on a 3-server NATS cluster)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "private key `FILE` (PEM) of --tls-cert")
@@ -141,8 +143,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	if *natsURL == "" {
-		if *natsCreds != "" || *nodeName != "" {
-			fmt.Fprintln(stderr, "exec-relay: --nats-creds and --node-name need --nats-url")
+		if *natsCreds != "" || *nodeName != "" || *peerListen != "" || *peerAdvertise != "" {
+			fmt.Fprintln(stderr, "exec-relay: --nats-creds, --node-name and --peer-listen need --nats-url")
 			return 2
 		}
 	} else {
@@ -168,6 +170,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		opts.NATS, opts.NodeName, opts.Store = nc, *nodeName, store
+		opts.PeerListen, opts.PeerAdvertise = *peerListen, *peerAdvertise
+		if *peerAdvertise != "" && *peerListen == "" {
+			fmt.Fprintln(stderr, "exec-relay: --peer-advertise needs --peer-listen")
+			return 2
+		}
 	}
 	srv, err := relay.New(opts)
 	if err != nil {

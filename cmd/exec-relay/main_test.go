@@ -40,6 +40,7 @@ func TestRefusesToStart(t *testing.T) {
 		{"argument", []string{"--insecure-no-auth", "extra"}, "unexpected argument"},
 		{"short url secret", []string{"--insecure-no-auth", "--url-secret-file", short}, "at least 32 bytes"},
 		{"missing url secret", []string{"--insecure-no-auth", "--url-secret-file", filepath.Join(dir, "none")}, "no such file"},
+		{"peer links without nats", []string{"--insecure-no-auth", "--peer-listen", "127.0.0.1:0"}, "need --nats-url"},
 		{"nats without node name", []string{"--insecure-no-auth", "--nats-url", "nats://127.0.0.1:1", "--url-secret-file", secret}, "--node-name is required"},
 		{"nats without url secret", []string{"--insecure-no-auth", "--nats-url", "nats://127.0.0.1:1", "--node-name", "a"}, "--url-secret-file is required"},
 		{"node name without nats", []string{"--insecure-no-auth", "--node-name", "a"}, "need --nats-url"},

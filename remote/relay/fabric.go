@@ -1077,6 +1077,9 @@ func (f *fabric) openForwarder(ctx context.Context, env, reg string) (fl *fwdLeg
 				return nil, http.StatusServiceUnavailable, "route_unavailable", false
 			}
 			fl.back.link = pl
+			// Nothing of this leg comes through NATS now: its
+			// subscription (and nats.go's goroutine for it) can go.
+			fl.sub.Unsubscribe()
 		}
 		f.mu.Lock()
 		if rep.Link {

@@ -684,6 +684,18 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		{"exec_relay_nats_dropped_total", "counter", "NATS messages dropped by slow subscriptions", st.NATSDropped},
 		{"exec_relay_nats_slow_consumers_total", "counter", "NATS slow consumer errors", st.NATSSlowConsumers},
 		{"exec_relay_nats_connected", "gauge", "1 while the NATS connection is up", up},
+		{"exec_relay_fleet_link_frames_out_total", "counter", "frames sent to other nodes on peer links (part of exec_relay_fleet_frames_out_total; the rest went through NATS)", st.LinkFramesOut},
+		{"exec_relay_fleet_link_bytes_out_total", "counter", "bytes of frames sent to other nodes on peer links", st.LinkBytesOut},
+		{"exec_relay_fleet_link_frames_in_total", "counter", "frames received from other nodes on peer links", st.LinkFramesIn},
+		{"exec_relay_fleet_link_bytes_in_total", "counter", "bytes of frames received from other nodes on peer links", st.LinkBytesIn},
+		{"exec_relay_fleet_links", "gauge", "peer links up", st.Links},
+		{"exec_relay_fleet_link_legs", "gauge", "harness legs riding a peer link", st.LinkLegs},
+		{"exec_relay_fleet_link_ups_total", "counter", "peer links established", st.LinkUps},
+		{"exec_relay_fleet_link_downs_total", "counter", "peer links lost (their legs ended as with a lost node)", st.LinkDowns},
+		{"exec_relay_fleet_link_writes_total", "counter", "writes on peer links (each carries every message queued meanwhile)", st.LinkBatches},
+		{"exec_relay_fleet_link_messages_total", "counter", "messages (frames, closes, credits) written on peer links", st.LinkMessages},
+		{"exec_relay_fleet_link_refused_total", "counter", "peer link handshakes refused by this node (bad proof or not a peer)", st.LinkRefused},
+		{"exec_relay_fleet_link_dial_failures_total", "counter", "peer link dials that failed (legs to that node use NATS)", st.LinkDialFails},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.typ, m.name, m.v)
 	}
