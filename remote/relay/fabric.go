@@ -135,6 +135,8 @@ type fabric struct {
 	linkLn   net.Listener
 	linkAddr string // advertised in heartbeats
 	linkKey  []byte
+	// linksClosed: the node is closing; no link registers any more.
+	linksClosed bool
 }
 
 func envToken(env string) string {

@@ -541,13 +541,14 @@ func (f *fabric) acceptLinks(ln net.Listener) {
 // register makes pl the link to its node (replacing an older one) and
 // starts its reader and writer.
 func (f *fabric) register(pl *peerLink, br *bufio.Reader) {
-	select {
-	case <-f.s.stop:
+	f.mu.Lock()
+	if f.linksClosed {
+		// The node is closing: closeLinks has run, and would not
+		// see this one.
+		f.mu.Unlock()
 		pl.conn.Close()
 		return
-	default:
 	}
-	f.mu.Lock()
 	old := f.links[pl.node]
 	f.links[pl.node] = pl
 	f.mu.Unlock()
@@ -623,6 +624,7 @@ func (f *fabric) closeLinks() {
 		f.linkLn.Close()
 	}
 	f.mu.Lock()
+	f.linksClosed = true
 	var pls []*peerLink
 	for _, pl := range f.links {
 		pls = append(pls, pl)
