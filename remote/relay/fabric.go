@@ -969,6 +969,7 @@ type fwdLeg struct {
 	offered map[string]string
 	link    *peerLink
 	in      inbox
+	rehomed atomic.Bool // rehome closed the socket (counted once)
 }
 
 // toHome sends one message toward the home.
@@ -992,8 +993,16 @@ func (fl *fwdLeg) fromLink(pl *peerLink, kind byte, b []byte) {
 	fl.in.push(inMsg{kind: kind, b: b})
 }
 
-// linkLost: the link went, as if the home died.
-func (fl *fwdLeg) linkLost() { fl.rehome("peer_link_lost") }
+// linkLost: the link went. As over NATS when a home dies, the harness
+// socket stays until the environment's new home announces itself (onHome:
+// its executor redialled there, so the harness's redial finds it at once)
+// or the home is declared dead (reapDead). Closing it at once made
+// harnesses redial before any node held their executor, and back off: one
+// stream in 51 stalled 6.4 s in an exec-bench fleet run. A link lost to a
+// home that lives ends the socket after FleetNodeDeadAfter.
+func (fl *fwdLeg) linkLost() {
+	time.AfterFunc(fl.f.s.opts.FleetNodeDeadAfter, func() { fl.rehome("peer_link_lost") })
+}
 
 // peer is the leg's home node ("" before the home answered).
 func (fl *fwdLeg) peer() string {
@@ -1204,13 +1213,14 @@ func (fl *fwdLeg) down(kind byte, b []byte) {
 // rehome closes the socket: its home moved or died. A harness running the
 // reliability extension redials and resumes at the new home.
 func (fl *fwdLeg) rehome(reason string) {
-	fl.f.st.rehomed.Add(1)
 	select {
 	case <-fl.ready:
-		if fl.l != nil {
+		if fl.l != nil && !fl.rehomed.Swap(true) {
+			fl.f.st.rehomed.Add(1)
 			fl.l.Close(reason)
 		}
 	default:
+		fl.f.st.rehomed.Add(1)
 	}
 }
 
