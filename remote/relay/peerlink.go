@@ -40,7 +40,8 @@ import (
 //
 // A link's loss ends its legs the way a node's loss does: the home drops
 // its remote legs (reliable streams wait for the harness to resume), the
-// forwarder closes its harness sockets, which redial.
+// forwarder closes its harness sockets, which redial, once the home moved
+// or died (fwdLeg.linkLost).
 //
 // The wire, after the handshake (linkHandshake), is a sequence of messages
 // [kind u8][key length u8][payload length u32 BE][key][payload], the key
