@@ -1020,11 +1020,17 @@ func (f *fabric) waitHome(ctx context.Context, env string, d time.Duration) bool
 	f.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
+	// A home announced between the caller's failed request and the
+	// waiter's registration woke nobody: ask once more now that a later
+	// announcement cannot be missed (no responders answers at once).
+	_, _, found := f.ping(ctx, env)
+	if !found {
+		select {
+		case <-ch:
+			return true
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -1040,7 +1046,7 @@ func (f *fabric) waitHome(ctx context.Context, env string, d time.Duration) bool
 	} else {
 		f.waiters[env] = ws
 	}
-	return false
+	return found
 }
 
 func (f *fabric) wakeHome(env string) {
@@ -1140,9 +1146,9 @@ func (fl *fwdLeg) serve(l *leg, reg string) {
 	fl.l = l
 	close(fl.ready)
 	if fl.link != nil && !fl.link.up() {
-		// Gone before the socket was ready: linkLost found nothing to
-		// close (see rehome).
-		l.Close("peer_link_lost")
+		// Gone before the socket was ready: what linkLost started may
+		// have found nothing to close (see rehome).
+		fl.linkLost()
 	}
 	f.s.event(Event{Kind: "attach", Role: roleHarness, Env: l.env, Reg: reg, Code: "forward"})
 	home := fl.peer()
@@ -1161,6 +1167,15 @@ func (fl *fwdLeg) serve(l *leg, reg string) {
 			break
 		}
 		if fl.toHome(linkUpFrame, b) != nil {
+			if fl.link != nil {
+				// The link went: keep the socket (unread) until the
+				// home's fate is known, as linkLost explains; a
+				// harness redialling now would find no home.
+				select {
+				case <-l.closing:
+				case <-l.done:
+				}
+			}
 			break
 		}
 		f.st.framesOut.Add(1)
