@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -336,4 +337,51 @@ func FuzzLinkMsg(f *testing.F) {
 			t.Fatalf("re-encoded %x not a prefix of %x", out, b)
 		}
 	})
+}
+
+type lostLeg chan struct{}
+
+func (l lostLeg) linkLost() { close(l) }
+
+// A peer that stops reading: the link's queue is bounded (the budgets
+// plus slack); past it the link closes and its legs are told, rather than
+// the queue growing.
+func TestPeerLinkQueueBound(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	f := &fabric{s: s, links: map[string]*peerLink{}}
+	mine, theirs := net.Pipe()
+	defer theirs.Close() // never read
+	pl := f.newLink("z", "id", mine)
+	f.links["z"] = pl
+	lost := make(lostLeg)
+	if !pl.attach("z-1", lost) {
+		t.Fatal("attach")
+	}
+	s.wg.Add(1)
+	go pl.writer()
+	payload := make([]byte, 32<<10)
+	var sent int
+	for ; sent < 10_000; sent++ {
+		if pl.send(linkDownFrame, "z-1", payload) != nil {
+			break
+		}
+	}
+	if sent == 10_000 {
+		t.Fatalf("%d MiB queued toward a peer that reads nothing", sent*len(payload)>>20)
+	}
+	if max := pl.maxPend + len(payload); sent*len(payload) > 2*max {
+		t.Fatalf("%d bytes taken before the bound (%d)", sent*len(payload), max)
+	}
+	select {
+	case <-lost:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the leg was not told the link went")
+	}
+	if pl.send(linkCredit, "z-1", nil) != errLinkDown {
+		t.Fatal("a closed link took a message")
+	}
+	s.wg.Wait()
+	if f.links["z"] != nil || f.st.linkDowns.Load() != 1 {
+		t.Fatalf("links %v, downs %d", f.links, f.st.linkDowns.Load())
+	}
 }
