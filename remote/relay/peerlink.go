@@ -493,6 +493,11 @@ func (f *fabric) startLinks() error {
 	f.linkLn = ln
 	f.linkAddr = f.s.opts.PeerAdvertise
 	if f.linkAddr == "" {
+		if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+			// Peers dialling 0.0.0.0 or :: would reach themselves.
+			ln.Close()
+			return fmt.Errorf("peer listener %s: a wildcard address needs PeerAdvertise (the address peers dial)", ln.Addr())
+		}
 		f.linkAddr = ln.Addr().String()
 	}
 	f.linkKey = linkKey(f.s.secret)

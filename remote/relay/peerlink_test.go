@@ -9,11 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/execgo/exec-server/remote/harness"
+	"github.com/nats-io/nats.go"
 )
 
 // waitLinks waits until each node has a peer link to every other one.
@@ -384,4 +386,24 @@ func TestPeerLinkQueueBound(t *testing.T) {
 	if f.links["z"] != nil || f.st.linkDowns.Load() != 1 {
 		t.Fatalf("links %v, downs %d", f.links, f.st.linkDowns.Load())
 	}
+}
+
+// A wildcard peer listener without an advertised address is refused:
+// peers would dial themselves.
+func TestPeerLinkWildcardNeedsAdvertise(t *testing.T) {
+	url := startNATS(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, err = New(Options{InsecureNoAuth: true, URLSecret: fleetSecret, NATS: nc, NodeName: "w", PeerListen: "0.0.0.0:0"})
+	if err == nil || !strings.Contains(err.Error(), "PeerAdvertise") {
+		t.Fatalf("wildcard peer listener without PeerAdvertise: %v", err)
+	}
+	s, err := New(Options{InsecureNoAuth: true, URLSecret: fleetSecret, NATS: nc, NodeName: "w", PeerListen: "0.0.0.0:0", PeerAdvertise: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }
