@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE` (JWT and NKey seed)")
 	nodeName := fs.String("node-name", "", "this node's unique `NAME` in the fleet ([A-Za-z0-9_]); required with --nats-url")
 	peerListen := fs.String("peer-listen", "", "with --nats-url: `ADDR` (host:port) to listen on for peer links: frames between nodes then go on direct TCP links (authenticated with the URL secret) instead of through NATS; empty: NATS only")
-	peerAdvertise := fs.String("peer-advertise", "", "with --peer-listen: the `ADDR` other nodes dial to reach it (default: the listener's address; needed when --peer-listen is a wildcard)")
+	peerAdvertise := fs.String("peer-advertise", "", "with --peer-listen: the `ADDR` other nodes dial to reach it (default: the listener's address; required when --peer-listen is a wildcard)")
 	natsReplicas := fs.Int("nats-replicas", 1, "replicas of the JetStream KV buckets (3 on a 3-server NATS cluster)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "private key `FILE` (PEM) of --tls-cert")
