@@ -36,6 +36,11 @@ import (
 //	rly.hb.<node>         heartbeats; a node silent for 3 s is suspected
 //	rly.probe.<node>      "are you alive?" to a suspected node (membership.go)
 //
+// With Options.PeerListen a leg's frames, closes and credits (the
+// rly.up, rly.dn and rly.ctl traffic) ride a direct link between the two
+// nodes instead when one is up (peerlink.go); requests, homes and
+// heartbeats stay on NATS.
+//
 // Each leg's frames travel on one subject from one connection, so NATS
 // keeps their order; a leg sends at most fabWindowFrames frames and
 // fabWindowBytes bytes the receiver has not handed on yet (credits), so
