@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,19 @@ type gatherer struct {
 	dst     []byte
 	got     int
 	gotErr  error
+
+	// idle is odd while the pump waits for the first bytes of a chunk with
+	// nothing in hand: everything it read before has been emitted. It
+	// becomes even again before the read that ends the wait, so a
+	// reader of idle, seeing the same odd value before and after it
+	// found the stream empty, knows that no byte was in hand meanwhile
+	// (see drained). Only the pump writes it.
+	idle atomic.Uint64
+	// ended is set when the pump has returned (every byte emitted).
+	ended atomic.Bool
+	// readIdle is readNow for a wait that marks idle (a stream read
+	// through the runtime's poller), made once.
+	readIdle func(fd uintptr) bool
 }
 
 // drainMin is the smallest read after which the stream may have more at
@@ -79,6 +93,17 @@ func newGatherer(f *os.File, hold time.Duration) *gatherer {
 				return true // never wait: drained is drained
 			}
 		}
+	}
+	g.readIdle = func(fd uintptr) bool {
+		if g.idle.Load()%2 == 1 {
+			g.idle.Add(1) // woken: reading again
+		}
+		g.readNow(fd)
+		if g.gotErr == unix.EAGAIN {
+			g.idle.Add(1)
+			return false
+		}
+		return true
 	}
 	if pf, q := quietPipe(f); q != nil {
 		g.f, g.rc, g.q, g.hold = pf, q.pipe, q, hold
@@ -112,10 +137,29 @@ func (g *gatherer) close() error {
 }
 
 // readWait reads what the stream has, waiting for its first bytes (until
-// the deadline set by setDeadline). It returns io.EOF at the end.
-func (g *gatherer) readWait(buf []byte) (int, error) {
+// the deadline set by setDeadline). It returns io.EOF at the end. idle:
+// the caller has nothing in hand (see gatherer.idle).
+func (g *gatherer) readWait(buf []byte, idle bool) (int, error) {
 	if g.q == nil {
-		return g.f.Read(buf)
+		if !idle || g.rc == nil {
+			return g.f.Read(buf)
+		}
+		g.dst = buf
+		err := g.rc.Read(g.readIdle)
+		n, rerr := g.got, g.gotErr
+		g.dst = nil
+		if g.idle.Load()%2 == 1 {
+			g.idle.Add(1)
+		}
+		switch {
+		case err != nil:
+			return 0, err // closed under us
+		case rerr != nil:
+			return 0, &os.PathError{Op: "read", Path: g.f.Name(), Err: rerr}
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
 	}
 	for {
 		g.dst = buf
@@ -126,7 +170,14 @@ func (g *gatherer) readWait(buf []byte) (int, error) {
 		case err != nil:
 			return 0, err // closed under us
 		case rerr == unix.EAGAIN:
-			if err := g.q.wait(); err != nil {
+			if idle {
+				g.idle.Add(1)
+			}
+			err := g.q.wait()
+			if idle {
+				g.idle.Add(1) // before the read that takes what woke it
+			}
+			if err != nil {
 				return 0, err
 			}
 		case rerr != nil:
@@ -137,6 +188,45 @@ func (g *gatherer) readWait(buf []byte) (int, error) {
 			return n, nil
 		}
 	}
+}
+
+// drained reports whether the pump has emitted everything the stream held
+// when drained was called: it has ended, or it waits for more with nothing
+// in hand while the stream is empty (the same wait throughout: idle did
+// not change). Any goroutine may call it.
+func (g *gatherer) drained() bool {
+	if g.ended.Load() {
+		return true
+	}
+	s := g.idle.Load()
+	if s%2 == 0 || g.rc == nil {
+		return false
+	}
+	empty := false
+	if err := g.rc.Control(func(fd uintptr) { empty = streamEmpty(int(fd)) }); err != nil {
+		return g.ended.Load()
+	}
+	return empty && g.idle.Load() == s
+}
+
+// streamEmpty reports whether nothing is to be read from fd now: no byte
+// in a pipe (FIONREAD), and poll finds no input. For a PTY master, poll
+// (n_tty_poll) first waits for the pending flush of what the other side
+// wrote (tty_buffer_flush_work), which FIONREAD does not.
+func streamEmpty(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || (n > 0 && pfd[0].Revents&unix.POLLIN != 0) {
+			return false
+		}
+		break
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // FIONREAD
+	return err == nil && n == 0
 }
 
 func (g *gatherer) setDeadline(t time.Time) error {
@@ -153,7 +243,7 @@ func (g *gatherer) read(buf []byte) (int, error) {
 	if g.pending != nil {
 		return 0, g.pending
 	}
-	n, err := g.readWait(buf)
+	n, err := g.readWait(buf, true)
 	if n == 0 {
 		if err == nil {
 			err = io.EOF
@@ -238,7 +328,7 @@ func (g *gatherer) holdFor(buf []byte, n int, deadline time.Time) int {
 	}
 	defer g.setDeadline(time.Time{})
 	for n < len(buf) && g.pending == nil {
-		m, err := g.readWait(buf[n:])
+		m, err := g.readWait(buf[n:], false)
 		n += m
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			break

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 // gatherAll reads r through a gatherer with chunks of size until the end
@@ -296,4 +298,77 @@ func epollWatchers(t *testing.T, ino uint64, except int) []int {
 		}
 	}
 	return out
+}
+
+// drained (what a sandbox's reaper waits for when a stream's writer lives
+// on outside the sandbox) holds only while the reader waits with nothing
+// in hand and the stream is empty: never while bytes are in the stream,
+// in a PTY's pending flush, or read and not yet handed back by read.
+func TestGatherDrained(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"pipe", "pty"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var r, w *os.File
+			var err error
+			if kind == "pipe" {
+				r, w, err = os.Pipe()
+			} else {
+				var master *os.File
+				if master, w, err = pty.Open(); err == nil {
+					r, err = pollable(master)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			g := newGatherer(r, 0)
+			defer g.close()
+			got := make(chan int)
+			cont := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				buf := make([]byte, 4096)
+				for {
+					n, err := g.read(buf)
+					got <- n
+					if err != nil {
+						return
+					}
+					<-cont // the chunk is in hand until the test lets go
+				}
+			}()
+			waitDrained := func() {
+				t.Helper()
+				for deadline := time.Now().Add(15 * time.Second); !g.drained(); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("not drained with nothing in hand and nothing to read")
+					}
+				}
+			}
+			waitDrained()
+			for i := range 20 {
+				if _, err := fmt.Fprintf(w, "line %d\n", i); err != nil {
+					t.Fatal(err)
+				}
+				// Written: in the stream, or read and in hand.
+				if g.drained() {
+					t.Fatalf("write %d: drained with output not handed back", i)
+				}
+				if n := <-got; n <= 0 {
+					t.Fatalf("write %d: read %d", i, n)
+				}
+				if g.drained() {
+					t.Fatalf("write %d: drained with a chunk in hand", i)
+				}
+				cont <- struct{}{}
+				waitDrained()
+			}
+			g.close()
+			<-got
+			<-done
+		})
+	}
 }

@@ -379,6 +379,7 @@ func (p *Proc) pump(g *gatherer, stream string) {
 		// descriptors but has not yet exited would die of SIGHUP.
 		defer g.close()
 	}
+	defer g.ended.Store(true) // first of the deferred calls: before the close
 	size := p.m.opts.ReadSize
 	buf := p.chunkBuf()
 	defer func() { putChunkBuf(buf) }()
@@ -438,13 +439,7 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) rawEvent {
 	p.pid = -p.pid // reaped: never signal this pid again, it may be reused
 	p.mu.Unlock()
 	if p.ownPIDNamespace {
-		// The child was PID 1 of its own PID namespace: the kernel killed
-		// every process in it before the child could be reaped, so no
-		// process is left that could hold an output stream open, and
-		// every stream reaches EOF as soon as its reader has drained it.
-		// Wait for that: sandboxDenied is judged from the whole output
-		// (see record), however slowly a loaded machine runs the readers.
-		<-readersDone
+		p.awaitSandboxOutput(readersDone)
 	} else {
 		// A background child may keep a stream open for as long as it
 		// likes, and the exit must not wait for it (closed does): give
@@ -458,6 +453,52 @@ func (p *Proc) reap(pidfd int, readersDone <-chan struct{}) rawEvent {
 		t.Stop()
 	}
 	return rawEvent{kind: EventExited, exitCode: code}
+}
+
+// drainPoll is how often a sandbox's reaper looks whether the readers have
+// emitted everything the sandbox wrote, when a stream has not ended.
+const drainPoll = 5 * time.Millisecond
+
+// awaitSandboxOutput waits, once a sandbox's init is reaped, until the
+// readers have emitted everything the sandbox wrote: sandboxDenied is
+// judged from the whole output (see record), however slowly a loaded
+// machine runs the readers. The init was PID 1 of its own PID namespace:
+// the kernel killed every process in it, and they were gone, before the
+// init could be reaped, so every byte the sandbox wrote is in a stream
+// already. Usually every stream then ends as soon as its reader has read
+// it. But a descriptor of a stream can live outside the sandbox (passed to
+// a daemon over a unix socket, reopened by a host process through /proc):
+// its EOF may never come, and exited must not wait for it. So the wait
+// also ends when each reader has ended or waits for more with nothing in
+// hand and its stream empty (gatherer.drained), looked at every drainPoll;
+// what the outside holder writes later is late output, as for a
+// background child without a sandbox. A holder that writes without pause
+// (the stream never found empty) holds exited back while it does.
+func (p *Proc) awaitSandboxOutput(readersDone <-chan struct{}) {
+	select {
+	case <-readersDone:
+		return
+	default:
+	}
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-readersDone:
+			return
+		case <-tick.C:
+		}
+		drained := true
+		for _, g := range p.outputs {
+			if !g.drained() {
+				drained = false
+				break
+			}
+		}
+		if drained {
+			return
+		}
+	}
 }
 
 // exitDone emits the reaper's exited event and ends it as a producer.

@@ -762,7 +762,7 @@ func TestSandboxNonRoot(t *testing.T) {
 		t.Skip("short")
 	}
 	needSandbox(t)
-	asnobody.Run(t, "", "^TestSandbox(WorkspaceWrite|ReadOnly|Type|Env|PTY|Stdin|Signal|Terminate|CloseKillsEverything|StartErrors|FailClosed)$", nil, "sandbox not available", "no sandbox")
+	asnobody.Run(t, "", "^TestSandbox(WorkspaceWrite|ReadOnly|Type|Env|PTY|Stdin|Signal|Terminate|CloseKillsEverything|StartErrors|FailClosed|ExitedNotHeldByOutsideWriter)$", nil, "sandbox not available", "no sandbox")
 }
 
 // killPid is a test's last resort for a process it failed to kill.
@@ -897,4 +897,73 @@ func BenchmarkStartTrue(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestSandboxExitedNotHeldByOutsideWriter: a sandbox's init is PID 1 of
+// its own PID namespace, so every process of the sandbox dies with it, but
+// a descriptor of its stdout can live outside it (passed to a daemon over
+// a unix socket, or reopened through /proc by a process of the host, as
+// here). exited must not wait for that holder: it comes once the readers
+// have read what the sandbox wrote; what the holder writes later is late
+// output, and closed follows when it lets go. A grandchild that keeps
+// stdout open inside the sandbox dies with the init.
+func TestSandboxExitedNotHeldByOutsideWriter(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	modes(t, func(t *testing.T, opts Options) {
+		m, sink := newTestManager(t, opts)
+		ws := workspace(t)
+
+		// A grandchild keeps stdout open after the main process exits.
+		tok := sleepToken()
+		startSandboxed(t, m, sandboxParams(t, "grandchild", codexWorkspaceWrite, ws,
+			"/bin/sh", "-c", "sleep "+tok+" & echo ready"))
+		evs := sink.waitClosed(t, "grandchild")
+		if got := output(evs, ""); got != "ready\n" || exitCode(t, evs) != 0 {
+			t.Fatalf("grandchild: output %q exit %d", got, exitCode(t, evs))
+		}
+
+		// A process of the host holds the command's stdout.
+		tok = sleepToken()
+		startSandboxed(t, m, sandboxParams(t, "held", codexWorkspaceWrite, ws,
+			"/bin/sh", "-c", "echo ready; exec sleep "+tok))
+		sink.waitOutput(t, "held", "ready\n")
+		pid := waitHostPids(t, tok, 1)[0]
+		w, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", pid), os.O_WRONLY, 0)
+		if errors.Is(err, os.ErrPermission) {
+			killPid(pid)
+			t.Skipf("cannot reopen the sandboxed command's stdout from the host: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if _, err := w.WriteString("from outside\n"); err != nil {
+			t.Fatal(err)
+		}
+		sink.waitOutput(t, "held", "from outside\n")
+		if err := killPid(pid); err != nil {
+			t.Fatal(err)
+		}
+		// The old reaper waited for every reader's EOF: never, here.
+		sink.waitFor(t, "held", "exited", func(evs []Event) bool {
+			for _, ev := range evs {
+				if ev.Kind == EventExited {
+					return true
+				}
+			}
+			return false
+		})
+		if _, err := w.WriteString("late\n"); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		evs = sink.waitClosed(t, "held")
+		if got, want := output(evs, ""), "ready\nfrom outside\nlate\n"; got != want {
+			t.Fatalf("held: output %q, want %q", got, want)
+		}
+		if ev := exitedEvent(t, evs); ev.ExitCode != 128+int(syscall.SIGKILL) {
+			t.Fatalf("held: exit code %d, want %d", ev.ExitCode, 128+int(syscall.SIGKILL))
+		}
+	})
 }

@@ -926,3 +926,162 @@ loop:
 		t.Errorf("the loops did not race: %d created; %s", made, renamed)
 	}
 }
+
+// pyFIFOs opens FIFOs with no partner through the supervisor, each in a
+// child: openat2 (done there with or without O_CREAT), O_CREAT through a
+// /proc/self/fd link, and O_CREAT on the name, for writing and for
+// reading. A writer's open must wait for its reader as the kernel's does
+// (a reader's returns at once: openNoWait), while the supervisor goes on
+// serving the command's other calls (files created meanwhile), and be
+// answered with the close-on-exec flag asked for. It prints how many did
+// not.
+const pyFIFOs = `
+import os, ctypes, fcntl, select, signal, time
+signal.alarm(90)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+def openat2(name, flags):
+    fd = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, 0, 0)), ctypes.c_size_t(24))
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return fd
+def via_proc(name, flags):
+    p = os.open(name, os.O_PATH)
+    return os.open("/proc/self/fd/%d" % p, flags | os.O_CREAT)
+W, R = os.O_WRONLY, os.O_RDONLY
+cases = [
+    ("openat2-w", lambda n: openat2(n, W), W),
+    ("openat2-r", lambda n: openat2(n, R), R),
+    ("proc-w", lambda n: via_proc(n, W), W),
+    ("proc-r", lambda n: via_proc(n, R), R),
+    ("creat-w", lambda n: os.open(n, W | os.O_CREAT), W),
+    ("creat-r", lambda n: os.open(n, R | os.O_CREAT), R),
+    ("inherit-w", lambda n: libc.open(n.encode(), W | os.O_CREAT, 0o644), W),
+]
+bad = 0
+def fail(msg):
+    global bad
+    bad += 1
+    print(msg)
+for name, opener, mode in cases:
+    os.mkfifo(name)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fd = opener(name)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "open")
+            # Python asks for O_CLOEXEC, libc.open and openat2 here do not.
+            inherit = name.startswith(("inherit", "openat2"))
+            if inherit == bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC):
+                os.write(w, b"oC")
+            else:
+                os.write(w, b"o")
+            if mode == W:
+                os.write(fd, b"x")
+            else:
+                d = b""
+                for i in range(20000):
+                    d = os.read(fd, 1)
+                    if d:
+                        break
+                    time.sleep(0.005) # end of file until the writer comes
+                os.write(w, d)
+        except OSError as e:
+            os.write(w, b"E" + str(e).encode())
+        os._exit(0)
+    os.close(w)
+    # Wait until the child is in its open (held by the supervisor), or,
+    # for a reader, past it.
+    for i in range(2000):
+        try:
+            with open("/proc/%d/wchan" % pid) as f:
+                if "seccomp" in f.read():
+                    break
+        except OSError:
+            pass
+        if select.select([r], [], [], 0.005)[0]:
+            break
+    for i in range(20):
+        os.close(os.open("%s.%d" % (name, i), os.O_CREAT | os.O_WRONLY, 0o644))
+    if mode == W:
+        os.set_blocking(r, False)
+        try:
+            got = os.read(r, 100)
+            fail("%s: opened with no reader: %r" % (name, got))
+        except BlockingIOError:
+            pass
+        os.set_blocking(r, True)
+    if mode == W:
+        p = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+        got = os.read(r, 100)
+        if got != b"o":
+            fail("%s: the open failed or has the wrong close-on-exec flag: %r" % (name, got))
+        os.set_blocking(p, True)
+        got = os.read(p, 1)
+    else:
+        got = os.read(r, 2)
+        p = os.open(name, os.O_WRONLY)
+        os.write(p, b"x")
+        if got[:2] == b"oC":
+            fail("%s: wrong close-on-exec flag" % name)
+        got = got.lstrip(b"oC")
+        if got == b"":
+            got = os.read(r, 1)
+    if got != b"x":
+        fail("%s: got %r, want x" % (name, got))
+    os.close(p)
+    os.close(r)
+    os.waitpid(pid, 0)
+print("failed=%d" % bad)
+`
+
+// TestCommandFIFONoPartner: a FIFO opened by the supervisor in a command's
+// place waits for its partner without stalling the supervisor: before,
+// openat2 or an O_CREAT open through /proc/self/fd of a FIFO with no
+// reader blocked it, and every other supervised call of the command with
+// it, for good.
+func TestCommandFIFONoPartner(t *testing.T) {
+	runPyNoFailures(t, pyFIFOs)
+}
+
+// pyThreadsSignalled is pySignalled with four threads creating at once:
+// the supervisor's ID_VALID and SEND then wait for the listener's lock
+// behind the threads' new notifications, where a signal (an orphan's
+// SIGCHLD) makes them fail with EINTR. A SEND that failed so left its
+// thread waiting for good; an ID_VALID answered ENOENT to a live call.
+const pyThreadsSignalled = `
+import os, subprocess, threading
+orphans = subprocess.Popen(["/bin/sh", "-c", "while :; do (/bin/true &); done"])
+bad = []
+def work(t):
+    for i in range(750):
+        name = "t%d.%d" % (t, i)
+        try:
+            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            if os.fstat(fd).st_ino != os.stat(name).st_ino:
+                raise OSError(0, "descriptor %d is not the file made" % fd)
+            os.close(fd)
+        except OSError as e:
+            bad.append("%s: %s" % (name, e))
+ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+orphans.kill()
+for b in bad[:3]:
+    print(b)
+print("failed=%d" % len(bad))
+`
+
+// TestCommandCreateThreadsUnderSignals: every listener ioctl that can
+// fail with EINTR is retried, and none is taken for a gone notification.
+func TestCommandCreateThreadsUnderSignals(t *testing.T) {
+	runPyNoFailures(t, pyThreadsSignalled)
+}

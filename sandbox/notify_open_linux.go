@@ -112,11 +112,8 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 			if magic {
 				// A procfs link of the target names an existing object:
 				// nothing is created through it.
-				fd, err := unix.Openat(dir, name, flags&^(unix.O_CREAT|unix.O_EXCL), 0)
-				if err != nil {
-					return replyErrno(toErrno(err))
-				}
-				return install(fd, cloexec)
+				r, _ := openAt(dir, name, openArgs{flags: flags &^ (unix.O_CREAT | unix.O_EXCL)}, cloexec)
+				return r
 			}
 			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
 			if errno != 0 {
@@ -134,23 +131,11 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				return replyErrno(unix.EISDIR)
 			}
-			if st.Mode&unix.S_IFMT == unix.S_IFIFO && flags&unix.O_NONBLOCK == 0 {
-				fd, errno, again := openFIFO(dir, name, flags)
-				if again {
-					d, _ := unix.Dup(dir)
-					unix.CloseOnExec(d)
-					return later(&pendingOpen{dir: d, name: name, flags: flags})
-				}
-				return reply{fd: fdResult{fd, cloexec}, errno: errno}
-			}
-			fd, err := unix.Openat(dir, name, (flags&^unix.O_CREAT)|unix.O_NOFOLLOW, 0)
-			if (err == unix.ENOENT || err == unix.ELOOP) && flags&unix.O_NOFOLLOW == 0 {
+			r, errno := openAt(dir, name, openArgs{flags: (flags &^ unix.O_CREAT) | unix.O_NOFOLLOW}, cloexec)
+			if (errno == unix.ENOENT || errno == unix.ELOOP) && flags&unix.O_NOFOLLOW == 0 {
 				continue // removed or replaced meanwhile: look again
 			}
-			if err != nil {
-				return replyErrno(toErrno(err))
-			}
-			return install(fd, cloexec)
+			return r
 		}
 	}
 	return replyErrno(unix.EAGAIN)
@@ -225,11 +210,8 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 			if magic {
 				// A procfs link in a directory of the target (never the
 				// init's: walkParent refuses those) names its object.
-				fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags, Mode: how.Mode})
-				if err != nil {
-					return replyErrno(toErrno(err))
-				}
-				return install(fd, cloexec)
+				r, _ := openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags, Mode: how.Mode}}, cloexec)
+				return r
 			}
 			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
 			if errno != 0 {
@@ -244,30 +226,90 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 		}
 		// Not a symlink (or not to be followed): O_NOFOLLOW keeps the
 		// kernel from following one put there meanwhile.
-		fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags | unix.O_NOFOLLOW, Mode: how.Mode, Resolve: how.Resolve})
-		if err == unix.ELOOP && follow {
+		r, errno := openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags | unix.O_NOFOLLOW, Mode: how.Mode, Resolve: how.Resolve}}, cloexec)
+		if errno == unix.ELOOP && follow {
 			continue // replaced by a symlink meanwhile: look again
 		}
-		if err != nil {
-			return replyErrno(toErrno(err))
-		}
-		return install(fd, cloexec)
+		return r
 	}
 	return replyErrno(unix.EAGAIN)
 }
 
-// openFIFO opens an existing FIFO without waiting (again: no reader yet
-// for a writer, try later) and makes it blocking as asked.
-func openFIFO(dir int, name string, flags int) (int, unix.Errno, bool) {
-	fd, err := unix.Openat(dir, name, (flags&^unix.O_CREAT)|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+// openAt is openNoWait as a reply (the descriptor, the failure, or later)
+// and the open's errno, for a caller that looks again on some.
+func openAt(dir int, name string, a openArgs, cloexec bool) (reply, unix.Errno) {
+	fd, errno, wait := openNoWait(dir, name, a)
+	if wait == nil {
+		if errno != 0 {
+			return replyErrno(errno), errno
+		}
+		return install(fd, cloexec), 0
+	}
+	d, err := unix.FcntlInt(uintptr(dir), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return replyErrno(unix.EMFILE), unix.EMFILE
+	}
+	wait.dir, wait.name, wait.args, wait.cloexec = d, name, a, cloexec
+	return later(wait), 0
+}
+
+// openNoWait opens dir/name as a asks, but never waits: every open done
+// here in a command's place serves all its other processes' calls too, and
+// a FIFO with no partner (or a device waiting for a carrier) would block
+// them all. So O_NONBLOCK is added, then cleared unless asked for. A
+// FIFO's writer with no reader yet comes back as a wait (non-nil) for the
+// supervisor to retry between notifications (pendingOpen), as the kernel
+// would wait. A FIFO's reader with no writer yet is not made to wait (a
+// writer cannot be seen from here: pipe(7) counts them in the kernel
+// only): its open returns at once and its reads see end of file until a
+// writer comes, where the kernel's open would wait for the writer.
+func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen) {
+	flags := a.flags
+	if a.two {
+		flags = int(a.how.Flags)
+	}
+	if flags&(unix.O_NONBLOCK|unix.O_PATH) != 0 {
+		fd, err := a.open(dir, name, 0)
+		if err != nil {
+			return -1, toErrno(err), nil
+		}
+		return fd, 0, nil
+	}
+	fd, err := a.open(dir, name, unix.O_NONBLOCK)
 	if err == unix.ENXIO {
-		return -1, 0, true
+		// A FIFO's writer with no reader (or a socket, or a device
+		// without its driver: ENXIO as asked).
+		var st unix.Stat_t
+		at := 0
+		if flags&unix.O_NOFOLLOW != 0 {
+			at = unix.AT_SYMLINK_NOFOLLOW
+		}
+		if unix.Fstatat(dir, name, &st, at) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+			return -1, 0, &pendingOpen{}
+		}
 	}
 	if err != nil {
-		return -1, toErrno(err), false
+		return -1, toErrno(err), nil
 	}
 	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil {
 		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
 	}
-	return fd, 0, false
+	return fd, 0, nil
+}
+
+// openArgs is an open done here: openat's flags (an int, as the kernel
+// takes them: unknown bits ignored), or openat2's open_how (two).
+type openArgs struct {
+	flags int
+	two   bool
+	how   unix.OpenHow
+}
+
+func (a openArgs) open(dir int, name string, extra int) (int, error) {
+	if a.two {
+		how := a.how
+		how.Flags |= uint64(extra)
+		return unix.Openat2(dir, name, &how)
+	}
+	return unix.Openat(dir, name, a.flags|extra, 0)
 }

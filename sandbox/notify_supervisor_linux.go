@@ -26,14 +26,15 @@ type supervisor struct {
 	lock int
 }
 
-// pendingOpen is an O_CREAT open of an existing FIFO for writing that has
-// no reader yet: the kernel would wait; the supervisor retries it between
+// pendingOpen is an open of a FIFO for writing that has no reader yet
+// (openNoWait): the kernel would wait; the supervisor retries it between
 // notifications rather than block them all.
 type pendingOpen struct {
-	id    uint64
-	dir   int
-	name  string
-	flags int
+	id      uint64
+	dir     int // where name is (a copy)
+	name    string
+	args    openArgs
+	cloexec bool // the target asked for O_CLOEXEC (args always have it)
 }
 
 // serve handles notifications until the listener fails (every command
@@ -127,11 +128,32 @@ func (s *supervisor) answer(id uint64, fd fdResult, errno unix.Errno) {
 	if errno != 0 {
 		resp.Error = -int32(errno)
 	}
-	_ = notifIoctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, &resp)
+	// SEND, ID_VALID and ADDFD first take the listener's lock
+	// interruptibly (mutex_lock_interruptible in kernel/seccomp.c): a
+	// signal while they wait for it fails them with EINTR, which no
+	// SA_RESTART restarts, having done nothing. Retried: a SEND given up
+	// left its target waiting for an answer for good, an ID_VALID taken
+	// for "gone" answered ENOENT to a live call (or nothing at all).
+	for notifIoctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, &resp) == unix.EINTR {
+	}
 }
 
+// idValid reports whether notification id still stands: its target is
+// still in the call (neither interrupted nor dead, so its tid still names
+// it) and unanswered. Everything read from the target, and every path
+// resolved through its /proc entries, before a true idValid was the
+// target's own (see handle).
 func (s *supervisor) idValid(id uint64) bool {
-	return notifIoctl(s.listener, ioctlNotifIDValid, &id) == 0
+	for {
+		switch notifIoctl(s.listener, ioctlNotifIDValid, &id) {
+		case 0:
+			return true
+		case unix.EINTR:
+			continue // see answer
+		default:
+			return false
+		}
+	}
 }
 
 func (s *supervisor) retryPending() {
@@ -141,13 +163,17 @@ func (s *supervisor) retryPending() {
 			unix.Close(po.dir)
 			continue
 		}
-		fd, errno, again := openFIFO(po.dir, po.name, po.flags)
-		if again {
+		fd, errno, wait := openNoWait(po.dir, po.name, po.args)
+		if wait != nil {
 			keep = append(keep, po)
 			continue
 		}
 		unix.Close(po.dir)
-		s.answer(po.id, fdResult{fd, po.flags&unix.O_CLOEXEC != 0}, errno)
+		if fd >= 0 && inSupervisor(fd) {
+			unix.Close(fd)
+			fd, errno = -1, unix.EACCES
+		}
+		s.answer(po.id, fdResult{fd, po.cloexec}, errno)
 	}
 	s.pending = keep
 }
@@ -339,6 +365,12 @@ func (s *supervisor) handle(req *seccompNotif) reply {
 		return replyErrno(errno)
 	}
 	defer unlock()
+	// Again after the lock, which may have waited: act walks the paths
+	// again, and a /proc/self on them names the target by its tid, which
+	// another process of the sandbox may have by now if the target died.
+	if !s.idValid(req.ID) {
+		return replyErrno(unix.ENOENT)
+	}
 	unix.Umask(t.umask) // the target's, for what the kernel makes here
 	return s.act(t, c, base1, p1, base2, p2, how)
 }
