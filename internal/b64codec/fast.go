@@ -35,6 +35,10 @@ var dec12 = sync.OnceValue(func() *[1 << 16]uint16 {
 // encoding/base64. ok is false for invalid input (the caller words the
 // error).
 func decodeFast(dst, src []byte) (n int, ok bool) {
+	if vector {
+		n, err := vecStd.Decode(dst, src)
+		return n, err == nil
+	}
 	si, di := 0, 0
 	if len(src) >= 12 {
 		t := dec12()
@@ -107,6 +111,13 @@ func decodeChunks(dst, src []byte) (n int, ok bool) {
 // no character is overwritten before it is read (the 8-byte store ends two
 // bytes past the six, still behind the next load).
 func DecodeInPlace(src []byte) ([]byte, error) {
+	if vector {
+		out, si, ok := decodeInPlaceVector(src)
+		if ok {
+			return out, nil
+		}
+		return nil, inPlaceError(src, si)
+	}
 	si, di := 0, 0
 	if len(src) >= 12 {
 		t := dec12()
@@ -130,14 +141,19 @@ func DecodeInPlace(src []byte) ([]byte, error) {
 			return src[:di+copy(src[di:], tmp[:m])], nil
 		}
 	}
-	// src[:si] was all plain alphabet, which the error text never names
-	// (it reports the first bad symbol, or the padding of the last
-	// quantum): put any such characters back and word the error as Decode.
+	return nil, inPlaceError(src, si)
+}
+
+// inPlaceError words the error of a failed in-place decoding whose first
+// si characters were all plain alphabet (now overwritten), which the error
+// text never names (it reports the first bad symbol, or the padding of the
+// last quantum): it puts such characters back and words it as Decode.
+func inPlaceError(src []byte, si int) error {
 	for i := range si {
 		src[i] = 'A'
 	}
 	if msg := errorText(src); msg != "" {
-		return nil, Error(msg)
+		return Error(msg)
 	}
-	return nil, Error("invalid base64")
+	return Error("invalid base64")
 }
