@@ -122,7 +122,8 @@ type Server struct {
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
 	recov  recoveries
 
-	readBufs [3]sync.Pool // of *readBuf: frames being read (rendezvous.go)
+	readBufs     [3]sync.Pool // of *readBuf: frames being read (rendezvous.go)
+	readBufsHeld atomic.Int64 // of readBufs, out of their pools
 
 	direct *directState // direct.go
 
@@ -645,6 +646,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Unlock()
 	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
 	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
+	fmt.Fprintf(w, "# HELP exec_relay_read_buffers_held pooled frame read buffers out of their pools (one per socket in the middle of a frame; one that stays up on an idle node is a leak)\n# TYPE exec_relay_read_buffers_held gauge\nexec_relay_read_buffers_held %d\n", s.readBufsHeld.Load())
 	s.recov.hist.write(w, "exec_relay_stream_recovery_seconds", "how long a reliable stream was stalled by a lost socket or node until it resumed (docs/remote.md)")
 	writeMemMetrics(w)
 	if s.fab == nil {
