@@ -334,10 +334,16 @@ func (l *leg) writer() {
 						return
 					}
 				default:
+					// The close handshake is bounded by a second; the
+					// helper ends before the writer does (the socket's
+					// goroutine, which Server.Close waits for, waits for
+					// the writer).
 					ctx, cancel := context.WithTimeout(l.ctx, time.Second)
-					defer cancel()
-					go func() { <-ctx.Done(); l.conn.CloseNow() }()
+					bounded := make(chan struct{})
+					go func() { <-ctx.Done(); l.conn.CloseNow(); close(bounded) }()
 					l.conn.Close(websocket.StatusGoingAway, l.reason)
+					cancel()
+					<-bounded
 					return
 				}
 			}
@@ -495,21 +501,25 @@ func (s *Server) initReadBufs() {
 	}
 }
 
+// track records l and the goroutine that will serve it (Close waits for
+// it); false once the server is closed.
 func (s *Server) track(l *leg) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if !s.ownSocketLocked() {
 		return false
 	}
 	s.legs[l] = struct{}{}
 	return true
 }
 
+// untrack is the last thing the goroutine serving l does.
 func (s *Server) untrack(l *leg) {
+	s.faults.forget(l)
 	s.mu.Lock()
 	delete(s.legs, l)
+	s.socketDoneLocked()
 	s.mu.Unlock()
-	s.faults.forget(l)
 }
 
 func (s *Server) reject(w http.ResponseWriter, ev *Event, status int, reason string) {
