@@ -126,7 +126,8 @@ func DefaultHTTPClient(roots *x509.CertPool) *http.Client {
 }
 
 // Run registers and serves until ctx ends (nil) or a fatal error: the
-// first registration fails (other than the two retried answers), the
+// first registration fails (other than the retried answers:
+// RegistryError.retryable), the
 // registry answers for another environment or profile, or a
 // re-registration is refused for good.
 func Run(ctx context.Context, cfg Config) error {

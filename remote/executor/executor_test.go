@@ -368,19 +368,31 @@ func handshakeRules(t *testing.T, impl string) {
 }
 
 func TestRegistrationRetryAndFailures(t *testing.T) {
-	t.Run("retried conflicts", func(t *testing.T) {
-		r := startRig(t, "go", relay.Faults{Register: relay.Failure{Status: 503, Code: "registration_conflict", Times: 2}}, nil)
-		r.events.waitCount(t, 1, 15*time.Second, isAttach)
-		if n := r.events.count(func(e relay.Event) bool { return e.Kind == "register" }); n != 3 {
-			t.Fatalf("%d register calls, want 3", n)
-		}
-	})
+	// Retried at the first registration: the reference's two, and a
+	// fleet relay's store without a leader for a moment, and a 429.
+	for _, f := range []relay.Failure{
+		{Status: 503, Code: "registration_conflict", Times: 2},
+		{Status: 502, Code: "authentication_service_unavailable", Times: 2},
+		{Status: 503, Code: "store_unavailable", Times: 2},
+		{Status: 429, Code: "too_many_requests", Times: 2},
+	} {
+		t.Run(fmt.Sprint("retried ", f.Status, " ", f.Code), func(t *testing.T) {
+			r := startRig(t, "go", relay.Faults{Register: f}, nil)
+			r.events.waitCount(t, 1, 30*time.Second, isAttach)
+			if n := r.events.count(func(e relay.Event) bool { return e.Kind == "register" }); n != 3 {
+				t.Fatalf("%d register calls, want 3", n)
+			}
+		})
+	}
 	for _, c := range []struct {
 		name string
 		f    relay.Faults
 	}{
 		{"500", relay.Faults{Register: relay.Failure{Status: 500, Code: "internal"}}},
 		{"plain 503", relay.Faults{Register: relay.Failure{Status: 503, Code: "unavailable"}}},
+		{"400", relay.Faults{Register: relay.Failure{Status: 400, Code: "invalid_request"}}},
+		{"403", relay.Faults{Register: relay.Failure{Status: 403, Code: "unauthorized"}}},
+		{"503 registry_full", relay.Faults{Register: relay.Failure{Status: 503, Code: "registry_full"}}},
 		{"other environment", relay.Faults{WrongEnvironmentID: true}},
 		{"other profile", relay.Faults{WrongSecurityProfile: true}},
 	} {

@@ -93,10 +93,18 @@ func (e *RegistryError) Error() string {
 	return s
 }
 
-// retryable reports the registration failures the reference retries.
+// retryable reports the registration failures retried (registerDelay
+// apart, until the context ends): the two the reference retries, and two
+// transient answers of this project's relay it does not know: 503
+// store_unavailable (a fleet's KV bucket without a leader while JetStream
+// elects one: seconds) and 429 (too many requests for now). Any other
+// refusal, 4xx or 5xx, ends a first registration as it ends the
+// reference's.
 func (e *RegistryError) retryable() bool {
 	return e.Status == 503 && e.Code == envreg.CodeRegistrationConflict ||
-		e.Status == 502 && e.Code == envreg.CodeAuthenticationServiceUnavailable
+		e.Status == 502 && e.Code == envreg.CodeAuthenticationServiceUnavailable ||
+		e.Status == 503 && e.Code == envreg.CodeStoreUnavailable ||
+		e.Status == http.StatusTooManyRequests
 }
 
 func (r *registry) post(ctx context.Context, verb string, body any, hdr http.Header, out any) error {
@@ -160,8 +168,8 @@ func registerDelay(n int) time.Duration {
 	return base + rand.N(base/2+1)
 }
 
-// register retries the two transient failures the reference retries
-// (RegistryError.retryable) and returns any other error.
+// register retries the transient failures (RegistryError.retryable) and
+// returns any other error.
 func (r *registry) register(ctx context.Context, key noise.PublicKey, sleep func(context.Context, time.Duration) error) (registration, error) {
 	for n := 0; ; n++ {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -129,6 +129,13 @@ func (s *Server) directExecutor(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "SigV4 authentication failed", http.StatusForbidden)
 		return
 	}
+	// The socket outlives the HTTP server's interest (it is hijacked):
+	// Close owns this goroutine.
+	if !s.ownSocket() {
+		http.Error(w, "relay shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer s.socketDone()
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		return
@@ -200,6 +207,11 @@ func (s *Server) directHarness(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, envreg.CodeTooManyConnections, "too many direct harness connections")
 		return
 	}
+	if !s.ownSocket() {
+		http.Error(w, "relay shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer s.socketDone()
 	d := s.takeDirect(r.Context(), env)
 	if d == nil {
 		writeError(w, http.StatusConflict, envreg.CodeEnvironmentOffline, "no executor socket for this environment")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The KV buckets are bounded: records (registrations, authorizations) and
@@ -85,5 +86,56 @@ func TestFleetRegistryFull(t *testing.T) {
 	st, m := post(t, n.env("E2")+"/register", execToken, map[string]any{"security_profile": SecurityProfile, "executor_public_key": randomKey()})
 	if st != 503 || errCode(m) != "registry_full" {
 		t.Fatalf("third environment: %d %v, want 503 registry_full", st, m)
+	}
+}
+
+// JetStream answers 10077 (store failed) for any refusal of its store,
+// not only the record bound: here a byte bound set on the buckets'
+// streams refuses puts while both buckets are far below their record
+// bounds. That is a store failure (503 store_unavailable, retried), not
+// ErrStoreFull (registry_full / 429 too_many_pending_authorizations).
+func TestKVStoreFailureBelowBoundIsNotFull(t *testing.T) {
+	url := startNATS(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := NewKVStore(ctx, nc, KVStoreOptions{Memory: true, Prefix: "bytes", MaxRegistrations: 100, MaxAuthorizations: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := Registration{ID: "reg_0", Key: randomKey(), At: time.Now()}
+	if err := k.PutRegistration(ctx, "env-0", reg); err != nil {
+		t.Fatal(err)
+	}
+	a := Authorization{Env: "env-0", RegID: "reg_0", HarnessKey: randomKey(), Expires: time.Now().Add(time.Minute)}
+	if err := k.PutAuthorization(ctx, "tok-0", a); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"KV_bytes_reg", "KV_bytes_auth"} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := st.CachedInfo().Config
+		sc.MaxBytes = int64(st.CachedInfo().State.Bytes) + 16 // one record, not two
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = k.PutRegistration(ctx, "env-1", reg)
+	if err == nil || errors.Is(err, ErrStoreFull) {
+		t.Fatalf("registration refused by a byte bound: %v, want a store failure, not ErrStoreFull", err)
+	}
+	err = k.PutAuthorization(ctx, "tok-1", a)
+	if err == nil || errors.Is(err, ErrStoreFull) {
+		t.Fatalf("authorization refused by a byte bound: %v, want a store failure, not ErrStoreFull", err)
 	}
 }

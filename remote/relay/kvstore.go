@@ -174,24 +174,56 @@ func boundRecords(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 }
 
 // jsErrStoreFailed is JetStream's JSStreamStoreFailedF: the stream
-// refused to store a message (here: its record bound; nats.go names no
-// constant for it).
+// refused to store a message (nats.go names no constant for it). Its
+// HTTP-like code is 503 and its description is the store's own error
+// text, whatever the cause: the record bound ("maximum messages
+// exceeded"), but as well a byte bound (the stream's or the account's),
+// a per-subject bound, or a store that failed or closed. The code alone
+// does not say which.
 const jsErrStoreFailed jetstream.ErrorCode = 10077
 
-// storeErr maps JetStream's refusals of a put to the store's errors, by
-// their codes: the stream's record bound (a store failure: "maximum
-// messages exceeded") and its value bound.
-func storeErr(err error) error {
+// storeErr maps JetStream's refusals of a put into kv to the store's
+// errors, by their codes: the value bound is ErrValueTooLarge; a store
+// failure is ErrStoreFull only when kv's stream holds as many records as
+// its record bound allows (read from the stream, not from the error's
+// text). Any other store failure stays an error that is not a bound, so
+// the caller answers 503 store_unavailable (retried), not registry_full
+// or 429 too_many_pending_authorizations, which name a bound not hit.
+func storeErr(ctx context.Context, kv jetstream.KeyValue, err error) error {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case jsErrStoreFailed:
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return fmt.Errorf("%w (%v)", ErrValueTooLarge, err)
+	case jsErrStoreFailed:
+		if full, serr := atRecordBound(ctx, kv); serr != nil {
+			return fmt.Errorf("relay: store failed: %w (reading the bucket's count: %v)", err, serr)
+		} else if full {
 			return fmt.Errorf("%w (%v)", ErrStoreFull, err)
-		case jetstream.JSErrCodeStreamMessageExceedsMaximum:
-			return fmt.Errorf("%w (%v)", ErrValueTooLarge, err)
 		}
 	}
 	return err
+}
+
+// atRecordBound reports whether kv's stream holds as many records as its
+// record bound (MaxMsgs, with DiscardNew as boundRecords sets it). A
+// record expiring between the refused put and this read answers false:
+// the put is then reported as a store failure, which clients retry.
+func atRecordBound(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return false, fmt.Errorf("relay: bucket status of type %T", st)
+	}
+	info := bs.StreamInfo()
+	return info.Config.MaxMsgs > 0 && info.State.Msgs >= uint64(info.Config.MaxMsgs), nil
 }
 
 func regKey(env string) string { return base64.RawURLEncoding.EncodeToString([]byte(env)) }
@@ -223,7 +255,7 @@ func (k *KVStore) PutRegistration(ctx context.Context, env string, r Registratio
 		return fmt.Errorf("%w: registration of %d bytes (bound %d)", ErrValueTooLarge, len(b), k.maxValue)
 	}
 	_, err = k.regs.Put(ctx, regKey(env), b)
-	return storeErr(err)
+	return storeErr(ctx, k.regs, err)
 }
 
 func (k *KVStore) get(ctx context.Context, env string) (Registration, uint64, bool, error) {
@@ -273,7 +305,7 @@ func (k *KVStore) PutAuthorization(ctx context.Context, token string, a Authoriz
 		return fmt.Errorf("%w: authorization of %d bytes (bound %d)", ErrValueTooLarge, len(b), k.maxValue)
 	}
 	_, err = k.auth.Create(ctx, authKey(token), b)
-	return storeErr(err)
+	return storeErr(ctx, k.auth, err)
 }
 
 func (k *KVStore) TakeAuthorization(ctx context.Context, token string) (Authorization, bool, error) {

@@ -334,10 +334,16 @@ func (l *leg) writer() {
 						return
 					}
 				default:
+					// The close handshake is bounded by a second; the
+					// helper ends before the writer does (the socket's
+					// goroutine, which Server.Close waits for, waits for
+					// the writer).
 					ctx, cancel := context.WithTimeout(l.ctx, time.Second)
-					defer cancel()
-					go func() { <-ctx.Done(); l.conn.CloseNow() }()
+					bounded := make(chan struct{})
+					go func() { <-ctx.Done(); l.conn.CloseNow(); close(bounded) }()
 					l.conn.Close(websocket.StatusGoingAway, l.reason)
+					cancel()
+					<-bounded
 					return
 				}
 			}
@@ -413,7 +419,7 @@ func (l *leg) read() (websocket.MessageType, []byte, error) {
 		return 0, nil, err
 	}
 	class := 0
-	buf := l.s.readBufs[class].Get().(*readBuf)
+	buf := l.s.getReadBuf(class)
 	n := 0
 	for {
 		if n == len(buf.b) {
@@ -422,7 +428,7 @@ func (l *leg) read() (websocket.MessageType, []byte, error) {
 			// exactly the limit (to see its end) grows.
 			var next *readBuf
 			if class++; class < len(l.s.readBufs) {
-				next = l.s.readBufs[class].Get().(*readBuf)
+				next = l.s.getReadBuf(class)
 			} else {
 				next = &readBuf{b: make([]byte, 2*n)}
 			}
@@ -445,6 +451,10 @@ func (l *leg) read() (websocket.MessageType, []byte, error) {
 }
 
 // releaseRead gives the last frame's buffer back: its frame is done with.
+// The goroutine serving the socket calls it once serving ends, however it
+// ends (a read error has released it already; a route gone, a forwarder
+// out of credit or a failed publish stop with the last frame's buffer
+// held).
 func (l *leg) releaseRead() {
 	if l.rbuf != nil {
 		l.rbuf.free()
@@ -457,12 +467,23 @@ func (l *leg) releaseRead() {
 type readBuf struct {
 	b    []byte
 	pool *sync.Pool
+	held *atomic.Int64 // the server's count of pooled buffers out
 }
 
 func (b *readBuf) free() {
 	if b.pool != nil {
+		b.held.Add(-1)
 		b.pool.Put(b)
 	}
+}
+
+// getReadBuf takes a buffer of class from its pool, counted in
+// readBufsHeld until it is freed (the exec_relay_read_buffers_held gauge: at
+// rest, one per socket in the middle of a frame, so a count that stays up
+// on an idle node is a leak).
+func (s *Server) getReadBuf(class int) *readBuf {
+	s.readBufsHeld.Add(1)
+	return s.readBufs[class].Get().(*readBuf)
 }
 
 // initReadBufs sets up the read buffer classes.
@@ -476,25 +497,29 @@ func (s *Server) initReadBufs() {
 	sizes := [3]int{4 << 10, 66 << 10, max(s.opts.MaxFrameBytes, 132<<10)}
 	for i := range s.readBufs {
 		p, n := &s.readBufs[i], sizes[i]
-		p.New = func() any { return &readBuf{b: make([]byte, n), pool: p} }
+		p.New = func() any { return &readBuf{b: make([]byte, n), pool: p, held: &s.readBufsHeld} }
 	}
 }
 
+// track records l and the goroutine that will serve it (Close waits for
+// it); false once the server is closed.
 func (s *Server) track(l *leg) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if !s.ownSocketLocked() {
 		return false
 	}
 	s.legs[l] = struct{}{}
 	return true
 }
 
+// untrack is the last thing the goroutine serving l does.
 func (s *Server) untrack(l *leg) {
+	s.faults.forget(l)
 	s.mu.Lock()
 	delete(s.legs, l)
+	s.socketDoneLocked()
 	s.mu.Unlock()
-	s.faults.forget(l)
 }
 
 func (s *Server) reject(w http.ResponseWriter, ev *Event, status int, reason string) {
@@ -589,6 +614,7 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 		default:
 			s.serveHarness(l, reg)
 		}
+		l.releaseRead()   // serving may end holding its last frame's buffer
 		l.Close("closed") // if serving did not (the first reason stays)
 		<-l.writerDone    // the writer ends by cutting the socket
 		l.stopPings()

@@ -128,15 +128,21 @@ type Server struct {
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
 	recov  recoveries
 
-	readBufs [3]sync.Pool // of *readBuf: frames being read (rendezvous.go)
+	readBufs     [3]sync.Pool // of *readBuf: frames being read (rendezvous.go)
+	readBufsHeld atomic.Int64 // of readBufs, out of their pools
 
 	direct *directState // direct.go
 
 	mu     sync.Mutex
 	legs   map[*leg]struct{}
 	closed bool
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	// Goroutines serving a socket (rendezvous and direct), owned by
+	// Close: socks counts them, socksDone is closed when the last one
+	// ends after Close.
+	socks     int
+	socksDone chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // New checks opts and returns a server.
@@ -237,7 +243,15 @@ func New(opts Options) (*Server, error) {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// Close cuts every socket; the server answers 503 afterwards.
+// closeGrace bounds each of Close's two waits for the goroutines serving
+// sockets: first for them to end after a close of each socket (queued
+// frames written, a close handshake of at most a second), then, after
+// every socket left is cut, for them to notice.
+const closeGrace = 10 * time.Second
+
+// Close cuts every socket and waits (bounded by twice closeGrace) for the
+// goroutines serving them to end, and for the server's own; the server
+// answers 503 afterwards.
 func (s *Server) Close() {
 	s.mu.Lock()
 	if s.closed {
@@ -246,9 +260,12 @@ func (s *Server) Close() {
 	}
 	s.closed = true
 	close(s.stop)
-	legs := make([]*leg, 0, len(s.legs))
-	for l := range s.legs {
-		legs = append(legs, l)
+	legs := s.legsLocked()
+	done := make(chan struct{})
+	if s.socks == 0 {
+		close(done)
+	} else {
+		s.socksDone = done
 	}
 	s.mu.Unlock()
 	if s.fab != nil {
@@ -257,7 +274,73 @@ func (s *Server) Close() {
 	for _, l := range legs {
 		l.Close("relay_shutdown")
 	}
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		// A socket whose serving is stuck (a peer that never reads, a
+		// send waiting for space): cut what is left.
+		s.mu.Lock()
+		legs := s.legsLocked()
+		n := s.socks
+		s.mu.Unlock()
+		s.log.Warn("relay close: sockets still serving; cutting them", "sockets", n, "waited", closeGrace)
+		for _, l := range legs {
+			l.cut()
+		}
+		t.Reset(closeGrace)
+		select {
+		case <-done:
+		case <-t.C:
+			s.mu.Lock()
+			n := s.socks
+			s.mu.Unlock()
+			s.log.Error("relay close: sockets still serving after being cut", "sockets", n)
+		}
+	}
 	s.wg.Wait()
+}
+
+func (s *Server) legsLocked() []*leg {
+	legs := make([]*leg, 0, len(s.legs))
+	for l := range s.legs {
+		legs = append(legs, l)
+	}
+	return legs
+}
+
+// ownSocketLocked counts one more goroutine serving a socket, unless the
+// server is closed. s.mu is held.
+func (s *Server) ownSocketLocked() bool {
+	if s.closed {
+		return false
+	}
+	s.socks++
+	return true
+}
+
+// socketDoneLocked: a goroutine serving a socket ends. s.mu is held.
+func (s *Server) socketDoneLocked() {
+	s.socks--
+	if s.socks == 0 && s.socksDone != nil {
+		close(s.socksDone)
+		s.socksDone = nil
+	}
+}
+
+// ownSocket counts a goroutine serving a socket that has no leg (direct
+// transport); false once the server is closed. socketDone ends it.
+func (s *Server) ownSocket() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ownSocketLocked()
+}
+
+func (s *Server) socketDone() {
+	s.mu.Lock()
+	s.socketDoneLocked()
+	s.mu.Unlock()
 }
 
 // FleetStats returns the node's fleet counters (zero without NATS).
@@ -651,6 +734,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Unlock()
 	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
 	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
+	fmt.Fprintf(w, "# HELP exec_relay_read_buffers_held pooled frame read buffers out of their pools (one per socket in the middle of a frame; one that stays up on an idle node is a leak)\n# TYPE exec_relay_read_buffers_held gauge\nexec_relay_read_buffers_held %d\n", s.readBufsHeld.Load())
 	s.recov.hist.write(w, "exec_relay_stream_recovery_seconds", "how long a reliable stream was stalled by a lost socket or node until it resumed (docs/remote.md)")
 	writeMemMetrics(w)
 	if s.fab == nil {

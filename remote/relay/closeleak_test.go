@@ -1,0 +1,90 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+)
+
+// relayGoroutines returns the stacks of the goroutines running this
+// package's code (the test's own, the first of the dump, left out), by
+// goroutine id.
+func relayGoroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for i, g := range bytes.Split(buf, []byte("\n\n")) {
+		// The test's own goroutines (readers of the client sockets) run
+		// code of _test.go files; the relay's do not.
+		if i == 0 || !bytes.Contains(g, []byte("/remote/relay.")) || bytes.Contains(g, []byte("_test.go")) {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(string(g), "goroutine "), " ")
+		out[id] = string(g)
+	}
+	return out
+}
+
+// Close owns the goroutines serving sockets: when it returns, none of
+// those it started (executor and harness sockets, their writers and
+// pings) is still running. They used to end on their own, after Close
+// had returned (the close handshake), with nothing waiting for them.
+func TestCloseEndsSocketGoroutines(t *testing.T) {
+	before := relayGoroutines()
+	rec := newRecorder()
+	s, err := New(Options{ExecutorTokens: NewTokens(execToken), HarnessTokens: NewTokens(harnessToken), OnEvent: rec.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	r := &testRelay{Server: s, base: hs.URL, rec: rec}
+	defer s.Close()
+	const envs = 3
+	for i := range envs {
+		env := string(rune('A' + i))
+		reg := r.register(t, env, randomKey())
+		e := dial(t, reg["url"].(string))
+		drain(e)
+		waitFor(t, "executor attached", func() bool { l, _, ok := r.router.Executor(env); return ok && l != nil })
+		b := r.connect(t, env, randomKey())
+		h := dial(t, b["url"].(string))
+		// A frame in flight keeps a writer goroutine per leg.
+		write(t, h, handshakeFrame("s-1", make([]byte, 100)))
+		drain(h)
+	}
+	waitFor(t, "sockets tracked", func() bool { return s.sockets() == 2*envs })
+	s.Close()
+	var left []string
+	for id, g := range relayGoroutines() {
+		if _, ok := before[id]; !ok {
+			left = append(left, g)
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("%d goroutines of the relay still running after Close:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// drain reads c until it fails (the relay's close answered at once).
+func drain(c *websocket.Conn) {
+	go func() {
+		for {
+			if _, _, err := c.Read(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+}
