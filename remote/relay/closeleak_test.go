@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -87,4 +88,48 @@ func drain(c *websocket.Conn) {
 			}
 		}
 	}()
+}
+
+// A forwarder whose home stopped returning credit (its executor reads
+// nothing) waits in its socket's reader for up to writeTimeout; Close
+// wakes it. It used to stay there past Close's two grace periods, still
+// running when Close returned.
+func TestCloseWakesForwarderWaitingForCredit(t *testing.T) {
+	url := startNATS(t)
+	a := startNode(t, url, "a", "", nil)
+	b := startNode(t, url, "b", "", nil)
+	reg := a.register(t, "E", randomKey())
+	dial(t, reg["url"].(string)) // the executor never reads
+	a.executorOn(t, "E", 10*time.Second)
+	h := dial(t, b.connect(t, "E", randomKey())["url"].(string))
+	drain(h)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const sid = "0f8b1d2e-aaaa-4bbb-8ccc-123456789abd"
+	go func() {
+		frames := [][]byte{resumeFrame(sid), handshakeFrame(sid, make([]byte, 100))}
+		for i := range 1000 {
+			frames = append(frames, dataFrame(sid, uint32(i), make([]byte, 200<<10)))
+		}
+		for _, f := range frames {
+			if h.Write(ctx, websocket.MessageBinary, f) != nil {
+				return
+			}
+		}
+	}()
+	waiting := func() bool {
+		for _, g := range relayGoroutines() {
+			if strings.Contains(g, "(*fwdLeg).serve") && strings.Contains(g, "(*credit).acquire") {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, "the forwarder waiting for credit", waiting)
+	b.Server.Close()
+	for _, g := range relayGoroutines() {
+		if strings.Contains(g, "(*fwdLeg).serve") {
+			t.Fatalf("a forwarder still serving after Close:\n%s", g)
+		}
+	}
 }

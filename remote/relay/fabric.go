@@ -280,9 +280,19 @@ func (f *fabric) close() {
 	for _, rl := range f.remote {
 		rls = append(rls, rl)
 	}
+	var fls []*fwdLeg
+	for _, fl := range f.fwd {
+		fls = append(fls, fl)
+	}
 	f.mu.Unlock()
 	for _, rl := range rls {
 		rl.Close("relay_shutdown")
+	}
+	// A forwarder's reader may be waiting for credit from its home (up to
+	// writeTimeout): stopping its window wakes it, so Server.Close does
+	// not wait that long for the socket's goroutine.
+	for _, fl := range fls {
+		fl.up.stop()
 	}
 }
 
