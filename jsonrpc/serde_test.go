@@ -126,3 +126,33 @@ func TestPlainRun(t *testing.T) {
 		t.Errorf("no stop byte: %d, want %d", got, len(ascii))
 	}
 }
+
+// plainRun's vector path (vecRun, strings of vecRunMin bytes and more) must
+// stop where a byte-by-byte scan stops, wherever the stop falls against its
+// doubling windows, for every kind of stop and for DEL (plain to JSON, not
+// printable to the vector check).
+func TestPlainRunLong(t *testing.T) {
+	slow := func(b []byte, i int) int {
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 && b[i] < 0x80 {
+			i++
+		}
+		return i
+	}
+	const n = 300 << 10
+	base := bytes.Repeat([]byte("QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo+/w=="), n/40)
+	positions := []int{0, 1, 63, 64, 65, 191, 192, 255, 256, 257, 1000, 4095, 4096, 70000, 131071, 200000, len(base) - 1}
+	for _, stop := range []byte{'"', '\\', 0, 0x1f, '\n', 0x7f, 0x80, 0xc3, 0xff} {
+		for _, pos := range positions {
+			b := append([]byte(nil), base...)
+			b[pos] = stop
+			for _, start := range []int{0, 1, 7, 33} {
+				if got, want := plainRun(b, start), slow(b, start); got != want {
+					t.Fatalf("stop %#x at %d, start %d: plainRun = %d, want %d", stop, pos, start, got, want)
+				}
+			}
+		}
+	}
+	if got := plainRun(base, 0); got != len(base) {
+		t.Errorf("no stop byte: %d, want %d", got, len(base))
+	}
+}
