@@ -156,3 +156,24 @@ func TestPlainRunLong(t *testing.T) {
 		t.Errorf("no stop byte: %d, want %d", got, len(base))
 	}
 }
+
+// FuzzPlainRunLong: plainRun over long strings (its vector path) against a
+// byte-by-byte scan, with the fuzzed bytes placed inside a long plain run.
+func FuzzPlainRunLong(f *testing.F) {
+	f.Add([]byte(`"`), uint16(300), uint8(0))
+	f.Add([]byte("\x7f\\n"), uint16(64), uint8(3))
+	f.Add([]byte("\xc3\xa9"), uint16(4096), uint8(1))
+	f.Fuzz(func(t *testing.T, ins []byte, pos uint16, start uint8) {
+		b := bytes.Repeat([]byte("QUJD+/w="), 9000)
+		p := int(pos) % len(b)
+		b = append(b[:p:p], append(ins, b[p:]...)...)
+		i := int(start)
+		want := i
+		for want < len(b) && b[want] != '"' && b[want] != '\\' && b[want] >= 0x20 && b[want] < 0x80 {
+			want++
+		}
+		if got := plainRun(b, i); got != want {
+			t.Fatalf("insert %q at %d, start %d: plainRun = %d, want %d", ins, p, i, got, want)
+		}
+	})
+}
