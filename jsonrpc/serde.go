@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/segmentio/asm/ascii"
 )
 
 // serdeSyntaxError checks that data is one JSON value, with serde_json's
@@ -576,6 +578,9 @@ func stops(x uint64) uint64 {
 // message lives, its base64 payload: 24 % less CPU than 8 bytes a branch
 // on a 22 MB payload), then eight, then finds the byte one by one.
 func plainRun(b []byte, i int) int {
+	if len(b)-i >= vecRunMin {
+		i = vecRun(b, i)
+	}
 	for ; i+32 <= len(b); i += 32 {
 		s := b[i : i+32 : i+32]
 		if stops(binary.LittleEndian.Uint64(s))|stops(binary.LittleEndian.Uint64(s[8:]))|
@@ -590,6 +595,37 @@ func plainRun(b []byte, i int) int {
 	}
 	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 && b[i] < utf8.RuneSelf {
 		i++
+	}
+	return i
+}
+
+// vecRunMin is the length of string left below which plainRun does not try
+// vecRun: short strings (keys, ids, paths) end within the word loops.
+const vecRunMin = 256
+
+// vecRun skips windows of printable ASCII with no quote or backslash, with
+// vector instructions: bytes.IndexByte finds the next quote, then
+// bytes.IndexByte and segmentio/asm's ascii.ValidPrint (AVX2 where the
+// machine has it) check the bytes before it. A large message's bulk is one
+// base64 string: BenchmarkDecodeWriteBlock (a 1 MiB fs/writeBlock request)
+// went from 2.2 to 13.4 GB/s with it. Windows start at 64 bytes and double
+// up to 64 KiB, and the first window that holds a stop (or a DEL, printable
+// to JSON but not to ValidPrint) hands over to the word loops, so text
+// full of escapes costs at most about twice its length here.
+func vecRun(b []byte, i int) int {
+	for w := 64; i < len(b); w = min(2*w, 64<<10) {
+		seg := b[i:min(i+w, len(b))]
+		q := bytes.IndexByte(seg, '"')
+		if q >= 0 {
+			seg = seg[:q]
+		}
+		if bytes.IndexByte(seg, '\\') >= 0 || !ascii.ValidPrint(seg) {
+			return i
+		}
+		i += len(seg)
+		if q >= 0 {
+			return i
+		}
 	}
 	return i
 }

@@ -126,3 +126,54 @@ func TestPlainRun(t *testing.T) {
 		t.Errorf("no stop byte: %d, want %d", got, len(ascii))
 	}
 }
+
+// plainRun's vector path (vecRun, strings of vecRunMin bytes and more) must
+// stop where a byte-by-byte scan stops, wherever the stop falls against its
+// doubling windows, for every kind of stop and for DEL (plain to JSON, not
+// printable to the vector check).
+func TestPlainRunLong(t *testing.T) {
+	slow := func(b []byte, i int) int {
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 && b[i] < 0x80 {
+			i++
+		}
+		return i
+	}
+	const n = 300 << 10
+	base := bytes.Repeat([]byte("QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo+/w=="), n/40)
+	positions := []int{0, 1, 63, 64, 65, 191, 192, 255, 256, 257, 1000, 4095, 4096, 70000, 131071, 200000, len(base) - 1}
+	for _, stop := range []byte{'"', '\\', 0, 0x1f, '\n', 0x7f, 0x80, 0xc3, 0xff} {
+		for _, pos := range positions {
+			b := append([]byte(nil), base...)
+			b[pos] = stop
+			for _, start := range []int{0, 1, 7, 33} {
+				if got, want := plainRun(b, start), slow(b, start); got != want {
+					t.Fatalf("stop %#x at %d, start %d: plainRun = %d, want %d", stop, pos, start, got, want)
+				}
+			}
+		}
+	}
+	if got := plainRun(base, 0); got != len(base) {
+		t.Errorf("no stop byte: %d, want %d", got, len(base))
+	}
+}
+
+// FuzzPlainRunLong: plainRun over long strings (its vector path) against a
+// byte-by-byte scan, with the fuzzed bytes placed inside a long plain run.
+func FuzzPlainRunLong(f *testing.F) {
+	f.Add([]byte(`"`), uint16(300), uint8(0))
+	f.Add([]byte("\x7f\\n"), uint16(64), uint8(3))
+	f.Add([]byte("\xc3\xa9"), uint16(4096), uint8(1))
+	f.Fuzz(func(t *testing.T, ins []byte, pos uint16, start uint8) {
+		b := bytes.Repeat([]byte("QUJD+/w="), 9000)
+		p := int(pos) % len(b)
+		b = append(b[:p:p], append(ins, b[p:]...)...)
+		i := int(start)
+		want := i
+		for want < len(b) && b[want] != '"' && b[want] != '\\' && b[want] >= 0x20 && b[want] < 0x80 {
+			want++
+		}
+		if got := plainRun(b, i); got != want {
+			t.Fatalf("insert %q at %d, start %d: plainRun = %d, want %d", ins, p, i, got, want)
+		}
+	})
+}
