@@ -276,10 +276,7 @@ func (pl *peerLink) dispatch(m linkMsg) {
 			return
 		}
 		if m.kind == linkUpFrame {
-			f.st.framesIn.Add(1)
-			f.st.bytesIn.Add(uint64(len(m.payload)))
-			f.st.linkFramesIn.Add(1)
-			f.st.linkBytesIn.Add(uint64(len(m.payload)))
+			f.countLinkIn(len(m.payload))
 		}
 		rl.in.push(inMsg{kind: m.kind, b: m.payload})
 	default:
@@ -290,10 +287,7 @@ func (pl *peerLink) dispatch(m linkMsg) {
 			return
 		}
 		if m.kind == linkDownFrame {
-			f.st.framesIn.Add(1)
-			f.st.bytesIn.Add(uint64(len(m.payload)))
-			f.st.linkFramesIn.Add(1)
-			f.st.linkBytesIn.Add(uint64(len(m.payload)))
+			f.countLinkIn(len(m.payload))
 		}
 		fl.fromLink(pl, m.kind, m.payload)
 	}
@@ -719,4 +713,12 @@ func (in *inbox) recycle(q []inMsg) {
 		in.spare = q[:0]
 	}
 	in.mu.Unlock()
+}
+
+// countLinkIn counts a frame of n bytes that came in on a peer link.
+func (f *fabric) countLinkIn(n int) {
+	f.st.framesIn.Add(1)
+	f.st.bytesIn.Add(uint64(n))
+	f.st.linkFramesIn.Add(1)
+	f.st.linkBytesIn.Add(uint64(n))
 }
