@@ -463,6 +463,23 @@ func TestCommandDenyGlobPTY(t *testing.T) {
 	}
 }
 
+// pyOpenat2 is the start of the Python scripts that call openat2(2)
+// directly (Python has no wrapper): openat2(name, flags) returns a
+// descriptor or raises OSError with the errno.
+const pyOpenat2 = `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+def openat2(name, flags):
+    fd = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, 0, 0)), ctypes.c_size_t(24))
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), name)
+    return fd
+`
+
 // pyFinalLink opens, with openat2 and no O_CREAT, symlinks (made by the
 // test) to the caller's /proc/self/fd/N or /proc/self/status: the
 // supervisor does the open, so a final symlink it left to its own kernel
@@ -470,17 +487,8 @@ func TestCommandDenyGlobPTY(t *testing.T) {
 // resolve /proc/self as the init's and hand the command the init's
 // descriptors (the Go runtime's, the target's /proc/PID/mem, the view's
 // root). Each line names what went wrong, "done" ends.
-const pyFinalLink = `
-import ctypes, os, errno
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-class How(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-def openat2(name, flags):
-    r = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, 0, 0)), ctypes.c_size_t(24))
-    if r < 0:
-        raise OSError(ctypes.get_errno(), name)
-    return r
+const pyFinalLink = pyOpenat2 + `
+import errno
 mine = os.open("in.txt", os.O_RDONLY)
 for n in range(0, 40):
     for name in ("fl%d" % n, "fl%d/" % n):
@@ -935,19 +943,9 @@ loop:
 // serving the command's other calls (files created meanwhile), and be
 // answered with the close-on-exec flag asked for. It prints how many did
 // not.
-const pyFIFOs = `
-import os, ctypes, fcntl, select, signal, time
+const pyFIFOs = pyOpenat2 + `
+import fcntl, select, signal, time
 signal.alarm(90)
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-class How(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-def openat2(name, flags):
-    fd = libc.syscall(437, -100, name.encode(), ctypes.byref(How(flags, 0, 0)), ctypes.c_size_t(24))
-    if fd < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-    return fd
 def via_proc(name, flags):
     p = os.open(name, os.O_PATH)
     return os.open("/proc/self/fd/%d" % p, flags | os.O_CREAT)

@@ -528,6 +528,21 @@ func (f *fabric) onRequest(env string, m *nats.Msg) {
 		f.mu.Lock()
 		f.remote[rl.key] = rl
 		f.mu.Unlock()
+		if rl.gone.Load() {
+			// The leg's link went after the leg attached to it and before
+			// the leg was in f.remote: lost() found nothing to delete
+			// there, and may have detached it from the router before
+			// AttachHarness. Undo both; a lost() from now on finds the
+			// leg in place.
+			f.mu.Lock()
+			if f.remote[rl.key] == rl {
+				delete(f.remote, rl.key)
+			}
+			f.mu.Unlock()
+			f.s.harnessDetached(rl)
+			f.reply(m, fabReply{Status: http.StatusServiceUnavailable, Code: "route_unavailable"})
+			return
+		}
 		if rl.link == nil {
 			// The subscription reaches the server before the reply does,
 			// so the forwarder's first frame finds interest.
@@ -803,22 +818,31 @@ func (f *fabric) onCredit(m *nats.Msg) {
 	if n <= 0 {
 		return
 	}
-	f.credited(b[n:], frames, bytes)
+	f.credited(nil, b[n:], frames, bytes)
 }
 
 // credited: the receiver of leg key handed on frames and bytes.
-func (f *fabric) credited(key []byte, frames, bytes uint64) {
+//
+// via is the peer link the credit came on (nil: NATS): a link credits
+// only the legs riding it. What goes back to the peer's budget is at most
+// what the leg has outstanding, so a credit the leg cannot use (sent
+// before a refill, or a peer's error) does not inflate the budget.
+func (f *fabric) credited(via *peerLink, key []byte, frames, bytes uint64) {
 	f.mu.Lock()
 	rl := f.remote[string(key)]
 	fl := f.fwd[string(key)]
 	f.mu.Unlock()
+	give := func(c *credit, peer string) {
+		_, out := c.outstanding()
+		b := min(int64(min(bytes, 1<<62)), out)
+		c.release(int64(min(frames, 1<<62)), b)
+		f.pool(peer).release(0, b)
+	}
 	switch {
-	case rl != nil:
-		rl.down.release(int64(frames), int64(bytes))
-		f.pool(rl.node).release(0, int64(bytes))
-	case fl != nil:
-		fl.up.release(int64(frames), int64(bytes))
-		f.pool(fl.peer()).release(0, int64(bytes))
+	case rl != nil && (via == nil || rl.link == via):
+		give(&rl.down, rl.node)
+	case fl != nil && (via == nil || fl.link == via):
+		give(&fl.up, fl.peer())
 	}
 }
 
@@ -985,6 +1009,10 @@ type fwdLeg struct {
 	link    *peerLink
 	in      inbox
 	rehomed atomic.Bool // rehome closed the socket (counted once)
+	// lostT: linkLost's timer, armed once, stopped by finish.
+	lostMu   sync.Mutex
+	lostT    *time.Timer
+	finished bool
 }
 
 // toHome sends one message toward the home.
@@ -1016,7 +1044,12 @@ func (fl *fwdLeg) fromLink(pl *peerLink, kind byte, b []byte) {
 // stream in 51 stalled 6.4 s in an exec-bench fleet run. A link lost to a
 // home that lives ends the socket after FleetNodeDeadAfter.
 func (fl *fwdLeg) linkLost() {
-	time.AfterFunc(fl.f.s.opts.FleetNodeDeadAfter, func() { fl.rehome("peer_link_lost") })
+	fl.lostMu.Lock()
+	defer fl.lostMu.Unlock()
+	if fl.lostT != nil || fl.finished {
+		return
+	}
+	fl.lostT = time.AfterFunc(fl.f.s.opts.FleetNodeDeadAfter, func() { fl.rehome("peer_link_lost") })
 }
 
 // peer is the leg's home node ("" before the home answered).
@@ -1138,6 +1171,12 @@ func (fl *fwdLeg) abort() {
 
 func (fl *fwdLeg) finish() {
 	fl.closeOnce.Do(func() {
+		fl.lostMu.Lock()
+		fl.finished = true
+		if fl.lostT != nil {
+			fl.lostT.Stop()
+		}
+		fl.lostMu.Unlock()
 		fl.up.stop()
 		fl.f.giveBack(&fl.up, fl.peer())
 		fl.sub.Unsubscribe()

@@ -176,7 +176,16 @@ func (pl *peerLink) send(kind byte, key string, payload []byte) error {
 		// reading. Its legs end as with a lost node.
 		pl.mu.Unlock()
 		pl.f.s.log.Warn("fleet: peer link queue full, closing it", "node", pl.node)
-		pl.close()
+		// The sender may hold a leg's locks (a credit message, a leg's
+		// Close): its legs are told on a goroutine of their own, not
+		// inside this call.
+		if legs, ok := pl.shut(); ok {
+			pl.f.s.wg.Add(1)
+			go func() {
+				defer pl.f.s.wg.Done()
+				tellLost(legs)
+			}()
+		}
 		return errLinkDown
 	}
 	wasEmpty := len(pl.pend) == 0
@@ -267,7 +276,7 @@ func (pl *peerLink) dispatch(m linkMsg) {
 		if k <= 0 {
 			return
 		}
-		f.credited(m.key, frames, bytes)
+		f.credited(pl, m.key, frames, bytes)
 	case linkUpFrame, linkUpDone:
 		f.mu.Lock()
 		rl := f.remote[string(m.key)]
@@ -276,10 +285,7 @@ func (pl *peerLink) dispatch(m linkMsg) {
 			return
 		}
 		if m.kind == linkUpFrame {
-			f.st.framesIn.Add(1)
-			f.st.bytesIn.Add(uint64(len(m.payload)))
-			f.st.linkFramesIn.Add(1)
-			f.st.linkBytesIn.Add(uint64(len(m.payload)))
+			f.countLinkIn(len(m.payload))
 		}
 		rl.in.push(inMsg{kind: m.kind, b: m.payload})
 	default:
@@ -290,10 +296,7 @@ func (pl *peerLink) dispatch(m linkMsg) {
 			return
 		}
 		if m.kind == linkDownFrame {
-			f.st.framesIn.Add(1)
-			f.st.bytesIn.Add(uint64(len(m.payload)))
-			f.st.linkFramesIn.Add(1)
-			f.st.linkBytesIn.Add(uint64(len(m.payload)))
+			f.countLinkIn(len(m.payload))
 		}
 		fl.fromLink(pl, m.kind, m.payload)
 	}
@@ -324,13 +327,26 @@ func (pl *peerLink) up() bool {
 
 // close ends the link and every leg on it.
 func (pl *peerLink) close() {
+	if legs, ok := pl.shut(); ok {
+		tellLost(legs)
+	}
+}
+
+func tellLost(legs map[string]linkLeg) {
+	for _, l := range legs {
+		l.linkLost()
+	}
+}
+
+// shut closes the link and returns its legs, once (ok false after).
+func (pl *peerLink) shut() (legs map[string]linkLeg, ok bool) {
 	pl.mu.Lock()
 	if pl.closed {
 		pl.mu.Unlock()
-		return
+		return nil, false
 	}
 	pl.closed = true
-	legs := pl.legs
+	legs = pl.legs
 	pl.legs = nil
 	pl.pend, pl.spare = nil, nil
 	close(pl.done)
@@ -343,9 +359,7 @@ func (pl *peerLink) close() {
 	}
 	f.mu.Unlock()
 	f.st.linkDowns.Add(1)
-	for _, l := range legs {
-		l.linkLost()
-	}
+	return legs, true
 }
 
 // --- establishing links ----------------------------------------------------
@@ -509,6 +523,7 @@ func (f *fabric) startLinks() error {
 func (f *fabric) acceptLinks(ln net.Listener) {
 	defer f.s.wg.Done()
 	sem := make(chan struct{}, linkMaxAuth)
+	var backoff time.Duration
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -517,11 +532,22 @@ func (f *fabric) acceptLinks(ln net.Listener) {
 				return
 			default:
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// Out of descriptors or another passing refusal: the
+			// listener is still advertised, so keep accepting after a
+			// pause (as net/http does) rather than leave peers hanging.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			f.s.log.Warn("fleet: peer link accept failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-f.s.stop:
+				return
+			case <-time.After(backoff):
+			}
+			continue
 		}
+		backoff = 0
 		select {
 		case sem <- struct{}{}:
 		default:
@@ -719,4 +745,12 @@ func (in *inbox) recycle(q []inMsg) {
 		in.spare = q[:0]
 	}
 	in.mu.Unlock()
+}
+
+// countLinkIn counts a frame of n bytes that came in on a peer link.
+func (f *fabric) countLinkIn(n int) {
+	f.st.framesIn.Add(1)
+	f.st.bytesIn.Add(uint64(n))
+	f.st.linkFramesIn.Add(1)
+	f.st.linkBytesIn.Add(uint64(n))
 }
