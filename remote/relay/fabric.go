@@ -1050,6 +1050,7 @@ func (fl *fwdLeg) linkLost() {
 		return
 	}
 	fl.lostT = time.AfterFunc(fl.f.s.opts.FleetNodeDeadAfter, func() { fl.rehome("peer_link_lost") })
+	fl.up.stop()
 }
 
 // peer is the leg's home node ("" before the home answered).
@@ -1217,14 +1218,12 @@ func (fl *fwdLeg) serve(l *leg, reg string) {
 		// Back-pressure: wait for credit as a local executor leg makes
 		// the reader wait; a home that never returns credit is dead (the
 		// heartbeat watcher closes the socket).
-		if !f.take(&fl.up, home, int64(len(b)), writeTimeout) {
-			break
-		}
-		if fl.toHome(linkUpFrame, b) != nil {
-			if fl.link != nil {
-				// The link went: keep the socket (unread) until the
-				// home's fate is known, as linkLost explains; a
-				// harness redialling now would find no home.
+		if !f.take(&fl.up, home, int64(len(b)), writeTimeout) || fl.toHome(linkUpFrame, b) != nil {
+			if fl.link != nil && !fl.link.up() {
+				// The link went (linkLost stopped the window, waking a
+				// wait for credit that could not come): keep the socket
+				// (unread) until the home's fate is known, as linkLost
+				// explains; a harness redialling now would find no home.
 				select {
 				case <-l.closing:
 				case <-l.done:
