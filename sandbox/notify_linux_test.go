@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -1082,4 +1084,54 @@ print("failed=%d" % len(bad))
 // fail with EINTR is retried, and none is taken for a gone notification.
 func TestCommandCreateThreadsUnderSignals(t *testing.T) {
 	runPyNoFailures(t, pyThreadsSignalled)
+}
+
+// pyLeaseHolder takes a read lease on argv[1] and lets it go 0.2 s after
+// the kernel signals a break (someone opened the file for writing).
+const pyLeaseHolder = `
+import fcntl, os, signal, sys, time
+F_SETLEASE = 1024
+fd = os.open(sys.argv[1], os.O_RDONLY)
+def brk(sig, frm):
+    time.sleep(0.2)
+    fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
+    print("released", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGIO, brk)
+fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
+print("held", flush=True)
+while True:
+    signal.pause()
+`
+
+// A supervised open (here the shell's O_CREAT|O_TRUNC of an existing file)
+// of a file under a lease waits for the lease's break, as the kernel makes
+// a blocking open wait. The supervisor opens without blocking (openNoWait),
+// which a lease answers with EAGAIN at once: the command's open used to
+// fail with "Resource temporarily unavailable".
+func TestCommandOpenWaitsForLeaseBreak(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws := denyFixture(t)
+	holder := exec.Command("/usr/bin/python3", "-c", pyLeaseHolder, filepath.Join(ws, "in.txt"))
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stderr = os.Stderr
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		holder.Process.Kill()
+		holder.Wait()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "held\n" {
+		t.Skipf("no lease here (%q, %v)", line, err)
+	}
+	code, got := runSh(t, denyPlan(t, ws), ws, "echo new > in.txt && cat in.txt")
+	if code != 0 || strings.TrimSpace(got) != "new" {
+		t.Fatalf("exit %d: %s", code, got)
+	}
 }

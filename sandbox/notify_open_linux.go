@@ -276,6 +276,13 @@ func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen
 		return fd, 0, nil
 	}
 	fd, err := a.open(dir, name, unix.O_NONBLOCK)
+	if err == unix.EAGAIN {
+		// A lease on the file (F_SETLEASE, an NFS delegation, an SMB
+		// oplock) being broken: the kernel answers a non-blocking open
+		// at once where it would have made a blocking one wait for the
+		// break. Wait as it would, between notifications.
+		return -1, 0, &pendingOpen{}
+	}
 	if err == unix.ENXIO {
 		// A FIFO's writer with no reader (or a socket, or a device
 		// without its driver: ENXIO as asked).
@@ -291,8 +298,15 @@ func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen
 	if err != nil {
 		return -1, toErrno(err), nil
 	}
-	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil {
-		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	}
+	if err != nil {
+		// The command did not ask for a non-blocking descriptor; one it
+		// writes its output through could fail its writes with EAGAIN.
+		unix.Close(fd)
+		return -1, toErrno(err), nil
 	}
 	return fd, 0, nil
 }
