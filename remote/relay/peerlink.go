@@ -161,6 +161,7 @@ type linkSeal struct {
 	aead  cipher.AEAD
 	ctr   uint64
 	nonce [12]byte
+	ad    [4]byte // the record's length: kept here, as a local it escapes (1 alloc per record)
 }
 
 var errLinkWrap = errors.New("peer link: record counter exhausted")
@@ -234,10 +235,9 @@ func sealRecords(dst []byte, ls *linkSeal, msgs []byte) ([]byte, error) {
 		if err != nil {
 			return dst, err
 		}
-		var ad [4]byte
-		binary.BigEndian.PutUint32(ad[:], uint32(n+linkTag))
-		dst = append(dst, ad[:]...)
-		dst = ls.aead.Seal(dst, nonce, msgs[:n], ad[:])
+		binary.BigEndian.PutUint32(ls.ad[:], uint32(n+linkTag))
+		dst = append(dst, ls.ad[:]...)
+		dst = ls.aead.Seal(dst, nonce, msgs[:n], ls.ad[:])
 		msgs = msgs[n:]
 	}
 	return dst, nil
@@ -256,11 +256,11 @@ var errLinkRecord = errors.New("peer link: a record failed authentication")
 // next reads and opens one record; its plaintext is valid until the next
 // call. The length is checked before anything is allocated.
 func (rr *recordReader) next() ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(rr.r, hdr[:]); err != nil {
+	hdr := rr.ls.ad[:]
+	if _, err := io.ReadFull(rr.r, hdr); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := binary.BigEndian.Uint32(hdr)
 	if n <= linkTag || int64(n) > int64(rr.max) {
 		return nil, fmt.Errorf("peer link: a record of %d bytes (limit %d)", n, rr.max)
 	}
@@ -275,7 +275,7 @@ func (rr *recordReader) next() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	pt, err := rr.ls.aead.Open(b[:0], nonce, b, hdr[:])
+	pt, err := rr.ls.aead.Open(b[:0], nonce, b, hdr)
 	if err != nil {
 		return nil, errLinkRecord
 	}

@@ -680,3 +680,36 @@ func TestPeerLinkIdleHandshakes(t *testing.T) {
 	a := startNode(t, url, "a", "", withLinks(nil))
 	waitLinks(t, 30*time.Second, a, b)
 }
+
+// BenchmarkLinkSeal: the sealing's own cost, seal and open of a record
+// holding frames messages of a 1 KiB frame each (the writer seals one
+// record per batch), per frame.
+func BenchmarkLinkSeal(b *testing.B) {
+	for _, frames := range []int{1, 16} {
+		b.Run(fmt.Sprintf("batch=%d", frames), func(b *testing.B) {
+			dialer, acceptor := testSeals(b)
+			var msgs []byte
+			for range frames {
+				msgs = appendLinkMsg(msgs, linkUpFrame, "z-123456789", make([]byte, 1024))
+			}
+			var wire bytes.Buffer
+			rr := recordReader{r: &wire, ls: acceptor[1], max: linkMaxRecord(64 << 10)}
+			var out []byte
+			b.SetBytes(int64(len(msgs) / frames))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += frames {
+				var err error
+				out, err = sealRecords(out[:0], dialer[0], msgs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wire.Write(out)
+				if _, err := rr.next(); err != nil {
+					b.Fatal(err)
+				}
+				wire.Reset()
+			}
+		})
+	}
+}
