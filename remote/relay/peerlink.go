@@ -67,8 +67,8 @@ const (
 	linkCredit    = 'k' // either way: credit (uvarint frames, uvarint bytes)
 
 	linkHeader = 6
-	linkMaxKey = 140 // a leg id: node name, '-', a uint64
-	linkMagic  = "RLYPEER1"
+	linkMaxKey = 140        // a leg id: node name, '-', a uint64
+	linkMagic  = "RLYPEER2" // 2: sealed records; a node speaking 1 (plain) gets no link, its legs use NATS
 	linkNonce  = 32
 	linkHSWait = 5 * time.Second
 	// linkHSFirst: the dialer speaks first; a connection that has not
@@ -606,6 +606,8 @@ func readName(r io.Reader) (string, []byte, error) {
 //	acceptor → 'K'
 //
 // An end that does not prove it is dropped; nothing else is read before.
+// Both ends then derive the record keys (linkSeals) from the same names
+// and nonces; everything after 'K' is sealed records.
 
 // dialLink dials node at addr; the caller registers the link.
 func (f *fabric) dialLink(node, addr string) (*peerLink, *bufio.Reader, error) {
