@@ -2,6 +2,9 @@ package relay
 
 import (
 	"bufio"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -43,9 +47,16 @@ import (
 // forwarder closes its harness sockets, which redial, once the home moved
 // or died (fwdLeg.linkLost).
 //
-// The wire, after the handshake (linkHandshake), is a sequence of messages
-// [kind u8][key length u8][payload length u32 BE][key][payload], the key
-// being the leg id.
+// The wire, after the handshake (dialLink, acceptLink), is a sequence of
+// sealed records [length u32 BE][AES-256-GCM ciphertext and tag], the
+// length being the record's additional data. Each direction has its own
+// key, derived with HKDF from the link key and the handshake (both names,
+// both nonces, the direction), and a counter nonce, so a record changed,
+// replayed, reordered or dropped fails to open and closes the link, its
+// legs ending as with a lost link. A record's plaintext is what the writer
+// gathered in one batch (up to linkRecordMax and one message more): a
+// sequence of messages [kind u8][key length u8][payload length u32 BE]
+// [key][payload], the key being the leg id.
 
 const (
 	linkUpFrame   = 'f' // forwarder → home: a frame
@@ -55,13 +66,27 @@ const (
 	linkDownCut   = 'x' // home → forwarder: cut
 	linkCredit    = 'k' // either way: credit (uvarint frames, uvarint bytes)
 
-	linkHeader  = 6
-	linkMaxKey  = 140 // a leg id: node name, '-', a uint64
-	linkMagic   = "RLYPEER1"
-	linkNonce   = 32
-	linkHSWait  = 5 * time.Second
-	linkRedial  = 2 * time.Second // between dials to the same peer
-	linkMaxAuth = 16              // handshakes in progress on the listener
+	linkHeader = 6
+	linkMaxKey = 140        // a leg id: node name, '-', a uint64
+	linkMagic  = "RLYPEER2" // 2: sealed records; a node speaking 1 (plain) gets no link, its legs use NATS
+	linkNonce  = 32
+	linkHSWait = 5 * time.Second
+	// linkHSFirst: the dialer speaks first; a connection that has not
+	// sent its greeting by then gives back its handshake slot.
+	linkHSFirst = time.Second
+	// linkMaxAuthIP: handshakes in progress from one address (an IPv6
+	// /64), so that idle connections from one place cannot hold every
+	// slot of linkMaxAuth.
+	linkMaxAuthIP = 4
+	// linkRecordMax: a record's plaintext is cut at the first message
+	// boundary past this; the reader allows this plus one message.
+	linkRecordMax = 1 << 20
+	linkTag       = 16 // the GCM tag
+	// linkInboxSlack: messages a leg's inbox may hold past its window
+	// (done, close, cut: control messages no credit bounds).
+	linkInboxSlack = 8
+	linkRedial     = 2 * time.Second // between dials to the same peer
+	linkMaxAuth    = 16              // handshakes in progress on the listener
 	// Control messages a link may have queued besides the frames credits
 	// bound (closes, credits: at most a few per leg).
 	linkQueueSlack = 8 << 20
@@ -86,37 +111,36 @@ func validLinkKind(k byte) bool {
 	return false
 }
 
-// readLinkMsg decodes one message from r. The payload is freshly
-// allocated (the receiver keeps it: it is queued to a socket); the key
-// uses keyBuf. maxPayload bounds the payload.
-func readLinkMsg(r *bufio.Reader, keyBuf []byte, maxPayload int) (linkMsg, error) {
-	var hdr [linkHeader]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return linkMsg{}, err
+// parseLinkMsg decodes one message from the front of b (a record's
+// plaintext) and returns the rest. The payload is freshly allocated (the
+// receiver keeps it: it is queued to a socket); the key points into b.
+// maxPayload bounds the payload.
+func parseLinkMsg(b []byte, maxPayload int) (linkMsg, []byte, error) {
+	if len(b) < linkHeader {
+		return linkMsg{}, nil, fmt.Errorf("peer link: a message header cut at %d bytes", len(b))
 	}
-	m := linkMsg{kind: hdr[0]}
-	kl := int(hdr[1])
-	n := binary.BigEndian.Uint32(hdr[2:])
+	m := linkMsg{kind: b[0]}
+	kl := int(b[1])
+	n := binary.BigEndian.Uint32(b[2:])
 	if !validLinkKind(m.kind) {
-		return linkMsg{}, fmt.Errorf("peer link: unknown message kind %#x", m.kind)
+		return linkMsg{}, nil, fmt.Errorf("peer link: unknown message kind %#x", m.kind)
 	}
 	if kl == 0 || kl > linkMaxKey {
-		return linkMsg{}, fmt.Errorf("peer link: key length %d", kl)
+		return linkMsg{}, nil, fmt.Errorf("peer link: key length %d", kl)
 	}
 	if int64(n) > int64(maxPayload) {
-		return linkMsg{}, fmt.Errorf("peer link: payload of %d bytes over %d", n, maxPayload)
+		return linkMsg{}, nil, fmt.Errorf("peer link: payload of %d bytes over %d", n, maxPayload)
 	}
-	m.key = keyBuf[:kl]
-	if _, err := io.ReadFull(r, m.key); err != nil {
-		return linkMsg{}, io.ErrUnexpectedEOF
+	b = b[linkHeader:]
+	if int64(len(b)) < int64(kl)+int64(n) {
+		return linkMsg{}, nil, fmt.Errorf("peer link: a message of %d bytes cut at %d", kl+int(n), len(b))
 	}
+	m.key = b[:kl]
 	if n > 0 {
 		m.payload = make([]byte, n)
-		if _, err := io.ReadFull(r, m.payload); err != nil {
-			return linkMsg{}, io.ErrUnexpectedEOF
-		}
+		copy(m.payload, b[kl:])
 	}
-	return m, nil
+	return m, b[kl+int(n):], nil
 }
 
 // appendLinkMsg encodes one message onto b.
@@ -132,12 +156,149 @@ func appendLinkHeader(b []byte, kind byte, key string, n int) []byte {
 	return append(b, key...)
 }
 
+// linkSeal is one direction's AEAD and its counter nonce.
+type linkSeal struct {
+	aead  cipher.AEAD
+	ctr   uint64
+	nonce [12]byte
+	ad    [4]byte // the record's length: kept here, as a local it escapes (1 alloc per record)
+}
+
+var errLinkWrap = errors.New("peer link: record counter exhausted")
+
+// next is the nonce of the next record: 4 zero bytes and the counter.
+// The counter never repeats: at its end the link closes (2^64 records
+// will not happen, but the check costs nothing).
+func (ls *linkSeal) next() ([]byte, error) {
+	if ls.ctr == math.MaxUint64 {
+		return nil, errLinkWrap
+	}
+	binary.BigEndian.PutUint64(ls.nonce[4:], ls.ctr)
+	ls.ctr++
+	return ls.nonce[:], nil
+}
+
+// linkSeals derives the two directions' keys of a link from the link key
+// and the handshake: both names and both nonces, and the direction, so
+// no two links nor the two directions of one share a key.
+func linkSeals(key []byte, dialer, acceptor string, nd, na []byte) (d2a, a2d *linkSeal, err error) {
+	salt := append(append([]byte(nil), nd...), na...)
+	mk := func(dir string) (*linkSeal, error) {
+		info := []byte("exec-relay peer link v1 seal " + dir)
+		info = append(info, 0, byte(len(dialer)))
+		info = append(info, dialer...)
+		info = append(info, byte(len(acceptor)))
+		info = append(info, acceptor...)
+		k, err := hkdf.Key(sha256.New, key, salt, string(info), 32)
+		if err != nil {
+			return nil, err
+		}
+		blk, err := aes.NewCipher(k)
+		if err != nil {
+			return nil, err
+		}
+		g, err := cipher.NewGCM(blk)
+		if err != nil {
+			return nil, err
+		}
+		return &linkSeal{aead: g}, nil
+	}
+	if d2a, err = mk("dialer to acceptor"); err != nil {
+		return nil, nil, err
+	}
+	if a2d, err = mk("acceptor to dialer"); err != nil {
+		return nil, nil, err
+	}
+	return d2a, a2d, nil
+}
+
+// recordCut is how much of msgs (encoded messages, written by this node)
+// goes in one record: whole messages, up to linkRecordMax bytes, and at
+// least one.
+func recordCut(msgs []byte) int {
+	i := 0
+	for i < len(msgs) {
+		m := linkHeader + int(msgs[i+1]) + int(binary.BigEndian.Uint32(msgs[i+2:]))
+		if i > 0 && i+m > linkRecordMax {
+			break
+		}
+		i += m
+	}
+	return i
+}
+
+// sealRecords appends msgs to dst as sealed records.
+func sealRecords(dst []byte, ls *linkSeal, msgs []byte) ([]byte, error) {
+	for len(msgs) > 0 {
+		n := recordCut(msgs)
+		nonce, err := ls.next()
+		if err != nil {
+			return dst, err
+		}
+		binary.BigEndian.PutUint32(ls.ad[:], uint32(n+linkTag))
+		dst = append(dst, ls.ad[:]...)
+		dst = ls.aead.Seal(dst, nonce, msgs[:n], ls.ad[:])
+		msgs = msgs[n:]
+	}
+	return dst, nil
+}
+
+// recordReader opens the records a peer sends.
+type recordReader struct {
+	r   io.Reader
+	ls  *linkSeal
+	buf []byte // reused: a record's plaintext is parsed before the next read
+	max int    // largest ciphertext and tag accepted
+}
+
+var errLinkRecord = errors.New("peer link: a record failed authentication")
+
+// next reads and opens one record; its plaintext is valid until the next
+// call. The length is checked before anything is allocated.
+func (rr *recordReader) next() ([]byte, error) {
+	hdr := rr.ls.ad[:]
+	if _, err := io.ReadFull(rr.r, hdr); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr)
+	if n <= linkTag || int64(n) > int64(rr.max) {
+		return nil, fmt.Errorf("peer link: a record of %d bytes (limit %d)", n, rr.max)
+	}
+	if cap(rr.buf) < int(n) {
+		rr.buf = make([]byte, n)
+	}
+	b := rr.buf[:n]
+	if _, err := io.ReadFull(rr.r, b); err != nil {
+		return nil, io.ErrUnexpectedEOF
+	}
+	nonce, err := rr.ls.next()
+	if err != nil {
+		return nil, err
+	}
+	pt, err := rr.ls.aead.Open(b[:0], nonce, b, hdr)
+	if err != nil {
+		return nil, errLinkRecord
+	}
+	return pt, nil
+}
+
+// linkMaxPayload bounds a message's payload: a frame and its envelope.
+func (f *fabric) linkMaxPayload() int { return max(f.s.opts.MaxFrameBytes+1024, 64<<10) }
+
+// linkMaxRecord bounds a record's ciphertext and tag.
+func linkMaxRecord(maxPayload int) int {
+	return linkRecordMax + linkHeader + linkMaxKey + maxPayload + linkTag
+}
+
 // peerLink is one authenticated connection to another node.
 type peerLink struct {
 	f    *fabric
 	node string // the other node
 	id   string // both ends name the link alike (from the handshake's nonces)
 	conn net.Conn
+	tx   *linkSeal // the writer's
+	rx   *linkSeal // the reader's
+	out  []byte    // the writer's sealed records, reused
 
 	mu      sync.Mutex
 	pend    []byte // encoded messages waiting for the writer
@@ -153,9 +314,9 @@ type peerLink struct {
 // linkLeg is a leg riding a link: told when the link goes.
 type linkLeg interface{ linkLost() }
 
-func (f *fabric) newLink(node, id string, conn net.Conn) *peerLink {
+func (f *fabric) newLink(node, id string, conn net.Conn, tx, rx *linkSeal) *peerLink {
 	return &peerLink{
-		f: f, node: node, id: id, conn: conn,
+		f: f, node: node, id: id, conn: conn, tx: tx, rx: rx,
 		legs:    make(map[string]linkLeg),
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -223,8 +384,16 @@ func (pl *peerLink) writer() {
 		if len(buf) == 0 {
 			continue
 		}
-		pl.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := pl.conn.Write(buf)
+		out, err := sealRecords(pl.out[:0], pl.tx, buf)
+		if err == nil {
+			pl.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+			_, err = pl.conn.Write(out)
+		}
+		if cap(out) <= 4<<20 {
+			pl.out = out[:0]
+		} else {
+			pl.out = nil
+		}
 		pl.mu.Lock()
 		more := len(pl.pend) > 0
 		if cap(buf) <= 1<<20 && pl.spare == nil && !pl.closed {
@@ -248,33 +417,49 @@ func (pl *peerLink) writer() {
 func (pl *peerLink) reader(br *bufio.Reader) {
 	defer pl.f.s.wg.Done()
 	defer pl.close()
-	keyBuf := make([]byte, linkMaxKey)
-	maxPayload := max(pl.f.s.opts.MaxFrameBytes+1024, 64<<10)
-	for {
-		m, err := readLinkMsg(br, keyBuf, maxPayload)
-		if err != nil {
-			select {
-			case <-pl.done:
-			default:
-				pl.f.s.log.Warn("fleet: peer link lost", "node", pl.node, "err", err)
-			}
-			return
-		}
-		pl.dispatch(m)
+	maxPayload := pl.f.linkMaxPayload()
+	rr := recordReader{r: br, ls: pl.rx, max: linkMaxRecord(maxPayload)}
+	err := pl.read(&rr, maxPayload)
+	select {
+	case <-pl.done:
+	default:
+		pl.f.s.log.Warn("fleet: peer link lost", "node", pl.node, "err", err)
 	}
 }
 
-func (pl *peerLink) dispatch(m linkMsg) {
+// read opens records and dispatches their messages until an error: a
+// record that does not open, a message that does not parse or a peer
+// past a leg's window all end the link.
+func (pl *peerLink) read(rr *recordReader, maxPayload int) error {
+	for {
+		pt, err := rr.next()
+		if err != nil {
+			return err
+		}
+		for len(pt) > 0 {
+			var m linkMsg
+			m, pt, err = parseLinkMsg(pt, maxPayload)
+			if err != nil {
+				return err
+			}
+			if err := pl.dispatch(m, maxPayload); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (pl *peerLink) dispatch(m linkMsg, maxPayload int) error {
 	f := pl.f
 	switch m.kind {
 	case linkCredit:
 		frames, n := binary.Uvarint(m.payload)
 		if n <= 0 {
-			return
+			return nil
 		}
 		bytes, k := binary.Uvarint(m.payload[n:])
 		if k <= 0 {
-			return
+			return nil
 		}
 		f.credited(pl, m.key, frames, bytes)
 	case linkUpFrame, linkUpDone:
@@ -282,7 +467,10 @@ func (pl *peerLink) dispatch(m linkMsg) {
 		rl := f.remote[string(m.key)]
 		f.mu.Unlock()
 		if rl == nil || rl.link != pl {
-			return
+			return nil
+		}
+		if !rl.in.fits(len(m.payload), maxPayload) {
+			return fmt.Errorf("peer link: leg %s past its window (the peer ignores credits)", m.key)
 		}
 		if m.kind == linkUpFrame {
 			f.countLinkIn(len(m.payload))
@@ -293,13 +481,17 @@ func (pl *peerLink) dispatch(m linkMsg) {
 		fl := f.fwd[string(m.key)]
 		f.mu.Unlock()
 		if fl == nil {
-			return
+			return nil
+		}
+		if !fl.in.fits(len(m.payload), maxPayload) {
+			return fmt.Errorf("peer link: leg %s past its window (the peer ignores credits)", m.key)
 		}
 		if m.kind == linkDownFrame {
 			f.countLinkIn(len(m.payload))
 		}
 		fl.fromLink(pl, m.kind, m.payload)
 	}
+	return nil
 }
 
 // attach puts a leg on the link; false if the link has gone.
@@ -414,6 +606,8 @@ func readName(r io.Reader) (string, []byte, error) {
 //	acceptor → 'K'
 //
 // An end that does not prove it is dropped; nothing else is read before.
+// Both ends then derive the record keys (linkSeals) from the same names
+// and nonces; everything after 'K' is sealed records.
 
 // dialLink dials node at addr; the caller registers the link.
 func (f *fabric) dialLink(node, addr string) (*peerLink, *bufio.Reader, error) {
@@ -455,13 +649,20 @@ func (f *fabric) dialLink(node, addr string) (*peerLink, *bufio.Reader, error) {
 		conn.Close()
 		return nil, nil, err
 	}
+	d2a, a2d, err := linkSeals(f.linkKey, f.node, node, nd, na)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
 	conn.SetDeadline(time.Time{})
-	return f.newLink(node, hex.EncodeToString(nd[:8])+hex.EncodeToString(na[:8]), conn), br, nil
+	return f.newLink(node, hex.EncodeToString(nd[:8])+hex.EncodeToString(na[:8]), conn, d2a, a2d), br, nil
 }
 
 // acceptLink runs the acceptor's half of the handshake.
 func (f *fabric) acceptLink(conn net.Conn) (*peerLink, *bufio.Reader, error) {
-	conn.SetDeadline(time.Now().Add(linkHSWait))
+	// The greeting comes at once from a real peer; an idle connection
+	// gives its slot back after linkHSFirst.
+	conn.SetDeadline(time.Now().Add(linkHSFirst))
 	br := bufio.NewReaderSize(conn, 64<<10)
 	magic := make([]byte, len(linkMagic))
 	if _, err := io.ReadFull(br, magic); err != nil {
@@ -477,6 +678,7 @@ func (f *fabric) acceptLink(conn net.Conn) (*peerLink, *bufio.Reader, error) {
 	if node == f.node {
 		return nil, nil, errors.New("peer link: a peer with this node's name")
 	}
+	conn.SetDeadline(time.Now().Add(linkHSWait))
 	na := make([]byte, linkNonce)
 	rand.Read(na)
 	b := appendName(nil, f.node, na)
@@ -491,11 +693,15 @@ func (f *fabric) acceptLink(conn net.Conn) (*peerLink, *bufio.Reader, error) {
 	if !hmac.Equal(proof[:], linkProof(f.linkKey, "dial", node, f.node, nd, na)) {
 		return nil, nil, errors.New("peer link: the dialer's proof does not match")
 	}
+	d2a, a2d, err := linkSeals(f.linkKey, node, f.node, nd, na)
+	if err != nil {
+		return nil, nil, err
+	}
 	if _, err := conn.Write([]byte{'K'}); err != nil {
 		return nil, nil, err
 	}
 	conn.SetDeadline(time.Time{})
-	return f.newLink(node, hex.EncodeToString(nd[:8])+hex.EncodeToString(na[:8]), conn), br, nil
+	return f.newLink(node, hex.EncodeToString(nd[:8])+hex.EncodeToString(na[:8]), conn, a2d, d2a), br, nil
 }
 
 // startLinks listens for peers (Options.PeerListen).
@@ -523,6 +729,10 @@ func (f *fabric) startLinks() error {
 func (f *fabric) acceptLinks(ln net.Listener) {
 	defer f.s.wg.Done()
 	sem := make(chan struct{}, linkMaxAuth)
+	var (
+		perIPMu sync.Mutex
+		perIP   = map[string]int{} // handshakes in progress by authIPKey
+	)
 	var backoff time.Duration
 	for {
 		conn, err := ln.Accept()
@@ -548,16 +758,32 @@ func (f *fabric) acceptLinks(ln net.Listener) {
 			continue
 		}
 		backoff = 0
+		ip := authIPKey(conn.RemoteAddr())
+		perIPMu.Lock()
+		if perIP[ip] >= linkMaxAuthIP {
+			perIPMu.Unlock()
+			f.st.linkRefused.Add(1)
+			conn.Close() // one place holding handshakes open: drop
+			continue
+		}
 		select {
 		case sem <- struct{}{}:
 		default:
+			perIPMu.Unlock()
 			conn.Close() // a flood of handshakes: drop, peers redial
 			continue
 		}
+		perIP[ip]++
+		perIPMu.Unlock()
 		f.s.wg.Add(1)
 		go func() {
 			defer f.s.wg.Done()
 			pl, br, err := f.acceptLink(conn)
+			perIPMu.Lock()
+			if perIP[ip]--; perIP[ip] == 0 {
+				delete(perIP, ip)
+			}
+			perIPMu.Unlock()
 			<-sem
 			if err != nil {
 				f.st.linkRefused.Add(1)
@@ -568,6 +794,19 @@ func (f *fabric) acceptLinks(ln net.Listener) {
 			f.register(pl, br)
 		}()
 	}
+}
+
+// authIPKey groups handshakes by where they come from: the IPv4
+// address, or an IPv6 address's /64 (one host often has a whole one).
+func authIPKey(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return ta.IP.Mask(net.CIDRMask(64, 128)).String()
 }
 
 // register makes pl the link to its node (replacing an older one) and
@@ -681,6 +920,7 @@ type inMsg struct {
 type inbox struct {
 	mu      sync.Mutex
 	q       []inMsg
+	bytes   int // in q
 	spare   []inMsg
 	wake    chan struct{}
 	running atomic.Bool
@@ -690,6 +930,7 @@ func (in *inbox) push(m inMsg) {
 	in.mu.Lock()
 	wasEmpty := len(in.q) == 0
 	in.q = append(in.q, m)
+	in.bytes += len(m.b)
 	in.mu.Unlock()
 	if wasEmpty {
 		select {
@@ -699,12 +940,24 @@ func (in *inbox) push(m inMsg) {
 	}
 }
 
+// fits: one more message of n bytes stays within what a peer respecting
+// the leg's credits can have queued (its window, a frame larger than the
+// window alone, and a few control messages). The reader checks before it
+// pushes; a peer past it has its link closed, so a peer ignoring credits
+// cannot grow a leg's inbox without bound.
+func (in *inbox) fits(n, maxPayload int) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.q) < fabWindowFrames+linkInboxSlack && in.bytes+n <= fabWindowBytes+maxPayload
+}
+
 // take returns what is queued (nil if nothing), swapping buffers.
 func (in *inbox) take() []inMsg {
 	in.mu.Lock()
 	q := in.q
 	in.q = in.spare[:0]
 	in.spare = nil
+	in.bytes = 0
 	in.mu.Unlock()
 	return q
 }

@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,8 +315,8 @@ func TestPeerLinkAuthentication(t *testing.T) {
 	}
 }
 
-// FuzzLinkMsg: the link decoder never panics, bounds what it allocates,
-// and reads back what appendLinkMsg wrote.
+// FuzzLinkMsg: the message decoder never panics, bounds what it
+// allocates, and reads back what appendLinkMsg wrote.
 func FuzzLinkMsg(f *testing.F) {
 	f.Add(appendLinkMsg(nil, linkUpFrame, "a-1", []byte("hello")))
 	f.Add(appendLinkMsg(appendLinkMsg(nil, linkCredit, "b-22", []byte{1, 2}), linkDownClose, "b-22", nil))
@@ -321,11 +324,12 @@ func FuzzLinkMsg(f *testing.F) {
 	f.Add([]byte{linkDownFrame, 1, 0xff, 0xff, 0xff, 0xff, 'a'})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		const max = 1 << 16
-		r := bufio.NewReader(bytes.NewReader(b))
-		keyBuf := make([]byte, linkMaxKey)
 		var out []byte
-		for {
-			m, err := readLinkMsg(r, keyBuf, max)
+		rest := b
+		for len(rest) > 0 {
+			var m linkMsg
+			var err error
+			m, rest, err = parseLinkMsg(rest, max)
 			if err != nil {
 				break
 			}
@@ -337,6 +341,70 @@ func FuzzLinkMsg(f *testing.F) {
 		// What decoded re-encodes to a prefix of the input.
 		if !bytes.HasPrefix(b, out) {
 			t.Fatalf("re-encoded %x not a prefix of %x", out, b)
+		}
+	})
+}
+
+// testSeals: a link's two directions as both ends derive them, each end
+// with its own counters.
+func testSeals(tb testing.TB) (dialer, acceptor [2]*linkSeal) {
+	tb.Helper()
+	key := linkKey(fleetSecret)
+	nd, na := bytes.Repeat([]byte{1}, linkNonce), bytes.Repeat([]byte{2}, linkNonce)
+	for _, end := range []*[2]*linkSeal{&dialer, &acceptor} {
+		d2a, a2d, err := linkSeals(key, "z", "a", nd, na)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		*end = [2]*linkSeal{d2a, a2d}
+	}
+	// [0]: what the end sends with, [1]: what it reads with.
+	acceptor[0], acceptor[1] = acceptor[1], acceptor[0]
+	return dialer, acceptor
+}
+
+// FuzzLinkRecord: the record reader never panics, allocates at most its
+// bound before a record opens, and opens only what the peer sealed, in
+// order: whatever the input, the plaintexts it returns are a prefix of
+// the records sealed.
+func FuzzLinkRecord(f *testing.F) {
+	dialer, _ := testSeals(f)
+	var sealed []byte
+	var msgs [][]byte
+	for i, m := range [][]byte{
+		appendLinkMsg(nil, linkUpFrame, "z-1", []byte("hello")),
+		appendLinkMsg(appendLinkMsg(nil, linkCredit, "z-1", []byte{1, 2}), linkUpDone, "z-1", nil),
+		appendLinkMsg(nil, linkUpFrame, "z-2", bytes.Repeat([]byte{7}, 300)),
+	} {
+		var err error
+		sealed, err = sealRecords(sealed, dialer[0], m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		msgs = append(msgs, m)
+		f.Add(bytes.Clone(sealed), uint8(i))
+	}
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff}, uint8(0))
+	f.Add([]byte{0, 0, 0, 16}, uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, flip uint8) {
+		if len(b) > 0 {
+			b = bytes.Clone(b)
+			b[int(flip)%len(b)] ^= flip >> 4
+		}
+		_, acceptor := testSeals(t)
+		const max = 4 << 10
+		rr := recordReader{r: bytes.NewReader(b), ls: acceptor[1], max: max}
+		for i := 0; ; i++ {
+			pt, err := rr.next()
+			if cap(rr.buf) > max {
+				t.Fatalf("allocated %d bytes, bound %d", cap(rr.buf), max)
+			}
+			if err != nil {
+				return
+			}
+			if i >= len(msgs) || !bytes.Equal(pt, msgs[i]) {
+				t.Fatalf("record %d opened to %x", i, pt)
+			}
 		}
 	})
 }
@@ -353,7 +421,8 @@ func TestPeerLinkQueueBound(t *testing.T) {
 	f := &fabric{s: s, links: map[string]*peerLink{}}
 	mine, theirs := net.Pipe()
 	defer theirs.Close() // never read
-	pl := f.newLink("z", "id", mine)
+	_, acceptor := testSeals(t)
+	pl := f.newLink("z", "id", mine, acceptor[0], acceptor[1])
 	f.links["z"] = pl
 	lost := make(lostLeg)
 	if !pl.attach("z-1", lost) {
@@ -406,4 +475,248 @@ func TestPeerLinkWildcardNeedsAdvertise(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+}
+
+// linkUnderTest: a link of a bare fabric (this end, the acceptor) whose
+// peer is the test: it writes records on peer, sealed with seal.
+type linkUnderTest struct {
+	f    *fabric
+	pl   *peerLink
+	rl   *remoteLeg // leg z-1, its inbox never drained
+	peer net.Conn
+	seal *linkSeal
+}
+
+func startLinkUnderTest(t *testing.T) *linkUnderTest {
+	s := &Server{log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	f := &fabric{s: s, links: map[string]*peerLink{}, remote: map[string]*remoteLeg{}, fwd: map[string]*fwdLeg{}}
+	mine, theirs := net.Pipe()
+	dialer, acceptor := testSeals(t)
+	pl := f.newLink("z", "id", mine, acceptor[0], acceptor[1])
+	f.links["z"] = pl
+	rl := &remoteLeg{f: f, key: "z-1", node: "z", link: pl}
+	f.remote[rl.key] = rl
+	s.wg.Add(1)
+	go pl.reader(bufio.NewReader(mine))
+	t.Cleanup(func() {
+		theirs.Close()
+		pl.close()
+		s.wg.Wait()
+	})
+	return &linkUnderTest{f: f, pl: pl, rl: rl, peer: theirs, seal: dialer[0]}
+}
+
+// record seals msgs as the peer's next record.
+func (lt *linkUnderTest) record(t *testing.T, msgs []byte) []byte {
+	t.Helper()
+	r, err := sealRecords(nil, lt.seal, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// write sends b on a goroutine: the link may close before reading it all.
+func (lt *linkUnderTest) write(b []byte) {
+	go lt.peer.Write(b)
+}
+
+func (lt *linkUnderTest) queued() int {
+	lt.rl.in.mu.Lock()
+	defer lt.rl.in.mu.Unlock()
+	return len(lt.rl.in.q)
+}
+
+func (lt *linkUnderTest) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for lt.queued() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d frames delivered, want %d", lt.queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (lt *linkUnderTest) waitClosed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-lt.pl.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the link stayed up (%d frames delivered)", lt.queued())
+	}
+}
+
+// Records are sealed: one changed, replayed, reordered or cut closes the
+// link, and nothing of it is delivered.
+func TestPeerLinkSealedRecords(t *testing.T) {
+	frame := func(s string) []byte { return appendLinkMsg(nil, linkUpFrame, "z-1", []byte(s)) }
+	for _, tc := range []struct {
+		name string
+		bad  func(t *testing.T, lt *linkUnderTest, first []byte) []byte
+	}{
+		{"flipped bit", func(t *testing.T, lt *linkUnderTest, _ []byte) []byte {
+			r := lt.record(t, frame("two"))
+			r[len(r)-20] ^= 1
+			return r
+		}},
+		{"flipped length", func(t *testing.T, lt *linkUnderTest, _ []byte) []byte {
+			r := lt.record(t, append(frame("two"), frame("three")...))
+			r[3]-- // the last byte goes with the next record
+			return r
+		}},
+		{"replayed", func(t *testing.T, lt *linkUnderTest, first []byte) []byte {
+			return first
+		}},
+		{"reordered", func(t *testing.T, lt *linkUnderTest, _ []byte) []byte {
+			lt.record(t, frame("two")) // sealed, never sent
+			return lt.record(t, frame("three"))
+		}},
+		{"plaintext", func(t *testing.T, lt *linkUnderTest, _ []byte) []byte {
+			m := frame("two")
+			return append(binary.BigEndian.AppendUint32(nil, uint32(len(m)+linkTag)), append(m, make([]byte, linkTag)...)...)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lt := startLinkUnderTest(t)
+			first := lt.record(t, frame("one"))
+			lt.write(first)
+			lt.waitQueued(t, 1)
+			lt.write(tc.bad(t, lt, first))
+			lt.waitClosed(t)
+			if n := lt.queued(); n != 1 {
+				t.Fatalf("%d frames delivered, want the first only", n)
+			}
+			if got := string(lt.rl.in.q[0].b); got != "one" {
+				t.Fatalf("delivered %q", got)
+			}
+		})
+	}
+}
+
+// A peer that ignores credits (sends past a leg's window) has its link
+// closed; the leg's inbox stays within the window.
+func TestPeerLinkReceiveBound(t *testing.T) {
+	for _, size := range []int{100, 60 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			lt := startLinkUnderTest(t)
+			payload := make([]byte, size)
+			go func() {
+				for i := 0; i < 1000; i++ {
+					if _, err := lt.peer.Write(lt.record(t, appendLinkMsg(nil, linkUpFrame, "z-1", payload))); err != nil {
+						return
+					}
+				}
+			}()
+			lt.waitClosed(t)
+			maxPayload := lt.f.linkMaxPayload()
+			lt.rl.in.mu.Lock()
+			n, b := len(lt.rl.in.q), lt.rl.in.bytes
+			lt.rl.in.mu.Unlock()
+			if n > fabWindowFrames+linkInboxSlack || b > fabWindowBytes+maxPayload {
+				t.Fatalf("inbox holds %d frames, %d bytes", n, b)
+			}
+			if n < min(fabWindowFrames, fabWindowBytes/size) {
+				t.Fatalf("closed at %d frames of %d bytes, within the window", n, size)
+			}
+		})
+	}
+}
+
+// Connections that never greet do not keep a real peer out: each gives
+// back its handshake slot after linkHSFirst, and one address holds at
+// most linkMaxAuthIP of them.
+func TestPeerLinkIdleHandshakes(t *testing.T) {
+	url := startNATS(t)
+	// "a" dials "b": b's listener is the one held.
+	b := startNode(t, url, "b", "", withLinks(nil))
+	addr := b.fab.linkAddr
+	var (
+		stopped atomic.Bool
+		held    atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		conns   = map[net.Conn]bool{}
+	)
+	for range 2 * linkMaxAuth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+			for !stopped.Load() {
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				held.Add(1)
+				mu.Lock()
+				conns[c] = true
+				mu.Unlock()
+				if stopped.Load() {
+					c.Close()
+				}
+				t0 := time.Now()
+				io.Copy(io.Discard, c) // until the node drops it
+				c.Close()
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				// Refill a slot that was held at once; dropped at
+				// once (no slot), retry more slowly (bounded load).
+				if time.Since(t0) < 100*time.Millisecond {
+					time.Sleep(20 * time.Millisecond)
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	defer func() {
+		stopped.Store(true)
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	for held.Load() < linkMaxAuth {
+		time.Sleep(time.Millisecond)
+	}
+	a := startNode(t, url, "a", "", withLinks(nil))
+	waitLinks(t, 30*time.Second, a, b)
+}
+
+// BenchmarkLinkSeal: the sealing's own cost, seal and open of a record
+// holding frames messages of a 1 KiB frame each (the writer seals one
+// record per batch), per frame.
+func BenchmarkLinkSeal(b *testing.B) {
+	for _, frames := range []int{1, 16} {
+		b.Run(fmt.Sprintf("batch=%d", frames), func(b *testing.B) {
+			dialer, acceptor := testSeals(b)
+			var msgs []byte
+			for range frames {
+				msgs = appendLinkMsg(msgs, linkUpFrame, "z-123456789", make([]byte, 1024))
+			}
+			var wire bytes.Buffer
+			rr := recordReader{r: &wire, ls: acceptor[1], max: linkMaxRecord(64 << 10)}
+			var out []byte
+			b.SetBytes(int64(len(msgs) / frames))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += frames {
+				var err error
+				out, err = sealRecords(out[:0], dialer[0], msgs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wire.Write(out)
+				if _, err := rr.next(); err != nil {
+					b.Fatal(err)
+				}
+				wire.Reset()
+			}
+		})
+	}
 }
