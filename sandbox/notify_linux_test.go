@@ -702,35 +702,45 @@ func runPyNoFailures(t *testing.T, script string) {
 	}
 }
 
-// pySignalled creates fresh names while orphans keep exiting: each is
-// reparented to the sandbox's init, whose SIGCHLD can interrupt the
-// supervisor (on the init's main thread) while it hands the descriptor
-// over. Every open must return the file it made, never another
-// descriptor. It prints how many did not.
-const pySignalled = `
-import os, subprocess
+// pySignalled creates fresh names from threads threads, per names each,
+// while orphans keep exiting: each is reparented to the sandbox's init,
+// whose SIGCHLD can interrupt the supervisor (on the init's main thread)
+// while it hands the descriptor over. Every open must return the file it
+// made, never another descriptor. It prints how many did not.
+func pySignalled(threads, per int) string {
+	return fmt.Sprintf("\nthreads, per = %d, %d", threads, per) + pySignalledBody
+}
+
+const pySignalledBody = `
+import os, subprocess, threading
 orphans = subprocess.Popen(["/bin/sh", "-c", "while :; do (/bin/true &); done"])
-bad = 0
-for i in range(3000):
-    name = "s%d" % i
-    try:
-        fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        if os.fstat(fd).st_ino != os.stat(name).st_ino:
-            raise OSError(0, "descriptor %d is not the file made" % fd)
-        os.close(fd)
-    except OSError as e:
-        bad += 1
-        if bad < 4:
-            print("%s: %s" % (name, e))
+bad = []
+def work(t):
+    for i in range(per):
+        name = "t%d.%d" % (t, i)
+        try:
+            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            if os.fstat(fd).st_ino != os.stat(name).st_ino:
+                raise OSError(0, "descriptor %d is not the file made" % fd)
+            os.close(fd)
+        except OSError as e:
+            bad.append("%s: %s" % (name, e))
+ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
 orphans.kill()
-print("failed=%d" % bad)
+for b in bad[:3]:
+    print(b)
+print("failed=%d" % len(bad))
 `
 
 // TestCommandCreateUnderSignals: a signal to the supervisor while it
 // installs a created file's descriptor in the command must not leave the
 // command's open with a descriptor it never opened (stdin, once).
 func TestCommandCreateUnderSignals(t *testing.T) {
-	runPyNoFailures(t, pySignalled)
+	runPyNoFailures(t, pySignalled(1, 3000))
 }
 
 // TestCommandDenyGlobFIFOStarved: an O_CREAT open of a FIFO for writing
@@ -1050,40 +1060,16 @@ func TestCommandFIFONoPartner(t *testing.T) {
 	runPyNoFailures(t, pyFIFOs)
 }
 
-// pyThreadsSignalled is pySignalled with four threads creating at once:
-// the supervisor's ID_VALID and SEND then wait for the listener's lock
-// behind the threads' new notifications, where a signal (an orphan's
-// SIGCHLD) makes them fail with EINTR. A SEND that failed so left its
-// thread waiting for good; an ID_VALID answered ENOENT to a live call.
-const pyThreadsSignalled = `
-import os, subprocess, threading
-orphans = subprocess.Popen(["/bin/sh", "-c", "while :; do (/bin/true &); done"])
-bad = []
-def work(t):
-    for i in range(750):
-        name = "t%d.%d" % (t, i)
-        try:
-            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            if os.fstat(fd).st_ino != os.stat(name).st_ino:
-                raise OSError(0, "descriptor %d is not the file made" % fd)
-            os.close(fd)
-        except OSError as e:
-            bad.append("%s: %s" % (name, e))
-ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-for t in ts:
-    t.start()
-for t in ts:
-    t.join()
-orphans.kill()
-for b in bad[:3]:
-    print(b)
-print("failed=%d" % len(bad))
-`
+// With four threads creating at once (pySignalled(4, 750)) the
+// supervisor's ID_VALID and SEND wait for the listener's lock behind the
+// threads' new notifications, where a signal (an orphan's SIGCHLD) makes
+// them fail with EINTR. A SEND that failed so left its thread waiting for
+// good; an ID_VALID answered ENOENT to a live call.
 
 // TestCommandCreateThreadsUnderSignals: every listener ioctl that can
 // fail with EINTR is retried, and none is taken for a gone notification.
 func TestCommandCreateThreadsUnderSignals(t *testing.T) {
-	runPyNoFailures(t, pyThreadsSignalled)
+	runPyNoFailures(t, pySignalled(4, 750))
 }
 
 // pyLeaseHolder takes a read lease on argv[1] and lets it go 0.2 s after
