@@ -1060,14 +1060,13 @@ func TestCommandFIFONoPartner(t *testing.T) {
 	runPyNoFailures(t, pyFIFOs)
 }
 
-// With four threads creating at once (pySignalled(4, 750)) the
-// supervisor's ID_VALID and SEND wait for the listener's lock behind the
-// threads' new notifications, where a signal (an orphan's SIGCHLD) makes
-// them fail with EINTR. A SEND that failed so left its thread waiting for
-// good; an ID_VALID answered ENOENT to a live call.
-
 // TestCommandCreateThreadsUnderSignals: every listener ioctl that can
 // fail with EINTR is retried, and none is taken for a gone notification.
+// With four threads creating at once the supervisor's ID_VALID and SEND
+// wait for the listener's lock behind the threads' new notifications,
+// where a signal (an orphan's SIGCHLD) makes them fail with EINTR. A SEND
+// that failed so left its thread waiting for good; an ID_VALID answered
+// ENOENT to a live call.
 func TestCommandCreateThreadsUnderSignals(t *testing.T) {
 	runPyNoFailures(t, pySignalled(4, 750))
 }
