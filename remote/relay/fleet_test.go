@@ -44,6 +44,18 @@ func startNATS(t testing.TB) string {
 	return ns.ClientURL()
 }
 
+// natsConn starts a NATS server for the test and connects to it; both
+// end with the test.
+func natsConn(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(startNATS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 var fleetSecret = []byte("0123456789abcdef0123456789abcdef-fleet")
 
 type fleetNode struct {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -16,12 +15,7 @@ import (
 // the size of one. Past a bound a put is refused with ErrStoreFull or
 // ErrValueTooLarge, and an existing registration can still be replaced.
 func TestKVStoreLimits(t *testing.T) {
-	url := startNATS(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natsConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	k, err := NewKVStore(ctx, nc, KVStoreOptions{Memory: true, Prefix: "lim", MaxRegistrations: 3, MaxAuthorizations: 3, MaxValueSize: 3000})
@@ -95,12 +89,7 @@ func TestFleetRegistryFull(t *testing.T) {
 // bounds. That is a store failure (503 store_unavailable, retried), not
 // ErrStoreFull (registry_full / 429 too_many_pending_authorizations).
 func TestKVStoreFailureBelowBoundIsNotFull(t *testing.T) {
-	url := startNATS(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natsConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	k, err := NewKVStore(ctx, nc, KVStoreOptions{Memory: true, Prefix: "bytes", MaxRegistrations: 100, MaxAuthorizations: 100})

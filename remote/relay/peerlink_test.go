@@ -18,7 +18,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/execgo/exec-server/remote/harness"
-	"github.com/nats-io/nats.go"
 )
 
 // waitLinks waits until each node has a peer link to every other one.
@@ -466,13 +465,8 @@ func TestPeerLinkQueueBound(t *testing.T) {
 // A wildcard peer listener without an advertised address is refused:
 // peers would dial themselves.
 func TestPeerLinkWildcardNeedsAdvertise(t *testing.T) {
-	url := startNATS(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_, err = New(Options{InsecureNoAuth: true, URLSecret: fleetSecret, NATS: nc, NodeName: "w", PeerListen: "0.0.0.0:0"})
+	nc := natsConn(t)
+	_, err := New(Options{InsecureNoAuth: true, URLSecret: fleetSecret, NATS: nc, NodeName: "w", PeerListen: "0.0.0.0:0"})
 	if err == nil || !strings.Contains(err.Error(), "PeerAdvertise") {
 		t.Fatalf("wildcard peer listener without PeerAdvertise: %v", err)
 	}
