@@ -319,6 +319,7 @@ var workloads = []workload{
 	{name: "fs-readFile", metric: "rate", run: runReadFile, limit: limitReadFile},
 	{name: "fs-writeFile", metric: "rate", run: runWriteFile, limit: limitWriteFile},
 	{name: "fs-readBlock", metric: "rate", run: runReadBlocks, limit: limitReadBlocks},
+	{name: "fs-download", metric: "rate", run: runDownload},
 	{name: "fs-writeBlock", metric: "rate", run: runWriteBlocks, limit: limitWriteBlocks},
 	{name: "idle-conns", metric: "rss-per-c", wsOnly: true, run: runIdle},
 	{name: "stall", metric: "rss-growth", wsOnly: true, run: runStall},
