@@ -5,10 +5,12 @@ package main
 // process (this binary again, EXEC_BENCH_FLOOR=ws|stdio) whose CPU time is
 // measured as the servers' is. Out: os.File reads (a pipe from head, or
 // the file), base64 (the project's encoder), a JSON envelope and a
-// websocket (or stdio) write. In: a websocket read (unmasking), a JSON
-// scan for the payload, base64-decoding (in place) and a file write. No
-// JSON-RPC engine, sessions, processes, budgets or metrics: each server's
-// server-cpu row reads as "× the floor".
+// websocket (or stdio) write. In: the server's own websocket listener and
+// message reads (transport: socket reads, unmasking, the reused message
+// buffer), a scan for the payload's closing quote, base64-decoding (in
+// place) and the server's file write (a fresh file, its blocks reserved).
+// No JSON-RPC engine, validation, sessions, processes, budgets or metrics:
+// each server's server-cpu row reads as "× the floor".
 
 import (
 	"bufio"
@@ -70,14 +72,16 @@ func floorMain(mode string) int {
 	}
 	fmt.Printf("ws://%s\n", ln.Addr())
 	done := make(chan struct{})
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		c.SetReadLimit(1 << 30)
-		serveFloor(&wsMsgs{c: c, w: transport.NewWebSocket(c, "floor")})
-		close(done)
+	// The server's own websocket listener and message reads (the socket
+	// reads, unmasking, the message buffer and its reuse): the floor
+	// leaves out what comes after the bytes are in.
+	srv := &http.Server{Handler: transport.NewHandler(transport.HandlerOptions{
+		MaxMessageBytes: 1 << 30,
+		StallTimeout:    -1,
+		Serve: func(ctx context.Context, s *transport.WebSocket) {
+			serveFloor(&wsMsgs{ctx: ctx, s: s})
+			close(done)
+		},
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	<-done
@@ -115,34 +119,25 @@ func (s *stdioMsgs) write(msg []byte) error {
 }
 
 type wsMsgs struct {
-	c   *websocket.Conn
-	w   *transport.WebSocket
-	buf []byte
+	ctx  context.Context
+	s    *transport.WebSocket
+	last []byte
 }
 
-// read reads a message into one buffer kept across messages.
-func (s *wsMsgs) read() ([]byte, error) {
-	_, r, err := s.c.Reader(context.Background())
-	if err != nil {
-		return nil, err
+// read reads a message as the server does; the previous one's buffer is
+// recycled first, as the server recycles fs/writeFile's (a message nothing
+// refers to any more is read into again).
+func (m *wsMsgs) read() ([]byte, error) {
+	if m.last != nil {
+		m.s.Recycle(m.last)
+		m.last = nil
 	}
-	s.buf = s.buf[:0]
-	for {
-		if len(s.buf) == cap(s.buf) {
-			s.buf = append(s.buf, 0)[:len(s.buf)]
-		}
-		n, err := r.Read(s.buf[len(s.buf):cap(s.buf)])
-		s.buf = s.buf[:len(s.buf)+n]
-		if err == io.EOF {
-			return s.buf, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
+	msg, err := m.s.Read(m.ctx)
+	m.last = msg
+	return msg, err
 }
 
-func (s *wsMsgs) write(msg []byte) error { return s.w.Write(context.Background(), msg, false) }
+func (m *wsMsgs) write(msg []byte) error { return m.s.Write(m.ctx, msg, false) }
 
 // floorReq is the floor server's request; fs/writeFile's payload is found
 // by a scan, not decoded.
@@ -434,7 +429,7 @@ func (fc *floorClient) close() {
 // floorRun measures the floor of one workload on tr: runs samples of
 // server CPU s/GB and MB/s. what is "stream", "read" or "write"; n the
 // bytes per sample; path the file read or written.
-func floorRun(tr transportKind, what string, n int64, path string, runs int) (cpu, rate []float64, err error) {
+func floorRun(tr transportKind, what string, n int64, path string, runs int, pm *procMeter) (cpu, rate []float64, err error) {
 	fc, err := startFloor(tr)
 	if err != nil {
 		return nil, nil, err
@@ -471,6 +466,7 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 			// (auto_da_alloc).
 			_ = os.Remove(path)
 		}
+		p0 := pm.snap(fc.pid())
 		c0 := cpuSeconds(fc.pid())
 		t0 := time.Now()
 		switch what {
@@ -509,6 +505,7 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 		}
 		el := time.Since(t0)
 		cpu = append(cpu, (cpuSeconds(fc.pid())-c0)/(float64(n)/1e9))
+		pm.add(2, p0, pm.snap(fc.pid()), float64(n))
 		rate = append(rate, float64(n)/el.Seconds()/1e6)
 	}
 	return cpu, rate, nil
@@ -516,8 +513,8 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 
 // floorRows measures the floor of workload w on tr and returns its rows;
 // the server-cpu row sr gets the floor's median in its machine column.
-func floorRows(w string, tr transportKind, what string, n int64, path string, runs int, sr *row) []*row {
-	cpu, rate, err := floorRun(tr, what, n, path, runs)
+func floorRows(w string, tr transportKind, what string, n int64, path string, runs int, sr *row, pm *procMeter) []*row {
+	cpu, rate, err := floorRun(tr, what, n, path, runs, pm)
 	c, r := summarize(cpu, err), summarize(rate, err)
 	if c.N > 0 && sr != nil {
 		v := c.Median
