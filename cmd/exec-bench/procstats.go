@@ -102,7 +102,9 @@ func (m *procMeter) rows(w string, tr transportKind, sides []side) []*row {
 	var out []*row
 	for k, nm := range names {
 		st := []*stats{summarize(m.runs[0][k], nil)}
-		if len(sides) > 1 {
+		// /proc counts read(2), not the reference's recvfrom(2): no
+		// reference column for the reads.
+		if len(sides) > 1 && k >= 2 {
 			st = append(st, summarize(m.runs[1][k], nil))
 		}
 		r := mkrow(w, nm[0], nm[1], k == 1, tr, st)
