@@ -35,6 +35,7 @@ type coalescer struct {
 	rc    syscall.RawConn
 	lowat int
 	reads int // read calls, for tests
+	batch batchRead
 
 	mu      sync.Mutex
 	holding bool

@@ -37,45 +37,64 @@ func setRcvlowat(rc syscall.RawConn, n int) {
 // ends or fails, waiting in the runtime's poller between reads with the
 // socket's SO_RCVLOWAT at what is still wanted (co.lowat tracks the value
 // set), so that a wait ends once that much is queued. The caller knows that
-// want bytes are coming: the low mark never asks for more than that.
+// want bytes are coming: the low mark never asks for more than that. The
+// state lives in co.batch and the step function is made once, so a read
+// allocates nothing.
 func (co *coalescer) readAtLeast(p []byte, want int) (int, error) {
-	c := co.Conn
-	n := 0
-	var rerr error
-	err := co.rc.Read(func(fd uintptr) bool {
-		for {
-			if rest := want - n; rest != co.lowat {
-				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, rest)
-				co.lowat = rest
-			}
-			co.reads++
-			k, err := unix.Read(int(fd), p[n:])
-			switch {
-			case k > 0:
-				n += k
-				// Less than wanted: wait for the rest to be queued
-				// rather than read it as it trickles in.
-				if n >= want {
-					return true
-				}
-			case err == nil:
-				rerr = io.EOF
-				return true
-			case errors.Is(err, unix.EINTR):
-			case errors.Is(err, unix.EAGAIN):
-				return false
-			default:
-				rerr = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
-				return true
-			}
-		}
-	})
+	b := &co.batch
+	b.p, b.n, b.want, b.err = p, 0, want, nil
+	if b.step == nil {
+		b.step = co.readStep
+	}
+	err := co.rc.Read(b.step)
+	n, rerr := b.n, b.err
+	b.p, b.err = nil, nil
 	if n > 0 {
 		// Bytes first; a failure shows again on the next read.
 		return n, nil
 	}
 	if err != nil {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: co.LocalAddr(), Addr: co.RemoteAddr(), Err: err}
 	}
 	return 0, rerr
+}
+
+// readStep is one attempt of readAtLeast on the socket: true when done,
+// false to wait for the socket to be readable.
+func (co *coalescer) readStep(fd uintptr) bool {
+	b := &co.batch
+	for {
+		if rest := b.want - b.n; rest != co.lowat {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, rest)
+			co.lowat = rest
+		}
+		co.reads++
+		k, err := unix.Read(int(fd), b.p[b.n:])
+		switch {
+		case k > 0:
+			b.n += k
+			// Less than wanted: wait for the rest to be queued rather
+			// than read it as it trickles in.
+			if b.n >= b.want {
+				return true
+			}
+		case err == nil:
+			b.err = io.EOF
+			return true
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			return false
+		default:
+			b.err = &net.OpError{Op: "read", Net: "tcp", Source: co.LocalAddr(), Addr: co.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+			return true
+		}
+	}
+}
+
+// batchRead is readAtLeast's state between its steps.
+type batchRead struct {
+	p       []byte
+	n, want int
+	err     error
+	step    func(fd uintptr) bool
 }

@@ -13,3 +13,5 @@ func socketOf(net.Conn) syscall.RawConn { return nil }
 func setRcvlowat(syscall.RawConn, int) {}
 
 func (co *coalescer) readAtLeast(p []byte, _ int) (int, error) { return co.Conn.Read(p) }
+
+type batchRead struct{}
