@@ -59,6 +59,10 @@ type coalescer struct {
 // coming.
 func (c *coalescer) Read(p []byte) (int, error) {
 	if c.rc == nil || len(p) < lowatMin {
+		if err := c.batch.pending; err != nil {
+			c.batch.pending = nil
+			return 0, err
+		}
 		if c.lowat > 1 {
 			setRcvlowat(c.rc, 1)
 			c.lowat = 1

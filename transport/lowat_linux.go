@@ -42,6 +42,10 @@ func setRcvlowat(rc syscall.RawConn, n int) {
 // allocates nothing.
 func (co *coalescer) readAtLeast(p []byte, want int) (int, error) {
 	b := &co.batch
+	if err := b.pending; err != nil {
+		b.pending = nil
+		return 0, err
+	}
 	b.p, b.n, b.want, b.err = p, 0, want, nil
 	if b.step == nil {
 		b.step = co.readStep
@@ -50,7 +54,9 @@ func (co *coalescer) readAtLeast(p []byte, want int) (int, error) {
 	n, rerr := b.n, b.err
 	b.p, b.err = nil, nil
 	if n > 0 {
-		// Bytes first; a failure shows again on the next read.
+		// Bytes first, the failure at the next read (the socket reports
+		// an error such as a reset only once).
+		b.pending = rerr
 		return n, nil
 	}
 	if err != nil {
@@ -96,5 +102,6 @@ type batchRead struct {
 	p       []byte
 	n, want int
 	err     error
+	pending error // the failure that ended a read which returned bytes
 	step    func(fd uintptr) bool
 }

@@ -14,4 +14,4 @@ func setRcvlowat(syscall.RawConn, int) {}
 
 func (co *coalescer) readAtLeast(p []byte, _ int) (int, error) { return co.Conn.Read(p) }
 
-type batchRead struct{}
+type batchRead struct{ pending error }

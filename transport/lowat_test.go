@@ -2,8 +2,10 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -95,5 +97,55 @@ func TestLargeFrameReadInBatches(t *testing.T) {
 	before := roundTrip([]byte("small"), false)
 	if reads := roundTrip(msg[:4<<20], false) - before; reads > 100 {
 		t.Errorf("a 4 MiB message took %d read calls, want at most 100", reads)
+	}
+}
+
+// TestBatchedReadKeepsReset: a peer that resets the connection in the
+// middle of a large frame, after some of its bytes, ends the message with
+// the reset, as an unbatched read reports it, not with a clean end of
+// stream (the socket reports the reset once, to the read that returned
+// the bytes before it).
+func TestBatchedReadKeepsReset(t *testing.T) {
+	got := make(chan error, 1)
+	srv := newWSServer(t, HandlerOptions{
+		MaxMessageBytes: 16 << 20,
+		Serve: func(ctx context.Context, s *WebSocket) {
+			_, err := s.Read(ctx)
+			got <- err
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conns := make(chan *net.TCPConn, 1)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			conns <- c.(*net.TCPConn)
+		}
+		return c, err
+	}}}
+	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	tc := <-conns
+	// A masked text frame of 1 MiB with a zero mask key (the payload
+	// goes as it is), of which 200 KiB is sent.
+	hdr := []byte{0x81, 0x80 | 127, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0}
+	if _, err := tc.Write(append(hdr, make([]byte, 200<<10)...)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the server is waiting for more
+	_ = tc.SetLinger(0)
+	_ = tc.Close()
+	select {
+	case err := <-got:
+		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("the message ended with %v, want the reset", err)
+		}
+		t.Logf("ended with: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the server's read did not end")
 	}
 }
