@@ -244,7 +244,7 @@ func streamRows(name string, tty bool, cfg *config, sides []side, tr transportKi
 	if tty {
 		what = "stream-tty"
 	}
-	return append(rows, floorRows(name, tr, what, cfg.streamBytes, "", cfg.streamRuns, cr)...)
+	return append(rows, floorRows(name, tr, what, cfg.streamBytes, "", cfg.streamRuns, cr, nil)...)
 }
 
 // ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
@@ -360,13 +360,14 @@ func runReadFile(cfg *config, sides []side, tr transportKind) []*row {
 	})
 	cr := cm.row("fs-readFile", tr, sides)
 	rows := []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st), cr}
-	return append(rows, floorRows("fs-readFile", tr, "read", int64(len(data)), path, cfg.fsRuns, cr)...)
+	return append(rows, floorRows("fs-readFile", tr, "read", int64(len(data)), path, cfg.fsRuns, cr, nil)...)
 }
 
 // fs-writeFile: a whole file through one fs/writeFile (Client.WriteFile,
 // which sends files up to 16 MiB in one message). MB/s.
 func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
+	pm := newProcMeter()
 	data := make([]byte, cfg.fsWriteBytes)
 	_, _ = rand.Read(data)
 	path := filepath.Join(cfg.dir, "write.bin")
@@ -379,6 +380,7 @@ func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 			var xs []float64
 			for range n {
 				_ = os.Remove(path)
+				p0 := pm.snap(srv.pid())
 				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
 				if err := c.WriteFile(timeout(30*time.Second), path, data); err != nil {
@@ -390,13 +392,15 @@ func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 				}
 				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(len(data)))
+				pm.add(sideIndex(sd), p0, pm.snap(srv.pid()), float64(len(data)))
 			}
 			return xs, nil
 		}, close: srv.close}, nil
 	})
 	cr := cm.row("fs-writeFile", tr, sides)
 	rows := []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st), cr}
-	return append(rows, floorRows("fs-writeFile", tr, "write", int64(len(data)), path, cfg.fsRuns, cr)...)
+	rows = append(rows, floorRows("fs-writeFile", tr, "write", int64(len(data)), path, cfg.fsRuns, cr, pm)...)
+	return append(rows, pm.rows("fs-writeFile", tr, sides)...)
 }
 
 const blockLen = 1 << 20
