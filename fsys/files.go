@@ -11,6 +11,8 @@ import (
 	"slices"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execgo/exec-server/internal/b64codec"
 	"github.com/execgo/exec-server/internal/jsonscan"
 	"github.com/execgo/exec-server/protocol"
@@ -263,13 +265,23 @@ func (writtenReply) MarshalJSON() ([]byte, error) { return []byte("{}"), nil }
 // in pieces. The file is truncated only once it is known to be a regular
 // file, so a FIFO or device is refused without being touched.
 func writeWhole(ctx context.Context, path string, data []byte) error {
-	file, _, err := openRegular(path, os.O_WRONLY|os.O_CREATE)
+	file, st, err := openRegular(path, os.O_WRONLY|os.O_CREATE)
 	if err != nil {
 		return err
 	}
-	if err := file.Truncate(0); err != nil {
-		file.Close()
-		return err
+	// An empty file (a new one, the usual case) is not truncated: on ext4
+	// a truncate to zero also marks the file for writeback at close (its
+	// auto_da_alloc heuristic for files replaced by truncation), which
+	// the closing call then pays: a fresh 16 MiB file cost 0.41 s/GB of
+	// CPU with the truncate, 0.37 without.
+	if st.Size() != 0 {
+		if err := file.Truncate(0); err != nil {
+			file.Close()
+			return err
+		}
+	}
+	if len(data) >= preallocMin {
+		preallocate(file, int64(len(data)))
 	}
 	for off := 0; off < len(data); {
 		if err := ctx.Err(); err != nil {
@@ -285,6 +297,24 @@ func writeWhole(ctx context.Context, path string, data []byte) error {
 		}
 	}
 	return file.Close()
+}
+
+// preallocMin is the size from which writeWhole reserves a file's blocks
+// before writing it.
+const preallocMin = 1 << 20
+
+// preallocate reserves n bytes of blocks for file in one call, leaving its
+// size alone (FALLOC_FL_KEEP_SIZE: the file still grows only as it is
+// written, so a failed write leaves the size a plain write would). ext4 then
+// skips its per-page delayed-allocation work: a fresh 16 MiB file cost
+// 0.37 s/GB of CPU without, 0.28 with. Best effort: a filesystem without
+// fallocate, or without the room, fails or succeeds the writes as before.
+func preallocate(file *os.File, n int64) {
+	if c, err := file.SyscallConn(); err == nil {
+		_ = c.Control(func(fd uintptr) {
+			_ = unix.Fallocate(int(fd), unix.FALLOC_FL_KEEP_SIZE, 0, n)
+		})
+	}
 }
 
 // frameSlack is room left after a result for the rest of the frame (the

@@ -239,6 +239,25 @@ func TestWriteFile(t *testing.T) {
 	})
 }
 
+// TestWriteFileOverItself writes files of sizes around the preallocation
+// threshold over one another: each leaves exactly its bytes (a shorter one
+// truncates, a preallocated one has its written size, not more).
+func TestWriteFileOverItself(t *testing.T) {
+	path := t.TempDir() + "/f"
+	f := New(Options{})
+	for _, n := range []int{3 << 20, 10, preallocMin, 0, preallocMin - 1, 2<<20 + 5, 1} {
+		want := pattern(n)
+		params := json.RawMessage(`{"path":` + string(mustJSON(uri(path))) + `,"dataBase64":"` + b64(want) + `"}`)
+		if _, e := call(t, f, nil, protocol.MethodFsWriteFile, params); e != nil {
+			t.Fatalf("%d bytes: %v", n, e)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("after writing %d bytes the file holds %d (%v)", n, len(got), err)
+		}
+	}
+}
+
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -191,7 +191,7 @@ func handleIOError(id string, err error) error {
 
 func (f *FS) readBlock(_ context.Context, h *Handles, raw json.RawMessage) (any, error) {
 	var p protocol.FsReadBlockParams
-	if err := jsonscan.DecodeParams(raw, &p, "FsReadBlockParams", "handleId", "offset", "len"); err != nil {
+	if err := decodeReadBlockParams(raw, &p); err != nil {
 		return nil, err
 	}
 	if p.Len < 1 || p.Len > protocol.FsMaxBlockLen {

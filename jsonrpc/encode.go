@@ -54,10 +54,23 @@ func PutBuffer(b []byte) {
 // two (the bench's interleaved rounds) paid for a fresh buffer each time.
 const largeKeepMax = 96 << 20
 
+// Block-sized frames (fs/readBlock's 1.4 MB replies) are also kept, a few
+// of them, beside the latest: a client with several blocks in flight (the
+// SDK's Download keeps 4) otherwise had a fresh frame allocated and cleared
+// for all but one of them, 23-60 page faults per MiB and ~25 % more server
+// CPU than one block at a time (docs/performance.md, "Tenth round").
+// Bounded: at most blockSpares frames of at most blockKeepMax, dropped
+// with the latest.
+const (
+	blockKeepMax = 2 << 20
+	blockSpares  = 3
+)
+
 var large struct {
 	sync.Mutex
-	buf   []byte
-	timer *time.Timer
+	buf    []byte
+	spares [][]byte // block-sized frames the latest replaced
+	timer  *time.Timer
 }
 
 func keepLarge(b []byte) {
@@ -70,6 +83,9 @@ func keepLarge(b []byte) {
 	// most likely the same size as the last one (a run of 1 MiB blocks
 	// after one large file must not find only a buffer too large to take,
 	// TakeLargeBuffer).
+	if old := large.buf; cap(old) <= blockKeepMax && cap(old) > 0 && len(large.spares) < blockSpares {
+		large.spares = append(large.spares, old)
+	}
 	large.buf = b[:0]
 	if large.timer == nil {
 		large.timer = time.AfterFunc(reclaimDelay(), dropLarge)
@@ -81,6 +97,8 @@ func keepLarge(b []byte) {
 func dropLarge() {
 	large.Lock()
 	large.buf = nil
+	clear(large.spares)
+	large.spares = large.spares[:0]
 	large.Unlock()
 }
 
@@ -98,6 +116,16 @@ func GetLargeBuffer(n, c int) []byte {
 		large.buf = nil
 		large.Unlock()
 		return b[:n]
+	}
+	for i, b := range large.spares {
+		if cap(b) >= c {
+			last := len(large.spares) - 1
+			large.spares[i] = large.spares[last]
+			large.spares[last] = nil
+			large.spares = large.spares[:last]
+			large.Unlock()
+			return b[:n]
+		}
 	}
 	large.Unlock()
 	// Headroom: the frame that comes back starts a little into the

@@ -142,3 +142,46 @@ func TestLargeFrameKeptAcrossBlocks(t *testing.T) {
 		PutBuffer(b[start:])
 	}
 }
+
+// TestBlockFramesKeptInFlight: with several block replies in flight, each
+// comes back to PutBuffer and all of them are handed out again (only the
+// latest was kept: the others were allocated afresh for every block).
+// At most blockSpares are kept beside the latest, and the reclaim drops
+// them too.
+func TestBlockFramesKeptInFlight(t *testing.T) {
+	dropLarge()
+	t.Cleanup(dropLarge)
+	const n, c, inFlight = 1400 << 10, 1400<<10 + 64, 4 // the SDK's Download window
+	ends := map[*byte]bool{}
+	for round := range 50 {
+		var bufs [][]byte
+		for range inFlight {
+			bufs = append(bufs, GetLargeBuffer(n, c))
+		}
+		for _, b := range bufs {
+			end := &b[:cap(b)][cap(b)-1]
+			if round > 0 && !ends[end] {
+				t.Fatalf("round %d: a new frame was allocated", round)
+			}
+			ends[end] = true
+			PutBuffer(b[108:])
+		}
+	}
+	// More frames than are kept: the surplus is let go.
+	for range 2 * inFlight {
+		PutBuffer(make([]byte, n, c))
+	}
+	large.Lock()
+	kept := len(large.spares)
+	large.Unlock()
+	if kept > blockSpares {
+		t.Fatalf("%d spare frames kept, bound %d", kept, blockSpares)
+	}
+	dropLarge()
+	large.Lock()
+	kept = len(large.spares)
+	large.Unlock()
+	if kept != 0 {
+		t.Fatalf("%d spare frames kept after the drop", kept)
+	}
+}

@@ -234,8 +234,10 @@ var (
 	// in place. Measured 0.000 to 0.017 MiB per MiB; a new buffer per
 	// message (as before the recycling: 1.33 to 1.35 measured) is 4/3.
 	// Over ws coder/websocket sets up a timer per Read of the message
-	// (about 27 allocations per MiB).
-	writeFileBounds = map[string]guardBound{"ws": {0.3, 40}, "stdio": {0.3, 8}}
+	// (about 27 allocations per MiB; 29 with the batched socket reads of
+	// transport/lowat_linux.go, 35-36 when each batched read allocated
+	// its step function and state).
+	writeFileBounds = map[string]guardBound{"ws": {0.3, 33}, "stdio": {0.3, 8}}
 	// fs/readFile: nothing per byte in a burst of calls: the reply is
 	// built in the last large frame written (jsonrpc.GetLargeBuffer) and
 	// the file is read through pooled 1.5 MiB chunks. A fresh reply (4/3
@@ -375,8 +377,10 @@ var (
 	// frame written; a fresh one (4/3 MiB per MiB) when the client's next
 	// request overtakes the write of the last frame's end. Measured 0.3 to
 	// 0.45 and 28 to 40 allocations; a new reply per block (as before)
-	// measured 1.40.
-	readBlockBounds = map[string]guardBound{"ws": {0.9, 60}, "stdio": {0.9, 45}}
+	// measured 1.40. With the params read by a flat scan (fsys
+	// decodeReadBlockParams; encoding/json before, 6-7 allocations more
+	// per block): 0.004 to 0.42 MiB, 33-34 allocations (ws), 21-22 (stdio).
+	readBlockBounds = map[string]guardBound{"ws": {0.9, 45}, "stdio": {0.9, 32}}
 	// fs/writeBlock: the message, decoded in place, in the recycled
 	// buffer of the last block's message (as fs/writeFile). Measured
 	// 0.001 to 0.13 MiB and 32 to 105 allocations per MiB; a new buffer

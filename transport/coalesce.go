@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 )
 
 // coalesceBuf is the size of the write buffer coder/websocket gets for an
@@ -28,12 +29,55 @@ const coalesceBuf = 4 << 10
 type coalescer struct {
 	net.Conn
 
+	// rc is the TCP socket under a plain connection (nil otherwise) and
+	// lowat the SO_RCVLOWAT last set on it (0: never set, the default 1).
+	// Read alone uses them (coder/websocket reads on one goroutine).
+	rc    syscall.RawConn
+	lowat int
+	reads int // read calls, for tests
+	batch batchRead
+
 	mu      sync.Mutex
 	holding bool
 	held    []byte // a full buffer kept back; cap coalesceBuf
 	vec     [2][]byte
 	bufs    net.Buffers // over vec
 }
+
+// Read reads from the connection. A read of at least lowatMin bytes is
+// coder/websocket reading a frame's payload straight into the message
+// (bufio.Reader.Read passes a read at least its buffer's size through when
+// its buffer is empty, and coder/websocket's frame reader asks for no more
+// than what is left of the frame), so those bytes are coming: such a read
+// waits until min(len(p), lowatMax) bytes are there (SO_RCVLOWAT, so that
+// the socket wakes its reader only then) and takes them in one go. A peer
+// that writes a large message in small pieces (coder/websocket's client
+// writes masked frames through a 4 KiB buffer) otherwise had it read as it
+// trickled in, 8-12 KiB per read, thousands of reads per fs/writeFile.
+// Any other read (frame headers, small frames through the 4 KiB buffer)
+// puts the default back first, so no message waits for bytes that are not
+// coming.
+func (c *coalescer) Read(p []byte) (int, error) {
+	if c.rc == nil || len(p) < lowatMin {
+		if err := c.batch.pending; err != nil {
+			c.batch.pending = nil
+			return 0, err
+		}
+		if c.lowat > 1 {
+			setRcvlowat(c.rc, 1)
+			c.lowat = 1
+		}
+		c.reads++
+		return c.Conn.Read(p)
+	}
+	return c.readAtLeast(p, min(len(p), lowatMax))
+}
+
+// lowatMin and lowatMax bound the SO_RCVLOWAT that Read sets.
+const (
+	lowatMin = 64 << 10
+	lowatMax = 512 << 10
+)
 
 func (c *coalescer) Write(p []byte) (int, error) {
 	c.mu.Lock()
@@ -107,7 +151,7 @@ func (w *coalescingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		_ = conn.Close()
 		return nil, nil, err
 	}
-	w.co = &coalescer{Conn: conn}
+	w.co = &coalescer{Conn: conn, rc: socketOf(conn)}
 	brw.Writer = bufio.NewWriterSize(w.co, coalesceBuf)
 	return w.co, brw, nil
 }

@@ -5,10 +5,12 @@ package main
 // process (this binary again, EXEC_BENCH_FLOOR=ws|stdio) whose CPU time is
 // measured as the servers' is. Out: os.File reads (a pipe from head, or
 // the file), base64 (the project's encoder), a JSON envelope and a
-// websocket (or stdio) write. In: a websocket read (unmasking), a JSON
-// scan for the payload, base64-decoding (in place) and a file write. No
-// JSON-RPC engine, sessions, processes, budgets or metrics: each server's
-// server-cpu row reads as "× the floor".
+// websocket (or stdio) write. In: the server's own websocket listener and
+// message reads (transport: socket reads, unmasking, the reused message
+// buffer), a scan for the payload's closing quote, base64-decoding (in
+// place) and the server's file write (a fresh file, its blocks reserved).
+// No JSON-RPC engine, validation, sessions, processes, budgets or metrics:
+// each server's server-cpu row reads as "× the floor".
 
 import (
 	"bufio"
@@ -31,6 +33,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/execgo/exec-server/internal/b64codec"
 	"github.com/execgo/exec-server/internal/jsonscan"
@@ -69,14 +72,16 @@ func floorMain(mode string) int {
 	}
 	fmt.Printf("ws://%s\n", ln.Addr())
 	done := make(chan struct{})
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		c.SetReadLimit(1 << 30)
-		serveFloor(&wsMsgs{c: c, w: transport.NewWebSocket(c, "floor")})
-		close(done)
+	// The server's own websocket listener and message reads (the socket
+	// reads, unmasking, the message buffer and its reuse): the floor
+	// leaves out what comes after the bytes are in.
+	srv := &http.Server{Handler: transport.NewHandler(transport.HandlerOptions{
+		MaxMessageBytes: 1 << 30,
+		StallTimeout:    -1,
+		Serve: func(ctx context.Context, s *transport.WebSocket) {
+			serveFloor(&wsMsgs{ctx: ctx, s: s})
+			close(done)
+		},
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	<-done
@@ -114,34 +119,25 @@ func (s *stdioMsgs) write(msg []byte) error {
 }
 
 type wsMsgs struct {
-	c   *websocket.Conn
-	w   *transport.WebSocket
-	buf []byte
+	ctx  context.Context
+	s    *transport.WebSocket
+	last []byte
 }
 
-// read reads a message into one buffer kept across messages.
-func (s *wsMsgs) read() ([]byte, error) {
-	_, r, err := s.c.Reader(context.Background())
-	if err != nil {
-		return nil, err
+// read reads a message as the server does; the previous one's buffer is
+// recycled first, as the server recycles fs/writeFile's (a message nothing
+// refers to any more is read into again).
+func (m *wsMsgs) read() ([]byte, error) {
+	if m.last != nil {
+		m.s.Recycle(m.last)
+		m.last = nil
 	}
-	s.buf = s.buf[:0]
-	for {
-		if len(s.buf) == cap(s.buf) {
-			s.buf = append(s.buf, 0)[:len(s.buf)]
-		}
-		n, err := r.Read(s.buf[len(s.buf):cap(s.buf)])
-		s.buf = s.buf[:len(s.buf)+n]
-		if err == io.EOF {
-			return s.buf, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
+	msg, err := m.s.Read(m.ctx)
+	m.last = msg
+	return msg, err
 }
 
-func (s *wsMsgs) write(msg []byte) error { return s.w.Write(context.Background(), msg, false) }
+func (m *wsMsgs) write(msg []byte) error { return m.s.Write(m.ctx, msg, false) }
 
 // floorReq is the floor server's request; fs/writeFile's payload is found
 // by a scan, not decoded.
@@ -166,7 +162,7 @@ func serveFloor(m floorMsgs) {
 			end := jsonscan.ClosingQuote(s, 0)
 			data, err := b64codec.DecodeInPlace(s[:end])
 			if err == nil {
-				err = os.WriteFile(floorPath(msg[:i]), data, 0o644)
+				err = floorWrite(floorPath(msg[:i]), data)
 			}
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "floor write:", err)
@@ -288,6 +284,22 @@ func serveFloor(m floorMsgs) {
 			}
 		}
 	}
+}
+
+// floorWrite writes data to a new file as the server does (fsys.writeWhole:
+// its blocks reserved first, which spares ext4 its per-page
+// delayed-allocation work), in one write.
+func floorWrite(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, int64(len(data)))
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // floorPath is the "path" member of a write request (before its payload).
@@ -417,7 +429,7 @@ func (fc *floorClient) close() {
 // floorRun measures the floor of one workload on tr: runs samples of
 // server CPU s/GB and MB/s. what is "stream", "read" or "write"; n the
 // bytes per sample; path the file read or written.
-func floorRun(tr transportKind, what string, n int64, path string, runs int) (cpu, rate []float64, err error) {
+func floorRun(tr transportKind, what string, n int64, path string, runs int, pm *procMeter) (cpu, rate []float64, err error) {
 	fc, err := startFloor(tr)
 	if err != nil {
 		return nil, nil, err
@@ -434,7 +446,27 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 		payload = b64codec.AppendEncode(payload, data)
 		payload = append(payload, `"}`...)
 	}
-	for range runs {
+	// The least a server can do is its steady state: one unmeasured
+	// round first, so that the floor's buffers (its message buffer, the
+	// read reply) already have their size, as a long-running server's
+	// have. Without it the first sample grows the message buffer through
+	// a series of copies and GC cycles (22 s/GB), and with --runs 3 the
+	// median was the worse of the two others. (Stream buffers are 64 KiB:
+	// no warm-up.)
+	warm := what == "read" || what == "write"
+	for i := range runs + 1 {
+		if i == 0 && !warm {
+			continue
+		}
+		if what == "write" {
+			// A fresh file, as each server's sample writes (runWriteFile
+			// removes it first): rewriting the floor's own file from the
+			// previous sample made every write truncate 16 MiB of page
+			// cache first, and made ext4 start its writeback at close
+			// (auto_da_alloc).
+			_ = os.Remove(path)
+		}
+		p0 := pm.snap(fc.pid())
 		c0 := cpuSeconds(fc.pid())
 		t0 := time.Now()
 		switch what {
@@ -468,8 +500,12 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 		if err != nil {
 			return cpu, rate, err
 		}
+		if i == 0 {
+			continue
+		}
 		el := time.Since(t0)
 		cpu = append(cpu, (cpuSeconds(fc.pid())-c0)/(float64(n)/1e9))
+		pm.add(2, p0, pm.snap(fc.pid()), float64(n))
 		rate = append(rate, float64(n)/el.Seconds()/1e6)
 	}
 	return cpu, rate, nil
@@ -477,8 +513,8 @@ func floorRun(tr transportKind, what string, n int64, path string, runs int) (cp
 
 // floorRows measures the floor of workload w on tr and returns its rows;
 // the server-cpu row sr gets the floor's median in its machine column.
-func floorRows(w string, tr transportKind, what string, n int64, path string, runs int, sr *row) []*row {
-	cpu, rate, err := floorRun(tr, what, n, path, runs)
+func floorRows(w string, tr transportKind, what string, n int64, path string, runs int, sr *row, pm *procMeter) []*row {
+	cpu, rate, err := floorRun(tr, what, n, path, runs, pm)
 	c, r := summarize(cpu, err), summarize(rate, err)
 	if c.N > 0 && sr != nil {
 		v := c.Median

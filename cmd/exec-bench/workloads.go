@@ -244,7 +244,7 @@ func streamRows(name string, tty bool, cfg *config, sides []side, tr transportKi
 	if tty {
 		what = "stream-tty"
 	}
-	return append(rows, floorRows(name, tr, what, cfg.streamBytes, "", cfg.streamRuns, cr)...)
+	return append(rows, floorRows(name, tr, what, cfg.streamBytes, "", cfg.streamRuns, cr, nil)...)
 }
 
 // ttyEcho: one byte written to a raw-mode cat on a PTY, until it comes back.
@@ -360,13 +360,14 @@ func runReadFile(cfg *config, sides []side, tr transportKind) []*row {
 	})
 	cr := cm.row("fs-readFile", tr, sides)
 	rows := []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st), cr}
-	return append(rows, floorRows("fs-readFile", tr, "read", int64(len(data)), path, cfg.fsRuns, cr)...)
+	return append(rows, floorRows("fs-readFile", tr, "read", int64(len(data)), path, cfg.fsRuns, cr, nil)...)
 }
 
 // fs-writeFile: a whole file through one fs/writeFile (Client.WriteFile,
 // which sends files up to 16 MiB in one message). MB/s.
 func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
+	pm := newProcMeter()
 	data := make([]byte, cfg.fsWriteBytes)
 	_, _ = rand.Read(data)
 	path := filepath.Join(cfg.dir, "write.bin")
@@ -379,6 +380,7 @@ func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 			var xs []float64
 			for range n {
 				_ = os.Remove(path)
+				p0 := pm.snap(srv.pid())
 				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
 				if err := c.WriteFile(timeout(30*time.Second), path, data); err != nil {
@@ -390,13 +392,15 @@ func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 				}
 				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(len(data)))
+				pm.add(sideIndex(sd), p0, pm.snap(srv.pid()), float64(len(data)))
 			}
 			return xs, nil
 		}, close: srv.close}, nil
 	})
 	cr := cm.row("fs-writeFile", tr, sides)
 	rows := []*row{mkrow("fs-writeFile", "rate", "MB/s", true, tr, st), cr}
-	return append(rows, floorRows("fs-writeFile", tr, "write", int64(len(data)), path, cfg.fsRuns, cr)...)
+	rows = append(rows, floorRows("fs-writeFile", tr, "write", int64(len(data)), path, cfg.fsRuns, cr, pm)...)
+	return append(rows, pm.rows("fs-writeFile", tr, sides)...)
 }
 
 const blockLen = 1 << 20
@@ -408,10 +412,53 @@ const blockLen = 1 << 20
 // it read a 1 GiB file of zeros once; the 1 GiB limit lives in
 // limits.go.) MB/s.
 func runReadBlocks(cfg *config, sides []side, tr transportKind) []*row {
+	return readBlockRows(cfg, sides, tr, "fs-readBlock", readBlocksOneAtATime)
+}
+
+// fs-download: the same file read with the SDK's Download, 1 MiB
+// fs/readBlock calls with 4 in flight (client.Download's window): what a
+// client moving a large file does, where fs-readBlock is its worst case (the
+// server goes idle between every two blocks; docs/performance.md, "Tenth
+// round"). MB/s.
+func runDownload(cfg *config, sides []side, tr transportKind) []*row {
+	return readBlockRows(cfg, sides, tr, "fs-download", func(ctx context.Context, c *client.Client, path string, _ []byte, _ func() bool) (int64, error) {
+		return c.Download(ctx, path, io.Discard, nil)
+	})
+}
+
+// readBlocksOneAtATime reads path with 1 MiB fs/readBlock calls, one at a
+// time (the SDK's File.ReadAt), until the end or over (budget spent).
+func readBlocksOneAtATime(ctx context.Context, c *client.Client, path string, buf []byte, over func() bool) (int64, error) {
+	f, err := c.Open(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var total int64
+	for off := int64(0); ; off += blockLen {
+		k, err := f.ReadAtContext(ctx, buf, off)
+		total += int64(k)
+		if err == io.EOF || k == 0 {
+			break
+		}
+		if err != nil {
+			return total, err
+		}
+		// A slow server gets the budget, not the whole file.
+		if over() {
+			break
+		}
+	}
+	return total, nil
+}
+
+// readBlockRows measures read, a way of reading the whole fs-readFile-sized
+// file in blocks, as the rows named name.
+func readBlockRows(cfg *config, sides []side, tr transportKind, name string, read func(ctx context.Context, c *client.Client, path string, buf []byte, over func() bool) (int64, error)) []*row {
 	cm := &cpuMeter{}
 	path, data, err := fsFile(cfg, "blocks-src.bin", cfg.fsFileBytes)
 	if err != nil {
-		return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, errStats(sides, err))}
+		return []*row{mkrow(name, "rate", "MB/s", true, tr, errStats(sides, err))}
 	}
 	want := int64(len(data))
 	st := interleave(cfg, sides, tr, cfg.fsRuns, cfg.fsRuns, func(ctx context.Context, sd side) (*runner, error) {
@@ -426,30 +473,13 @@ func runReadBlocks(cfg *config, sides []side, tr transportKind) []*row {
 				ctx := timeout(2 * time.Minute)
 				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
-				f, err := c.Open(ctx, path)
+				total, err := read(ctx, c, path, buf, func() bool { return time.Since(t0) > cfg.budget })
 				if err != nil {
 					return xs, err
 				}
-				var total int64
-				for off := int64(0); ; off += blockLen {
-					k, err := f.ReadAtContext(ctx, buf, off)
-					total += int64(k)
-					if err == io.EOF || k == 0 {
-						break
-					}
-					if err != nil {
-						f.Close()
-						return xs, err
-					}
-					// A slow server gets the budget, not the whole file.
-					if time.Since(t0) > cfg.budget {
-						break
-					}
-				}
-				_ = f.Close()
 				el := time.Since(t0)
 				if total != want && el <= cfg.budget {
-					return xs, fmt.Errorf("fs/readBlock: read %d bytes of %d", total, want)
+					return xs, fmt.Errorf("%s: read %d bytes of %d", name, total, want)
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(total))
@@ -457,7 +487,7 @@ func runReadBlocks(cfg *config, sides []side, tr transportKind) []*row {
 			return xs, nil
 		}, close: srv.close}, nil
 	})
-	return []*row{mkrow("fs-readBlock", "rate", "MB/s", true, tr, st), cm.row("fs-readBlock", tr, sides)}
+	return []*row{mkrow(name, "rate", "MB/s", true, tr, st), cm.row(name, tr, sides)}
 }
 
 // fs-writeBlock: fs/open replace + 1 MiB fs/writeBlock calls making a file

@@ -55,14 +55,35 @@ func decodeInPlaceVector(src []byte) (out []byte, si int, ok bool) {
 	di := 0
 	// Every chunk but the last is whole quanta without padding.
 	for len(src)-si > vecChunk {
-		n, err := vecStd.Decode(scratch, src[si:si+vecChunk])
+		var n int
+		var err error
+		if si-di >= vecChunk/4*3+vecSlack {
+			// Output far enough behind (from the fourth chunk on): the
+			// chunk decodes straight into place, into a destination that
+			// ends where its text begins, so the text is intact if it
+			// fails. This spares the copy back (memmove was 6 % of a
+			// 16 MiB fs/writeFile's CPU).
+			n, err = vecStd.Decode(src[di:si:si], src[si:si+vecChunk])
+		} else {
+			n, err = vecStd.Decode(scratch, src[si:si+vecChunk])
+			if err == nil {
+				copy(src[di:], scratch[:n])
+			}
+		}
 		if err != nil || n != vecChunk/4*3 {
 			return nil, si, false
 		}
-		di += copy(src[di:], scratch[:n])
+		di += n
 		si += vecChunk
 	}
 	tail := src[si:]
+	if si-di >= len(tail)/4*3+vecSlack {
+		n, err := vecStd.Decode(src[di:si:si], tail)
+		if !vecDecodeOK(tail, n, err) {
+			return nil, si, false
+		}
+		return src[:di+n], len(src), true
+	}
 	n, err := vecStd.Decode(scratch, tail)
 	if !vecDecodeOK(tail, n, err) {
 		return nil, si, false
@@ -70,3 +91,7 @@ func decodeInPlaceVector(src []byte) (out []byte, si int, ok bool) {
 	di += copy(src[di:], scratch[:n])
 	return src[:di], len(src), true
 }
+
+// vecSlack is room left beyond a direct decoding's output for a vector
+// store that writes past the last decoded byte.
+const vecSlack = 64

@@ -50,14 +50,17 @@ func TestVectorDecodeAgrees(t *testing.T) {
 	vecChunk = 256
 	t.Cleanup(func() { vecChunk = old })
 	r := rand.New(rand.NewPCG(7, 8))
-	data := make([]byte, 4*vecChunk)
+	// Up to 8 chunks of text: from the fourth chunk on, DecodeInPlace
+	// decodes straight into place (vecSlack), the chunks before it through
+	// the scratch buffer.
+	data := make([]byte, 6*vecChunk)
 	for i := range data {
 		data[i] = byte(r.Uint32())
 	}
 	for n := 0; n < len(data); n += 1 + n/7 {
 		text := []byte(base64.StdEncoding.EncodeToString(data[:n]))
 		decodeBoth(t, text)
-		for _, at := range []int{vecChunk - 1, vecChunk, vecChunk + 1, 2*vecChunk - 2, len(text) - 1, len(text) / 2} {
+		for _, at := range []int{vecChunk - 1, vecChunk, vecChunk + 1, 2*vecChunk - 2, 4*vecChunk - 1, 4 * vecChunk, 5*vecChunk + 3, 7*vecChunk - 1, len(text) - 1, len(text) / 2} {
 			if at < 0 || at >= len(text) {
 				continue
 			}

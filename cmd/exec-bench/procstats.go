@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// procStats (--proc-stats) adds rows per MiB moved to the workloads that
+// measure server CPU per byte (fs-writeFile so far): read system calls and
+// bytes per read (/proc/PID/io: read(2) only, so not the reference's
+// recvfrom(2) socket reads), minor page faults (/proc/PID/stat) and
+// context switches (every live thread's, /proc/PID/task/*/status), taken
+// around each sample as the CPU time is. They say where a server's CPU per
+// byte goes: how many wake-ups and reads a message takes, how many fresh
+// pages it touches.
+var procStats bool
+
+// procSnap is one reading of a process's counters.
+type procSnap struct {
+	syscr, rchar, minflt, ctxsw float64
+}
+
+func readProc(pid int) procSnap {
+	var s procSnap
+	if pid <= 0 {
+		return s
+	}
+	dir := fmt.Sprintf("/proc/%d", pid)
+	if b, err := os.ReadFile(dir + "/io"); err == nil {
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			k, v, ok := bytes.Cut(line, []byte(": "))
+			if !ok {
+				continue
+			}
+			n, _ := strconv.ParseFloat(string(v), 64)
+			switch string(k) {
+			case "syscr":
+				s.syscr = n
+			case "rchar":
+				s.rchar = n
+			}
+		}
+	}
+	if b, err := os.ReadFile(dir + "/stat"); err == nil {
+		// minflt is field 10 of the line, the 8th after the command
+		// name's closing parenthesis.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
+			f := bytes.Fields(b[i+1:])
+			if len(f) > 7 {
+				s.minflt, _ = strconv.ParseFloat(string(f[7]), 64)
+			}
+		}
+	}
+	tasks, _ := filepath.Glob(dir + "/task/*/status")
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.HasSuffix(k, []byte("ctxt_switches")) {
+				n, _ := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
+				s.ctxsw += n
+			}
+		}
+	}
+	return s
+}
+
+// procMeter gathers per-sample deltas for ours (0), the reference (1) and
+// the floor (2).
+type procMeter struct {
+	mu   sync.Mutex
+	runs [3][4][]float64 // side, metric: reads/MiB, KiB/read, minflt/MiB, ctxsw/MiB
+}
+
+func (m *procMeter) add(i int, a, b procSnap, bytes float64) {
+	if m == nil || bytes <= 0 {
+		return
+	}
+	mib := bytes / (1 << 20)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := &m.runs[i]
+	if reads := b.syscr - a.syscr; reads > 0 {
+		r[0] = append(r[0], reads/mib)
+		r[1] = append(r[1], (b.rchar-a.rchar)/reads/1024)
+	}
+	r[2] = append(r[2], (b.minflt-a.minflt)/mib)
+	r[3] = append(r[3], (b.ctxsw-a.ctxsw)/mib)
+}
+
+func (m *procMeter) rows(w string, tr transportKind, sides []side) []*row {
+	if m == nil {
+		return nil
+	}
+	names := [4][2]string{{"reads", "n/MiB"}, {"read-size", "KiB"}, {"minflt", "n/MiB"}, {"ctxsw", "n/MiB"}}
+	var out []*row
+	for k, nm := range names {
+		st := []*stats{summarize(m.runs[0][k], nil)}
+		// /proc counts read(2), not the reference's recvfrom(2): no
+		// reference column for the reads.
+		if len(sides) > 1 && k >= 2 {
+			st = append(st, summarize(m.runs[1][k], nil))
+		}
+		r := mkrow(w, nm[0], nm[1], k == 1, tr, st)
+		if f := m.runs[2][k]; len(f) > 0 {
+			v := summarize(f, nil).Median
+			r.Limit = &v
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// newProcMeter is nil (no rows, no readings) without --proc-stats.
+func newProcMeter() *procMeter {
+	if !procStats {
+		return nil
+	}
+	return &procMeter{}
+}
+
+// snap reads pid's counters when m is on.
+func (m *procMeter) snap(pid int) procSnap {
+	if m == nil {
+		return procSnap{}
+	}
+	return readProc(pid)
+}
+
+// sideIndex is 0 for ours, 1 for the reference.
+func sideIndex(sd side) int {
+	if sd.ref {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,151 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// trickleConn writes as a slow client does: every write (coder/websocket's
+// client sends through a 4 KiB buffer) after a short pause, so that a large
+// frame arrives in thousands of small segments.
+type trickleConn struct{ net.Conn }
+
+func (c trickleConn) Write(p []byte) (int, error) {
+	time.Sleep(20 * time.Microsecond)
+	return c.Conn.Write(p)
+}
+
+// TestLargeFrameReadInBatches sends messages of every shape around the
+// batched read (payloads just under, at and over lowatMin, one frame or
+// 1 MiB frames, each followed by a small message) from a client that
+// trickles its bytes: each must arrive whole, none may wait for bytes that
+// are not coming, and a large message must be read in few reads.
+func TestLargeFrameReadInBatches(t *testing.T) {
+	srv := newWSServer(t, HandlerOptions{
+		MaxMessageBytes: 16 << 20,
+		Serve: func(ctx context.Context, s *WebSocket) {
+			for {
+				msg, err := s.Read(ctx)
+				if err != nil {
+					return
+				}
+				reply := fmt.Sprintf("%d %08x %d", len(msg), crc32.ChecksumIEEE(msg), s.co.reads)
+				if err := s.Write(ctx, []byte(reply), false); err != nil {
+					return
+				}
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return trickleConn{c}, nil
+	}}}
+	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	ws := NewWebSocket(c, "test")
+	roundTrip := func(msg []byte, fragmented bool) (reads int) {
+		t.Helper()
+		if fragmented {
+			err = ws.Write(ctx, msg, false) // frames of FrameSize
+		} else {
+			err = c.Write(ctx, websocket.MessageText, msg) // one frame
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", len(msg), err)
+		}
+		var gotLen, gotReads int
+		var gotSum uint32
+		if _, err := fmt.Sscanf(string(got), "%d %08x %d", &gotLen, &gotSum, &gotReads); err != nil || gotLen != len(msg) || gotSum != crc32.ChecksumIEEE(msg) {
+			t.Fatalf("%d bytes: server read %q, want %d %08x", len(msg), got, len(msg), crc32.ChecksumIEEE(msg))
+		}
+		return gotReads
+	}
+	msg := make([]byte, 4<<20+3)
+	for i := range msg {
+		msg[i] = byte('a' + i%26)
+	}
+	for _, n := range []int{lowatMin - 1, lowatMin, lowatMin + 1, lowatMax - 1, lowatMax + 1, 600 << 10, FrameSize + 5, 4<<20 + 3} {
+		for _, frag := range []bool{false, true} {
+			roundTrip(msg[:n], frag)
+			roundTrip([]byte("small"), frag)
+		}
+	}
+	// The guard: 4 MiB trickled in a thousand segments takes a few reads
+	// per 512 KiB, not one per segment (977 without the batched reads).
+	before := roundTrip([]byte("small"), false)
+	if reads := roundTrip(msg[:4<<20], false) - before; reads > 100 {
+		t.Errorf("a 4 MiB message took %d read calls, want at most 100", reads)
+	}
+}
+
+// TestBatchedReadKeepsReset: a peer that resets the connection in the
+// middle of a large frame, after some of its bytes, ends the message with
+// the reset, as an unbatched read reports it, not with a clean end of
+// stream (the socket reports the reset once, to the read that returned
+// the bytes before it).
+func TestBatchedReadKeepsReset(t *testing.T) {
+	got := make(chan error, 1)
+	srv := newWSServer(t, HandlerOptions{
+		MaxMessageBytes: 16 << 20,
+		Serve: func(ctx context.Context, s *WebSocket) {
+			_, err := s.Read(ctx)
+			got <- err
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conns := make(chan *net.TCPConn, 1)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			conns <- c.(*net.TCPConn)
+		}
+		return c, err
+	}}}
+	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	tc := <-conns
+	// A masked text frame of 1 MiB with a zero mask key (the payload
+	// goes as it is), of which 200 KiB is sent.
+	hdr := []byte{0x81, 0x80 | 127, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0}
+	if _, err := tc.Write(append(hdr, make([]byte, 200<<10)...)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the server is waiting for more
+	_ = tc.SetLinger(0)
+	_ = tc.Close()
+	select {
+	case err := <-got:
+		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("the message ended with %v, want the reset", err)
+		}
+		t.Logf("ended with: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the server's read did not end")
+	}
+}
