@@ -66,7 +66,10 @@ func decodeInPlaceVector(src []byte) (out []byte, si int, ok bool) {
 			n, err = vecStd.Decode(src[di:si:si], src[si:si+vecChunk])
 		} else {
 			n, err = vecStd.Decode(scratch, src[si:si+vecChunk])
-			if err == nil {
+			// Copied back only when the whole chunk decoded: line breaks
+			// decode with no error and a short n, and the copy would
+			// overwrite the text the error is worded from.
+			if err == nil && n == vecChunk/4*3 {
 				copy(src[di:], scratch[:n])
 			}
 		}
