@@ -258,6 +258,30 @@ func TestWriteFileOverItself(t *testing.T) {
 	}
 }
 
+// Writing nothing over an empty file truncates it all the same (as the
+// reference's O_TRUNC): its modification time moves.
+func TestWriteFileEmptyOverEmptyTouches(t *testing.T) {
+	path := t.TempDir() + "/f"
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	f := New(Options{})
+	if _, e := call(t, f, nil, protocol.MethodFsWriteFile, obj("path", uri(path), "dataBase64", "")); e != nil {
+		t.Fatal(e)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.ModTime().After(old) {
+		t.Fatalf("modification time still %v after writing nothing over the empty file", st.ModTime())
+	}
+}
+
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
