@@ -10,11 +10,13 @@ package main
 // clients, not the relay, were the limit of the frames/s row.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -64,14 +66,81 @@ func rawKey() noise.PublicKey {
 	return kp.Public()
 }
 
-func rawDial(ctx context.Context, url string) (*websocket.Conn, error) {
-	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{
-		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
-	if err != nil {
-		return nil, err
+// gatherConn is a raw client's socket: writes gather in a buffer that goes
+// out in one write when flushed, when it passes 64 KiB, or before a read
+// would wait on the network (so whatever was written is out before the
+// client waits for an answer). So the raw clients write many frames per
+// syscall when they have many in hand (the frames/s rows), and one per
+// syscall when they have one (the round-trip rows): the relay's work per
+// frame is the same either way, and the clients, which share the 2 cores
+// with the relays, cost less.
+type gatherConn struct {
+	net.Conn
+	br       *bufio.Reader
+	mu       sync.Mutex
+	wbuf     []byte
+	gather   atomic.Bool // off until the websocket handshake is done
+	writeErr error
+}
+
+func (c *gatherConn) Write(p []byte) (int, error) {
+	if !c.gather.Load() {
+		return c.Conn.Write(p)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.writeErr != nil {
+		return 0, c.writeErr
+	}
+	c.wbuf = append(c.wbuf, p...)
+	if len(c.wbuf) >= 64<<10 {
+		c.flushLocked()
+	}
+	return len(p), c.writeErr
+}
+
+func (c *gatherConn) flushLocked() {
+	if len(c.wbuf) > 0 && c.writeErr == nil {
+		_, c.writeErr = c.Conn.Write(c.wbuf)
+	}
+	c.wbuf = c.wbuf[:0]
+}
+
+// Flush writes what was gathered.
+func (c *gatherConn) Flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flushLocked()
+	return c.writeErr
+}
+
+func (c *gatherConn) Read(p []byte) (int, error) {
+	if c.br.Buffered() == 0 {
+		if err := c.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return c.br.Read(p)
+}
+
+func rawDial(ctx context.Context, url string) (*websocket.Conn, *gatherConn, error) {
+	var rc *gatherConn
+	var d net.Dialer
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		rc = &gatherConn{Conn: conn, br: bufio.NewReaderSize(conn, 64<<10)}
+		return rc, nil
+	}}
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	rc.gather.Store(true)
 	c.SetReadLimit(1 << 20)
-	return c, nil
+	return c, rc, nil
 }
 
 // rawExecutor registers env at base, dials its socket and echoes every
@@ -82,10 +151,11 @@ func (b *fleetBench) rawExecutor(ctx context.Context, base, env string) error {
 	if err != nil {
 		return err
 	}
-	c, err := rawDial(ctx, url)
+	c, _, err := rawDial(ctx, url)
 	if err != nil {
 		return err
 	}
+	// Echoes gather until the socket has nothing more to read (gatherConn).
 	go func() {
 		defer c.CloseNow()
 		for {
@@ -107,20 +177,20 @@ func (b *fleetBench) rawExecutor(ctx context.Context, base, env string) error {
 
 // rawHarness connects to env through base (retrying while its home is
 // not known yet) and dials the harness socket.
-func (b *fleetBench) rawHarness(ctx context.Context, base, env string) (*websocket.Conn, error) {
+func (b *fleetBench) rawHarness(ctx context.Context, base, env string) (*websocket.Conn, *gatherConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		url, _, err := b.rawPost(dctx, base, env, "connect", fleetHarnessToken, map[string]any{"harness_public_key": rawKey()})
 		if err == nil {
-			c, derr := rawDial(dctx, url)
+			c, rc, derr := rawDial(dctx, url)
 			if derr == nil {
-				return c, nil
+				return c, rc, nil
 			}
 			err = derr
 		}
 		if dctx.Err() != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -130,7 +200,8 @@ func (b *fleetBench) rawHarness(ctx context.Context, base, env string) (*websock
 func rawSID(i int) string { return fmt.Sprintf("0f8b1d2e-aaaa-4bbb-8ccc-%012d", i) }
 
 // rawRTT echoes n frames of size payload bytes one at a time: p50, p99
-// in µs.
+// in µs. Each frame is its own write (the read that waits for its echo
+// flushes it).
 func rawRTT(ctx context.Context, c *websocket.Conn, size, n int) (float64, float64, error) {
 	msg := frame.Data(rawSID(0), 1, bytes.Repeat([]byte("r"), size)).Marshal()
 	var s []float64
@@ -150,7 +221,7 @@ func rawRTT(ctx context.Context, c *websocket.Conn, size, n int) (float64, float
 // rawPump sends frames of size payload bytes on every socket for d, at
 // most window in flight on each, and reads the echoes: frames per second
 // each way and payload bytes carried one way.
-func rawPump(ctx context.Context, conns []*websocket.Conn, size, window int, d time.Duration) (float64, int64, error) {
+func rawPump(ctx context.Context, conns []*websocket.Conn, rcs []*gatherConn, size, window int, d time.Duration) (float64, int64, error) {
 	var frames atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, 2*len(conns))
@@ -162,20 +233,40 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, size, window int, d t
 		// every echo is in (frames of one stream stay in order).
 		last := frame.Data(rawSID(i), 2, nil).Marshal()
 		inflight := make(chan struct{}, window)
+		rc := rcs[i]
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
+			fail := func(err error) {
+				errc <- err
+				c.CloseNow() // the reader waits for nothing more
+			}
 			for time.Now().Before(stop) {
+				// As many frames as the window allows now, then one
+				// write for all of them.
 				inflight <- struct{}{}
-				if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
-					errc <- err
-					c.CloseNow() // the reader waits for nothing more
+				for more := true; more; {
+					if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
+						fail(err)
+						return
+					}
+					select {
+					case inflight <- struct{}{}:
+					default:
+						more = false
+					}
+				}
+				if err := rc.Flush(); err != nil {
+					fail(err)
 					return
 				}
 			}
 			if err := c.Write(ctx, websocket.MessageBinary, last); err != nil {
-				errc <- err
-				c.CloseNow()
+				fail(err)
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				fail(err)
 			}
 		}()
 		go func() {
@@ -261,12 +352,14 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 	}
 	for _, p := range paths {
 		var conns []*websocket.Conn
+		var rcs []*gatherConn
 		for i := range k {
-			c, err := b.rawHarness(ctx, p.connBase, fmt.Sprint(p.envPrefix, i))
+			c, rc, err := b.rawHarness(ctx, p.connBase, fmt.Sprint(p.envPrefix, i))
 			if err != nil {
 				return fmt.Errorf("raw %s harness: %w", p.name, err)
 			}
 			conns = append(conns, c)
+			rcs = append(rcs, rc)
 		}
 		p50, p99, err := rawRTT(ctx, conns[0], 1024, 2000)
 		if err != nil {
@@ -274,7 +367,7 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		}
 		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50, p99
 		cpu0, cpuN := sumCPU(p.procs), sumCPU(p.withNATS)
-		fps, _, err := rawPump(ctx, conns, 1024, 64, d)
+		fps, _, err := rawPump(ctx, conns, rcs, 1024, 64, d)
 		if err != nil {
 			return fmt.Errorf("raw %s frames: %w", p.name, err)
 		}
@@ -282,7 +375,7 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		out["raw_relay_cpu_us_per_1k_frame_"+p.name] = round3((sumCPU(p.procs) - cpu0) / (fps * d.Seconds() * 2) * 1e6)
 		out["raw_relay_nats_cpu_us_per_1k_frame_"+p.name] = round3((sumCPU(p.withNATS) - cpuN) / (fps * d.Seconds() * 2) * 1e6)
 		cpu0, cpuN = sumCPU(p.procs), sumCPU(p.withNATS)
-		_, bytes, err := rawPump(ctx, conns[:1], 60<<10, 16, d)
+		_, bytes, err := rawPump(ctx, conns[:1], rcs[:1], 60<<10, 16, d)
 		if err != nil {
 			return fmt.Errorf("raw %s stream: %w", p.name, err)
 		}
@@ -308,6 +401,6 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		out["raw_added_rtt_p50_us_cross_vs_local"] = round3(x - out["raw_rtt_1k_p50_us_local"].(float64))
 		out["raw_added_rtt_p50_us_cross_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
 	}
-	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
+	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); the clients gather their writes (the frames/s and stream rows write every frame the window allows in one syscall, executors echo what they read in one write; the round-trip rows write one frame at a time), the relay's work per frame being the same; relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
 	return nil
 }

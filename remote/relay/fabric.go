@@ -523,7 +523,7 @@ func (f *fabric) onRequest(env string, m *nats.Msg) {
 			sub.SetPendingLimits(-1, -1) // credits bound it
 			rl.sub = sub
 		} else {
-			rl.in.start(f, rl.down.quit, func(m inMsg) { rl.up(m.kind, m.b) })
+			rl.in.start(f, rl.down.quit, rl.fromInbox, rl.flush)
 		}
 		f.mu.Lock()
 		f.remote[rl.key] = rl
@@ -760,10 +760,13 @@ type returned struct {
 
 const creditDelay = 2 * time.Millisecond
 
-func (r *returned) add(n int) {
+func (r *returned) add(n int) { r.addN(1, int64(n)) }
+
+// addN is add of frames frames of n bytes in all.
+func (r *returned) addN(frames, n int64) {
 	r.mu.Lock()
-	r.frames++
-	r.bytes += int64(n)
+	r.frames += frames
+	r.bytes += n
 	if r.frames >= fabCreditFrames || r.bytes >= fabCreditBytes {
 		r.sendLocked()
 		r.mu.Unlock()
@@ -859,6 +862,10 @@ type remoteLeg struct {
 	frameSubj           string    // rly.dn.<leg>.f
 	link                *peerLink // set at attach, for the leg's life; nil: NATS
 	in                  inbox     // frames from the link, to the leg's goroutine
+	// The inbox's goroutine's: frames of a batch toward the executor
+	// socket, and the credit of the batch's frames.
+	batch                 legBatch
+	owedFrames, owedBytes int64
 }
 
 // toHarness sends one message toward the harness's node.
@@ -976,17 +983,43 @@ func (rl *remoteLeg) onUp(m *nats.Msg) {
 }
 
 // up handles a message from the forwarder (NATS or the link); b is ours.
-func (rl *remoteLeg) up(kind byte, b []byte) {
+func (rl *remoteLeg) up(kind byte, b []byte) { rl.upTo(kind, b, nil) }
+
+// upTo is up; with bt (the link's inbox) frames toward the executor
+// socket are gathered in bt for one write, sent by flush, and their
+// credit goes back then.
+func (rl *remoteLeg) upTo(kind byte, b []byte, bt *legBatch) {
 	switch kind {
 	case linkUpFrame:
-		if !rl.gone.Load() && !rl.f.s.harnessFrame(rl, b, true) {
+		if !rl.gone.Load() && !rl.f.s.harnessFrameTo(rl, b, true, bt) {
+			rl.flush()
 			rl.lost()
 			rl.toHarness(linkDownClose, []byte("executor_disconnected"))
 			return
 		}
-		rl.back.add(len(b))
+		if bt == nil {
+			rl.back.add(len(b))
+		} else {
+			rl.owedFrames++
+			rl.owedBytes += int64(len(b))
+		}
 	case linkUpDone:
+		// What was gathered goes before the harness's end is told.
+		rl.flush()
 		rl.lost()
+	}
+}
+
+// fromInbox handles a message of the link's inbox (its goroutine).
+func (rl *remoteLeg) fromInbox(m inMsg) { rl.upTo(m.kind, m.b, &rl.batch) }
+
+// flush writes what an inbox batch gathered and returns the credit of
+// the frames it handled (the inbox's goroutine).
+func (rl *remoteLeg) flush() {
+	rl.batch.flush()
+	if rl.owedFrames > 0 {
+		rl.back.addN(rl.owedFrames, rl.owedBytes)
+		rl.owedFrames, rl.owedBytes = 0, 0
 	}
 }
 
@@ -1008,7 +1041,11 @@ type fwdLeg struct {
 	offered map[string]string
 	link    *peerLink
 	in      inbox
-	rehomed atomic.Bool // rehome closed the socket (counted once)
+	// The inbox's goroutine's: frames of a batch toward the harness
+	// socket, and the credit of the batch's frames.
+	batch                 legBatch
+	owedFrames, owedBytes int64
+	rehomed               atomic.Bool // rehome closed the socket (counted once)
 	// lostT: linkLost's timer, armed once, stopped by finish.
 	lostMu   sync.Mutex
 	lostT    *time.Timer
@@ -1032,7 +1069,7 @@ func (fl *fwdLeg) fromLink(pl *peerLink, kind byte, b []byte) {
 	if fl.offered[pl.node] != pl.id {
 		return
 	}
-	fl.in.start(fl.f, fl.up.quit, func(m inMsg) { fl.down(m.kind, m.b) })
+	fl.in.start(fl.f, fl.up.quit, fl.fromInbox, fl.flush)
 	fl.in.push(inMsg{kind: kind, b: b})
 }
 
@@ -1264,17 +1301,50 @@ func (fl *fwdLeg) down(kind byte, b []byte) {
 	switch kind {
 	case linkDownFrame:
 		l.sendOwned(b) // no copy when queued
-		if fl.back.f == nil {
-			fl.f.mu.Lock()
-			fl.back.node = fl.home
-			fl.f.mu.Unlock()
-			fl.back.f, fl.back.leg = fl.f, fl.key
-		}
+		fl.initBack()
 		fl.back.add(len(b))
 	case linkDownClose:
 		l.Close(string(b))
 	case linkDownCut:
 		l.Cut()
+	}
+}
+
+func (fl *fwdLeg) initBack() {
+	if fl.back.f == nil {
+		fl.f.mu.Lock()
+		fl.back.node = fl.home
+		fl.f.mu.Unlock()
+		fl.back.f, fl.back.leg = fl.f, fl.key
+	}
+}
+
+// fromInbox handles a message of the link's inbox (its goroutine): frames
+// are gathered for one write to the harness socket (flush); a close or
+// cut goes after what was gathered.
+func (fl *fwdLeg) fromInbox(m inMsg) {
+	<-fl.ready
+	if fl.l == nil {
+		return
+	}
+	if m.kind != linkDownFrame {
+		fl.flush()
+		fl.down(m.kind, m.b)
+		return
+	}
+	fl.batch.add(fl.l, m.b)
+	fl.owedFrames++
+	fl.owedBytes += int64(len(m.b))
+}
+
+// flush writes what an inbox batch gathered and returns its credit (the
+// inbox's goroutine).
+func (fl *fwdLeg) flush() {
+	fl.batch.flush()
+	if fl.owedFrames > 0 {
+		fl.initBack()
+		fl.back.addN(fl.owedFrames, fl.owedBytes)
+		fl.owedFrames, fl.owedBytes = 0, 0
 	}
 }
 

@@ -962,8 +962,9 @@ func (in *inbox) take() []inMsg {
 	return q
 }
 
-// run hands what is pushed to handle, in order, until quit.
-func (in *inbox) run(quit <-chan struct{}, handle func(inMsg)) {
+// run hands what is pushed to handle, in order, until quit; flush runs
+// after each batch taken (handle may gather frames for one write).
+func (in *inbox) run(quit <-chan struct{}, handle func(inMsg), flush func()) {
 	for {
 		select {
 		case <-in.wake:
@@ -974,21 +975,49 @@ func (in *inbox) run(quit <-chan struct{}, handle func(inMsg)) {
 		for _, m := range q {
 			handle(m)
 		}
+		flush()
 		in.recycle(q)
 	}
 }
 
 // start runs the inbox's goroutine once (the leg owns it; it ends with
 // quit).
-func (in *inbox) start(f *fabric, quit <-chan struct{}, handle func(inMsg)) {
+func (in *inbox) start(f *fabric, quit <-chan struct{}, handle func(inMsg), flush func()) {
 	if in.running.Swap(true) {
 		return
 	}
 	f.s.wg.Add(1)
 	go func() {
 		defer f.s.wg.Done()
-		in.run(quit, handle)
+		in.run(quit, handle, flush)
 	}()
+}
+
+// legBatch gathers the frames an inbox's batch sends to one socket, so
+// they go in one write (leg.sendBatch). Used by one goroutine at a time.
+type legBatch struct {
+	to *leg
+	fs []outFrame
+}
+
+// add gathers b (the batch keeps it) for l, sending what was gathered
+// for another leg first.
+func (bt *legBatch) add(l *leg, b []byte) {
+	if bt.to != l {
+		bt.flush()
+		bt.to = l
+	}
+	bt.fs = append(bt.fs, outFrame{b: b})
+}
+
+// flush sends what is gathered.
+func (bt *legBatch) flush() {
+	if len(bt.fs) > 0 {
+		bt.to.sendBatch(bt.fs)
+		clear(bt.fs)
+		bt.fs = bt.fs[:0]
+	}
+	bt.to = nil
 }
 
 func (in *inbox) recycle(q []inMsg) {

@@ -28,6 +28,7 @@ type leg struct {
 	env      string
 	reg      string // registration it dialled for
 	conn     *websocket.Conn
+	cc       *corkConn     // conn's socket (nil: not hijacked through corkWriter)
 	out      chan outFrame // made with the writer (startWriter)
 	queued   atomic.Int64  // bytes in out
 	wmu      sync.Mutex    // held while writing the socket
@@ -65,10 +66,10 @@ type outFrame struct {
 	text bool
 }
 
-func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
+func (s *Server) newLeg(role, env string, c *websocket.Conn, cc *corkConn) *leg {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leg{
-		s: s, role: role, env: env, conn: c,
+		s: s, role: role, env: env, conn: c, cc: cc,
 		space:   make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -84,12 +85,56 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn) *leg {
 // write writes one message, cutting the socket if the write has not
 // ended within timeout. The caller holds l.wmu (one write at a time).
 func (l *leg) write(typ websocket.MessageType, b []byte, timeout time.Duration) error {
+	l.arm(timeout)
+	err := l.conn.Write(l.ioctx, typ, b)
+	l.disarm()
+	return err
+}
+
+func (l *leg) arm(timeout time.Duration) {
 	l.wdeadline.Store(time.Now().Add(timeout).UnixNano())
 	l.wdog.Reset(timeout)
-	err := l.conn.Write(l.ioctx, typ, b)
+}
+
+func (l *leg) disarm() {
 	l.wdeadline.Store(0)
 	l.wdog.Stop()
-	return err
+}
+
+// corkFrames bounds the frames one corked write gathers (corkMax bounds
+// their bytes).
+const corkFrames = 64
+
+// writeFrames writes fs in order, in one syscall when the socket was
+// hijacked through corkWriter (a single frame is written as write does),
+// cutting the socket if the whole has not gone within timeout. The caller
+// holds l.wmu.
+func (l *leg) writeFrames(fs []outFrame, timeout time.Duration) error {
+	if len(fs) == 1 || l.cc == nil {
+		for _, f := range fs {
+			if err := l.write(f.typ(), f.b, timeout); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	l.arm(timeout)
+	defer l.disarm()
+	l.cc.cork()
+	for _, f := range fs {
+		if err := l.conn.Write(l.ioctx, f.typ(), f.b); err != nil {
+			l.cc.uncork()
+			return err
+		}
+	}
+	return l.cc.uncork()
+}
+
+func (f outFrame) typ() websocket.MessageType {
+	if f.text {
+		return websocket.MessageText
+	}
+	return websocket.MessageBinary
 }
 
 // watchdog cuts a socket whose write outlived its deadline. The decision
@@ -140,6 +185,53 @@ func (l *leg) sendFrame(b []byte, owned bool) bool {
 		b = bytes.Clone(b)
 	}
 	return l.send(outFrame{b: b})
+}
+
+// sendBatch sends frames the leg may keep (no copy), in order: in one
+// write when the socket is idle (as sendFrame writes a lone frame), else
+// through the queue. A peer link's inbox hands a leg's frames over in
+// batches: written one by one, each was a syscall.
+func (l *leg) sendBatch(bs []outFrame) bool {
+	if len(bs) == 1 {
+		return l.sendFrame(bs[0].b, true)
+	}
+	if l.unsent.Load() == 0 && l.wmu.TryLock() {
+		if l.unsent.Load() == 0 {
+			ok := l.writeNowBatch(bs)
+			l.wmu.Unlock()
+			return ok
+		}
+		l.wmu.Unlock()
+	}
+	for _, f := range bs {
+		if !l.send(f) {
+			return false
+		}
+	}
+	return true
+}
+
+// writeNowBatch is writeNow of several frames; l.wmu is held.
+func (l *leg) writeNowBatch(bs []outFrame) bool {
+	if l.ending() {
+		return false
+	}
+	timeout := writeTimeout
+	if l.role == roleHarness {
+		timeout = min(timeout, l.s.opts.SlowHarness)
+	}
+	for len(bs) > 0 {
+		n := min(len(bs), corkFrames)
+		if err := l.writeFrames(bs[:n], timeout); err != nil {
+			if l.role == roleHarness && l.wslow.Load() {
+				l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
+			}
+			l.cut()
+			return false
+		}
+		bs = bs[n:]
+	}
+	return true
 }
 
 // ending reports whether the leg is closing or done: nothing more is sent.
@@ -299,38 +391,63 @@ func (l *leg) cut() {
 
 func (l *leg) writer() {
 	defer l.cut()
-	write := func(f outFrame) bool {
-		if wait := time.Until(f.at); wait > 0 {
-			t := time.NewTimer(wait)
+	batch := make([]outFrame, 0, 8)
+	// gather takes f and what else is queued now (up to corkFrames).
+	gather := func(f outFrame) []outFrame {
+		l.release(int64(len(f.b)))
+		batch = append(batch[:0], f)
+		for len(batch) < corkFrames {
 			select {
-			case <-t.C:
-			case <-l.done:
-				t.Stop()
-				return false
+			case g := <-l.out:
+				l.release(int64(len(g.b)))
+				batch = append(batch, g)
+			default:
+				return batch
 			}
 		}
-		typ := websocket.MessageBinary
-		if f.text {
-			typ = websocket.MessageText
+		return batch
+	}
+	// write writes a gathered batch in order: at once, except a delayed
+	// frame (the fault shaper's) waits for its time, what precedes it
+	// written first.
+	write := func(fs []outFrame) bool {
+		defer clear(fs) // the frames are written or dropped: hold none
+		for len(fs) > 0 {
+			if wait := time.Until(fs[0].at); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-l.done:
+					t.Stop()
+					return false
+				}
+			}
+			n := 1
+			for n < len(fs) && !fs[n].at.After(time.Now()) {
+				n++
+			}
+			l.wmu.Lock()
+			err := l.writeFrames(fs[:n], writeTimeout)
+			l.unsent.Add(-int64(n))
+			l.wmu.Unlock()
+			if err != nil {
+				return false
+			}
+			fs = fs[n:]
 		}
-		l.wmu.Lock()
-		defer l.wmu.Unlock()
-		defer l.unsent.Add(-1)
-		return l.write(typ, f.b, writeTimeout) == nil
+		return true
 	}
 	for {
 		select {
 		case f := <-l.out:
-			l.release(int64(len(f.b)))
-			if !write(f) {
+			if !write(gather(f)) {
 				return
 			}
 		case <-l.closing:
 			for {
 				select {
 				case f := <-l.out:
-					l.release(int64(len(f.b)))
-					if !write(f) {
+					if !write(gather(f)) {
 						return
 					}
 				default:
@@ -572,7 +689,8 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 		s.reject(w, &ev, status, reason)
 		return
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	cw := &corkWriter{ResponseWriter: w}
+	c, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
 		// Browsers are not clients; the signed URL is the credential.
 		InsecureSkipVerify: true,
 		CompressionMode:    websocket.CompressionDisabled,
@@ -589,7 +707,7 @@ func (s *Server) rendezvous(w http.ResponseWriter, r *http.Request, role string)
 	reported = true
 	s.event(ev)
 	c.SetReadLimit(int64(s.opts.MaxFrameBytes))
-	l := s.newLeg(role, env, c)
+	l := s.newLeg(role, env, c, cw.cc)
 	l.reg = reg
 	if !s.track(l) {
 		if fwd != nil {
@@ -796,6 +914,12 @@ func (s *Server) serveHarness(l *leg, reg string) {
 // owned: b is the caller's to give away (a NATS message), not a read
 // buffer, so a queue keeps it without a copy.
 func (s *Server) harnessFrame(h Leg, b []byte, owned bool) bool {
+	return s.harnessFrameTo(h, b, owned, nil)
+}
+
+// harnessFrameTo is harnessFrame; with bt, an owned frame toward a socket
+// here is gathered in bt (the caller flushes it) instead of sent.
+func (s *Server) harnessFrameTo(h Leg, b []byte, owned bool, bt *legBatch) bool {
 	f, err := peekFrame(b)
 	if err != nil {
 		return true
@@ -824,7 +948,15 @@ func (s *Server) harnessFrame(h Leg, b []byte, owned bool) bool {
 	if kind == KindResume {
 		s.recov.resumed(env, stream, time.Now())
 	}
-	s.forward(true, exec, stream, kind, b, owned)
+	if l, ok := exec.(*leg); ok && bt != nil && owned && !s.faults.framesOn.Load() {
+		s.routed.Add(1)
+		bt.add(l, b)
+	} else {
+		if bt != nil {
+			bt.flush() // order: what was gathered goes first
+		}
+		s.forward(true, exec, stream, kind, b, owned)
+	}
 	if kind == KindReset {
 		s.router.Unbind(env, stream, h)
 	}

@@ -1,0 +1,116 @@
+package relay
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+)
+
+// Writing several websocket messages in one syscall.
+//
+// coder/websocket flushes its buffered writer at the end of every message,
+// so each message a leg writes is its own write(2): on a 2-core machine the
+// syscalls, not the relay's logic, bounded the frames per second a node
+// carried. A leg's socket is a corkConn: while the leg's writer holds it
+// corked, the library's writes gather in a buffer, and uncorking writes
+// them in one syscall. A leg corks only when it has several frames in hand
+// (its queue, or a batch from a peer link's inbox): a lone frame is
+// written at once, as before.
+
+// corkMax: gathered bytes past this are written at once (with the write
+// that passed it, in one writev), so a batch of large frames holds at most
+// this much besides the frame in hand.
+const corkMax = 64 << 10
+
+var corkBufs = sync.Pool{New: func() any { b := make([]byte, 0, corkMax); return &b }}
+
+// corkConn is a hijacked connection whose writes can be gathered.
+type corkConn struct {
+	net.Conn
+	mu     sync.Mutex
+	corked bool
+	buf    *[]byte // from corkBufs while corked
+	// writes counts the writes that reached the socket (tests: messages
+	// per syscall).
+	writes atomic.Uint64
+}
+
+// Write gathers p while corked, else writes it. Close does not take mu:
+// closing the socket ends a write blocked here (the leg's watchdog).
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		c.writes.Add(1)
+		return c.Conn.Write(p)
+	}
+	b := *c.buf
+	if len(b)+len(p) <= corkMax {
+		*c.buf = append(b, p...)
+		return len(p), nil
+	}
+	c.writes.Add(1)
+	bufs := net.Buffers{b, p}
+	n, err := bufs.WriteTo(c.Conn)
+	*c.buf = b[:0]
+	if n -= int64(len(b)); n < 0 {
+		n = 0
+	}
+	return int(n), err
+}
+
+// cork starts gathering writes.
+func (c *corkConn) cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.buf = corkBufs.Get().(*[]byte)
+	c.mu.Unlock()
+}
+
+// uncork writes what was gathered, in one write, and stops gathering.
+func (c *corkConn) uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return nil
+	}
+	c.corked = false
+	b := *c.buf
+	var err error
+	if len(b) > 0 {
+		c.writes.Add(1)
+		_, err = c.Conn.Write(b)
+	}
+	*c.buf = b[:0]
+	corkBufs.Put(c.buf)
+	c.buf = nil
+	return err
+}
+
+// corkWriter is the ResponseWriter a rendezvous upgrade hands to
+// websocket.Accept: its Hijack returns the connection wrapped in a
+// corkConn (and the buffered writer retargeted to it).
+type corkWriter struct {
+	http.ResponseWriter
+	cc *corkConn
+}
+
+func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if brw.Writer.Buffered() > 0 {
+		if err := brw.Writer.Flush(); err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
+	}
+	w.cc = &corkConn{Conn: conn}
+	brw.Writer.Reset(w.cc)
+	return w.cc, brw, nil
+}
+
+func (w *corkWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

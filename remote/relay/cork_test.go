@@ -1,0 +1,164 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// legOf is the relay's leg of role for env (waits for it).
+func legOf(t *testing.T, r *testRelay, role, env string) *leg {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		for l := range r.legs {
+			if l.role == role && l.env == env && !l.ending() {
+				r.mu.Unlock()
+				return l
+			}
+		}
+		r.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no %s leg for %s", role, env)
+	return nil
+}
+
+// batchFrames are frames of sizes 1 B to 100 KiB (past corkMax, so a batch
+// is written in more than one piece), each one distinct.
+func batchFrames(n int) [][]byte {
+	sizes := []int{1, 1000, 1024, 5000, 70 << 10, 100 << 10, 16, 3000}
+	var out [][]byte
+	for i := range n {
+		out = append(out, dataFrame("0f8b1d2e-aaaa-4bbb-8ccc-123456789abc", uint32(i), bytes.Repeat([]byte{byte(i)}, sizes[i%len(sizes)])))
+	}
+	return out
+}
+
+// A batch of frames handed to an idle leg (a peer link's inbox does) goes
+// out in one write when it fits corkMax, byte-exact and in order. Written
+// frame by frame it took one syscall each.
+func TestLegBatchOneWrite(t *testing.T) {
+	p := newPair(t, Options{})
+	l := legOf(t, p.r, roleEnvironment, "E")
+	if l.cc == nil {
+		t.Fatal("the executor's socket is not a corkConn")
+	}
+	var fs []outFrame
+	var want [][]byte
+	for i := range 16 {
+		b := dataFrame("0f8b1d2e-aaaa-4bbb-8ccc-123456789abc", uint32(i), bytes.Repeat([]byte{byte(i)}, 1000))
+		want = append(want, b)
+		fs = append(fs, outFrame{b: bytes.Clone(b)})
+	}
+	before := l.cc.writes.Load()
+	if !l.sendBatch(fs) {
+		t.Fatal("sendBatch failed")
+	}
+	for i, w := range want {
+		if got := read(t, p.exec); !bytes.Equal(got, w) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	if n := l.cc.writes.Load() - before; n != 1 {
+		t.Fatalf("16 frames of 1 KiB took %d writes, want 1", n)
+	}
+
+	// Larger than corkMax: still in order and byte-exact, fewer writes
+	// than frames.
+	want = batchFrames(40)
+	fs = fs[:0]
+	for _, b := range want {
+		fs = append(fs, outFrame{b: bytes.Clone(b)})
+	}
+	before = l.cc.writes.Load()
+	done := make(chan bool, 1)
+	go func() { done <- l.sendBatch(fs) }()
+	for i, w := range want {
+		if got := read(t, p.exec); !bytes.Equal(got, w) {
+			t.Fatalf("frame %d of the large batch differs (%d bytes, want %d)", i, len(got), len(w))
+		}
+	}
+	if !<-done {
+		t.Fatal("sendBatch failed")
+	}
+	if n := l.cc.writes.Load() - before; n >= uint64(len(want)) {
+		t.Fatalf("%d frames took %d writes", len(want), n)
+	}
+}
+
+// Frames that queue while the executor does not read (harness sockets
+// contend for its socket: one writes, the others queue) are written by
+// the leg's writer in batches (fewer writes than frames), in order per
+// stream and byte-exact once the executor reads again.
+func TestLegWriterBatchesQueuedFrames(t *testing.T) {
+	p := newPair(t, Options{})
+	const harnesses, perStream = 3, 1500
+	sid := func(h int) string { return fmt.Sprintf("0f8b1d2e-aaaa-4bbb-8ccc-%012d", h) }
+	var hs []*websocket.Conn
+	for i := range harnesses {
+		p.bundle = p.r.connect(t, "E", randomKey())
+		h := p.harness(t)
+		write(t, h, resumeFrame(sid(i))) // binds the stream to h
+		if got := read(t, p.exec); !bytes.Equal(got, resumeFrame(sid(i))) {
+			t.Fatal("resume not routed")
+		}
+		hs = append(hs, h)
+	}
+	l := legOf(t, p.r, roleEnvironment, "E")
+	before := l.cc.writes.Load()
+	frameOf := func(h, i int) []byte {
+		return dataFrame(sid(h), uint32(i), bytes.Repeat([]byte{byte(i), byte(h)}, 2000+i%7))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sent := make(chan error, harnesses)
+	for hi, h := range hs {
+		go func() {
+			for i := range perStream {
+				if err := h.Write(ctx, websocket.MessageBinary, frameOf(hi, i)); err != nil {
+					sent <- err
+					return
+				}
+			}
+			sent <- nil
+		}()
+	}
+	// Wait until frames wait in the leg's queue, then read.
+	deadline := time.Now().Add(30 * time.Second)
+	for l.unsent.Load() < 8 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if l.unsent.Load() < 8 {
+		t.Fatal("no frames queued for the executor")
+	}
+	next := make([]int, harnesses)
+	for range harnesses * perStream {
+		got := read(t, p.exec)
+		f, err := peekFrame(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hi int
+		fmt.Sscanf(f.StreamID[len(f.StreamID)-12:], "%d", &hi)
+		if want := frameOf(hi, next[hi]); !bytes.Equal(got, want) {
+			t.Fatalf("stream %d: frame %d differs", hi, next[hi])
+		}
+		next[hi]++
+	}
+	for range harnesses {
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.cc.writes.Load() - before; n >= harnesses*perStream {
+		t.Fatalf("%d frames took %d writes: not batched", harnesses*perStream, n)
+	} else {
+		t.Logf("%d frames, %d writes", harnesses*perStream, n)
+	}
+}
