@@ -64,7 +64,9 @@ func readBlockParamsFast(raw []byte, p *protocol.FsReadBlockParams) bool {
 			for j < len(raw) && raw[j] >= 0x20 && raw[j] < 0x7f && raw[j] != '"' && raw[j] != '\\' {
 				j++
 			}
-			if j >= len(raw) || raw[j] != '"' {
+			// An id past jsonscan's bound is refused there, with its
+			// own error (and without echoing the whole id).
+			if j >= len(raw) || raw[j] != '"' || j-(i+1) > jsonscan.MaxIDBytes {
 				return false
 			}
 			p.HandleID = string(raw[i+1 : j])

@@ -1,6 +1,7 @@
 package fsys
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/execgo/exec-server/internal/jsonscan"
@@ -20,6 +21,8 @@ var readBlockParamsSeeds = []string{
 	`{"handleId":"é","offset":1,"len":1}`,
 	`{"handleId":"h","offset":1,"len":1,"x":2}`,
 	`{"handleId":"h","offset":1,"len":1,"len":2}`,
+	`{"handleId":"` + strings.Repeat("h", 257) + `","offset":1,"len":1}`,
+	`{"handleId":"` + strings.Repeat("h", 256) + `","offset":1,"len":1}`,
 	`{"handleId":"h","offset":1}`,
 	`{"HandleId":"h","offset":1,"len":1}`,
 	`{"handleId":null,"offset":1,"len":1}`,

@@ -46,7 +46,8 @@ func PutBuffer(b []byte) {
 // 89 MB reply on this machine's VM, as much as the rest of a 64 MiB read).
 // The last large frame written is kept and handed to the next
 // GetLargeBuffer that it fits. Memory stays bounded: one buffer of at most
-// largeKeepMax (the reply to a 64 MiB file fits in it), kept until the
+// largeKeepMax (the reply to a 64 MiB file fits in it) and the block-sized
+// spares below, kept until the
 // reclaim of large messages (reclaim.go), which drops it before it returns
 // the heap to the OS. Keeping it until then costs no memory: a dropped
 // buffer stays in the process's RSS until that reclaim all the same. It
@@ -83,8 +84,16 @@ func keepLarge(b []byte) {
 	// most likely the same size as the last one (a run of 1 MiB blocks
 	// after one large file must not find only a buffer too large to take,
 	// TakeLargeBuffer).
-	if old := large.buf; cap(old) <= blockKeepMax && cap(old) > 0 && len(large.spares) < blockSpares {
-		large.spares = append(large.spares, old)
+	if old := large.buf; cap(old) <= blockKeepMax && cap(old) > 0 && !sameArray(old, b) {
+		if len(large.spares) < blockSpares {
+			large.spares = append(large.spares, old)
+		} else if i := smallest(large.spares); cap(large.spares[i]) < cap(old) {
+			// Each trip through the pool loses ~100 bytes of a frame's
+			// capacity (its prefix), so spares grow too small in a long
+			// transfer: the larger one takes the smallest one's place
+			// rather than being dropped.
+			large.spares[i] = old
+		}
 	}
 	large.buf = b[:0]
 	if large.timer == nil {
@@ -92,6 +101,22 @@ func keepLarge(b []byte) {
 	} else {
 		large.timer.Reset(reclaimDelay())
 	}
+}
+
+// sameArray reports whether a and b end in the same array (a buffer
+// returned twice must not be kept twice).
+func sameArray(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
+}
+
+func smallest(bs [][]byte) int {
+	k := 0
+	for i, b := range bs {
+		if cap(b) < cap(bs[k]) {
+			k = i
+		}
+	}
+	return k
 }
 
 func dropLarge() {
@@ -117,15 +142,22 @@ func GetLargeBuffer(n, c int) []byte {
 		large.Unlock()
 		return b[:n]
 	}
+	// Best fit among the spares: a smaller request must not take a
+	// block-sized frame another block needs.
+	best := -1
 	for i, b := range large.spares {
-		if cap(b) >= c {
-			last := len(large.spares) - 1
-			large.spares[i] = large.spares[last]
-			large.spares[last] = nil
-			large.spares = large.spares[:last]
-			large.Unlock()
-			return b[:n]
+		if cap(b) >= c && (best < 0 || cap(b) < cap(large.spares[best])) {
+			best = i
 		}
+	}
+	if i := best; i >= 0 {
+		b := large.spares[i]
+		last := len(large.spares) - 1
+		large.spares[i] = large.spares[last]
+		large.spares[last] = nil
+		large.spares = large.spares[:last]
+		large.Unlock()
+		return b[:n]
 	}
 	large.Unlock()
 	// Headroom: the frame that comes back starts a little into the

@@ -167,6 +167,26 @@ func TestBlockFramesKeptInFlight(t *testing.T) {
 			PutBuffer(b[108:])
 		}
 	}
+	// A long transfer: each trip loses the frame's prefix, so every frame
+	// grows too small in time (~600 rounds); fresh ones must then take
+	// the stale spares' places, not be allocated in every round after.
+	fresh := 0
+	for range 3000 {
+		var bufs [][]byte
+		for range inFlight {
+			bufs = append(bufs, GetLargeBuffer(n, c))
+		}
+		for _, b := range bufs {
+			if end := &b[:cap(b)][cap(b)-1]; !ends[end] {
+				ends[end] = true
+				fresh++
+			}
+			PutBuffer(b[108:])
+		}
+	}
+	if fresh > 40 {
+		t.Fatalf("%d fresh frames in 3000 rounds of %d blocks in flight", fresh, inFlight)
+	}
 	// More frames than are kept: the surplus is let go.
 	for range 2 * inFlight {
 		PutBuffer(make([]byte, n, c))
