@@ -950,11 +950,12 @@ loop:
 // pyFIFOs opens FIFOs with no partner through the supervisor, each in a
 // child: openat2 (done there with or without O_CREAT), O_CREAT through a
 // /proc/self/fd link, and O_CREAT on the name, for writing and for
-// reading. A writer's open must wait for its reader as the kernel's does
-// (a reader's returns at once: openNoWait), while the supervisor goes on
-// serving the command's other calls (files created meanwhile), and be
-// answered with the close-on-exec flag asked for. It prints how many did
-// not.
+// reading. Each open must wait for its partner as the kernel's does (a
+// reader for a writer: one that says nothing yet, or one that comes and
+// goes without a word), while the supervisor goes on serving the
+// command's other calls (files created meanwhile), and be answered with
+// the close-on-exec flag asked for and without O_NONBLOCK (added by the
+// supervisor, never asked for here). It prints how many did not.
 const pyFIFOs = pyOpenat2 + `
 import fcntl, select, signal, time
 signal.alarm(90)
@@ -963,20 +964,28 @@ def via_proc(name, flags):
     return os.open("/proc/self/fd/%d" % p, flags | os.O_CREAT)
 W, R = os.O_WRONLY, os.O_RDONLY
 cases = [
-    ("openat2-w", lambda n: openat2(n, W), W),
-    ("openat2-r", lambda n: openat2(n, R), R),
-    ("proc-w", lambda n: via_proc(n, W), W),
-    ("proc-r", lambda n: via_proc(n, R), R),
-    ("creat-w", lambda n: os.open(n, W | os.O_CREAT), W),
-    ("creat-r", lambda n: os.open(n, R | os.O_CREAT), R),
-    ("inherit-w", lambda n: libc.open(n.encode(), W | os.O_CREAT, 0o644), W),
+    ("openat2-w", lambda n: openat2(n, W), W, b"x"),
+    ("openat2-r", lambda n: openat2(n, R), R, b"x"),
+    ("proc-w", lambda n: via_proc(n, W), W, b"x"),
+    ("proc-r", lambda n: via_proc(n, R), R, b"x"),
+    ("creat-w", lambda n: os.open(n, W | os.O_CREAT), W, b"x"),
+    ("creat-r", lambda n: os.open(n, R | os.O_CREAT), R, b"x"),
+    ("creat-r-gone", lambda n: os.open(n, R | os.O_CREAT), R, b""),
+    ("inherit-w", lambda n: libc.open(n.encode(), W | os.O_CREAT, 0o644), W, b"x"),
 ]
 bad = 0
 def fail(msg):
     global bad
     bad += 1
-    print(msg)
-for name, opener, mode in cases:
+    print(msg, flush=True)
+def readall(fd):
+    out = b""
+    while True:
+        d = os.read(fd, 100)
+        if not d:
+            return out
+        out += d
+for name, opener, mode, want in cases:
     os.mkfifo(name)
     r, w = os.pipe()
     pid = os.fork()
@@ -987,27 +996,22 @@ for name, opener, mode in cases:
             if fd < 0:
                 raise OSError(ctypes.get_errno(), "open")
             # Python asks for O_CLOEXEC, libc.open and openat2 here do not.
-            inherit = name.startswith(("inherit", "openat2"))
-            if inherit == bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC):
-                os.write(w, b"oC")
-            else:
-                os.write(w, b"o")
+            got = b"o"
+            if name.startswith(("inherit", "openat2")) == bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC):
+                got += b"C"
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK:
+                got += b"N"
+            os.write(w, got)
             if mode == W:
                 os.write(fd, b"x")
             else:
-                d = b""
-                for i in range(20000):
-                    d = os.read(fd, 1)
-                    if d:
-                        break
-                    time.sleep(0.005) # end of file until the writer comes
-                os.write(w, d)
+                os.write(w, b"=" + os.read(fd, 1))
         except OSError as e:
             os.write(w, b"E" + str(e).encode())
         os._exit(0)
     os.close(w)
-    # Wait until the child is in its open (held by the supervisor), or,
-    # for a reader, past it.
+    # Wait until the child is in its open (held by the supervisor), or
+    # past it (a failure).
     for i in range(2000):
         try:
             with open("/proc/%d/wchan" % pid) as f:
@@ -1019,33 +1023,34 @@ for name, opener, mode in cases:
             break
     for i in range(20):
         os.close(os.open("%s.%d" % (name, i), os.O_CREAT | os.O_WRONLY, 0o644))
-    if mode == W:
-        os.set_blocking(r, False)
-        try:
-            got = os.read(r, 100)
-            fail("%s: opened with no reader: %r" % (name, got))
-        except BlockingIOError:
-            pass
-        os.set_blocking(r, True)
+    os.set_blocking(r, False)
+    try:
+        got = os.read(r, 100)
+        fail("%s: opened with no partner: %r" % (name, got))
+    except BlockingIOError:
+        pass
+    os.set_blocking(r, True)
     if mode == W:
         p = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
         got = os.read(r, 100)
-        if got != b"o":
-            fail("%s: the open failed or has the wrong close-on-exec flag: %r" % (name, got))
         os.set_blocking(p, True)
-        got = os.read(p, 1)
+        data = os.read(p, 1)
+        os.close(p)
+        if got != b"o" or data != want:
+            fail("%s: got %r and %r, want o and %r" % (name, got, data, want))
     else:
-        got = os.read(r, 2)
+        # A writer (no O_CREAT: the kernel opens it) that says nothing
+        # yet: the open of the reader returns once it is there.
         p = os.open(name, os.O_WRONLY)
-        os.write(p, b"x")
-        if got[:2] == b"oC":
-            fail("%s: wrong close-on-exec flag" % name)
-        got = got.lstrip(b"oC")
-        if got == b"":
-            got = os.read(r, 1)
-    if got != b"x":
-        fail("%s: got %r, want x" % (name, got))
-    os.close(p)
+        if not want:
+            os.close(p)
+        got = os.read(r, 1)
+        if want:
+            os.write(p, want)
+            os.close(p)
+        got += readall(r)
+        if got != b"o=" + want:
+            fail("%s: got %r, want %r" % (name, got, b"o=" + want))
     os.close(r)
     os.waitpid(pid, 0)
 print("failed=%d" % bad)
@@ -1055,7 +1060,8 @@ print("failed=%d" % bad)
 // place waits for its partner without stalling the supervisor: before,
 // openat2 or an O_CREAT open through /proc/self/fd of a FIFO with no
 // reader blocked it, and every other supervised call of the command with
-// it, for good.
+// it, for good. Then a reader's open returned at once, before any writer
+// (its reads saw end of file until one came).
 func TestCommandFIFONoPartner(t *testing.T) {
 	runPyNoFailures(t, pyFIFOs)
 }

@@ -245,24 +245,27 @@ func openAt(dir int, name string, a openArgs, cloexec bool) (reply, unix.Errno) 
 		}
 		return install(fd, cloexec), 0
 	}
+	wait.cloexec = cloexec
+	if wait.reader {
+		return later(wait), 0
+	}
 	d, err := unix.FcntlInt(uintptr(dir), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return replyErrno(unix.EMFILE), unix.EMFILE
 	}
-	wait.dir, wait.name, wait.args, wait.cloexec = d, name, a, cloexec
+	wait.dir, wait.name, wait.args = d, name, a
 	return later(wait), 0
 }
 
 // openNoWait opens dir/name as a asks, but never waits: every open done
 // here in a command's place serves all its other processes' calls too, and
 // a FIFO with no partner (or a device waiting for a carrier) would block
-// them all. So O_NONBLOCK is added, then cleared unless asked for. A
-// FIFO's writer with no reader yet comes back as a wait (non-nil) for the
-// supervisor to retry between notifications (pendingOpen), as the kernel
-// would wait. A FIFO's reader with no writer yet is not made to wait (a
-// writer cannot be seen from here: pipe(7) counts them in the kernel
-// only): its open returns at once and its reads see end of file until a
-// writer comes, where the kernel's open would wait for the writer.
+// them all. So O_NONBLOCK is added, then cleared unless asked for. An
+// open the kernel would make wait comes back as a wait (non-nil) for the
+// supervisor to complete between notifications (pendingOpen): a FIFO's
+// writer with no reader yet, an open held up by a lease, a FIFO's reader
+// with no writer yet (its non-blocking reader kept until one comes:
+// fifoReady).
 func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen) {
 	flags := a.flags
 	if a.two {
@@ -281,7 +284,7 @@ func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen
 		// oplock) being broken: the kernel answers a non-blocking open
 		// at once where it would have made a blocking one wait for the
 		// break. Wait as it would, between notifications.
-		return -1, 0, &pendingOpen{}
+		return -1, 0, &pendingOpen{dir: -1}
 	}
 	if err == unix.ENXIO {
 		// A FIFO's writer with no reader (or a socket, or a device
@@ -292,21 +295,28 @@ func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen
 			at = unix.AT_SYMLINK_NOFOLLOW
 		}
 		if unix.Fstatat(dir, name, &st, at) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
-			return -1, 0, &pendingOpen{}
+			return -1, 0, &pendingOpen{dir: -1}
 		}
 	}
 	if err != nil {
 		return -1, toErrno(err), nil
 	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err == nil {
-		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	if flags&unix.O_ACCMODE == unix.O_RDONLY {
+		// A FIFO's reader: the kernel's open waits for a writer (one
+		// there already, or one that comes: fifoReady, writersOf).
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+			id := fileID{st.Dev, st.Ino}
+			if !fifoReady(fd) && !writersOf(map[fileID]bool{id: true})[id] {
+				return -1, 0, newPendingReader(fd, id)
+			}
+		}
 	}
-	if err != nil {
+	if errno := clearNonblock(fd); errno != 0 {
 		// The command did not ask for a non-blocking descriptor; one it
 		// writes its output through could fail its writes with EAGAIN.
 		unix.Close(fd)
-		return -1, toErrno(err), nil
+		return -1, errno, nil
 	}
 	return fd, 0, nil
 }

@@ -26,17 +26,6 @@ type supervisor struct {
 	lock int
 }
 
-// pendingOpen is an open of a FIFO for writing that has no reader yet
-// (openNoWait): the kernel would wait; the supervisor retries it between
-// notifications rather than block them all.
-type pendingOpen struct {
-	id      uint64
-	dir     int // where name is (a copy)
-	name    string
-	args    openArgs
-	cloexec bool // the target asked for O_CLOEXEC (args always have it)
-}
-
 // serve handles notifications until the listener fails (every command
 // process gone). It runs on the init's locked thread.
 func (s *supervisor) serve() {
@@ -154,28 +143,6 @@ func (s *supervisor) idValid(id uint64) bool {
 			return false
 		}
 	}
-}
-
-func (s *supervisor) retryPending() {
-	keep := s.pending[:0]
-	for _, po := range s.pending {
-		if !s.idValid(po.id) { // interrupted or gone: the kernel asks again
-			unix.Close(po.dir)
-			continue
-		}
-		fd, errno, wait := openNoWait(po.dir, po.name, po.args)
-		if wait != nil {
-			keep = append(keep, po)
-			continue
-		}
-		unix.Close(po.dir)
-		if fd >= 0 && inSupervisor(fd) {
-			unix.Close(fd)
-			fd, errno = -1, unix.EACCES
-		}
-		s.answer(po.id, fdResult{fd, po.cloexec}, errno)
-	}
-	s.pending = keep
 }
 
 // fdResult is a descriptor to install in the target (-1 for none).
