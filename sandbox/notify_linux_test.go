@@ -1066,6 +1066,46 @@ func TestCommandFIFONoPartner(t *testing.T) {
 	runPyNoFailures(t, pyFIFOs)
 }
 
+// shWaitPending defines waitpending PID: wait until process PID waits in
+// the supervisor, or give up (status 1) after 30 s. A supervised call made
+// after it returns is served after PID's (the supervisor receives the
+// notifications in order, one at a time).
+const shWaitPending = `waitpending() { i=0; until grep -q seccomp /proc/$1/wchan 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || return 1; sleep 0.01; done; }
+`
+
+// TestCommandPendingOpenKeepsItsFIFO: a FIFO's writer waiting in the
+// supervisor for a reader completes on the FIFO it found, as the kernel's
+// open waits on the inode its walk found, whatever becomes of the name
+// meanwhile (removed, replaced by a symlink or by a file): a reader
+// through another link gets the bytes. The retry used to open the name
+// again with the supervisor's O_NOFOLLOW and without O_CREAT: ENOENT, ELOOP,
+// or the bytes written into the new file.
+func TestCommandPendingOpenKeepsItsFIFO(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	script := shWaitPending + `echo f > file
+for c in removed symlink file; do
+	mkfifo p && ln p q || exit 1
+	(echo $c > p) & w=$!
+	waitpending $w || { echo "$c: the writer did not wait"; exit 1; }
+	: > made.$c # supervised after the writer's open: that is pending now
+	rm p
+	case $c in symlink) ln -s file p;; file) echo other > p;; esac
+	timeout 30 cat q > got.$c
+	wait $w || echo "$c: the writer failed"
+	rm -f p q
+done
+echo other > p; cat p`
+	code, out := runSh(t, denyPlan(t, ws), ws, script)
+	if code != 0 || strings.TrimSpace(out) != "other" {
+		t.Errorf("exit %d: %s", code, out)
+	}
+	for _, c := range []string{"removed", "symlink", "file"} {
+		assertFile(t, filepath.Join(ws, "got."+c), c+"\n")
+	}
+	assertFile(t, filepath.Join(ws, "file"), "f\n")
+}
+
 // TestCommandCreateThreadsUnderSignals: every listener ioctl that can
 // fail with EINTR is retried, and none is taken for a gone notification.
 // With four threads creating at once the supervisor's ID_VALID and SEND

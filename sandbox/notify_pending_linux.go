@@ -22,9 +22,9 @@ type pendingOpen struct {
 	id      uint64
 	cloexec bool // the target asked for O_CLOEXEC (args always have it)
 
-	// A writer, or an open held up by a lease.
-	dir  int // where name is (a copy)
-	name string
+	// A writer, or an open held up by a lease: the file the open waits
+	// on (O_PATH), reopened through /proc/self/fd as args ask.
+	obj  int
 	args openArgs
 
 	// A reader.
@@ -47,14 +47,14 @@ const (
 )
 
 func newPendingReader(fd int, fifo fileID) *pendingOpen {
-	return &pendingOpen{dir: -1, reader: true, fd: fd, fifo: fifo,
+	return &pendingOpen{obj: -1, reader: true, fd: fd, fifo: fifo,
 		scanGap: firstScanGap, nextScan: time.Now().Add(firstScanGap)}
 }
 
 // close lets go of what po holds (its notification is gone).
 func (po *pendingOpen) close() {
-	if po.dir >= 0 {
-		unix.Close(po.dir)
+	if po.obj >= 0 {
+		unix.Close(po.obj)
 	}
 	if po.reader {
 		unix.Close(po.fd)
@@ -99,19 +99,19 @@ func (s *supervisor) retryPending() {
 			s.answer(po.id, fdResult{fd, po.cloexec}, errno)
 			continue
 		}
-		fd, errno, wait := openNoWait(po.dir, po.name, po.args)
-		if wait != nil {
-			if wait.reader {
-				// Held up by a lease, then found a FIFO (replaced
-				// meanwhile): now a reader waiting for its writer.
-				unix.Close(po.dir)
-				wait.id, wait.cloexec = po.id, po.cloexec
-				po = *wait
-			}
+		fd, errno, w, rd := attempt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(po.obj), po.args)
+		if w != noWait && w.holds(po.obj) {
 			keep = append(keep, po)
 			continue
 		}
-		unix.Close(po.dir)
+		unix.Close(po.obj)
+		if rd != nil {
+			// Held up by a lease, then found a FIFO (not possible
+			// today: a lease is on a regular file).
+			rd.id, rd.cloexec = po.id, po.cloexec
+			keep = append(keep, *rd)
+			continue
+		}
 		if fd >= 0 && inSupervisor(fd) {
 			unix.Close(fd)
 			fd, errno = -1, unix.EACCES
