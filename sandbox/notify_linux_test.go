@@ -1106,6 +1106,58 @@ echo other > p; cat p`
 	assertFile(t, filepath.Join(ws, "file"), "f\n")
 }
 
+// pyPendingBound has 1030 threads open one FIFO for writing with no
+// reader, through the supervisor (O_CREAT): 1024 wait (maxPendingOpens),
+// the others fail with ENFILE; a reader then lets every waiting one
+// through. It prints how many did not.
+const pyPendingBound = `
+import errno, os, signal, threading
+signal.alarm(100)
+threading.stack_size(256 * 1024)
+os.mkfifo("p")
+res = {}
+def w(i):
+    try:
+        os.close(os.open("p", os.O_WRONLY | os.O_CREAT))
+        res[i] = 0
+    except OSError as e:
+        res[i] = e.errno
+ts = [threading.Thread(target=w, args=(i,)) for i in range(1030)]
+for t in ts:
+    t.start()
+def waiting(t):
+    try:
+        with open("/proc/self/task/%d/wchan" % t.native_id) as f:
+            return "seccomp" in f.read()
+    except OSError:
+        return False
+while any(t.is_alive() and not waiting(t) for t in ts):
+    os.sched_yield()
+os.close(os.open("sync", os.O_CREAT | os.O_WRONLY)) # served after them all
+r = os.open("p", os.O_RDONLY | os.O_NONBLOCK)
+for t in ts:
+    t.join()
+os.close(r)
+refused = [i for i, e in res.items() if e == errno.ENFILE]
+bad = 0
+if len(refused) != 6:
+    print("%d refused with ENFILE, want 6" % len(refused))
+    bad += 1
+others = [e for e in res.values() if e not in (0, errno.ENFILE)]
+if others or len(res) != 1030:
+    print("%d answers, failures other than ENFILE: %r" % (len(res), others[:5]))
+    bad += 1
+print("failed=%d" % bad)
+`
+
+// TestCommandPendingOpensBounded: the opens waiting in one supervisor are
+// bounded (each holds one of its descriptors): past maxPendingOpens an
+// open fails with ENFILE, never waits unsupervised, and those waiting
+// still complete. Without the bound all 1030 waited (none refused).
+func TestCommandPendingOpensBounded(t *testing.T) {
+	runPyNoFailures(t, pyPendingBound)
+}
+
 // TestCommandCreateThreadsUnderSignals: every listener ioctl that can
 // fail with EINTR is retried, and none is taken for a gone notification.
 // With four threads creating at once the supervisor's ID_VALID and SEND

@@ -13,6 +13,11 @@ import (
 // The supervisor's loop (notify_linux.go has the map of the layers):
 // receive a notification, decode the call, hand it to its handler, answer.
 
+// maxPendingOpens bounds the opens waiting in one sandbox's supervisor
+// (pendingOpen): no real workload has a thousand FIFO opens waiting at
+// once; past it an open fails with ENFILE.
+const maxPendingOpens = 1024
+
 // supervisor serves the notifications of one command tree.
 type supervisor struct {
 	listener int
@@ -68,6 +73,13 @@ func (s *supervisor) serve() {
 			continue
 		}
 		r := s.handle(&req)
+		if r.pending != nil && len(s.pending) >= maxPendingOpens {
+			// Each holds a descriptor of the supervisor's: a command
+			// must not run its own supervisor out of them (or out of
+			// memory). The kernel's answer when its file table is full.
+			r.pending.close()
+			r = replyErrno(unix.ENFILE)
+		}
 		if r.pending != nil {
 			r.pending.id = req.ID
 			s.pending = append(s.pending, *r.pending)
