@@ -61,21 +61,21 @@ func (po *pendingOpen) close() {
 	}
 }
 
+// retryPending completes the pending opens whose wait is over, all of
+// them in one round, as the kernel wakes every waiter at once: every
+// writer and lease first, then every reader, then the answers. Answered
+// one by one, a writer could run, write and close before the next was
+// opened, and its reader see end of file between them.
 func (s *supervisor) retryPending() {
-	now := time.Now()
-	var scan map[fileID]bool
-	for _, po := range s.pending {
-		if po.reader && !now.Before(po.nextScan) {
-			if scan == nil {
-				scan = map[fileID]bool{}
-			}
-			scan[po.fifo] = true
-		}
+	type done struct {
+		id    uint64
+		fd    fdResult
+		errno unix.Errno
 	}
-	var writers map[fileID]bool
-	if scan != nil {
-		writers = writersOf(scan)
-	}
+	var answers []done
+	// FIFOs opened for writing here this round: their waiting readers'
+	// opens would have returned (the writer came).
+	var opened map[fileID]bool
 	keep := s.pending[:0]
 	for _, po := range s.pending {
 		if !s.idValid(po.id) { // interrupted or gone: the kernel asks again
@@ -83,20 +83,7 @@ func (s *supervisor) retryPending() {
 			continue
 		}
 		if po.reader {
-			if !fifoReady(po.fd) && !writers[po.fifo] {
-				if !now.Before(po.nextScan) {
-					po.scanGap = min(2*po.scanGap, maxScanGap)
-					po.nextScan = now.Add(po.scanGap)
-				}
-				keep = append(keep, po)
-				continue
-			}
-			fd, errno := po.fd, clearNonblock(po.fd)
-			if errno != 0 {
-				unix.Close(fd)
-				fd = -1
-			}
-			s.answer(po.id, fdResult{fd, po.cloexec}, errno)
+			keep = append(keep, po)
 			continue
 		}
 		fd, errno, w, rd := attempt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(po.obj), po.args)
@@ -116,9 +103,57 @@ func (s *supervisor) retryPending() {
 			unix.Close(fd)
 			fd, errno = -1, unix.EACCES
 		}
-		s.answer(po.id, fdResult{fd, po.cloexec}, errno)
+		var st unix.Stat_t
+		if fd >= 0 && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+			if opened == nil {
+				opened = map[fileID]bool{}
+			}
+			opened[fileID{st.Dev, st.Ino}] = true
+		}
+		answers = append(answers, done{po.id, fdResult{fd, po.cloexec}, errno})
 	}
 	s.pending = keep
+
+	now := time.Now()
+	var scan map[fileID]bool
+	for _, po := range s.pending {
+		if po.reader && !opened[po.fifo] && !now.Before(po.nextScan) {
+			if scan == nil {
+				scan = map[fileID]bool{}
+			}
+			scan[po.fifo] = true
+		}
+	}
+	var writers map[fileID]bool
+	if scan != nil {
+		writers = writersOf(scan)
+	}
+	keep = s.pending[:0]
+	for _, po := range s.pending {
+		if !po.reader {
+			keep = append(keep, po)
+			continue
+		}
+		if !opened[po.fifo] && !fifoReady(po.fd) && !writers[po.fifo] {
+			if !now.Before(po.nextScan) {
+				po.scanGap = min(2*po.scanGap, maxScanGap)
+				po.nextScan = now.Add(po.scanGap)
+			}
+			keep = append(keep, po)
+			continue
+		}
+		fd, errno := po.fd, clearNonblock(po.fd)
+		if errno != 0 {
+			unix.Close(fd)
+			fd = -1
+		}
+		answers = append(answers, done{po.id, fdResult{fd, po.cloexec}, errno})
+	}
+	s.pending = keep
+
+	for _, a := range answers {
+		s.answer(a.id, a.fd, a.errno)
+	}
 }
 
 // fifoReady reports whether a blocking open of the FIFO that fd (a
