@@ -275,7 +275,12 @@ func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen
 			return -1, perr, nil // gone meanwhile: as an open a moment later
 		}
 		if w.holds(obj) {
-			return -1, 0, &pendingOpen{obj: obj, args: a.reopen()}
+			po := &pendingOpen{obj: obj, args: a.reopen()}
+			var st unix.Stat_t
+			if w == waitNoReader && unix.Fstat(obj, &st) == nil {
+				po.fifo = fileID{st.Dev, st.Ino}
+			}
+			return -1, 0, po
 		}
 		// Not what made the open wait: replaced meanwhile, look again.
 		unix.Close(obj)

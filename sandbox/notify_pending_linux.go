@@ -27,10 +27,11 @@ type pendingOpen struct {
 	obj  int
 	args openArgs
 
+	fifo fileID // the FIFO a writer or reader waits on
+
 	// A reader.
 	reader   bool
-	fd       int    // the supervisor's non-blocking reader
-	fifo     fileID // the FIFO it reads
+	fd       int // the supervisor's non-blocking reader
 	nextScan time.Time
 	scanGap  time.Duration
 }
@@ -82,37 +83,49 @@ func (s *supervisor) retryPending() {
 			po.close()
 			continue
 		}
-		if po.reader {
-			keep = append(keep, po)
-			continue
-		}
-		fd, errno, w, rd := attempt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(po.obj), po.args)
-		if w != noWait && w.holds(po.obj) {
-			keep = append(keep, po)
-			continue
-		}
-		unix.Close(po.obj)
-		if rd != nil {
-			// Held up by a lease, then found a FIFO (not possible
-			// today: a lease is on a regular file).
-			rd.id, rd.cloexec = po.id, po.cloexec
-			keep = append(keep, *rd)
-			continue
-		}
-		if fd >= 0 && inSupervisor(fd) {
-			unix.Close(fd)
-			fd, errno = -1, unix.EACCES
-		}
-		var st unix.Stat_t
-		if fd >= 0 && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
-			if opened == nil {
-				opened = map[fileID]bool{}
-			}
-			opened[fileID{st.Dev, st.Ino}] = true
-		}
-		answers = append(answers, done{po.id, fdResult{fd, po.cloexec}, errno})
+		keep = append(keep, po)
 	}
 	s.pending = keep
+	// A second pass for the writers of a FIFO that another writer got
+	// into in the first: its reader came during the first, after they
+	// were tried. The kernel had counted them all as writers before any
+	// ran; answered without them, the others could write and close, and
+	// the reader see end of file while they wait.
+	for pass := 0; pass < 2 && (pass == 0 || opened != nil); pass++ {
+		keep = s.pending[:0]
+		for _, po := range s.pending {
+			if po.reader || (pass == 1 && !opened[po.fifo]) {
+				keep = append(keep, po)
+				continue
+			}
+			fd, errno, w, rd := attempt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(po.obj), po.args)
+			if w != noWait && w.holds(po.obj) {
+				keep = append(keep, po)
+				continue
+			}
+			unix.Close(po.obj)
+			if rd != nil {
+				// Held up by a lease, then found a FIFO (not possible
+				// today: a lease is on a regular file).
+				rd.id, rd.cloexec = po.id, po.cloexec
+				keep = append(keep, *rd)
+				continue
+			}
+			if fd >= 0 && inSupervisor(fd) {
+				unix.Close(fd)
+				fd, errno = -1, unix.EACCES
+			}
+			var st unix.Stat_t
+			if fd >= 0 && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+				if opened == nil {
+					opened = map[fileID]bool{}
+				}
+				opened[fileID{st.Dev, st.Ino}] = true
+			}
+			answers = append(answers, done{po.id, fdResult{fd, po.cloexec}, errno})
+		}
+		s.pending = keep
+	}
 
 	now := time.Now()
 	var scan map[fileID]bool
