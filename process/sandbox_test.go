@@ -965,5 +965,49 @@ func TestSandboxExitedNotHeldByOutsideWriter(t *testing.T) {
 		if ev := exitedEvent(t, evs); ev.ExitCode != 128+int(syscall.SIGKILL) {
 			t.Fatalf("held: exit code %d, want %d", ev.ExitCode, 128+int(syscall.SIGKILL))
 		}
+
+		// Output written just before the end, while a process of the
+		// host holds stdout: every byte comes before exited. The pipe is
+		// made 1 MiB (F_SETPIPE_SZ, where python3 is there) so that the
+		// whole burst can still be in it when the sandbox is gone.
+		tok = sleepToken()
+		startSandboxed(t, m, sandboxParams(t, "burst", codexWorkspaceWrite, ws,
+			"/bin/sh", "-c", "echo ready; sleep "+tok+"; python3 -c 'import fcntl; fcntl.fcntl(1, 1031, 1 << 20)' 2>/dev/null; "+
+				"head -c 1000000 /dev/zero | tr '\\0' a; exit 3"))
+		sink.waitOutput(t, "burst", "ready\n")
+		pid = waitHostPids(t, tok, 1)[0]
+		w2, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", pid), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w2.Close()
+		if err := killPid(pid); err != nil { // the sleep: the shell writes, then exits
+			t.Fatal(err)
+		}
+		evs = sink.waitFor(t, "burst", "exited", func(evs []Event) bool {
+			for _, ev := range evs {
+				if ev.Kind == EventExited {
+					return true
+				}
+			}
+			return false
+		})
+		var before strings.Builder
+		for _, ev := range evs {
+			if ev.Kind == EventExited {
+				if ev.ExitCode != 3 {
+					t.Fatalf("burst: exit code %d, want 3", ev.ExitCode)
+				}
+				break
+			}
+			if ev.Kind == EventOutput && ev.Stream == protocol.StreamStdout { // stderr has "Killed"
+				before.Write(ev.Data)
+			}
+		}
+		if got, want := before.String(), "ready\n"+strings.Repeat("a", 1000000); got != want {
+			t.Fatalf("burst: %d bytes before exited, want %d", len(got), len(want))
+		}
+		w2.Close()
+		sink.waitClosed(t, "burst")
 	})
 }

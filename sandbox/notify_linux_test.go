@@ -950,11 +950,12 @@ loop:
 // pyFIFOs opens FIFOs with no partner through the supervisor, each in a
 // child: openat2 (done there with or without O_CREAT), O_CREAT through a
 // /proc/self/fd link, and O_CREAT on the name, for writing and for
-// reading. A writer's open must wait for its reader as the kernel's does
-// (a reader's returns at once: openNoWait), while the supervisor goes on
-// serving the command's other calls (files created meanwhile), and be
-// answered with the close-on-exec flag asked for. It prints how many did
-// not.
+// reading. Each open must wait for its partner as the kernel's does (a
+// reader for a writer: one that says nothing yet, or one that comes and
+// goes without a word), while the supervisor goes on serving the
+// command's other calls (files created meanwhile), and be answered with
+// the close-on-exec flag asked for and without O_NONBLOCK (added by the
+// supervisor, never asked for here). It prints how many did not.
 const pyFIFOs = pyOpenat2 + `
 import fcntl, select, signal, time
 signal.alarm(90)
@@ -963,20 +964,28 @@ def via_proc(name, flags):
     return os.open("/proc/self/fd/%d" % p, flags | os.O_CREAT)
 W, R = os.O_WRONLY, os.O_RDONLY
 cases = [
-    ("openat2-w", lambda n: openat2(n, W), W),
-    ("openat2-r", lambda n: openat2(n, R), R),
-    ("proc-w", lambda n: via_proc(n, W), W),
-    ("proc-r", lambda n: via_proc(n, R), R),
-    ("creat-w", lambda n: os.open(n, W | os.O_CREAT), W),
-    ("creat-r", lambda n: os.open(n, R | os.O_CREAT), R),
-    ("inherit-w", lambda n: libc.open(n.encode(), W | os.O_CREAT, 0o644), W),
+    ("openat2-w", lambda n: openat2(n, W), W, b"x"),
+    ("openat2-r", lambda n: openat2(n, R), R, b"x"),
+    ("proc-w", lambda n: via_proc(n, W), W, b"x"),
+    ("proc-r", lambda n: via_proc(n, R), R, b"x"),
+    ("creat-w", lambda n: os.open(n, W | os.O_CREAT), W, b"x"),
+    ("creat-r", lambda n: os.open(n, R | os.O_CREAT), R, b"x"),
+    ("creat-r-gone", lambda n: os.open(n, R | os.O_CREAT), R, b""),
+    ("inherit-w", lambda n: libc.open(n.encode(), W | os.O_CREAT, 0o644), W, b"x"),
 ]
 bad = 0
 def fail(msg):
     global bad
     bad += 1
-    print(msg)
-for name, opener, mode in cases:
+    print(msg, flush=True)
+def readall(fd):
+    out = b""
+    while True:
+        d = os.read(fd, 100)
+        if not d:
+            return out
+        out += d
+for name, opener, mode, want in cases:
     os.mkfifo(name)
     r, w = os.pipe()
     pid = os.fork()
@@ -987,27 +996,22 @@ for name, opener, mode in cases:
             if fd < 0:
                 raise OSError(ctypes.get_errno(), "open")
             # Python asks for O_CLOEXEC, libc.open and openat2 here do not.
-            inherit = name.startswith(("inherit", "openat2"))
-            if inherit == bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC):
-                os.write(w, b"oC")
-            else:
-                os.write(w, b"o")
+            got = b"o"
+            if name.startswith(("inherit", "openat2")) == bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC):
+                got += b"C"
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK:
+                got += b"N"
+            os.write(w, got)
             if mode == W:
                 os.write(fd, b"x")
             else:
-                d = b""
-                for i in range(20000):
-                    d = os.read(fd, 1)
-                    if d:
-                        break
-                    time.sleep(0.005) # end of file until the writer comes
-                os.write(w, d)
+                os.write(w, b"=" + os.read(fd, 1))
         except OSError as e:
             os.write(w, b"E" + str(e).encode())
         os._exit(0)
     os.close(w)
-    # Wait until the child is in its open (held by the supervisor), or,
-    # for a reader, past it.
+    # Wait until the child is in its open (held by the supervisor), or
+    # past it (a failure).
     for i in range(2000):
         try:
             with open("/proc/%d/wchan" % pid) as f:
@@ -1019,33 +1023,34 @@ for name, opener, mode in cases:
             break
     for i in range(20):
         os.close(os.open("%s.%d" % (name, i), os.O_CREAT | os.O_WRONLY, 0o644))
-    if mode == W:
-        os.set_blocking(r, False)
-        try:
-            got = os.read(r, 100)
-            fail("%s: opened with no reader: %r" % (name, got))
-        except BlockingIOError:
-            pass
-        os.set_blocking(r, True)
+    os.set_blocking(r, False)
+    try:
+        got = os.read(r, 100)
+        fail("%s: opened with no partner: %r" % (name, got))
+    except BlockingIOError:
+        pass
+    os.set_blocking(r, True)
     if mode == W:
         p = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
         got = os.read(r, 100)
-        if got != b"o":
-            fail("%s: the open failed or has the wrong close-on-exec flag: %r" % (name, got))
         os.set_blocking(p, True)
-        got = os.read(p, 1)
+        data = os.read(p, 1)
+        os.close(p)
+        if got != b"o" or data != want:
+            fail("%s: got %r and %r, want o and %r" % (name, got, data, want))
     else:
-        got = os.read(r, 2)
+        # A writer (no O_CREAT: the kernel opens it) that says nothing
+        # yet: the open of the reader returns once it is there.
         p = os.open(name, os.O_WRONLY)
-        os.write(p, b"x")
-        if got[:2] == b"oC":
-            fail("%s: wrong close-on-exec flag" % name)
-        got = got.lstrip(b"oC")
-        if got == b"":
-            got = os.read(r, 1)
-    if got != b"x":
-        fail("%s: got %r, want x" % (name, got))
-    os.close(p)
+        if not want:
+            os.close(p)
+        got = os.read(r, 1)
+        if want:
+            os.write(p, want)
+            os.close(p)
+        got += readall(r)
+        if got != b"o=" + want:
+            fail("%s: got %r, want %r" % (name, got, b"o=" + want))
     os.close(r)
     os.waitpid(pid, 0)
 print("failed=%d" % bad)
@@ -1055,9 +1060,124 @@ print("failed=%d" % bad)
 // place waits for its partner without stalling the supervisor: before,
 // openat2 or an O_CREAT open through /proc/self/fd of a FIFO with no
 // reader blocked it, and every other supervised call of the command with
-// it, for good.
+// it, for good. Then a reader's open returned at once, before any writer
+// (its reads saw end of file until one came).
 func TestCommandFIFONoPartner(t *testing.T) {
 	runPyNoFailures(t, pyFIFOs)
+}
+
+// shWaitPending defines waitpending PID: wait until process PID waits in
+// the supervisor, or give up (status 1) after 30 s. A supervised call made
+// after it returns is served after PID's (the supervisor receives the
+// notifications in order, one at a time).
+const shWaitPending = `waitpending() { i=0; until grep -q seccomp /proc/$1/wchan 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || return 1; sleep 0.01; done; }
+`
+
+// TestCommandPendingOpenKeepsItsFIFO: a FIFO's writer waiting in the
+// supervisor for a reader completes on the FIFO it found, as the kernel's
+// open waits on the inode its walk found, whatever becomes of the name
+// meanwhile (removed, replaced by a symlink or by a file): a reader
+// through another link gets the bytes. The retry used to open the name
+// again with the supervisor's O_NOFOLLOW and without O_CREAT: ENOENT, ELOOP,
+// or the bytes written into the new file.
+func TestCommandPendingOpenKeepsItsFIFO(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	script := shWaitPending + `echo f > file
+for c in removed symlink file; do
+	mkfifo p && ln p q || exit 1
+	(echo $c > p) & w=$!
+	waitpending $w || { echo "$c: the writer did not wait"; exit 1; }
+	: > made.$c # supervised after the writer's open: that is pending now
+	rm p
+	case $c in symlink) ln -s file p;; file) echo other > p;; esac
+	timeout 30 cat q > got.$c
+	wait $w || echo "$c: the writer failed"
+	rm -f p q
+done
+echo other > p; cat p`
+	code, out := runSh(t, denyPlan(t, ws), ws, script)
+	if code != 0 || strings.TrimSpace(out) != "other" {
+		t.Errorf("exit %d: %s", code, out)
+	}
+	for _, c := range []string{"removed", "symlink", "file"} {
+		assertFile(t, filepath.Join(ws, "got."+c), c+"\n")
+	}
+	assertFile(t, filepath.Join(ws, "file"), "f\n")
+}
+
+// TestCommandPendingWritersTogether: 50 writers of one FIFO wait in the
+// supervisor for a reader; when one comes the kernel lets them all in at
+// once, so the reader sees end of file only after the last one has
+// written. They were opened and answered one by one: a writer could run,
+// write and close before the next was opened, and the reader end early.
+// (9 runs in 9 without the fix: 6 to 43 lines of 50.)
+func TestCommandPendingWritersTogether(t *testing.T) {
+	needSandbox(t)
+	ws := denyFixture(t)
+	script := shWaitPending + `mkfifo p || exit 1
+i=0; while [ $i -lt 50 ]; do (echo $i > p) & pids="$pids $!"; i=$((i+1)); done
+for w in $pids; do waitpending $w || { echo "$w did not wait"; exit 1; }; done
+: > made # supervised after every writer: all are waiting
+cat p | wc -l
+kill $pids 2>/dev/null # any left waiting (a reader that ended early)
+wait`
+	code, out := runSh(t, denyPlan(t, ws), ws, script)
+	if code != 0 || strings.TrimSpace(out) != "50" {
+		t.Errorf("exit %d: %s (want 50 lines)", code, out)
+	}
+}
+
+// pyPendingBound has 1030 threads open one FIFO for writing with no
+// reader, through the supervisor (O_CREAT): 1024 wait (maxPendingOpens),
+// the others fail with ENFILE; a reader then lets every waiting one
+// through. It prints how many did not.
+const pyPendingBound = `
+import errno, os, signal, threading
+signal.alarm(100)
+threading.stack_size(256 * 1024)
+os.mkfifo("p")
+res = {}
+def w(i):
+    try:
+        os.close(os.open("p", os.O_WRONLY | os.O_CREAT))
+        res[i] = 0
+    except OSError as e:
+        res[i] = e.errno
+ts = [threading.Thread(target=w, args=(i,)) for i in range(1030)]
+for t in ts:
+    t.start()
+def waiting(t):
+    try:
+        with open("/proc/self/task/%d/wchan" % t.native_id) as f:
+            return "seccomp" in f.read()
+    except OSError:
+        return False
+while any(t.is_alive() and not waiting(t) for t in ts):
+    os.sched_yield()
+os.close(os.open("sync", os.O_CREAT | os.O_WRONLY)) # served after them all
+r = os.open("p", os.O_RDONLY | os.O_NONBLOCK)
+for t in ts:
+    t.join()
+os.close(r)
+refused = [i for i, e in res.items() if e == errno.ENFILE]
+bad = 0
+if len(refused) != 6:
+    print("%d refused with ENFILE, want 6" % len(refused))
+    bad += 1
+others = [e for e in res.values() if e not in (0, errno.ENFILE)]
+if others or len(res) != 1030:
+    print("%d answers, failures other than ENFILE: %r" % (len(res), others[:5]))
+    bad += 1
+print("failed=%d" % bad)
+`
+
+// TestCommandPendingOpensBounded: the opens waiting in one supervisor are
+// bounded (each holds one of its descriptors): past maxPendingOpens an
+// open fails with ENFILE, never waits unsupervised, and those waiting
+// still complete. Without the bound all 1030 waited (none refused).
+func TestCommandPendingOpensBounded(t *testing.T) {
+	runPyNoFailures(t, pyPendingBound)
 }
 
 // TestCommandCreateThreadsUnderSignals: every listener ioctl that can

@@ -239,31 +239,87 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 // and the open's errno, for a caller that looks again on some.
 func openAt(dir int, name string, a openArgs, cloexec bool) (reply, unix.Errno) {
 	fd, errno, wait := openNoWait(dir, name, a)
-	if wait == nil {
-		if errno != 0 {
-			return replyErrno(errno), errno
-		}
-		return install(fd, cloexec), 0
+	if wait != nil {
+		wait.cloexec = cloexec
+		return later(wait), 0
 	}
-	d, err := unix.FcntlInt(uintptr(dir), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return replyErrno(unix.EMFILE), unix.EMFILE
+	if errno != 0 {
+		return replyErrno(errno), errno
 	}
-	wait.dir, wait.name, wait.args, wait.cloexec = d, name, a, cloexec
-	return later(wait), 0
+	return install(fd, cloexec), 0
 }
 
 // openNoWait opens dir/name as a asks, but never waits: every open done
 // here in a command's place serves all its other processes' calls too, and
 // a FIFO with no partner (or a device waiting for a carrier) would block
-// them all. So O_NONBLOCK is added, then cleared unless asked for. A
-// FIFO's writer with no reader yet comes back as a wait (non-nil) for the
-// supervisor to retry between notifications (pendingOpen), as the kernel
-// would wait. A FIFO's reader with no writer yet is not made to wait (a
-// writer cannot be seen from here: pipe(7) counts them in the kernel
-// only): its open returns at once and its reads see end of file until a
-// writer comes, where the kernel's open would wait for the writer.
+// them all. So O_NONBLOCK is added, then cleared unless asked for. An
+// open the kernel would make wait comes back as a wait (non-nil) for the
+// supervisor to complete between notifications (pendingOpen): a FIFO's
+// writer with no reader yet, an open held up by a lease, a FIFO's reader
+// with no writer yet (its non-blocking reader kept until one comes:
+// fifoReady).
+//
+// The kernel's open waits on the inode its walk found: a writer or an
+// open held up by a lease keeps that inode (an O_PATH descriptor) and is
+// retried through it (pendingOpen.retry), whatever becomes of the name
+// meanwhile (removed, replaced by another file or a symlink), as the
+// kernel's would complete on the inode it waits on.
 func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen) {
+	for try := 0; ; try++ {
+		fd, errno, w, rd := attempt(dir, name, a)
+		if w == noWait {
+			return fd, errno, rd
+		}
+		obj, perr := a.pin(dir, name)
+		if perr != 0 {
+			return -1, perr, nil // gone meanwhile: as an open a moment later
+		}
+		if w.holds(obj) {
+			po := &pendingOpen{obj: obj, args: a.reopen()}
+			var st unix.Stat_t
+			if w == waitNoReader && unix.Fstat(obj, &st) == nil {
+				po.fifo = fileID{st.Dev, st.Ino}
+			}
+			return -1, 0, po
+		}
+		// Not what made the open wait: replaced meanwhile, look again.
+		unix.Close(obj)
+		if try == 10 {
+			return -1, errno, nil
+		}
+	}
+}
+
+// waitKind is why a non-blocking open did not complete where the
+// kernel's blocking one would have waited.
+type waitKind uint8
+
+const (
+	noWait       waitKind = iota
+	waitLease             // EAGAIN: a lease being broken
+	waitNoReader          // ENXIO: a FIFO's writer with no reader (if a FIFO)
+)
+
+// holds reports whether obj (O_PATH) is a file the kernel would wait on
+// for w: a FIFO for a writer, a regular file for a lease.
+func (w waitKind) holds(obj int) bool {
+	var st unix.Stat_t
+	if unix.Fstat(obj, &st) != nil {
+		return false
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return w == waitNoReader
+	case unix.S_IFREG:
+		return w == waitLease
+	}
+	return false
+}
+
+// attempt is one open of dir/name as a asks, without waiting: the
+// descriptor (O_NONBLOCK cleared unless asked), or the errno, or a wait:
+// w (with the errno the open gave) or, for a FIFO's reader, rd.
+func attempt(dir int, name string, a openArgs) (fd int, errno unix.Errno, w waitKind, rd *pendingOpen) {
 	flags := a.flags
 	if a.two {
 		flags = int(a.how.Flags)
@@ -271,44 +327,44 @@ func openNoWait(dir int, name string, a openArgs) (int, unix.Errno, *pendingOpen
 	if flags&(unix.O_NONBLOCK|unix.O_PATH) != 0 {
 		fd, err := a.open(dir, name, 0)
 		if err != nil {
-			return -1, toErrno(err), nil
+			return -1, toErrno(err), noWait, nil
 		}
-		return fd, 0, nil
+		return fd, 0, noWait, nil
 	}
 	fd, err := a.open(dir, name, unix.O_NONBLOCK)
-	if err == unix.EAGAIN {
+	switch err {
+	case unix.EAGAIN:
 		// A lease on the file (F_SETLEASE, an NFS delegation, an SMB
 		// oplock) being broken: the kernel answers a non-blocking open
 		// at once where it would have made a blocking one wait for the
 		// break. Wait as it would, between notifications.
-		return -1, 0, &pendingOpen{}
+		return -1, unix.EAGAIN, waitLease, nil
+	case unix.ENXIO:
+		// A FIFO's writer with no reader, or a socket, or a device
+		// without its driver (ENXIO as asked): waitKind.holds tells.
+		return -1, unix.ENXIO, waitNoReader, nil
+	case nil:
+	default:
+		return -1, toErrno(err), noWait, nil
 	}
-	if err == unix.ENXIO {
-		// A FIFO's writer with no reader (or a socket, or a device
-		// without its driver: ENXIO as asked).
+	if flags&unix.O_ACCMODE == unix.O_RDONLY {
+		// A FIFO's reader: the kernel's open waits for a writer (one
+		// there already, or one that comes: fifoReady, writersOf).
 		var st unix.Stat_t
-		at := 0
-		if flags&unix.O_NOFOLLOW != 0 {
-			at = unix.AT_SYMLINK_NOFOLLOW
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+			id := fileID{st.Dev, st.Ino}
+			if !fifoReady(fd) && !writersOf(map[fileID]bool{id: true})[id] {
+				return -1, 0, noWait, newPendingReader(fd, id)
+			}
 		}
-		if unix.Fstatat(dir, name, &st, at) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
-			return -1, 0, &pendingOpen{}
-		}
 	}
-	if err != nil {
-		return -1, toErrno(err), nil
-	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err == nil {
-		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
-	}
-	if err != nil {
+	if errno := clearNonblock(fd); errno != 0 {
 		// The command did not ask for a non-blocking descriptor; one it
 		// writes its output through could fail its writes with EAGAIN.
 		unix.Close(fd)
-		return -1, toErrno(err), nil
+		return -1, errno, noWait, nil
 	}
-	return fd, 0, nil
+	return fd, 0, noWait, nil
 }
 
 // openArgs is an open done here: openat's flags (an int, as the kernel
@@ -326,4 +382,29 @@ func (a openArgs) open(dir int, name string, extra int) (int, error) {
 		return unix.Openat2(dir, name, &how)
 	}
 	return unix.Openat(dir, name, a.flags|extra, 0)
+}
+
+// pin opens (O_PATH) the file that opening dir/name as a would open: the
+// same walk, the same final symlink rule.
+func (a openArgs) pin(dir int, name string) (int, unix.Errno) {
+	if a.two {
+		how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | a.how.Flags&unix.O_NOFOLLOW, Resolve: a.how.Resolve}
+		fd, err := unix.Openat2(dir, name, &how)
+		return fd, toErrno(err)
+	}
+	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_CLOEXEC|a.flags&unix.O_NOFOLLOW, 0)
+	return fd, toErrno(err)
+}
+
+// reopen is a as an open of a pinned file through /proc/self/fd: a magic
+// link to follow (no O_NOFOLLOW, no resolve rules), nothing to create.
+func (a openArgs) reopen() openArgs {
+	const drop = unix.O_NOFOLLOW | unix.O_CREAT | unix.O_EXCL
+	if a.two {
+		a.how.Flags &^= drop
+		a.how.Mode, a.how.Resolve = 0, 0
+		return a
+	}
+	a.flags &^= drop
+	return a
 }

@@ -13,6 +13,11 @@ import (
 // The supervisor's loop (notify_linux.go has the map of the layers):
 // receive a notification, decode the call, hand it to its handler, answer.
 
+// maxPendingOpens bounds the opens waiting in one sandbox's supervisor
+// (pendingOpen): no real workload has a thousand FIFO opens waiting at
+// once; past it an open fails with ENFILE.
+const maxPendingOpens = 1024
+
 // supervisor serves the notifications of one command tree.
 type supervisor struct {
 	listener int
@@ -24,17 +29,6 @@ type supervisor struct {
 	cwd int
 	// lock is the creation lock (creationLock), -1 without deny globs.
 	lock int
-}
-
-// pendingOpen is an open of a FIFO for writing that has no reader yet
-// (openNoWait): the kernel would wait; the supervisor retries it between
-// notifications rather than block them all.
-type pendingOpen struct {
-	id      uint64
-	dir     int // where name is (a copy)
-	name    string
-	args    openArgs
-	cloexec bool // the target asked for O_CLOEXEC (args always have it)
 }
 
 // serve handles notifications until the listener fails (every command
@@ -79,6 +73,13 @@ func (s *supervisor) serve() {
 			continue
 		}
 		r := s.handle(&req)
+		if r.pending != nil && len(s.pending) >= maxPendingOpens {
+			// Each holds a descriptor of the supervisor's: a command
+			// must not run its own supervisor out of them (or out of
+			// memory). The kernel's answer when its file table is full.
+			r.pending.close()
+			r = replyErrno(unix.ENFILE)
+		}
 		if r.pending != nil {
 			r.pending.id = req.ID
 			s.pending = append(s.pending, *r.pending)
@@ -154,28 +155,6 @@ func (s *supervisor) idValid(id uint64) bool {
 			return false
 		}
 	}
-}
-
-func (s *supervisor) retryPending() {
-	keep := s.pending[:0]
-	for _, po := range s.pending {
-		if !s.idValid(po.id) { // interrupted or gone: the kernel asks again
-			unix.Close(po.dir)
-			continue
-		}
-		fd, errno, wait := openNoWait(po.dir, po.name, po.args)
-		if wait != nil {
-			keep = append(keep, po)
-			continue
-		}
-		unix.Close(po.dir)
-		if fd >= 0 && inSupervisor(fd) {
-			unix.Close(fd)
-			fd, errno = -1, unix.EACCES
-		}
-		s.answer(po.id, fdResult{fd, po.cloexec}, errno)
-	}
-	s.pending = keep
 }
 
 // fdResult is a descriptor to install in the target (-1 for none).
