@@ -45,6 +45,10 @@ cluster { name: relay, listen: 127.0.0.1:1622$i,
 C
   "$NS" -c "$R/nats-$i.conf" > "$R/nats-$i.log" 2>&1 & pids+=($!); nats[$i]=$!
 done
+# A node exits at start when no NATS server answers: wait for all three.
+for i in 1 2 3; do
+  for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/1422$i) 2>/dev/null && break; sleep 0.1; done
+done
 head -c 48 /dev/urandom | base64 > "$R/url-secret"
 echo exec-tok-1 > "$R/executors"; echo harness-tok-1 > "$R/harnesses"
 chmod 600 "$R/url-secret" "$R/executors" "$R/harnesses"
