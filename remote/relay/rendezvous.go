@@ -216,22 +216,33 @@ func (l *leg) writeNowBatch(bs []outFrame) bool {
 	if l.ending() {
 		return false
 	}
-	timeout := writeTimeout
-	if l.role == roleHarness {
-		timeout = min(timeout, l.s.opts.SlowHarness)
-	}
+	timeout := l.writeLimit()
 	for len(bs) > 0 {
 		n := min(len(bs), corkFrames)
 		if err := l.writeFrames(bs[:n], timeout); err != nil {
-			if l.role == roleHarness && l.wslow.Load() {
-				l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
-			}
-			l.cut()
+			l.writeFailed()
 			return false
 		}
 		bs = bs[n:]
 	}
 	return true
+}
+
+// writeLimit is how long one write to this leg's socket may take.
+func (l *leg) writeLimit() time.Duration {
+	if l.role == roleHarness {
+		return min(writeTimeout, l.s.opts.SlowHarness)
+	}
+	return writeTimeout
+}
+
+// writeFailed cuts the leg after a failed write, saying so when it was a
+// harness too slow to read.
+func (l *leg) writeFailed() {
+	if l.role == roleHarness && l.wslow.Load() {
+		l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
+	}
+	l.cut()
 }
 
 // ending reports whether the leg is closing or done: nothing more is sent.
@@ -251,15 +262,8 @@ func (l *leg) writeNow(b []byte) bool {
 	if l.ending() {
 		return false
 	}
-	timeout := writeTimeout
-	if l.role == roleHarness {
-		timeout = min(timeout, l.s.opts.SlowHarness)
-	}
-	if err := l.write(websocket.MessageBinary, b, timeout); err != nil {
-		if l.role == roleHarness && l.wslow.Load() {
-			l.s.log.Warn("rendezvous: harness socket too slow, cutting it", "env", l.env)
-		}
-		l.cut()
+	if err := l.write(websocket.MessageBinary, b, l.writeLimit()); err != nil {
+		l.writeFailed()
 		return false
 	}
 	return true
