@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Writing several websocket messages in one syscall.
@@ -32,6 +33,8 @@ type corkConn struct {
 	mu     sync.Mutex
 	corked bool
 	buf    *[]byte // from corkBufs while corked
+	// abort: the leg cut the socket; Close writes nothing more.
+	abort atomic.Bool
 	// writes counts the writes that reached the socket (tests: messages
 	// per syscall).
 	writes atomic.Uint64
@@ -59,6 +62,23 @@ func (c *corkConn) Write(p []byte) (int, error) {
 		n = 0
 	}
 	return int(n), err
+}
+
+// Close writes what was gathered first, when no write is blocked: the
+// library answers a peer's close from its read goroutine (the reply lands
+// here while the leg is corked) and then closes the socket at once. A write
+// blocked in mu is the watchdog's case: the socket is closed under it.
+func (c *corkConn) Close() error {
+	if !c.abort.Load() && c.mu.TryLock() {
+		if c.corked && len(*c.buf) > 0 {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			c.writes.Add(1)
+			_, _ = c.Conn.Write(*c.buf)
+			*c.buf = (*c.buf)[:0]
+		}
+		c.mu.Unlock()
+	}
+	return c.Conn.Close()
 }
 
 // cork starts gathering writes.

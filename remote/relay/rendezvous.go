@@ -118,15 +118,20 @@ func (l *leg) writeFrames(fs []outFrame, timeout time.Duration) error {
 		}
 		return nil
 	}
-	l.arm(timeout)
+	// Each write is bounded on its own, as a lone frame's is: a batch
+	// reaches the socket in pieces of at most corkMax and a frame, and a
+	// harness that reads slowly but steadily must not be cut for taking
+	// longer than one write's limit over the whole batch.
 	defer l.disarm()
 	l.cc.cork()
 	for _, f := range fs {
+		l.arm(timeout)
 		if err := l.conn.Write(l.ioctx, f.typ(), f.b); err != nil {
 			l.cc.uncork()
 			return err
 		}
 	}
+	l.arm(timeout)
 	return l.cc.uncork()
 }
 
@@ -389,6 +394,9 @@ func (l *leg) cut() {
 	l.doneOnce.Do(func() {
 		close(l.done)
 		l.cancel()
+		if l.cc != nil {
+			l.cc.abort.Store(true)
+		}
 		l.conn.CloseNow()
 	})
 }
@@ -396,15 +404,20 @@ func (l *leg) cut() {
 func (l *leg) writer() {
 	defer l.cut()
 	batch := make([]outFrame, 0, 8)
-	// gather takes f and what else is queued now (up to corkFrames).
+	// gather takes f and what else is queued now (up to corkFrames, and
+	// no more than corkMax bytes past the first: taking a frame gives its
+	// queue space back, so what the leg holds stays within the queue's
+	// bounds and one batch).
 	gather := func(f outFrame) []outFrame {
 		l.release(int64(len(f.b)))
 		batch = append(batch[:0], f)
-		for len(batch) < corkFrames {
+		size := 0
+		for len(batch) < corkFrames && size < corkMax {
 			select {
 			case g := <-l.out:
 				l.release(int64(len(g.b)))
 				batch = append(batch, g)
+				size += len(g.b)
 			default:
 				return batch
 			}
