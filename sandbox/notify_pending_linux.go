@@ -29,6 +29,11 @@ type pendingOpen struct {
 
 	fifo fileID // the FIFO a writer or reader waits on
 
+	// A FIFO's writer: retried at gaps that double from 5 ms to
+	// maxScanGap, at once while a reader of its FIFO waits here.
+	nextTry time.Time
+	tryGap  time.Duration
+
 	// A reader.
 	reader bool
 	fd     int // the supervisor's non-blocking reader
@@ -119,6 +124,16 @@ func (s *supervisor) retryPending() {
 	// were tried. The kernel had counted them all as writers before any
 	// ran; answered without them, the others could write and close, and
 	// the reader see end of file while they wait.
+	now := time.Now()
+	var readers map[fileID]bool // FIFOs a reader waits on here
+	for _, po := range s.pending {
+		if po.reader {
+			if readers == nil {
+				readers = map[fileID]bool{}
+			}
+			readers[po.fifo] = true
+		}
+	}
 	for pass := 0; pass < 2 && (pass == 0 || opened != nil); pass++ {
 		keep = s.pending[:0]
 		for _, po := range s.pending {
@@ -126,8 +141,17 @@ func (s *supervisor) retryPending() {
 				keep = append(keep, po)
 				continue
 			}
+			writer := po.fifo != fileID{}
+			if pass == 0 && writer && !readers[po.fifo] && now.Before(po.nextTry) {
+				keep = append(keep, po) // backing off: no reader seen yet
+				continue
+			}
 			fd, errno, w, rd := attempt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(po.obj), po.args)
 			if w != noWait && w.holds(po.obj) {
+				if writer {
+					po.tryGap = min(max(2*po.tryGap, firstScanGap), maxScanGap)
+					po.nextTry = now.Add(po.tryGap)
+				}
 				keep = append(keep, po)
 				continue
 			}

@@ -46,7 +46,8 @@ func (s *supervisor) serve() {
 		}
 		s.pending = nil
 	}()
-	// The pending opens are retried every 5 ms, also while notifications
+	// The pending opens are looked at every 5 ms (each backs off or
+	// waits for its scan: retryPending), also while notifications
 	// keep coming (a poll that never times out would starve them).
 	var retried time.Time
 	for {
