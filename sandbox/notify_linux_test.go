@@ -1180,6 +1180,90 @@ func TestCommandPendingOpensBounded(t *testing.T) {
 	runPyNoFailures(t, pyPendingBound)
 }
 
+// pyPendingFullReader fills the pending opens (1024 writers of FIFO "a"
+// with no reader), has a thread wait in the kernel (unsupervised: no
+// O_CREAT) to open FIFO "b" for writing, then opens "b" for reading
+// through the supervisor (O_CREAT): it must fail with ENFILE without any
+// open of "b" done, so the writer still waits (and later gets its reader)
+// rather than being let in to a reader closed at once (EPIPE).
+const pyPendingFullReader = `
+import errno, os, signal, threading
+signal.alarm(100)
+threading.stack_size(256 * 1024)
+os.mkfifo("a")
+os.mkfifo("b")
+def waiting(t, what):
+    try:
+        with open("/proc/self/task/%d/wchan" % t.native_id) as f:
+            return what in f.read()
+    except OSError:
+        return False
+res = {}
+def w(i):
+    try:
+        os.close(os.open("a", os.O_WRONLY | os.O_CREAT))
+        res[i] = 0
+    except OSError as e:
+        res[i] = e.errno
+ts = [threading.Thread(target=w, args=(i,)) for i in range(1024)]
+for t in ts:
+    t.start()
+while any(t.is_alive() and not waiting(t, "seccomp") for t in ts):
+    os.sched_yield()
+os.close(os.open("sync", os.O_CREAT | os.O_WRONLY)) # served after them all
+go = threading.Event()
+bres = []
+def bw():
+    fd = os.open("b", os.O_WRONLY)
+    go.wait()
+    try:
+        os.write(fd, b"x")
+        bres.append(0)
+    except OSError as e:
+        bres.append(e.errno)
+    os.close(fd)
+bt = threading.Thread(target=bw)
+bt.start()
+while bt.is_alive() and not waiting(bt, "partner"):
+    os.sched_yield()
+bad = 0
+try:
+    os.close(os.open("b", os.O_RDONLY | os.O_CREAT))
+    print("reader of b opened with no room")
+    bad += 1
+except OSError as e:
+    if e.errno != errno.ENFILE:
+        print("reader of b: errno %d, want ENFILE" % e.errno)
+        bad += 1
+go.set()
+while bt.is_alive() and not waiting(bt, "partner"):
+    os.sched_yield()
+if bt.is_alive():
+    r = os.open("b", os.O_RDONLY | os.O_NONBLOCK)
+    bt.join()
+    os.close(r)
+if bres != [0]:
+    print("writer of b: %r, want [0] (let in to a reader closed at once)" % bres)
+    bad += 1
+r = os.open("a", os.O_RDONLY | os.O_NONBLOCK)
+for t in ts:
+    t.join()
+os.close(r)
+if len(res) != 1024 or any(res.values()):
+    print("writers of a: %d answers, failures %r" % (len(res), [e for e in res.values() if e][:5]))
+    bad += 1
+print("failed=%d" % bad)
+`
+
+// TestCommandPendingFullReaderOpensNothing: with no room for another
+// pending open, a FIFO reader's open is refused (ENFILE) before the
+// supervisor opens anything: its non-blocking open would have let a
+// writer waiting in the kernel in, then the reader closed, and the
+// writer's write failed with EPIPE.
+func TestCommandPendingFullReaderOpensNothing(t *testing.T) {
+	runPyNoFailures(t, pyPendingFullReader)
+}
+
 // TestCommandCreateThreadsUnderSignals: every listener ioctl that can
 // fail with EINTR is retried, and none is taken for a gone notification.
 // With four threads creating at once the supervisor's ID_VALID and SEND

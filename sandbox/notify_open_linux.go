@@ -112,7 +112,7 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 			if magic {
 				// A procfs link of the target names an existing object:
 				// nothing is created through it.
-				r, _ := openAt(dir, name, openArgs{flags: flags &^ (unix.O_CREAT | unix.O_EXCL)}, cloexec)
+				r, _ := s.openAt(dir, name, openArgs{flags: flags &^ (unix.O_CREAT | unix.O_EXCL)}, cloexec)
 				return r
 			}
 			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
@@ -131,7 +131,7 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				return replyErrno(unix.EISDIR)
 			}
-			r, errno := openAt(dir, name, openArgs{flags: (flags &^ unix.O_CREAT) | unix.O_NOFOLLOW}, cloexec)
+			r, errno := s.openAt(dir, name, openArgs{flags: (flags &^ unix.O_CREAT) | unix.O_NOFOLLOW}, cloexec)
 			if (errno == unix.ENOENT || errno == unix.ELOOP) && flags&unix.O_NOFOLLOW == 0 {
 				continue // removed or replaced meanwhile: look again
 			}
@@ -210,7 +210,7 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 			if magic {
 				// A procfs link in a directory of the target (never the
 				// init's: walkParent refuses those) names its object.
-				r, _ := openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags, Mode: how.Mode}}, cloexec)
+				r, _ := s.openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags, Mode: how.Mode}}, cloexec)
 				return r
 			}
 			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
@@ -226,7 +226,7 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 		}
 		// Not a symlink (or not to be followed): O_NOFOLLOW keeps the
 		// kernel from following one put there meanwhile.
-		r, errno := openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags | unix.O_NOFOLLOW, Mode: how.Mode, Resolve: how.Resolve}}, cloexec)
+		r, errno := s.openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags | unix.O_NOFOLLOW, Mode: how.Mode, Resolve: how.Resolve}}, cloexec)
 		if errno == unix.ELOOP && follow {
 			continue // replaced by a symlink meanwhile: look again
 		}
@@ -237,7 +237,8 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 
 // openAt is openNoWait as a reply (the descriptor, the failure, or later)
 // and the open's errno, for a caller that looks again on some.
-func openAt(dir int, name string, a openArgs, cloexec bool) (reply, unix.Errno) {
+func (s *supervisor) openAt(dir int, name string, a openArgs, cloexec bool) (reply, unix.Errno) {
+	a.full = s.full
 	fd, errno, wait := openNoWait(dir, name, a)
 	if wait != nil {
 		wait.cloexec = cloexec
@@ -331,6 +332,12 @@ func attempt(dir int, name string, a openArgs) (fd int, errno unix.Errno, w wait
 		}
 		return fd, 0, noWait, nil
 	}
+	if a.full && flags&unix.O_ACCMODE == unix.O_RDONLY && isFIFO(dir, name, a) {
+		// No room for another pending open: refused before the open, as
+		// a FIFO reader's open wakes the writers waiting for one (then
+		// closed, they would get SIGPIPE).
+		return -1, unix.ENFILE, noWait, nil
+	}
 	fd, err := a.open(dir, name, unix.O_NONBLOCK)
 	switch err {
 	case unix.EAGAIN:
@@ -349,12 +356,18 @@ func attempt(dir int, name string, a openArgs) (fd int, errno unix.Errno, w wait
 	}
 	if flags&unix.O_ACCMODE == unix.O_RDONLY {
 		// A FIFO's reader: the kernel's open waits for a writer (one
-		// there already, or one that comes: fifoReady, writersOf).
+		// there already, or one that comes: fifoReady, writersOf). The
+		// scan for a silent writer (writersOf) is never done here, under
+		// the machine-wide creation lock: the reader waits, its scan due
+		// at once, and retryPending does it outside the lock.
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
-			id := fileID{st.Dev, st.Ino}
-			if !fifoReady(fd) && !writersOf(map[fileID]bool{id: true})[id] {
-				return -1, 0, noWait, newPendingReader(fd, id)
+			if !fifoReady(fd) {
+				if a.full { // replaced by a FIFO since isFIFO looked
+					unix.Close(fd)
+					return -1, unix.ENFILE, noWait, nil
+				}
+				return -1, 0, noWait, newPendingReader(fd, fileID{st.Dev, st.Ino})
 			}
 		}
 	}
@@ -367,12 +380,27 @@ func attempt(dir int, name string, a openArgs) (fd int, errno unix.Errno, w wait
 	return fd, 0, noWait, nil
 }
 
+// isFIFO reports whether dir/name, as a would open it, is a FIFO.
+func isFIFO(dir int, name string, a openArgs) bool {
+	obj, errno := a.pin(dir, name)
+	if errno != 0 {
+		return false // the open tells why
+	}
+	defer unix.Close(obj)
+	var st unix.Stat_t
+	return unix.Fstat(obj, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+}
+
 // openArgs is an open done here: openat's flags (an int, as the kernel
 // takes them: unknown bits ignored), or openat2's open_how (two).
 type openArgs struct {
 	flags int
 	two   bool
 	how   unix.OpenHow
+	// full: the supervisor has no room for another pending open
+	// (maxPendingOpens); a FIFO's reader that would wait gets ENFILE
+	// before anything is opened.
+	full bool
 }
 
 func (a openArgs) open(dir int, name string, extra int) (int, error) {

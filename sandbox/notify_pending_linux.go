@@ -29,27 +29,60 @@ type pendingOpen struct {
 
 	fifo fileID // the FIFO a writer or reader waits on
 
+	// A FIFO's writer: retried at gaps that double from 5 ms to
+	// maxScanGap, at once while a reader of its FIFO waits here.
+	nextTry time.Time
+	tryGap  time.Duration
+
 	// A reader.
-	reader   bool
-	fd       int // the supervisor's non-blocking reader
-	nextScan time.Time
-	scanGap  time.Duration
+	reader bool
+	fd     int // the supervisor's non-blocking reader
 }
 
 // fileID names an inode.
 type fileID struct{ dev, ino uint64 }
 
 // The scan for a FIFO's writers (writersOf) reads every descriptor of the
-// sandbox's processes: a pending reader does it at its open, then again
-// after 5 ms, 10 ms, ... at most every maxScanGap.
+// sandbox's processes: one schedule per supervisor (scanSchedule), not per
+// reader. A new reader makes a scan due at once (retryPending does it,
+// outside the creation lock); then after 5 ms, 10 ms, ... at most every
+// maxScanGap, and never sooner than 10 times the last scan took after it
+// (a sandbox with many descriptors is not scanned back to back).
 const (
 	firstScanGap = 5 * time.Millisecond
 	maxScanGap   = 100 * time.Millisecond
+	scanCostMul  = 10
 )
 
+// scanSchedule is when the supervisor next scans for silent writers.
+type scanSchedule struct {
+	next  time.Time     // the next scan is due (zero: at once)
+	gap   time.Duration // the gap after the next scan (doubling)
+	floor time.Time     // no scan before: last scan's end + 10 x its cost
+}
+
+// readerCame makes a scan due as soon as the last one's cost allows.
+func (sc *scanSchedule) readerCame() {
+	sc.next, sc.gap = sc.floor, firstScanGap
+}
+
+func (sc *scanSchedule) due(now time.Time) bool { return !now.Before(sc.next) }
+
+// scanned records a scan that ran from start to end.
+func (sc *scanSchedule) scanned(start, end time.Time) {
+	if sc.gap == 0 {
+		sc.gap = firstScanGap
+	}
+	sc.floor = end.Add(max(firstScanGap, scanCostMul*end.Sub(start)))
+	sc.next = end.Add(sc.gap)
+	if sc.next.Before(sc.floor) {
+		sc.next = sc.floor
+	}
+	sc.gap = min(2*sc.gap, maxScanGap)
+}
+
 func newPendingReader(fd int, fifo fileID) *pendingOpen {
-	return &pendingOpen{obj: -1, reader: true, fd: fd, fifo: fifo,
-		scanGap: firstScanGap, nextScan: time.Now().Add(firstScanGap)}
+	return &pendingOpen{obj: -1, reader: true, fd: fd, fifo: fifo}
 }
 
 // close lets go of what po holds (its notification is gone).
@@ -91,6 +124,16 @@ func (s *supervisor) retryPending() {
 	// were tried. The kernel had counted them all as writers before any
 	// ran; answered without them, the others could write and close, and
 	// the reader see end of file while they wait.
+	now := time.Now()
+	var readers map[fileID]bool // FIFOs a reader waits on here
+	for _, po := range s.pending {
+		if po.reader {
+			if readers == nil {
+				readers = map[fileID]bool{}
+			}
+			readers[po.fifo] = true
+		}
+	}
 	for pass := 0; pass < 2 && (pass == 0 || opened != nil); pass++ {
 		keep = s.pending[:0]
 		for _, po := range s.pending {
@@ -98,8 +141,17 @@ func (s *supervisor) retryPending() {
 				keep = append(keep, po)
 				continue
 			}
+			writer := po.fifo != fileID{}
+			if pass == 0 && writer && !readers[po.fifo] && now.Before(po.nextTry) {
+				keep = append(keep, po) // backing off: no reader seen yet
+				continue
+			}
 			fd, errno, w, rd := attempt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(po.obj), po.args)
 			if w != noWait && w.holds(po.obj) {
+				if writer {
+					po.tryGap = min(max(2*po.tryGap, firstScanGap), maxScanGap)
+					po.nextTry = now.Add(po.tryGap)
+				}
 				keep = append(keep, po)
 				continue
 			}
@@ -127,19 +179,22 @@ func (s *supervisor) retryPending() {
 		s.pending = keep
 	}
 
-	now := time.Now()
 	var scan map[fileID]bool
-	for _, po := range s.pending {
-		if po.reader && !opened[po.fifo] && !now.Before(po.nextScan) {
-			if scan == nil {
-				scan = map[fileID]bool{}
+	if s.scan.due(time.Now()) {
+		for _, po := range s.pending {
+			if po.reader && !opened[po.fifo] {
+				if scan == nil {
+					scan = map[fileID]bool{}
+				}
+				scan[po.fifo] = true
 			}
-			scan[po.fifo] = true
 		}
 	}
 	var writers map[fileID]bool
 	if scan != nil {
+		start := time.Now()
 		writers = writersOf(scan)
+		s.scan.scanned(start, time.Now())
 	}
 	keep = s.pending[:0]
 	for _, po := range s.pending {
@@ -148,10 +203,6 @@ func (s *supervisor) retryPending() {
 			continue
 		}
 		if !opened[po.fifo] && !fifoReady(po.fd) && !writers[po.fifo] {
-			if !now.Before(po.nextScan) {
-				po.scanGap = min(2*po.scanGap, maxScanGap)
-				po.nextScan = now.Add(po.scanGap)
-			}
 			keep = append(keep, po)
 			continue
 		}
@@ -212,12 +263,17 @@ func writersOf(want map[fileID]bool) map[fileID]bool {
 			continue
 		}
 		for _, n := range fds {
+			// The access mode first: only a descriptor open for writing
+			// is worth a stat (which follows the link to the file).
+			if !openForWriting("/proc/" + pid + "/fdinfo/" + n) {
+				continue
+			}
 			var st unix.Stat_t
 			if unix.Stat(dir+n, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 				continue
 			}
 			id := fileID{st.Dev, st.Ino}
-			if want[id] && !found[id] && openForWriting("/proc/"+pid+"/fdinfo/"+n) {
+			if want[id] && !found[id] {
 				found[id] = true
 				if len(found) == len(want) {
 					return found

@@ -23,6 +23,10 @@ type supervisor struct {
 	listener int
 	p        *policy.Plan
 	pending  []pendingOpen
+	scan     scanSchedule // the scan for FIFO readers' silent writers
+	// full: no room for another pending open, for the call being
+	// handled (handle): a wait is refused before any open is done.
+	full bool
 	// cwd is the init's directory (O_PATH), to come back to after a bind
 	// made relative to another one (this thread's own: CLONE_FS
 	// unshared); -1: binds to a path are refused.
@@ -34,7 +38,16 @@ type supervisor struct {
 // serve handles notifications until the listener fails (every command
 // process gone). It runs on the init's locked thread.
 func (s *supervisor) serve() {
-	// The pending opens are retried every 5 ms, also while notifications
+	// What the pending opens hold (a reader's descriptor keeps its FIFO
+	// open for reading) goes with the supervisor, not with the init.
+	defer func() {
+		for _, po := range s.pending {
+			po.close()
+		}
+		s.pending = nil
+	}()
+	// The pending opens are looked at every 5 ms (each backs off or
+	// waits for its scan: retryPending), also while notifications
 	// keep coming (a poll that never times out would starve them).
 	var retried time.Time
 	for {
@@ -72,7 +85,7 @@ func (s *supervisor) serve() {
 			s.connect(&req)
 			continue
 		}
-		r := s.handle(&req)
+		r := s.handle(&req, len(s.pending) < maxPendingOpens)
 		if r.pending != nil && len(s.pending) >= maxPendingOpens {
 			// Each holds a descriptor of the supervisor's: a command
 			// must not run its own supervisor out of them (or out of
@@ -82,6 +95,10 @@ func (s *supervisor) serve() {
 		}
 		if r.pending != nil {
 			r.pending.id = req.ID
+			if r.pending.reader {
+				s.scan.readerCame()
+				retried = time.Time{} // its scan is due: retry at once
+			}
 			s.pending = append(s.pending, *r.pending)
 			continue
 		}
@@ -267,7 +284,9 @@ func decodeCall(req *seccompNotif) (call, bool) {
 
 // handle does one notification's call; every failure is an errno (fail
 // closed), never a continue.
-func (s *supervisor) handle(req *seccompNotif) reply {
+func (s *supervisor) handle(req *seccompNotif, room bool) reply {
+	s.full = !room
+	defer func() { s.full = false }()
 	c, ok := decodeCall(req)
 	if !ok || req.Arch != seccompArch {
 		return replyErrno(unix.ENOSYS)
