@@ -1128,34 +1128,45 @@ wait`
 	}
 }
 
+// pyPendingWriters defines writers(name, n): a FIFO made at name and n
+// threads opening it for writing through the supervisor (O_CREAT), with no
+// reader; it returns once each waits in the supervisor or was answered
+// (their results in res: 0 or the errno), and the supervisor has served
+// a later call.
+const pyPendingWriters = `
+import errno, os, signal, threading
+signal.alarm(100)
+threading.stack_size(256 * 1024)
+def waiting(t, what):
+    try:
+        with open("/proc/self/task/%d/wchan" % t.native_id) as f:
+            return what in f.read()
+    except OSError:
+        return False
+def writers(name, n):
+    os.mkfifo(name)
+    res = {}
+    def w(i):
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT))
+            res[i] = 0
+        except OSError as e:
+            res[i] = e.errno
+    ts = [threading.Thread(target=w, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    while any(t.is_alive() and not waiting(t, "seccomp") for t in ts):
+        os.sched_yield()
+    os.close(os.open("sync", os.O_CREAT | os.O_WRONLY)) # served after them all
+    return res, ts
+`
+
 // pyPendingBound has 1030 threads open one FIFO for writing with no
 // reader, through the supervisor (O_CREAT): 1024 wait (maxPendingOpens),
 // the others fail with ENFILE; a reader then lets every waiting one
 // through. It prints how many did not.
-const pyPendingBound = `
-import errno, os, signal, threading
-signal.alarm(100)
-threading.stack_size(256 * 1024)
-os.mkfifo("p")
-res = {}
-def w(i):
-    try:
-        os.close(os.open("p", os.O_WRONLY | os.O_CREAT))
-        res[i] = 0
-    except OSError as e:
-        res[i] = e.errno
-ts = [threading.Thread(target=w, args=(i,)) for i in range(1030)]
-for t in ts:
-    t.start()
-def waiting(t):
-    try:
-        with open("/proc/self/task/%d/wchan" % t.native_id) as f:
-            return "seccomp" in f.read()
-    except OSError:
-        return False
-while any(t.is_alive() and not waiting(t) for t in ts):
-    os.sched_yield()
-os.close(os.open("sync", os.O_CREAT | os.O_WRONLY)) # served after them all
+const pyPendingBound = pyPendingWriters + `
+res, ts = writers("p", 1030)
 r = os.open("p", os.O_RDONLY | os.O_NONBLOCK)
 for t in ts:
     t.join()
@@ -1186,31 +1197,9 @@ func TestCommandPendingOpensBounded(t *testing.T) {
 // through the supervisor (O_CREAT): it must fail with ENFILE without any
 // open of "b" done, so the writer still waits (and later gets its reader)
 // rather than being let in to a reader closed at once (EPIPE).
-const pyPendingFullReader = `
-import errno, os, signal, threading
-signal.alarm(100)
-threading.stack_size(256 * 1024)
-os.mkfifo("a")
+const pyPendingFullReader = pyPendingWriters + `
 os.mkfifo("b")
-def waiting(t, what):
-    try:
-        with open("/proc/self/task/%d/wchan" % t.native_id) as f:
-            return what in f.read()
-    except OSError:
-        return False
-res = {}
-def w(i):
-    try:
-        os.close(os.open("a", os.O_WRONLY | os.O_CREAT))
-        res[i] = 0
-    except OSError as e:
-        res[i] = e.errno
-ts = [threading.Thread(target=w, args=(i,)) for i in range(1024)]
-for t in ts:
-    t.start()
-while any(t.is_alive() and not waiting(t, "seccomp") for t in ts):
-    os.sched_yield()
-os.close(os.open("sync", os.O_CREAT | os.O_WRONLY)) # served after them all
+res, ts = writers("a", 1024)
 go = threading.Event()
 bres = []
 def bw():
