@@ -178,18 +178,29 @@ func (l *leg) Send(b []byte) bool { return l.sendFrame(b, false) }
 func (l *leg) sendOwned(b []byte) bool { return l.sendFrame(b, true) }
 
 func (l *leg) sendFrame(b []byte, owned bool) bool {
-	if l.unsent.Load() == 0 && l.wmu.TryLock() {
-		if l.unsent.Load() == 0 {
-			ok := l.writeNow(b)
-			l.wmu.Unlock()
-			return ok
-		}
+	if l.lockIfIdle() {
+		ok := l.writeNow(b)
 		l.wmu.Unlock()
+		return ok
 	}
 	if !owned {
 		b = bytes.Clone(b)
 	}
 	return l.send(outFrame{b: b})
+}
+
+// lockIfIdle takes l.wmu when nothing is queued or being written (the
+// caller may then write on its own goroutine, and unlocks), else reports
+// false holding nothing.
+func (l *leg) lockIfIdle() bool {
+	if l.unsent.Load() != 0 || !l.wmu.TryLock() {
+		return false
+	}
+	if l.unsent.Load() != 0 {
+		l.wmu.Unlock()
+		return false
+	}
+	return true
 }
 
 // sendBatch sends frames the leg may keep (no copy), in order: in one
@@ -200,13 +211,10 @@ func (l *leg) sendBatch(bs []outFrame) bool {
 	if len(bs) == 1 {
 		return l.sendFrame(bs[0].b, true)
 	}
-	if l.unsent.Load() == 0 && l.wmu.TryLock() {
-		if l.unsent.Load() == 0 {
-			ok := l.writeNowBatch(bs)
-			l.wmu.Unlock()
-			return ok
-		}
+	if l.lockIfIdle() {
+		ok := l.writeNowBatch(bs)
 		l.wmu.Unlock()
+		return ok
 	}
 	for _, f := range bs {
 		if !l.send(f) {
