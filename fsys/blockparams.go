@@ -29,13 +29,13 @@ func decodeReadBlockParams(raw json.RawMessage, p *protocol.FsReadBlockParams) e
 // exponent or leading zero that fit in 64 bits. It reports false
 // otherwise, p then being partly filled.
 func readBlockParamsFast(raw []byte, p *protocol.FsReadBlockParams) bool {
-	i := skipSpace(raw, 0)
+	i := jsonscan.SkipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return false
 	}
 	var seen uint8
 	for {
-		i = skipSpace(raw, i+1)
+		i = jsonscan.SkipSpace(raw, i+1)
 		// A member name: one of the three, no escapes.
 		if i >= len(raw) || raw[i] != '"' {
 			return false
@@ -48,11 +48,11 @@ func readBlockParamsFast(raw []byte, p *protocol.FsReadBlockParams) bool {
 			return false
 		}
 		name := raw[i+1 : j]
-		i = skipSpace(raw, j+1)
+		i = jsonscan.SkipSpace(raw, j+1)
 		if i >= len(raw) || raw[i] != ':' {
 			return false
 		}
-		i = skipSpace(raw, i+1)
+		i = jsonscan.SkipSpace(raw, i+1)
 		var bit uint8
 		switch string(name) {
 		case "handleId":
@@ -93,12 +93,12 @@ func readBlockParamsFast(raw []byte, p *protocol.FsReadBlockParams) bool {
 			return false
 		}
 		seen |= bit
-		i = skipSpace(raw, i)
+		i = jsonscan.SkipSpace(raw, i)
 		if i >= len(raw) {
 			return false
 		}
 		if raw[i] == '}' {
-			return seen == 7 && skipSpace(raw, i+1) == len(raw)
+			return seen == 7 && jsonscan.SkipSpace(raw, i+1) == len(raw)
 		}
 		if raw[i] != ',' {
 			return false
@@ -127,13 +127,4 @@ func plainUint(raw []byte, i int) (uint64, int, bool) {
 		return 0, 0, false
 	}
 	return n, i, true
-}
-
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON white space.
-func skipSpace(raw []byte, i int) int {
-	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
-		i++
-	}
-	return i
 }

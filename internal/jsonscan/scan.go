@@ -22,15 +22,15 @@ type scanner struct {
 	known []byte
 }
 
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+func (s *scanner) ws() { s.i = SkipSpace(s.b, s.i) }
+
+// SkipSpace returns the index of the first byte of b at or after i that is
+// not JSON white space.
+func SkipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	return i
 }
 
 func (s *scanner) eat(c byte) bool {
