@@ -75,10 +75,7 @@ func reserveRange(file *os.File, off, n int64) bool {
 // keeps every byte, but it also moves the modification time, which a plain
 // write would have left at the last write: that time is put back. Best
 // effort: on failure the blocks stay reserved past the end, which the
-// client cannot see in the size or the contents. A writer outside this
-// handle that extends the file between the fstat and the truncate (a few
-// microseconds) would lose those bytes; two writers of one file through a
-// replace handle (which truncates the file when it opens) race anyway.
+// client cannot see in the size or the contents.
 func giveBack(file *os.File) {
 	c, err := file.SyscallConn()
 	if err != nil {
