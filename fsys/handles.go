@@ -31,14 +31,6 @@ type Handles struct {
 type handle struct {
 	file *os.File
 	path string
-
-	// Blocks reserved ahead of a replace handle's writes (reserve.go):
-	// writes run one at a time per connection (server/fsorder.go), the
-	// mutex orders them with a close from CloseAll.
-	mu       sync.Mutex
-	grows    bool  // opened to write: reserve as writes extend the file
-	reserved int64 // end of the range reserved so far (0: none)
-	window   int64 // how far past a write the next reservation reaches
 }
 
 // NewHandles returns an empty handle table for one connection.
@@ -55,7 +47,7 @@ func (h *Handles) CloseAll() {
 	h.closed = true
 	h.mu.Unlock()
 	for _, fh := range files {
-		fh.close()
+		fh.file.Close()
 	}
 }
 
@@ -154,7 +146,7 @@ func (f *FS) open(ctx context.Context, h *Handles, raw json.RawMessage) (any, er
 		file.Close()
 		return nil, err
 	}
-	h.files[p.HandleID] = &handle{file: file, path: path, grows: mode == protocol.FsOpenReplace}
+	h.files[p.HandleID] = &handle{file: file, path: path}
 	return protocol.FsOpenResult{HandleID: p.HandleID}, nil
 }
 
@@ -314,7 +306,7 @@ func (f *FS) writeBlock(ctx context.Context, h *Handles, raw json.RawMessage) (a
 	if err != nil {
 		return nil, err
 	}
-	if err := fh.writeAt(data, off); err != nil {
+	if _, err := fh.file.WriteAt(data, off); err != nil {
 		return nil, handleIOError(p.HandleID, err)
 	}
 	return writtenReply(len(data)), nil
@@ -335,7 +327,7 @@ func (f *FS) closeHandle(_ context.Context, h *Handles, raw json.RawMessage) (an
 	if fh != nil {
 		// Written data stays on disk; a close error (rare: a deferred
 		// write-back failure) is reported to the closer.
-		if err := fh.close(); err != nil {
+		if err := fh.file.Close(); err != nil {
 			return nil, err
 		}
 	}
