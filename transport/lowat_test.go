@@ -165,8 +165,8 @@ func TestMessageAfterLargeStartsLarge(t *testing.T) {
 				if err != nil {
 					return
 				}
-				reply := fmt.Sprintf("%d %08x %d %d", len(msg), crc32.ChecksumIEEE(msg), s.co.reads, cap(msg))
-				s.Release(msg)
+				reply := fmt.Sprintf("%d %08x %d %d %d", len(msg), crc32.ChecksumIEEE(msg), s.co.reads, cap(msg), s.jumps)
+				s.Recycle(msg) // keeps a large buffer for the next jump
 				if err := s.Write(ctx, []byte(reply), false); err != nil {
 					return
 				}
@@ -188,7 +188,7 @@ func TestMessageAfterLargeStartsLarge(t *testing.T) {
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
-	roundTrip := func(msg []byte) (reads, capacity int) {
+	roundTrip := func(msg []byte) (reads, capacity, jumps int) {
 		t.Helper()
 		if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
 			t.Fatal(err)
@@ -199,20 +199,26 @@ func TestMessageAfterLargeStartsLarge(t *testing.T) {
 		}
 		var gotLen int
 		var gotSum uint32
-		if _, err := fmt.Sscanf(string(got), "%d %08x %d %d", &gotLen, &gotSum, &reads, &capacity); err != nil || gotLen != len(msg) || gotSum != crc32.ChecksumIEEE(msg) {
+		if _, err := fmt.Sscanf(string(got), "%d %08x %d %d %d", &gotLen, &gotSum, &reads, &capacity, &jumps); err != nil || gotLen != len(msg) || gotSum != crc32.ChecksumIEEE(msg) {
 			t.Fatalf("%d bytes: server read %q, want %d %08x", len(msg), got, len(msg), crc32.ChecksumIEEE(msg))
 		}
-		return reads, capacity
+		return reads, capacity, jumps
 	}
 	msg := make([]byte, 1<<20+3)
 	for i := range msg {
 		msg[i] = byte('a' + i%26)
 	}
 	for _, n := range []int{1, 1023, 1024, 1025, 4096, 5000, smallMessage - 1, smallMessage, smallMessage + 1, 1 << 20} {
-		roundTrip(msg)
-		_, capacity := roundTrip(msg[:n])
+		_, _, before := roundTrip(msg)
+		_, capacity, after := roundTrip(msg[:n])
 		if n <= smallMessage && capacity > smallMessage {
 			t.Errorf("a %d-byte message after a large one kept a buffer of %d bytes", n, capacity)
+		}
+		// A message that fills the first buffer (1 KiB) must jump (a
+		// full buffer grows before its end is seen); a shorter one has
+		// nothing to grow.
+		if jumped := after > before; jumped != (n >= 1024) {
+			t.Errorf("a %d-byte message after a large one: jumped %v, want %v", n, jumped, n >= 1024)
 		}
 	}
 }

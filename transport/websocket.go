@@ -37,6 +37,9 @@ type WebSocket struct {
 	// large fs/writeFile three times its size in allocations, copies and
 	// cleared pages. A smaller message after it lowers it again.
 	sizeHint int
+	// jumps counts readMessage's jumps to the last large size (read by
+	// tests: the jump is otherwise invisible once a message is whole).
+	jumps int
 
 	// co, for an accepted connection, sends each frame with one write
 	// (coalesce.go); nil for a dialled one.
@@ -129,6 +132,7 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 					if w.budget.TryAcquire(int64(cap(next) - cap(buf))) {
 						grow = cap(next) - cap(buf)
 						jumped = true
+						w.jumps++
 					} else {
 						jsonrpc.PutBuffer(next[:0])
 						next = nil
@@ -245,7 +249,10 @@ func (s *stallWatch) check() {
 }
 
 // shrink copies a small message out of the large buffer it was read into
-// (readMessage's jump) and gives that buffer back, budget and all.
+// (readMessage's jump) and gives that buffer back, budget and all. A
+// trickling client can hold the large buffer's budget for one message at
+// a time (one kept buffer, taken without waiting), as a large message
+// could before.
 func (w *WebSocket) shrink(buf []byte) []byte {
 	small := make([]byte, len(buf))
 	copy(small, buf)
