@@ -149,3 +149,76 @@ func TestBatchedReadKeepsReset(t *testing.T) {
 		t.Fatal("the server's read did not end")
 	}
 }
+
+// TestMessageAfterLargeStartsLarge: after a large message, the next one's
+// buffer goes to the last large size from its second read (readMessage's
+// jump): every size around the jump arrives whole, and a small message that
+// took the large buffer is copied out of it (before the jump a message of
+// exactly smallMessage bytes already kept it: it grows before its end is
+// seen). The wake-ups saved are counted with strace (docs/performance.md).
+func TestMessageAfterLargeStartsLarge(t *testing.T) {
+	srv := newWSServer(t, HandlerOptions{
+		MaxMessageBytes: 16 << 20,
+		Serve: func(ctx context.Context, s *WebSocket) {
+			for {
+				msg, err := s.Read(ctx)
+				if err != nil {
+					return
+				}
+				reply := fmt.Sprintf("%d %08x %d %d %d", len(msg), crc32.ChecksumIEEE(msg), s.co.reads, cap(msg), s.jumps)
+				s.Recycle(msg) // keeps a large buffer for the next jump
+				if err := s.Write(ctx, []byte(reply), false); err != nil {
+					return
+				}
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return trickleConn{c}, nil
+	}}}
+	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	roundTrip := func(msg []byte) (reads, capacity, jumps int) {
+		t.Helper()
+		if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", len(msg), err)
+		}
+		var gotLen int
+		var gotSum uint32
+		if _, err := fmt.Sscanf(string(got), "%d %08x %d %d %d", &gotLen, &gotSum, &reads, &capacity, &jumps); err != nil || gotLen != len(msg) || gotSum != crc32.ChecksumIEEE(msg) {
+			t.Fatalf("%d bytes: server read %q, want %d %08x", len(msg), got, len(msg), crc32.ChecksumIEEE(msg))
+		}
+		return reads, capacity, jumps
+	}
+	msg := make([]byte, 1<<20+3)
+	for i := range msg {
+		msg[i] = byte('a' + i%26)
+	}
+	for _, n := range []int{1, 1023, 1024, 1025, 4096, 5000, smallMessage - 1, smallMessage, smallMessage + 1, 1 << 20} {
+		_, _, before := roundTrip(msg)
+		_, capacity, after := roundTrip(msg[:n])
+		if n <= smallMessage && capacity > smallMessage {
+			t.Errorf("a %d-byte message after a large one kept a buffer of %d bytes", n, capacity)
+		}
+		// A message that fills the first buffer (1 KiB) must jump (a
+		// full buffer grows before its end is seen); a shorter one has
+		// nothing to grow.
+		if jumped := after > before; jumped != (n >= 1024) {
+			t.Errorf("a %d-byte message after a large one: jumped %v, want %v", n, jumped, n >= 1024)
+		}
+	}
+}

@@ -37,6 +37,9 @@ type WebSocket struct {
 	// large fs/writeFile three times its size in allocations, copies and
 	// cleared pages. A smaller message after it lowers it again.
 	sizeHint int
+	// jumps counts readMessage's jumps to the last large size (read by
+	// tests: the jump is otherwise invisible once a message is whole).
+	jumps int
 
 	// co, for an accepted connection, sends each frame with one write
 	// (coalesce.go); nil for a dialled one.
@@ -111,8 +114,35 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 					grow = cap(next) - cap(buf)
 				}
 			}
+			jumped := false
+			if next == nil && len(buf) > 0 && cap(buf) < smallMessage && w.sizeHint > smallMessage {
+				// A message longer than its first read, after large
+				// ones (a run of fs/writeBlock): its buffer goes
+				// straight to the last large size, when the kept large
+				// buffer is free and the budget has room now, instead
+				// of doubling from 1 KiB. The client's first bytes
+				// trickle in (4 KiB writes): each small read found the
+				// socket empty and woke the reader again, ~5 wake-ups
+				// per 1 MiB block; a read of the message's size waits
+				// for its bytes in batches (coalescer.Read). A small
+				// message that took it is copied out at its end
+				// (shrink), so it never holds the large buffer.
+				want := w.sizeHint + 1
+				if next = jsonrpc.TakeLargeBuffer(len(buf), want, 2*want); next != nil {
+					if w.budget.TryAcquire(int64(cap(next) - cap(buf))) {
+						grow = cap(next) - cap(buf)
+						jumped = true
+						w.jumps++
+					} else {
+						jsonrpc.PutBuffer(next[:0])
+						next = nil
+					}
+				}
+			}
 			var berr error
-			if cap(buf)+grow <= smallMessage {
+			if jumped {
+				// Taken above.
+			} else if cap(buf)+grow <= smallMessage {
 				// Small messages never wait: a client must be able to
 				// terminate a process while others hog the budget. They
 				// are counted all the same, and make big ones wait.
@@ -150,6 +180,8 @@ func (w *WebSocket) readMessage(ctx context.Context, r io.Reader) ([]byte, error
 		if err == io.EOF {
 			if len(buf) > smallMessage {
 				w.sizeHint = len(buf)
+			} else if cap(buf) > smallMessage {
+				buf = w.shrink(buf)
 			}
 			return buf, nil
 		}
@@ -214,6 +246,20 @@ func (s *stallWatch) check() {
 	s.fired.Store(true)
 	s.mu.Unlock()
 	s.cut()
+}
+
+// shrink copies a small message out of the large buffer it was read into
+// (readMessage's jump) and gives that buffer back, budget and all. A
+// trickling client can hold the large buffer's budget for one message at
+// a time (one kept buffer, taken without waiting), as a large message
+// could before.
+func (w *WebSocket) shrink(buf []byte) []byte {
+	small := make([]byte, len(buf))
+	copy(small, buf)
+	w.budget.Force(int64(cap(small)))
+	w.budget.Release(int64(cap(buf)))
+	jsonrpc.PutBuffer(buf[:0])
+	return small
 }
 
 // smallMessage is the size up to which a message's buffer is taken from

@@ -498,6 +498,7 @@ func readBlockRows(cfg *config, sides []side, tr transportKind, name string, rea
 // s/GB against writeFile's ~0.3.) MB/s.
 func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
+	pm := newProcMeter()
 	path := filepath.Join(cfg.dir, "blocks-dst.bin")
 	chunk := make([]byte, blockLen)
 	_, _ = rand.Read(chunk)
@@ -512,6 +513,7 @@ func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 			for range n {
 				ctx := timeout(2 * time.Minute)
 				_ = os.Remove(path)
+				p0 := pm.snap(srv.pid())
 				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
 				f, err := c.Create(ctx, path)
@@ -538,11 +540,13 @@ func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(total))
+				pm.add(sideIndex(sd), p0, pm.snap(srv.pid()), float64(total))
 			}
 			return xs, nil
 		}, close: func() { srv.close(); _ = os.Remove(path) }}, nil
 	})
-	return []*row{mkrow("fs-writeBlock", "rate", "MB/s", true, tr, st), cm.row("fs-writeBlock", tr, sides)}
+	rows := []*row{mkrow("fs-writeBlock", "rate", "MB/s", true, tr, st), cm.row("fs-writeBlock", tr, sides)}
+	return append(rows, pm.rows("fs-writeBlock", tr, sides)...)
 }
 
 func writeZeros(path string, n int64) error {
