@@ -1191,6 +1191,50 @@ func TestCommandPendingOpensBounded(t *testing.T) {
 	runPyNoFailures(t, pyPendingBound)
 }
 
+// pyPendingRlimit lowers the supervisor's (the init's, PID 1)
+// RLIMIT_NOFILE to 300, soft and hard, as the command may, then has 300
+// threads open one FIFO for writing with no reader through the supervisor:
+// fewer than 300 may wait (each holds a descriptor of the supervisor's),
+// the others fail with ENFILE, and the supervisor keeps serving the
+// tree's other calls (a creation, a rename) before a reader lets every
+// waiting one through.
+const pyPendingRlimit = pyPendingWriters + `
+import resource
+resource.prlimit(1, resource.RLIMIT_NOFILE, (300, 300))
+res, ts = writers("p", 300)
+bad = 0
+try:
+    os.mkdir("d1")
+    os.rename("d1", "d2")
+    os.close(os.open("d2/f", os.O_CREAT | os.O_WRONLY))
+except OSError as e:
+    print("with the pending opens full: %s" % e)
+    bad += 1
+r = os.open("p", os.O_RDONLY | os.O_NONBLOCK)
+for t in ts:
+    t.join()
+os.close(r)
+refused = [i for i, e in res.items() if e == errno.ENFILE]
+waited = [i for i, e in res.items() if e == 0]
+if not refused or not waited:
+    print("%d refused with ENFILE, %d waited: want some of each" % (len(refused), len(waited)))
+    bad += 1
+others = [errno.errorcode.get(e, e) for e in res.values() if e not in (0, errno.ENFILE)]
+if others or len(res) != 300:
+    print("%d answers, failures other than ENFILE: %r" % (len(res), others[:5]))
+    bad += 1
+print("failed=%d" % bad)
+`
+
+// TestCommandPendingOpensRlimit: the pending opens are bounded by the
+// supervisor's RLIMIT_NOFILE too, as it is when they come (lowered here by
+// the command itself). Bounded by the count alone, the supervisor ran out
+// of descriptors at about 290 waiting: every later open, and the
+// command's other supervised calls, failed (EACCES, EMFILE).
+func TestCommandPendingOpensRlimit(t *testing.T) {
+	runPyNoFailures(t, pyPendingRlimit)
+}
+
 // pyPendingFullReader fills the pending opens (1024 writers of FIFO "a"
 // with no reader), has a thread wait in the kernel (unsupervised: no
 // O_CREAT) to open FIFO "b" for writing, then opens "b" for reading

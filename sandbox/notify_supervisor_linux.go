@@ -15,8 +15,16 @@ import (
 
 // maxPendingOpens bounds the opens waiting in one sandbox's supervisor
 // (pendingOpen): no real workload has a thousand FIFO opens waiting at
-// once; past it an open fails with ENFILE.
+// once; past it an open fails with ENFILE. Each holds a descriptor of the
+// supervisor's, so the bound is also kept below the supervisor's
+// RLIMIT_NOFILE (pendingRoom).
 const maxPendingOpens = 1024
+
+// fdReserve is what pendingRoom keeps free of the supervisor's descriptor
+// table for the call at hand: a rename's walk holds one per level
+// (renameWalkDepth), the rest (the target's memory and root, the bases,
+// the walk, the new file, a pin, the scan's directories) a few more.
+const fdReserve = renameWalkDepth + 32
 
 // supervisor serves the notifications of one command tree.
 type supervisor struct {
@@ -33,6 +41,36 @@ type supervisor struct {
 	cwd int
 	// lock is the creation lock (creationLock), -1 without deny globs.
 	lock int
+	// baseFDs is how many descriptors the init had open when it began
+	// to serve (pendingRoom).
+	baseFDs int
+}
+
+// pendingRoom reports whether another open may wait here. Besides
+// maxPendingOpens, the pending opens' descriptors, the init's own and
+// fdReserve must fit under the supervisor's RLIMIT_NOFILE as it is now (a
+// command running as the init's user can lower it with prlimit): were its
+// table to fill, every supervised call would fail, the pending opens'
+// retries too. Past it an open fails with ENFILE, as past the count.
+func (s *supervisor) pendingRoom() bool {
+	if len(s.pending) >= maxPendingOpens {
+		return false
+	}
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
+		return false
+	}
+	return uint64(s.baseFDs+len(s.pending)+fdReserve) < rl.Cur
+}
+
+// countFDs is how many descriptors this process has open (fail closed: a
+// count it cannot take is a full table's).
+func countFDs() int {
+	names, err := readNames("/proc/self/fd")
+	if err != nil {
+		return maxPendingOpens + fdReserve + 1<<20
+	}
+	return len(names) - 1 // the directory read itself
 }
 
 // serve handles notifications until the listener fails (every command
@@ -50,6 +88,7 @@ func (s *supervisor) serve() {
 	// waits for its scan: retryPending), also while notifications
 	// keep coming (a poll that never times out would starve them).
 	var retried time.Time
+	s.baseFDs = countFDs()
 	for {
 		timeout := -1
 		if len(s.pending) > 0 {
@@ -85,8 +124,9 @@ func (s *supervisor) serve() {
 			s.connect(&req)
 			continue
 		}
-		r := s.handle(&req, len(s.pending) < maxPendingOpens)
-		if r.pending != nil && len(s.pending) >= maxPendingOpens {
+		room := s.pendingRoom()
+		r := s.handle(&req, room)
+		if r.pending != nil && !room {
 			// Each holds a descriptor of the supervisor's: a command
 			// must not run its own supervisor out of them (or out of
 			// memory). The kernel's answer when its file table is full.
