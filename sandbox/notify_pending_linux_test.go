@@ -1,9 +1,77 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 )
+
+// Every process of the test binary (the sandboxes' inits, whose
+// supervisors scan for FIFO readers' silent writers) checks that the scan
+// never runs under the creation lock: if it does, the init says so and
+// exits, which ends its command and fails the test that ran it
+// (TestCommandPendingScanOutsideLock exercises the scan on purpose).
+func init() {
+	scanHook = func() {
+		if creationHolds.Load() != 0 {
+			fmt.Fprintln(os.Stderr, "sandbox: writersOf ran under the creation lock")
+			os.Exit(125)
+		}
+	}
+}
+
+// pySilentWriter: a FIFO's reader opened through the supervisor (O_CREAT)
+// waits for its writer; the writer (opened by the kernel: no O_CREAT)
+// comes and says nothing, so only the supervisor's scan of the sandbox's
+// descriptors (writersOf) can end the reader's wait, while other
+// supervised creations (under the creation lock) keep coming.
+const pySilentWriter = `
+import os, signal
+signal.alarm(100)
+bad = 0
+for n in range(3):
+    name = "f%d" % n
+    os.mkfifo(name)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_CREAT)
+            os.write(w, b"o")
+        except OSError as e:
+            os.write(w, b"E" + str(e).encode())
+        os._exit(0)
+    os.close(w)
+    for i in range(3000):
+        try:
+            with open("/proc/%d/wchan" % pid) as f:
+                if "seccomp" in f.read():
+                    break
+        except OSError:
+            pass
+        os.close(os.open("c%d.%d" % (n, i), os.O_CREAT | os.O_WRONLY, 0o644))
+    p = os.open(name, os.O_WRONLY)
+    for i in range(20):
+        os.close(os.open("d%d.%d" % (n, i), os.O_CREAT | os.O_WRONLY, 0o644))
+    got = os.read(r, 100)
+    if got != b"o":
+        print("%s: reader got %r, want o" % (name, got))
+        bad += 1
+    os.close(p)
+    os.close(r)
+    os.waitpid(pid, 0)
+print("failed=%d" % bad)
+`
+
+// TestCommandPendingScanOutsideLock: the scan for a waiting reader's
+// silent writer runs outside the machine-wide creation lock (the hook
+// above fails the test otherwise): its cost is the command's to choose,
+// and under the lock it stalled every other sandbox's supervised renames.
+func TestCommandPendingScanOutsideLock(t *testing.T) {
+	runPyNoFailures(t, pySilentWriter)
+}
 
 // TestPendingScanSchedule: one scan schedule per supervisor; a new reader
 // makes a scan due at once unless the last scan's cost forbids it (no scan
