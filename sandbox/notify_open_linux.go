@@ -115,7 +115,7 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 				r, _ := s.openAt(dir, name, openArgs{flags: flags &^ (unix.O_CREAT | unix.O_EXCL)}, cloexec)
 				return r
 			}
-			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
+			nd, nn, nslash, errno := t.walkLink(dir, rest)
 			if errno != 0 {
 				return replyErrno(errno)
 			}
@@ -213,7 +213,7 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 				r, _ := s.openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags, Mode: how.Mode}}, cloexec)
 				return r
 			}
-			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
+			nd, nn, nslash, errno := t.walkLink(dir, rest)
 			if errno != 0 {
 				return replyErrno(errno)
 			}
