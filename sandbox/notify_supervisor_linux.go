@@ -73,6 +73,24 @@ func countFDs() int {
 	return len(names) - 1 // the directory read itself
 }
 
+// wait waits up to timeout ms (-1: for ever) for the listener, on the
+// epoll instance ep, or with poll where ep < 0. revents are poll's bits
+// (EPOLLIN, EPOLLERR and EPOLLHUP have POLLIN's, POLLERR's and POLLHUP's
+// values).
+func (s *supervisor) wait(ep, timeout int) (n int, revents int16, err error) {
+	if ep < 0 {
+		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
+		n, err = unix.Poll(fds, timeout)
+		return n, fds[0].Revents, err
+	}
+	var evs [1]unix.EpollEvent
+	n, err = unix.EpollWait(ep, evs[:], timeout)
+	if n > 0 {
+		revents = int16(evs[0].Events)
+	}
+	return n, revents, err
+}
+
 // serve handles notifications until the listener fails (every command
 // process gone). It runs on the init's locked thread.
 func (s *supervisor) serve() {
@@ -88,6 +106,23 @@ func (s *supervisor) serve() {
 	// waits for its scan: retryPending), also while notifications
 	// keep coming (a poll that never times out would starve them).
 	var retried time.Time
+	// The listener is waited on with epoll, not poll: poll fails with
+	// EINVAL once its descriptor count passes the soft RLIMIT_NOFILE
+	// (a command running as the init's user may set it to 0), which
+	// ended serving for good (every later call ENOSYS); epoll_wait does
+	// not look at the limit. Without epoll, poll it is.
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err == nil {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.listener)}
+		if unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.listener, &ev) != nil {
+			unix.Close(ep)
+			ep = -1
+		} else {
+			defer unix.Close(ep)
+		}
+	} else {
+		ep = -1
+	}
 	s.baseFDs = countFDs()
 	for {
 		timeout := -1
@@ -99,9 +134,13 @@ func (s *supervisor) serve() {
 				continue
 			}
 		}
-		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, timeout)
+		n, revents, err := s.wait(ep, timeout)
 		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EINVAL && ep < 0 {
+			// poll over the soft RLIMIT_NOFILE: wait for it to rise.
+			time.Sleep(5 * time.Millisecond)
 			continue
 		}
 		if err != nil {
@@ -110,7 +149,7 @@ func (s *supervisor) serve() {
 		if n == 0 {
 			continue // the retry is due
 		}
-		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && fds[0].Revents&unix.POLLIN == 0 {
+		if revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && revents&unix.POLLIN == 0 {
 			return
 		}
 		var req seccompNotif
