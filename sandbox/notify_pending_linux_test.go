@@ -3,8 +3,11 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Every process of the test binary (the sandboxes' inits, whose
@@ -106,5 +109,49 @@ func TestPendingScanSchedule(t *testing.T) {
 	sc.readerCame()
 	if sc.due(end.Add(299*time.Millisecond)) || !sc.due(end.Add(300*time.Millisecond)) {
 		t.Fatalf("after a 30 ms scan the next is due at +%v, want +300ms", sc.next.Sub(end))
+	}
+}
+
+// TestAttemptFullNoDescriptor: with no room for another pending open and
+// no descriptor left to look at the file with (isFIFO's pin failing with
+// EMFILE), a reader's open is refused with ENFILE, never tried: taken for
+// "not a FIFO", it went on to the open itself (which, given a descriptor
+// freed meanwhile, lets in the writers waiting for a reader). Here the
+// open fails too, with EMFILE, which is what it answered.
+func TestAttemptFullNoDescriptor(t *testing.T) {
+	dir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(dir, "p"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	free, err := unix.Dup(dfd) // the lowest free descriptor
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(free)
+	// Every descriptor from free up is over the limit, for a moment.
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(free), Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	fd, errno, w, rd := attempt(dfd, "p", openArgs{flags: unix.O_RDONLY | unix.O_CREAT, full: true})
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if rd != nil {
+		rd.close()
+	}
+	if fd >= 0 || errno != unix.ENFILE || w != noWait || rd != nil {
+		t.Errorf("attempt = fd %d, %v, wait %v, reader %v; want -1, ENFILE, no wait, no reader", fd, errno, w, rd != nil)
 	}
 }
