@@ -155,3 +155,33 @@ func TestAttemptFullNoDescriptor(t *testing.T) {
 		t.Errorf("attempt = fd %d, %v, wait %v, reader %v; want -1, ENFILE, no wait, no reader", fd, errno, w, rd != nil)
 	}
 }
+
+// TestPendingRoomCountsConnects: the sockets of the connects in flight
+// count against the supervisor's descriptors, for the pending opens and
+// for more connects. Without them, a command with a few hundred blocking
+// TCP connects under the managed proxy ran the supervisor out of
+// descriptors while pendingRoom still let opens wait.
+func TestPendingRoomCountsConnects(t *testing.T) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	s := &supervisor{baseFDs: countFDs()}
+	if uint64(s.baseFDs+fdReserve+1) >= rl.Cur {
+		t.Skipf("RLIMIT_NOFILE %d: no room for the test's own descriptors", rl.Cur)
+	}
+	if !s.pendingRoom() || !s.connectRoom() {
+		t.Fatalf("no room with nothing held (%d descriptors open, limit %d)", s.baseFDs, rl.Cur)
+	}
+	s.connecting.Store(int64(rl.Cur) - int64(s.baseFDs+fdReserve))
+	if s.pendingRoom() {
+		t.Errorf("room for a pending open with %d connects in flight (limit %d)", s.connecting.Load(), rl.Cur)
+	}
+	if s.connectRoom() {
+		t.Errorf("room for a connect with %d in flight (limit %d)", s.connecting.Load(), rl.Cur)
+	}
+	s.connecting.Store(maxConnects)
+	if s.connectRoom() {
+		t.Errorf("room for a connect past maxConnects")
+	}
+}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,23 +45,44 @@ type supervisor struct {
 	// baseFDs is how many descriptors the init had open when it began
 	// to serve (pendingRoom).
 	baseFDs int
+	// connecting counts the TCP (and other non-unix) connects in flight
+	// on their goroutines (connect), each holding a socket of the
+	// supervisor's: counted in pendingRoom and bounded (connectRoom).
+	connecting atomic.Int64
 }
 
+// maxConnects bounds the connects in flight in one supervisor (each a
+// descriptor and a thread blocked in connect): past it a connect fails
+// with EAGAIN.
+const maxConnects = 1024
+
 // pendingRoom reports whether another open may wait here. Besides
-// maxPendingOpens, the pending opens' descriptors, the init's own and
-// fdReserve must fit under the supervisor's RLIMIT_NOFILE as it is now (a
+// maxPendingOpens, the pending opens' descriptors, the in-flight
+// connects' sockets, the init's own and fdReserve must fit under the supervisor's RLIMIT_NOFILE as it is now (a
 // command running as the init's user can lower it with prlimit): were its
 // table to fill, every supervised call would fail, the pending opens'
 // retries too. Past it an open fails with ENFILE, as past the count.
 func (s *supervisor) pendingRoom() bool {
-	if len(s.pending) >= maxPendingOpens {
-		return false
-	}
+	return len(s.pending) < maxPendingOpens && s.fdRoom()
+}
+
+// connectRoom reports whether another connect may go on its goroutine:
+// below maxConnects, and its socket fits as a pending open's descriptor
+// would (fdRoom).
+func (s *supervisor) connectRoom() bool {
+	return s.connecting.Load() < maxConnects && s.fdRoom()
+}
+
+// fdRoom reports whether one more descriptor held for long (a pending
+// open's, an in-flight connect's) leaves fdReserve free under the
+// RLIMIT_NOFILE as it is now.
+func (s *supervisor) fdRoom() bool {
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
 		return false
 	}
-	return uint64(s.baseFDs+len(s.pending)+fdReserve) < rl.Cur
+	held := s.baseFDs + len(s.pending) + int(s.connecting.Load())
+	return uint64(held+fdReserve) < rl.Cur
 }
 
 // countFDs is how many descriptors this process has open (fail closed: a
