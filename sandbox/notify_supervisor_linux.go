@@ -23,8 +23,9 @@ const maxPendingOpens = 1024
 
 // fdReserve is what pendingRoom keeps free of the supervisor's descriptor
 // table for the call at hand: a rename's walk holds one per level
-// (renameWalkDepth), the rest (the target's memory and root, the bases,
-// the walk, the new file, a pin, the scan's directories) a few more.
+// (renameWalkDepth), the rest (the target's memory, root and its two
+// procfs directories, /proc/TGID and its task/TID, the bases, the walk,
+// the new file, a pin, the scan's directories) a few more.
 const fdReserve = renameWalkDepth + 32
 
 // supervisor serves the notifications of one command tree.

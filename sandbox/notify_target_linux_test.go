@@ -32,6 +32,15 @@ func TestTargetProcSelfPinned(t *testing.T) {
 		return cmd
 	}
 	a, b := start(dirA), start(dirB)
+	// Yama's ptrace_scope 2 or 3 without CAP_SYS_PTRACE: no
+	// /proc/PID/mem of a child either, which openTarget needs.
+	mem, err := unix.Open("/proc/"+strconv.Itoa(a.Process.Pid)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == unix.EACCES || err == unix.EPERM {
+		t.Skipf("open of a child's /proc/PID/mem: %v", err)
+	}
+	if err == nil {
+		unix.Close(mem)
+	}
 	tg, errno := openTarget(a.Process.Pid)
 	if errno != 0 {
 		t.Fatalf("openTarget: %v", errno)
