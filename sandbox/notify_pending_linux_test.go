@@ -138,11 +138,13 @@ func TestAttemptFullNoDescriptor(t *testing.T) {
 	}
 	unix.Close(free)
 	// Every descriptor from free up is over the limit, for a moment.
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(free), Max: old.Max}); err != nil {
+	// Prlimit, not Setrlimit: syscall.Setrlimit forgets the soft limit
+	// the runtime restores in every child the test binary starts later.
+	if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(free), Max: old.Max}, nil); err != nil {
 		t.Fatal(err)
 	}
 	fd, errno, w, rd := attempt(dfd, "p", openArgs{flags: unix.O_RDONLY | unix.O_CREAT, full: true})
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+	if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &old, nil); err != nil {
 		t.Fatal(err)
 	}
 	if fd >= 0 {
@@ -177,8 +179,19 @@ func TestPendingRoomCountsConnects(t *testing.T) {
 	if s.pendingRoom() {
 		t.Errorf("room for a pending open with %d connects in flight (limit %d)", s.connecting.Load(), rl.Cur)
 	}
+	// Only the descriptors decide here: a base that leaves room for
+	// maxConnects-1 connects and no more, with that many in flight.
+	if rl.Cur < uint64(fdReserve+maxConnects+1) {
+		t.Skipf("RLIMIT_NOFILE %d: under maxConnects' room", rl.Cur)
+	}
+	s = &supervisor{baseFDs: int(rl.Cur) - fdReserve - maxConnects}
+	s.connecting.Store(maxConnects - 1)
+	if !s.connectRoom() {
+		t.Errorf("no room for a connect with %d in flight and one descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
+	}
+	s.baseFDs++
 	if s.connectRoom() {
-		t.Errorf("room for a connect with %d in flight (limit %d)", s.connecting.Load(), rl.Cur)
+		t.Errorf("room for a connect with %d in flight and no descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
 	}
 	s.connecting.Store(maxConnects)
 	if s.connectRoom() {

@@ -162,9 +162,12 @@ func (s *supervisor) connect(req *seccompNotif) {
 	if family != unix.AF_UNIX {
 		if !s.connectRoom() {
 			// Each holds a descriptor of the supervisor's (and a
-			// thread): they must not run it out of them.
+			// thread): they must not run it out of them. ENOBUFS,
+			// not EAGAIN: a caller reads EAGAIN from connect as
+			// "in progress" (asyncio, curl) and would wait on a
+			// socket that never connects.
 			unix.Close(sock)
-			fail(unix.EAGAIN)
+			fail(unix.ENOBUFS)
 			return
 		}
 		if !s.idValid(req.ID) {
