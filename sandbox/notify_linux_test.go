@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execgo/exec-server/internal/test/plantest"
 	"github.com/execgo/exec-server/sandbox/policy"
 )
@@ -35,6 +37,14 @@ func denyPlan(t testing.TB, ws string) *policy.Plan {
 // runSh runs sh -c script confined by p in dir; it returns the exit status
 // and the output (stdout and stderr).
 func runSh(t *testing.T, p *policy.Plan, dir, script string) (int, string) {
+	t.Helper()
+	return runShHook(t, p, dir, script, nil)
+}
+
+// runShHook is runSh with hook, when not nil, run beside the command with
+// the host PID of the sandbox's init (its PID 1); it returns before
+// runShHook does, and must return once the command is gone (done closed).
+func runShHook(t *testing.T, p *policy.Plan, dir, script string, hook func(init int, done <-chan struct{})) (int, string) {
 	t.Helper()
 	spec, err := Command(p, "/bin/sh", []string{"sh", "-c", script}, []string{"PATH=/usr/bin:/bin"}, dir)
 	if err != nil {
@@ -62,6 +72,11 @@ func runSh(t *testing.T, p *policy.Plan, dir, script string) (int, string) {
 		_ = syscall.Kill(-proc.Pid, syscall.SIGKILL)
 	})
 	defer timer.Stop()
+	if hook != nil {
+		gone, hooked := make(chan struct{}), make(chan struct{})
+		go func() { defer close(hooked); hook(proc.Pid, gone) }()
+		defer func() { close(gone); <-hooked }()
+	}
 	st, err := proc.Wait()
 	if err != nil {
 		t.Fatal(err)
@@ -693,10 +708,21 @@ func TestCommandDenyGlobInterrupted(t *testing.T) {
 // (stdin /dev/null), and fails unless it exits 0 with N = 0.
 func runPyNoFailures(t *testing.T, script string) {
 	t.Helper()
+	runPyHook(t, script, nil)
+}
+
+// runPyHook is runPyNoFailures with hook run beside the command (with
+// the workspace: runShHook).
+func runPyHook(t *testing.T, script string, hook func(ws string, init int, done <-chan struct{})) {
+	t.Helper()
 	needSandbox(t)
 	needPython(t)
 	ws := denyFixture(t)
-	code, out := runSh(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+script+"' </dev/null")
+	var h func(int, <-chan struct{})
+	if hook != nil {
+		h = func(init int, done <-chan struct{}) { hook(ws, init, done) }
+	}
+	code, out := runShHook(t, denyPlan(t, ws), ws, "exec /usr/bin/python3 -c '"+script+"' </dev/null", h)
 	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "failed=0") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
@@ -1188,7 +1214,181 @@ print("failed=%d" % bad)
 // open fails with ENFILE, never waits unsupervised, and those waiting
 // still complete. Without the bound all 1030 waited (none refused).
 func TestCommandPendingOpensBounded(t *testing.T) {
+	needPendingNofile(t)
 	runPyNoFailures(t, pyPendingBound)
+}
+
+// needPendingNofile skips a test that fills the pending opens to
+// maxPendingOpens where the supervisor's RLIMIT_NOFILE (the init's: this
+// process's hard limit, up to which Go raises the soft one) bounds them
+// first (pendingRoom): the test's count of refusals would not hold.
+func needPendingNofile(t *testing.T) {
+	t.Helper()
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if need := uint64(maxPendingOpens + fdReserve + 64); rl.Max < need {
+		t.Skipf("hard RLIMIT_NOFILE %d is below %d: the supervisor's limit, not maxPendingOpens, would bound the pending opens", rl.Max, need)
+	}
+}
+
+// pyPendingRlimit waits for the supervisor's (the init's, PID 1)
+// RLIMIT_NOFILE to be 300, soft and hard (set from the host: the command
+// may not, seccompProgram), then has 300
+// threads open one FIFO for writing with no reader through the supervisor:
+// fewer than 300 may wait (each holds a descriptor of the supervisor's),
+// the others fail with ENFILE, and the supervisor keeps serving the
+// tree's other calls (a creation, a rename) before a reader lets every
+// waiting one through.
+const pyPendingRlimit = pyPendingWriters + `
+import resource, time
+while resource.prlimit(1, resource.RLIMIT_NOFILE)[0] != 300:
+    time.sleep(0.001)
+res, ts = writers("p", 300)
+bad = 0
+try:
+    os.mkdir("d1")
+    os.rename("d1", "d2")
+    os.close(os.open("d2/f", os.O_CREAT | os.O_WRONLY))
+except OSError as e:
+    print("with the pending opens full: %s" % e)
+    bad += 1
+r = os.open("p", os.O_RDONLY | os.O_NONBLOCK)
+for t in ts:
+    t.join()
+os.close(r)
+refused = [i for i, e in res.items() if e == errno.ENFILE]
+waited = [i for i, e in res.items() if e == 0]
+if not refused or not waited:
+    print("%d refused with ENFILE, %d waited: want some of each" % (len(refused), len(waited)))
+    bad += 1
+others = [errno.errorcode.get(e, e) for e in res.values() if e not in (0, errno.ENFILE)]
+if others or len(res) != 300:
+    print("%d answers, failures other than ENFILE: %r" % (len(res), others[:5]))
+    bad += 1
+print("failed=%d" % bad)
+`
+
+// TestCommandPendingOpensRlimit: the pending opens are bounded by the
+// supervisor's RLIMIT_NOFILE too, as it is when they come (lowered here
+// from the host, as a deployment may start us). Bounded by the count
+// alone, the supervisor ran out of descriptors at about 290 waiting:
+// every later open, and the command's other supervised calls, failed
+// (EACCES, EMFILE).
+func TestCommandPendingOpensRlimit(t *testing.T) {
+	runPyHook(t, pyPendingRlimit, func(_ string, init int, _ <-chan struct{}) {
+		if err := unix.Prlimit(init, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 300, Max: 300}, nil); err != nil {
+			t.Errorf("prlimit of the init: %v", err)
+		}
+	})
+}
+
+// pyRlimitZero marks ok.txt ("1": ready; "2": done) for the host side,
+// which sets the supervisor's (the init's) soft RLIMIT_NOFILE to 0 at the
+// first mark and restores it at the second; in between the command makes
+// a supervised creation (which may fail: the supervisor has no descriptor
+// to serve it with), after it another, which must succeed.
+const pyRlimitZero = `
+import os, resource, time
+def mark(c):
+    fd = os.open("ok.txt", os.O_WRONLY | os.O_APPEND)
+    os.write(fd, c.encode())
+    os.close(fd)
+def soft():
+    return resource.prlimit(1, resource.RLIMIT_NOFILE)[0]
+bad = 0
+mark("1")
+while soft() != 0:
+    time.sleep(0.001)
+try:
+    os.close(os.open("x1", os.O_CREAT | os.O_WRONLY))
+except OSError as e:
+    pass
+mark("2")
+while soft() == 0:
+    time.sleep(0.001)
+try:
+    os.close(os.open("x2", os.O_CREAT | os.O_WRONLY))
+except OSError as e:
+    print("after the limit came back: %s" % e)
+    bad += 1
+print("failed=%d" % bad)
+`
+
+// TestCommandRlimitZeroKeepsServing: a soft RLIMIT_NOFILE of 0 on the
+// supervisor (a deployment's, or one a command set when it still could)
+// does not end its serving. It waited with poll, which fails with EINVAL
+// when its descriptor count passes the limit: serve returned, and every
+// later supervised call failed with ENOSYS.
+func TestCommandRlimitZeroKeepsServing(t *testing.T) {
+	runPyHook(t, pyRlimitZero, func(ws string, init int, done <-chan struct{}) {
+		okTxt := filepath.Join(ws, "ok.txt")
+		if !waitContent(okTxt, "ok1", done) {
+			return
+		}
+		var old unix.Rlimit
+		if err := unix.Prlimit(init, unix.RLIMIT_NOFILE, nil, &old); err != nil {
+			t.Errorf("prlimit of the init: %v", err)
+			return
+		}
+		if err := unix.Prlimit(init, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 0, Max: old.Max}, nil); err != nil {
+			t.Errorf("prlimit of the init: %v", err)
+			return
+		}
+		waitContent(okTxt, "ok12", done)
+		if err := unix.Prlimit(init, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+			t.Errorf("prlimit of the init: %v", err)
+		}
+	})
+}
+
+// waitContent waits until the file at name holds want, or done is closed
+// (then false).
+func waitContent(name, want string, done <-chan struct{}) bool {
+	for {
+		if b, _ := os.ReadFile(name); string(b) == want {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// pyNoPrlimitOthers: the command may not set another process's limits
+// (the init's here), may read them, and still sets its own.
+const pyNoPrlimitOthers = `
+import errno, resource
+bad = 0
+try:
+    resource.prlimit(1, resource.RLIMIT_NOFILE, (64, 64))
+    print("set the limit of PID 1")
+    bad += 1
+except OSError as e:
+    if e.errno != errno.EPERM:
+        print("prlimit of PID 1: %s, want EPERM" % e)
+        bad += 1
+try:
+    resource.prlimit(1, resource.RLIMIT_NOFILE)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] != soft - 1:
+        print("setrlimit of itself did not take")
+        bad += 1
+except OSError as e:
+    print("reading the init limit or setting its own: %s" % e)
+    bad += 1
+print("failed=%d" % bad)
+`
+
+// TestCommandNoPrlimitOthers: seccompProgram denies prlimit64 with a PID
+// and a new limit (EPERM), so a command cannot lower its supervisor's
+// RLIMIT_NOFILE; its own limits (pid 0) and reads stay allowed.
+func TestCommandNoPrlimitOthers(t *testing.T) {
+	runPyNoFailures(t, pyNoPrlimitOthers)
 }
 
 // pyPendingFullReader fills the pending opens (1024 writers of FIFO "a"
@@ -1250,6 +1450,7 @@ print("failed=%d" % bad)
 // writer waiting in the kernel in, then the reader closed, and the
 // writer's write failed with EPIPE.
 func TestCommandPendingFullReaderOpensNothing(t *testing.T) {
+	needPendingNofile(t)
 	runPyNoFailures(t, pyPendingFullReader)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -78,12 +79,19 @@ func openCreationLock(path string) (int, error) {
 	return -1, fmt.Errorf("creation lock %s: keeps changing", path)
 }
 
+// creationHolds counts this process's holds of the creation lock (a
+// plan without deny globs counts too: the same section of a call). Work
+// whose cost a command controls must never run under it (writersOf): a
+// test hook checks (scanHook).
+var creationHolds atomic.Int32
+
 // lockCreation takes the creation lock (exclusive for a rename), waiting
 // at most creationLockWait; the returned func releases it. fd < 0: no lock
 // (a plan without deny globs).
 func lockCreation(fd int, exclusive bool) (func(), unix.Errno) {
 	if fd < 0 {
-		return func() {}, 0
+		creationHolds.Add(1)
+		return func() { creationHolds.Add(-1) }, 0
 	}
 	how := unix.LOCK_SH
 	if exclusive {
@@ -94,7 +102,11 @@ func lockCreation(fd int, exclusive bool) (func(), unix.Errno) {
 	for {
 		err := unix.Flock(fd, how|unix.LOCK_NB)
 		if err == nil {
-			return func() { _ = unix.Flock(fd, unix.LOCK_UN) }, 0
+			creationHolds.Add(1)
+			return func() {
+				creationHolds.Add(-1)
+				_ = unix.Flock(fd, unix.LOCK_UN)
+			}, 0
 		}
 		if err != unix.EWOULDBLOCK && err != unix.EINTR {
 			return nil, unix.EACCES // fail closed

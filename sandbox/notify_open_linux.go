@@ -115,7 +115,7 @@ func (s *supervisor) openCreate(t *target, base int, p string, flags int, mode u
 				r, _ := s.openAt(dir, name, openArgs{flags: flags &^ (unix.O_CREAT | unix.O_EXCL)}, cloexec)
 				return r
 			}
-			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
+			nd, nn, nslash, errno := t.walkLink(dir, rest)
 			if errno != 0 {
 				return replyErrno(errno)
 			}
@@ -213,7 +213,7 @@ func (s *supervisor) openPlain(t *target, base int, p string, how unix.OpenHow) 
 				r, _ := s.openAt(dir, name, openArgs{two: true, how: unix.OpenHow{Flags: flags, Mode: how.Mode}}, cloexec)
 				return r
 			}
-			nd, nn, nslash, errno := t.walkParent(dir, rest.path())
+			nd, nn, nslash, errno := t.walkLink(dir, rest)
 			if errno != 0 {
 				return replyErrno(errno)
 			}
@@ -332,11 +332,14 @@ func attempt(dir int, name string, a openArgs) (fd int, errno unix.Errno, w wait
 		}
 		return fd, 0, noWait, nil
 	}
-	if a.full && flags&unix.O_ACCMODE == unix.O_RDONLY && isFIFO(dir, name, a) {
+	if a.full && flags&unix.O_ACCMODE == unix.O_RDONLY {
 		// No room for another pending open: refused before the open, as
 		// a FIFO reader's open wakes the writers waiting for one (then
-		// closed, they would get SIGPIPE).
-		return -1, unix.ENFILE, noWait, nil
+		// closed, they would get SIGPIPE). Without a descriptor to look
+		// with, it is refused too: the open would risk just that.
+		if fifo, errno := isFIFO(dir, name, a); fifo || errno != 0 {
+			return -1, unix.ENFILE, noWait, nil
+		}
 	}
 	fd, err := a.open(dir, name, unix.O_NONBLOCK)
 	switch err {
@@ -380,15 +383,21 @@ func attempt(dir int, name string, a openArgs) (fd int, errno unix.Errno, w wait
 	return fd, 0, noWait, nil
 }
 
-// isFIFO reports whether dir/name, as a would open it, is a FIFO.
-func isFIFO(dir int, name string, a openArgs) bool {
+// isFIFO reports whether dir/name, as a would open it, is a FIFO; errno
+// is EMFILE or ENFILE when there was no descriptor to look with (any
+// other failure to look is the open's to tell: a name to create is not
+// there yet).
+func isFIFO(dir int, name string, a openArgs) (fifo bool, errno unix.Errno) {
 	obj, errno := a.pin(dir, name)
+	if errno == unix.EMFILE || errno == unix.ENFILE {
+		return false, errno
+	}
 	if errno != 0 {
-		return false // the open tells why
+		return false, 0
 	}
 	defer unix.Close(obj)
 	var st unix.Stat_t
-	return unix.Fstat(obj, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+	return unix.Fstat(obj, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO, 0
 }
 
 // openArgs is an open done here: openat's flags (an int, as the kernel

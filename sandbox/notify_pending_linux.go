@@ -241,12 +241,22 @@ func fifoReady(fd int) bool {
 	return err == nil && n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) != 0
 }
 
+// scanHook, when set (by the tests, in every process of the test binary,
+// the sandboxes' inits too), is called as writersOf begins: it checks that
+// the scan runs outside the creation lock (creationHolds), where its cost
+// (every descriptor of every process of the sandbox) stalls no other
+// sandbox's creations and renames.
+var scanHook func()
+
 // writersOf reports which of the FIFOs in want a process of the sandbox
 // (every process this supervisor's /proc shows but itself: its PID
 // namespace is the sandbox's) holds open for writing. A writer the
 // supervisor cannot see (a process of the host, or one that is not
 // dumpable) is found only once it writes or goes (fifoReady).
 func writersOf(want map[fileID]bool) map[fileID]bool {
+	if scanHook != nil {
+		scanHook()
+	}
 	found := map[fileID]bool{}
 	procs, err := readNames("/proc")
 	if err != nil {

@@ -1,9 +1,80 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// Every process of the test binary (the sandboxes' inits, whose
+// supervisors scan for FIFO readers' silent writers) checks that the scan
+// never runs under the creation lock: if it does, the init says so and
+// exits, which ends its command and fails the test that ran it
+// (TestCommandPendingScanOutsideLock exercises the scan on purpose).
+func init() {
+	scanHook = func() {
+		if creationHolds.Load() != 0 {
+			fmt.Fprintln(os.Stderr, "sandbox: writersOf ran under the creation lock")
+			os.Exit(125)
+		}
+	}
+}
+
+// pySilentWriter: a FIFO's reader opened through the supervisor (O_CREAT)
+// waits for its writer; the writer (opened by the kernel: no O_CREAT)
+// comes and says nothing, so only the supervisor's scan of the sandbox's
+// descriptors (writersOf) can end the reader's wait, while other
+// supervised creations (under the creation lock) keep coming.
+const pySilentWriter = `
+import os, signal
+signal.alarm(100)
+bad = 0
+for n in range(3):
+    name = "f%d" % n
+    os.mkfifo(name)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_CREAT)
+            os.write(w, b"o")
+        except OSError as e:
+            os.write(w, b"E" + str(e).encode())
+        os._exit(0)
+    os.close(w)
+    for i in range(3000):
+        try:
+            with open("/proc/%d/wchan" % pid) as f:
+                if "seccomp" in f.read():
+                    break
+        except OSError:
+            pass
+        os.close(os.open("c%d.%d" % (n, i), os.O_CREAT | os.O_WRONLY, 0o644))
+    p = os.open(name, os.O_WRONLY)
+    for i in range(20):
+        os.close(os.open("d%d.%d" % (n, i), os.O_CREAT | os.O_WRONLY, 0o644))
+    got = os.read(r, 100)
+    if got != b"o":
+        print("%s: reader got %r, want o" % (name, got))
+        bad += 1
+    os.close(p)
+    os.close(r)
+    os.waitpid(pid, 0)
+print("failed=%d" % bad)
+`
+
+// TestCommandPendingScanOutsideLock: the scan for a waiting reader's
+// silent writer runs outside the machine-wide creation lock (the hook
+// above fails the test otherwise): its cost is the command's to choose,
+// and under the lock it stalled every other sandbox's supervised renames.
+func TestCommandPendingScanOutsideLock(t *testing.T) {
+	runPyNoFailures(t, pySilentWriter)
+}
 
 // TestPendingScanSchedule: one scan schedule per supervisor; a new reader
 // makes a scan due at once unless the last scan's cost forbids it (no scan
@@ -38,5 +109,92 @@ func TestPendingScanSchedule(t *testing.T) {
 	sc.readerCame()
 	if sc.due(end.Add(299*time.Millisecond)) || !sc.due(end.Add(300*time.Millisecond)) {
 		t.Fatalf("after a 30 ms scan the next is due at +%v, want +300ms", sc.next.Sub(end))
+	}
+}
+
+// TestAttemptFullNoDescriptor: with no room for another pending open and
+// no descriptor left to look at the file with (isFIFO's pin failing with
+// EMFILE), a reader's open is refused with ENFILE, never tried: taken for
+// "not a FIFO", it went on to the open itself (which, given a descriptor
+// freed meanwhile, lets in the writers waiting for a reader). Here the
+// open fails too, with EMFILE, which is what it answered.
+func TestAttemptFullNoDescriptor(t *testing.T) {
+	dir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(dir, "p"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	free, err := unix.Dup(dfd) // the lowest free descriptor
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(free)
+	// Every descriptor from free up is over the limit, for a moment.
+	// Prlimit, not Setrlimit: syscall.Setrlimit forgets the soft limit
+	// the runtime restores in every child the test binary starts later.
+	if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(free), Max: old.Max}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fd, errno, w, rd := attempt(dfd, "p", openArgs{flags: unix.O_RDONLY | unix.O_CREAT, full: true})
+	if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if rd != nil {
+		rd.close()
+	}
+	if fd >= 0 || errno != unix.ENFILE || w != noWait || rd != nil {
+		t.Errorf("attempt = fd %d, %v, wait %v, reader %v; want -1, ENFILE, no wait, no reader", fd, errno, w, rd != nil)
+	}
+}
+
+// TestPendingRoomCountsConnects: the sockets of the connects in flight
+// count against the supervisor's descriptors, for the pending opens and
+// for more connects. Without them, a command with a few hundred blocking
+// TCP connects under the managed proxy ran the supervisor out of
+// descriptors while pendingRoom still let opens wait.
+func TestPendingRoomCountsConnects(t *testing.T) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	s := &supervisor{baseFDs: countFDs()}
+	if uint64(s.baseFDs+fdReserve+1) >= rl.Cur {
+		t.Skipf("RLIMIT_NOFILE %d: no room for the test's own descriptors", rl.Cur)
+	}
+	if !s.pendingRoom() || !s.connectRoom() {
+		t.Fatalf("no room with nothing held (%d descriptors open, limit %d)", s.baseFDs, rl.Cur)
+	}
+	s.connecting.Store(int64(rl.Cur) - int64(s.baseFDs+fdReserve))
+	if s.pendingRoom() {
+		t.Errorf("room for a pending open with %d connects in flight (limit %d)", s.connecting.Load(), rl.Cur)
+	}
+	// Only the descriptors decide here: a base that leaves room for
+	// maxConnects-1 connects and no more, with that many in flight.
+	if rl.Cur < uint64(fdReserve+maxConnects+1) {
+		t.Skipf("RLIMIT_NOFILE %d: under maxConnects' room", rl.Cur)
+	}
+	s = &supervisor{baseFDs: int(rl.Cur) - fdReserve - maxConnects}
+	s.connecting.Store(maxConnects - 1)
+	if !s.connectRoom() {
+		t.Errorf("no room for a connect with %d in flight and one descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
+	}
+	s.baseFDs++
+	if s.connectRoom() {
+		t.Errorf("room for a connect with %d in flight and no descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
+	}
+	s.connecting.Store(maxConnects)
+	if s.connectRoom() {
+		t.Errorf("room for a connect past maxConnects")
 	}
 }

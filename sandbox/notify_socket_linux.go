@@ -160,13 +160,25 @@ func (s *supervisor) connect(req *seccompNotif) {
 		family = int(binary.NativeEndian.Uint16(addr))
 	}
 	if family != unix.AF_UNIX {
+		if !s.connectRoom() {
+			// Each holds a descriptor of the supervisor's (and a
+			// thread): they must not run it out of them. ENOBUFS,
+			// not EAGAIN: a caller reads EAGAIN from connect as
+			// "in progress" (asyncio, curl) and would wait on a
+			// socket that never connects.
+			unix.Close(sock)
+			fail(unix.ENOBUFS)
+			return
+		}
 		if !s.idValid(req.ID) {
 			unix.Close(sock)
 			return
 		}
+		s.connecting.Add(1)
 		go func() {
 			errno := rawConnect(sock, addr)
 			unix.Close(sock)
+			s.connecting.Add(-1)
 			s.answer(req.ID, noFD, errno)
 		}()
 		return

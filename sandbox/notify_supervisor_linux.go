@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -15,8 +16,17 @@ import (
 
 // maxPendingOpens bounds the opens waiting in one sandbox's supervisor
 // (pendingOpen): no real workload has a thousand FIFO opens waiting at
-// once; past it an open fails with ENFILE.
+// once; past it an open fails with ENFILE. Each holds a descriptor of the
+// supervisor's, so the bound is also kept below the supervisor's
+// RLIMIT_NOFILE (pendingRoom).
 const maxPendingOpens = 1024
+
+// fdReserve is what pendingRoom keeps free of the supervisor's descriptor
+// table for the call at hand: a rename's walk holds one per level
+// (renameWalkDepth), the rest (the target's memory, root and its two
+// procfs directories, /proc/TGID and its task/TID, the bases, the walk,
+// the new file, a pin, the scan's directories) a few more.
+const fdReserve = renameWalkDepth + 32
 
 // supervisor serves the notifications of one command tree.
 type supervisor struct {
@@ -33,6 +43,75 @@ type supervisor struct {
 	cwd int
 	// lock is the creation lock (creationLock), -1 without deny globs.
 	lock int
+	// baseFDs is how many descriptors the init had open when it began
+	// to serve (pendingRoom).
+	baseFDs int
+	// connecting counts the TCP (and other non-unix) connects in flight
+	// on their goroutines (connect), each holding a socket of the
+	// supervisor's: counted in pendingRoom and bounded (connectRoom).
+	connecting atomic.Int64
+}
+
+// maxConnects bounds the connects in flight in one supervisor (each a
+// descriptor and a thread blocked in connect): past it a connect fails
+// with EAGAIN.
+const maxConnects = 1024
+
+// pendingRoom reports whether another open may wait here. Besides
+// maxPendingOpens, the pending opens' descriptors, the in-flight
+// connects' sockets, the init's own and fdReserve must fit under the supervisor's RLIMIT_NOFILE as it is now (a
+// command running as the init's user can lower it with prlimit): were its
+// table to fill, every supervised call would fail, the pending opens'
+// retries too. Past it an open fails with ENFILE, as past the count.
+func (s *supervisor) pendingRoom() bool {
+	return len(s.pending) < maxPendingOpens && s.fdRoom()
+}
+
+// connectRoom reports whether another connect may go on its goroutine:
+// below maxConnects, and its socket fits as a pending open's descriptor
+// would (fdRoom).
+func (s *supervisor) connectRoom() bool {
+	return s.connecting.Load() < maxConnects && s.fdRoom()
+}
+
+// fdRoom reports whether one more descriptor held for long (a pending
+// open's, an in-flight connect's) leaves fdReserve free under the
+// RLIMIT_NOFILE as it is now.
+func (s *supervisor) fdRoom() bool {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
+		return false
+	}
+	held := s.baseFDs + len(s.pending) + int(s.connecting.Load())
+	return uint64(held+fdReserve) < rl.Cur
+}
+
+// countFDs is how many descriptors this process has open (fail closed: a
+// count it cannot take is a full table's).
+func countFDs() int {
+	names, err := readNames("/proc/self/fd")
+	if err != nil {
+		return maxPendingOpens + fdReserve + 1<<20
+	}
+	return len(names) - 1 // the directory read itself
+}
+
+// wait waits up to timeout ms (-1: for ever) for the listener, on the
+// epoll instance ep, or with poll where ep < 0. revents are poll's bits
+// (EPOLLIN, EPOLLERR and EPOLLHUP have POLLIN's, POLLERR's and POLLHUP's
+// values).
+func (s *supervisor) wait(ep, timeout int) (n int, revents int16, err error) {
+	if ep < 0 {
+		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
+		n, err = unix.Poll(fds, timeout)
+		return n, fds[0].Revents, err
+	}
+	var evs [1]unix.EpollEvent
+	n, err = unix.EpollWait(ep, evs[:], timeout)
+	if n > 0 {
+		revents = int16(evs[0].Events)
+	}
+	return n, revents, err
 }
 
 // serve handles notifications until the listener fails (every command
@@ -50,6 +129,24 @@ func (s *supervisor) serve() {
 	// waits for its scan: retryPending), also while notifications
 	// keep coming (a poll that never times out would starve them).
 	var retried time.Time
+	// The listener is waited on with epoll, not poll: poll fails with
+	// EINVAL once its descriptor count passes the soft RLIMIT_NOFILE
+	// (a command running as the init's user may set it to 0), which
+	// ended serving for good (every later call ENOSYS); epoll_wait does
+	// not look at the limit. Without epoll, poll it is.
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err == nil {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.listener)}
+		if unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.listener, &ev) != nil {
+			unix.Close(ep)
+			ep = -1
+		} else {
+			defer unix.Close(ep)
+		}
+	} else {
+		ep = -1
+	}
+	s.baseFDs = countFDs()
 	for {
 		timeout := -1
 		if len(s.pending) > 0 {
@@ -60,9 +157,13 @@ func (s *supervisor) serve() {
 				continue
 			}
 		}
-		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, timeout)
+		n, revents, err := s.wait(ep, timeout)
 		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EINVAL && ep < 0 {
+			// poll over the soft RLIMIT_NOFILE: wait for it to rise.
+			time.Sleep(5 * time.Millisecond)
 			continue
 		}
 		if err != nil {
@@ -71,7 +172,7 @@ func (s *supervisor) serve() {
 		if n == 0 {
 			continue // the retry is due
 		}
-		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && fds[0].Revents&unix.POLLIN == 0 {
+		if revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && revents&unix.POLLIN == 0 {
 			return
 		}
 		var req seccompNotif
@@ -85,8 +186,9 @@ func (s *supervisor) serve() {
 			s.connect(&req)
 			continue
 		}
-		r := s.handle(&req, len(s.pending) < maxPendingOpens)
-		if r.pending != nil && len(s.pending) >= maxPendingOpens {
+		room := s.pendingRoom()
+		r := s.handle(&req, room)
+		if r.pending != nil && !room {
 			// Each holds a descriptor of the supervisor's: a command
 			// must not run its own supervisor out of them (or out of
 			// memory). The kernel's answer when its file table is full.

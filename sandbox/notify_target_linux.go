@@ -17,10 +17,18 @@ type target struct {
 	umask     int
 	mem       int // /proc/TID/mem
 	root      int // "/" of the view (the command cannot chroot)
+	// The target's /proc/TGID and /proc/TGID/task/TID (O_PATH), what its
+	// /proc/self and /proc/thread-self name. Opened by number before the
+	// notification's first ID check, which then proves they are the
+	// target's; a procfs directory stays its process's (lookups in it fail
+	// once it is gone), so the walks done after the last check (act) never
+	// look a number up again, which by then could name another process of
+	// the sandbox had the target died and its number been reused.
+	proc, task int
 }
 
 func (t *target) close() {
-	for _, fd := range []int{t.mem, t.root} {
+	for _, fd := range []int{t.mem, t.root, t.proc, t.task} {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
@@ -28,7 +36,7 @@ func (t *target) close() {
 }
 
 func openTarget(tid int) (*target, unix.Errno) {
-	t := &target{tid: tid, mem: -1, root: -1}
+	t := &target{tid: tid, mem: -1, root: -1, proc: -1, task: -1}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
 	if err != nil {
 		return nil, unix.EACCES
@@ -41,6 +49,15 @@ func openTarget(tid int) (*target, unix.Errno) {
 		return nil, unix.EACCES
 	}
 	if t.root, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		t.close()
+		return nil, unix.EACCES
+	}
+	proc := "/proc/" + strconv.Itoa(t.tgid)
+	if t.proc, err = unix.Open(proc, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		t.close()
+		return nil, unix.EACCES
+	}
+	if t.task, err = unix.Open(proc+"/task/"+strconv.Itoa(tid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		t.close()
 		return nil, unix.EACCES
 	}
@@ -196,7 +213,12 @@ func (t *target) walkParent(base int, p string) (int, string, bool, unix.Errno) 
 		}
 		if rest != nil {
 			// A symlink: its target's components come first.
-			if rest.abs {
+			if rest.pinned {
+				unix.Close(dir)
+				if dir, errno = pinnedDir(rest.from); errno != 0 {
+					return -1, "", false, errno
+				}
+			} else if rest.abs {
 				unix.Close(dir)
 				dir, _ = unix.Dup(t.root)
 				unix.CloseOnExec(dir)
@@ -213,6 +235,34 @@ func (t *target) walkParent(base int, p string) (int, string, bool, unix.Errno) 
 type linkRest struct {
 	abs   bool
 	comps []string
+	// pinned: procfs's self or thread-self, walked on from the target's
+	// own directory (from: target.proc or target.task), not by number.
+	pinned bool
+	from   int
+}
+
+// walkLink resolves a final symlink's rest from dir (its directory) as
+// walkParent does.
+func (t *target) walkLink(dir int, rest *linkRest) (int, string, bool, unix.Errno) {
+	if rest.pinned {
+		return t.walkParent(rest.from, ".")
+	}
+	return t.walkParent(dir, rest.path())
+}
+
+// pinnedDir is a copy of the target's own procfs directory fd (never the
+// supervisor's: checked all the same).
+func pinnedDir(fd int) (int, unix.Errno) {
+	d, err := unix.Dup(fd)
+	if err != nil {
+		return -1, unix.EMFILE
+	}
+	unix.CloseOnExec(d)
+	if inSupervisor(d) {
+		unix.Close(d)
+		return -1, unix.EACCES
+	}
+	return d, 0
 }
 
 // path is the rest of the walk as a path (absolute when the link was).
@@ -283,11 +333,10 @@ func (t *target) readLink(dir int, c string) (*linkRest, bool, unix.Errno) {
 	if unix.Fstatfs(dir, &fs) == nil && fs.Type == unix.PROC_SUPER_MAGIC {
 		var st unix.Stat_t
 		if unix.Fstat(dir, &st) == nil && st.Ino == 1 && (c == "self" || c == "thread-self") {
-			s := strconv.Itoa(t.tgid)
 			if c == "thread-self" {
-				s += "/task/" + strconv.Itoa(t.tid)
+				return &linkRest{pinned: true, from: t.task}, false, 0
 			}
-			return &linkRest{comps: splitComps(s)}, false, 0
+			return &linkRest{pinned: true, from: t.proc}, false, 0
 		}
 		return nil, true, 0
 	}
@@ -399,7 +448,7 @@ func (t *target) openFollow(dir int, name string) (int, unix.Errno) {
 			unix.Close(d)
 			return fd, toErrno(err)
 		}
-		nd, nn, _, errno := t.walkParent(d, rest.path())
+		nd, nn, _, errno := t.walkLink(d, rest)
 		unix.Close(d)
 		if errno != 0 {
 			return -1, errno

@@ -195,6 +195,20 @@ func seccompProgram(network policy.Network, unixDgram bool) []unix.SockFilter {
 		bpfJump(jeqK, unix.F_SETLEASE, 0, 1),
 		bpfStmt(retK, retEPERM),
 		bpfStmt(retK, retAllow))
+	// No setting another process's limits (prlimit64 with a pid and a
+	// new limit): the sandbox's init (PID 1) runs as the command's user,
+	// and a soft RLIMIT_NOFILE of 0 set on it left its supervisor unable
+	// to serve. A process still sets its own (libc's and Go's setrlimit
+	// pass pid 0) and reads anyone's.
+	argBlock(unix.SYS_PRLIMIT64,
+		bpfStmt(ldW, offArg0),
+		bpfJump(jeqK, 0, 4, 0), // pid 0: itself
+		bpfStmt(ldW, offArg2),
+		bpfJump(jeqK, 0, 0, 3),
+		bpfStmt(ldW, offArg2+4),
+		bpfJump(jeqK, 0, 0, 1), // new_limit NULL: a read
+		bpfStmt(retK, retAllow),
+		bpfStmt(retK, retEPERM))
 	argBlock(unix.SYS_CLONE, noNewUser...)
 	argBlock(unix.SYS_UNSHARE, noNewUser...)
 	// AF_UNIX datagram sockets (SOCK_RAW is one too) take a destination
