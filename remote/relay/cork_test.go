@@ -177,10 +177,12 @@ func TestLegBatchPooledBuffers(t *testing.T) {
 		if busy {
 			l.wmu.Lock() // as if a write were in progress: the batch queues
 		}
+		pooled := 0
 		for _, f := range frames {
 			lb := getLinkBuf(len(f))
 			var b []byte
 			if lb != nil {
+				pooled++
 				b = lb.b[:len(f):len(f)]
 				copy(b, f)
 			} else {
@@ -188,9 +190,12 @@ func TestLegBatchPooledBuffers(t *testing.T) {
 			}
 			bt.addBuf(l, b, lb)
 		}
+		if pooled == 0 {
+			t.Fatal("no frame of the batch in a pooled buffer")
+		}
 		bt.flush()
 		for range 4 * len(frames) {
-			if lb := getLinkBuf(1000); lb != nil {
+			if lb := getLinkBuf(3000); lb != nil {
 				for i := range lb.b {
 					lb.b[i] = 0xee
 				}

@@ -119,25 +119,42 @@ type linkBuf struct{ b []byte }
 // pooled.
 var linkBufClasses = [2]int{4 << 10, 66 << 10}
 
-var linkBufPools = [2]sync.Pool{
-	{New: func() any { return &linkBuf{b: make([]byte, linkBufClasses[0])} }},
-	{New: func() any { return &linkBuf{b: make([]byte, linkBufClasses[1])} }},
-}
+// linkBufFree holds the buffers given back, per class, bounded (1 MiB of
+// small ones, 2 MiB of large ones per process): a free list rather than a
+// sync.Pool, whose size follows the last burst until the GC's next cycles
+// (survivors of a node's death took on hundreds of streams at once, and
+// their RSS must stay under its bound).
+var linkBufFree = [2]chan *linkBuf{make(chan *linkBuf, 256), make(chan *linkBuf, 32)}
 
-// getLinkBuf is a buffer of at least n bytes, nil past the classes.
+// getLinkBuf is a buffer of at least n bytes, nil past the classes and
+// for a frame under half its class: a frame the leg queues keeps its
+// buffer, and the queue's bound counts the frame's bytes, not the
+// buffer's, so a buffer may be at most twice what is counted.
 func getLinkBuf(n int) *linkBuf {
 	for i, c := range linkBufClasses {
 		if n <= c {
-			return linkBufPools[i].Get().(*linkBuf)
+			if n <= c/2 {
+				return nil
+			}
+			select {
+			case lb := <-linkBufFree[i]:
+				return lb
+			default:
+				return &linkBuf{b: make([]byte, c)}
+			}
 		}
 	}
 	return nil
 }
 
+// free gives lb back; past the free list's bound it is the GC's.
 func (lb *linkBuf) free() {
 	for i, c := range linkBufClasses {
 		if len(lb.b) == c {
-			linkBufPools[i].Put(lb)
+			select {
+			case linkBufFree[i] <- lb:
+			default:
+			}
 			return
 		}
 	}
