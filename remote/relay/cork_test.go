@@ -57,7 +57,7 @@ func TestLegBatchOneWrite(t *testing.T) {
 		fs = append(fs, outFrame{b: bytes.Clone(b)})
 	}
 	before := l.cc.writes.Load()
-	if !l.sendBatch(fs) {
+	if ok, _ := l.sendBatch(fs); !ok {
 		t.Fatal("sendBatch failed")
 	}
 	for i, w := range want {
@@ -78,7 +78,7 @@ func TestLegBatchOneWrite(t *testing.T) {
 	}
 	before = l.cc.writes.Load()
 	done := make(chan bool, 1)
-	go func() { done <- l.sendBatch(fs) }()
+	go func() { ok, _ := l.sendBatch(fs); done <- ok }()
 	for i, w := range want {
 		if got := read(t, p.exec); !bytes.Equal(got, w) {
 			t.Fatalf("frame %d of the large batch differs (%d bytes, want %d)", i, len(got), len(w))
@@ -160,5 +160,61 @@ func TestLegWriterBatchesQueuedFrames(t *testing.T) {
 		t.Fatalf("%d frames took %d writes: not batched", harnesses*perStream, n)
 	} else {
 		t.Logf("%d frames, %d writes", harnesses*perStream, n)
+	}
+}
+
+// Frames of a peer link's inbox in pooled buffers (legBatch.addBuf): on
+// an idle socket they are written at once and their buffers go back to
+// the pool; on a busy one they queue, and their buffers must stay theirs
+// until written: the pool's next users scribbling on what they get never
+// changes what the executor reads.
+func TestLegBatchPooledBuffers(t *testing.T) {
+	p := newPair(t, Options{})
+	l := legOf(t, p.r, roleEnvironment, "E")
+	frames := batchFrames(24)
+	for _, busy := range []bool{false, true} {
+		var bt legBatch
+		if busy {
+			l.wmu.Lock() // as if a write were in progress: the batch queues
+		}
+		pooled := 0
+		for _, f := range frames {
+			lb := getLinkBuf(len(f))
+			var b []byte
+			if lb != nil {
+				pooled++
+				b = lb.b[:len(f):len(f)]
+				copy(b, f)
+			} else {
+				b = bytes.Clone(f)
+			}
+			bt.addBuf(l, b, lb)
+		}
+		if pooled == 0 {
+			t.Fatal("no frame of the batch in a pooled buffer")
+		}
+		bt.flush()
+		for range 4 * len(frames) {
+			if lb := getLinkBuf(3000); lb != nil {
+				for i := range lb.b {
+					lb.b[i] = 0xee
+				}
+				defer lb.free()
+			}
+			if lb := getLinkBuf(60 << 10); lb != nil {
+				for i := range lb.b {
+					lb.b[i] = 0xee
+				}
+				defer lb.free()
+			}
+		}
+		if busy {
+			l.wmu.Unlock()
+		}
+		for i, w := range frames {
+			if got := read(t, p.exec); !bytes.Equal(got, w) {
+				t.Fatalf("busy %v: frame %d differs (%d bytes, want %d)", busy, i, len(got), len(w))
+			}
+		}
 	}
 }

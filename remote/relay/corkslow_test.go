@@ -63,7 +63,7 @@ func TestCorkedBatchSlowButReadingHarness(t *testing.T) {
 			}
 			ok := true
 			if batched {
-				ok = l.sendBatch(fs)
+				ok, _ = l.sendBatch(fs)
 			} else {
 				for _, f := range fs {
 					if ok = l.sendFrame(f.b, true); !ok {

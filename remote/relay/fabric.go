@@ -1011,7 +1011,11 @@ func (rl *remoteLeg) upTo(kind byte, b []byte, bt *legBatch) {
 }
 
 // fromInbox handles a message of the link's inbox (its goroutine).
-func (rl *remoteLeg) fromInbox(m inMsg) { rl.upTo(m.kind, m.b, &rl.batch) }
+func (rl *remoteLeg) fromInbox(m inMsg) {
+	rl.batch.cur = m.buf // taken by rl.batch.add if the frame is gathered
+	rl.upTo(m.kind, m.b, &rl.batch)
+	rl.batch.cur = nil
+}
 
 // flush writes what an inbox batch gathered and returns the credit of
 // the frames it handled (the inbox's goroutine).
@@ -1065,12 +1069,12 @@ func (fl *fwdLeg) toHome(kind byte, b []byte) error {
 
 // fromLink: a message from the home on a link. Handled on the leg's
 // goroutine, never on the link's reader (the harness's socket may wait).
-func (fl *fwdLeg) fromLink(pl *peerLink, kind byte, b []byte) {
+func (fl *fwdLeg) fromLink(pl *peerLink, kind byte, b []byte, lb *linkBuf) {
 	if fl.offered[pl.node] != pl.id {
 		return
 	}
 	fl.in.start(fl.f, fl.up.quit, fl.fromInbox, fl.flush)
-	fl.in.push(inMsg{kind: kind, b: b})
+	fl.in.push(inMsg{kind: kind, b: b, buf: lb})
 }
 
 // linkLost: the link went. As over NATS when a home dies, the harness
@@ -1332,7 +1336,7 @@ func (fl *fwdLeg) fromInbox(m inMsg) {
 		fl.down(m.kind, m.b)
 		return
 	}
-	fl.batch.add(fl.l, m.b)
+	fl.batch.addBuf(fl.l, m.b, m.buf)
 	fl.owedFrames++
 	fl.owedBytes += int64(len(m.b))
 }

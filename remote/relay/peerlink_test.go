@@ -720,3 +720,65 @@ func BenchmarkLinkSeal(b *testing.B) {
 		})
 	}
 }
+
+// TestPeerLinkWriterBatches: what the writer sends opens, in order and
+// byte-exact, whether a batch went out as one record sealed in place
+// (sealBatch) or, past linkRecordMax, cut into several.
+func TestPeerLinkWriterBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sizes []int
+	}{
+		{"one small", []int{1}},
+		{"one record", []int{100, 60 << 10, 0, 7, 60 << 10}},
+		{"exactly full", []int{linkRecordMax - linkHeader - 3}},
+		{"several records", []int{600 << 10, 600 << 10, 600 << 10, 5, 900 << 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+			s.opts.FleetNodeBytes = 64 << 20
+			f := &fabric{s: s, links: map[string]*peerLink{}}
+			mine, theirs := net.Pipe()
+			dialer, acceptor := testSeals(t)
+			pl := f.newLink("z", "id", mine, acceptor[0], acceptor[1])
+			var want [][]byte
+			for i, n := range tc.sizes {
+				p := make([]byte, n)
+				for j := range p {
+					p[j] = byte(i*131 + j)
+				}
+				want = append(want, p)
+				if err := pl.send(linkDownFrame, fmt.Sprint("z-", i), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Everything queued before the writer starts: one batch.
+			s.wg.Add(1)
+			go pl.writer()
+			t.Cleanup(func() {
+				theirs.Close()
+				pl.close()
+				s.wg.Wait()
+			})
+			rr := recordReader{r: theirs, ls: dialer[1], max: linkMaxRecord(1 << 20)}
+			theirs.SetDeadline(time.Now().Add(30 * time.Second))
+			for i := 0; i < len(want); {
+				pt, err := rr.next()
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				for len(pt) > 0 {
+					var m linkMsg
+					m, pt, err = parseLinkMsg(pt, 1<<20)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if string(m.key) != fmt.Sprint("z-", i) || !bytes.Equal(m.payload, want[i]) {
+						t.Fatalf("message %d: key %q, %d bytes; want %d bytes", i, m.key, len(m.payload), len(want[i]))
+					}
+					i++
+				}
+			}
+		})
+	}
+}

@@ -207,21 +207,26 @@ func (l *leg) lockIfIdle() bool {
 // write when the socket is idle (as sendFrame writes a lone frame), else
 // through the queue. A peer link's inbox hands a leg's frames over in
 // batches: written one by one, each was a syscall.
-func (l *leg) sendBatch(bs []outFrame) bool {
-	if len(bs) == 1 {
-		return l.sendFrame(bs[0].b, true)
-	}
+//
+// kept says whether the leg may still hold any of the frames (queued):
+// false once they were written (or dropped) here, so that their buffers
+// may be used again (legBatch.flush).
+func (l *leg) sendBatch(bs []outFrame) (ok, kept bool) {
 	if l.lockIfIdle() {
-		ok := l.writeNowBatch(bs)
+		if len(bs) == 1 {
+			ok = l.writeNow(bs[0].b)
+		} else {
+			ok = l.writeNowBatch(bs)
+		}
 		l.wmu.Unlock()
-		return ok
+		return ok, false
 	}
 	for _, f := range bs {
 		if !l.send(f) {
-			return false
+			return false, true
 		}
 	}
-	return true
+	return true, true
 }
 
 // writeNowBatch is writeNow of several frames; l.wmu is held.
