@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -47,22 +48,11 @@ func TestLargeFrameReadInBatches(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return trickleConn{c}, nil
-	}}}
-	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{HTTPClient: hc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseNow()
-	c.SetReadLimit(1 << 20)
+	c := dialTrickle(ctx, t, srv)
 	ws := NewWebSocket(c, "test")
 	roundTrip := func(msg []byte, fragmented bool) (reads int) {
 		t.Helper()
+		var err error
 		if fragmented {
 			err = ws.Write(ctx, msg, false) // frames of FrameSize
 		} else {
@@ -175,19 +165,7 @@ func TestMessageAfterLargeStartsLarge(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return trickleConn{c}, nil
-	}}}
-	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{HTTPClient: hc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseNow()
-	c.SetReadLimit(1 << 20)
+	c := dialTrickle(ctx, t, srv)
 	roundTrip := func(msg []byte) (reads, capacity, jumps int) {
 		t.Helper()
 		if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
@@ -221,4 +199,25 @@ func TestMessageAfterLargeStartsLarge(t *testing.T) {
 			t.Errorf("a %d-byte message after a large one: jumped %v, want %v", n, jumped, n >= 1024)
 		}
 	}
+}
+
+// dialTrickle dials srv through trickleConn (the client's writes arrive a
+// little at a time), reading up to 1 MiB per message; closed at the test's
+// end.
+func dialTrickle(ctx context.Context, t *testing.T, srv *httptest.Server) *websocket.Conn {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return trickleConn{c}, nil
+	}}}
+	c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	c.SetReadLimit(1 << 20)
+	return c
 }
