@@ -493,8 +493,12 @@ func (pl *peerLink) writer() {
 	}
 }
 
-// linkKeepBuf: the largest batch buffer a link keeps for the next batch.
-const linkKeepBuf = 4 << 20
+// linkKeepBuf: the largest batch buffer a link keeps for the next batch
+// (one kept as spare, one as out: up to twice this per link, idle or not,
+// and one link per other node). A batch sealed in place is one record,
+// at most linkRecordMax plus the message that crossed it and append's
+// overshoot; larger ones are copied into records anyway.
+const linkKeepBuf = 2 * linkRecordMax
 
 // sealBatch seals a batch from the writer's queue ([4 bytes of room]
 // [messages]). A batch that is one record (up to linkRecordMax) is
