@@ -54,7 +54,7 @@ type supervisor struct {
 
 // maxConnects bounds the connects in flight in one supervisor (each a
 // descriptor and a thread blocked in connect): past it a connect fails
-// with EAGAIN.
+// with ENOBUFS (connect, in notify_socket_linux.go, says why not EAGAIN).
 const maxConnects = 1024
 
 // pendingRoom reports whether another open may wait here. Besides
