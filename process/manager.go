@@ -163,6 +163,18 @@ type Manager struct {
 	spawner     *childinit.Spawner // nil when it could not start
 
 	snaps snapshots // shell snapshots of this session (snapshot.go)
+
+	hooks testHooks // set only by this package's tests, before Start
+}
+
+// testHooks let this package's tests hold a process at a chosen point, to
+// order what a loaded machine orders by chance. Each is nil outside tests.
+type testHooks struct {
+	// beforeRead is called by a pump before each read of its stream.
+	beforeRead func(p *Proc, stream string)
+	// drainLook is called by a sandbox's reaper after each look whether
+	// the readers have emitted everything (see awaitSandboxOutput).
+	drainLook func(p *Proc, drained bool)
 }
 
 // spawnerFor returns the session's spawner, starting it on first use.

@@ -384,6 +384,9 @@ func (p *Proc) pump(g *gatherer, stream string) {
 	buf := p.chunkBuf()
 	defer func() { putChunkBuf(buf) }()
 	for {
+		if h := p.m.hooks.beforeRead; h != nil {
+			h(p, stream)
+		}
 		n, err := g.read(buf)
 		if n > 0 {
 			if p.denial != nil {
@@ -494,6 +497,9 @@ func (p *Proc) awaitSandboxOutput(readersDone <-chan struct{}) {
 				drained = false
 				break
 			}
+		}
+		if h := p.m.hooks.drainLook; h != nil {
+			h(p, drained)
 		}
 		if drained {
 			return

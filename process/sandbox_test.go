@@ -967,13 +967,42 @@ func TestSandboxExitedNotHeldByOutsideWriter(t *testing.T) {
 		}
 
 		// Output written just before the end, while a process of the
-		// host holds stdout: every byte comes before exited. The pipe is
-		// made 1 MiB (F_SETPIPE_SZ, where python3 is there) so that the
-		// whole burst can still be in it when the sandbox is gone.
+		// host holds stdout: every byte comes before exited. The stdout
+		// reader is held (hooks.beforeRead) after "ready\n" until the
+		// reaper has looked at the streams with the sandbox gone (or
+		// exited came without a look): the whole burst is then still in
+		// the pipe, or in hand, and only the reaper's wait for the
+		// readers (awaitSandboxOutput) keeps exited behind it. 60000
+		// bytes fit in a pipe's default 64 KiB, so the writer does not
+		// wait for the held reader.
+		const burst = 60000
+		var looked atomic.Bool // the reaper found the readers not done
+		m.hooks.drainLook = func(p *Proc, drained bool) {
+			if p.id == "burst" && !drained {
+				looked.Store(true)
+			}
+		}
+		var reads atomic.Int32
+		m.hooks.beforeRead = func(p *Proc, stream string) {
+			if p.id != "burst" || stream != protocol.StreamStdout || reads.Add(1) != 2 {
+				return
+			}
+			for deadline := time.Now().Add(60 * time.Second); !looked.Load(); time.Sleep(time.Millisecond) {
+				p.mu.Lock()
+				exited := p.exited
+				p.mu.Unlock()
+				if exited {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Error("burst: the reaper never looked at the held reader")
+					return
+				}
+			}
+		}
 		tok = sleepToken()
 		startSandboxed(t, m, sandboxParams(t, "burst", codexWorkspaceWrite, ws,
-			"/bin/sh", "-c", "echo ready; sleep "+tok+"; python3 -c 'import fcntl; fcntl.fcntl(1, 1031, 1 << 20)' 2>/dev/null; "+
-				"head -c 1000000 /dev/zero | tr '\\0' a; exit 3"))
+			"/bin/sh", "-c", "echo ready; sleep "+tok+"; head -c "+strconv.Itoa(burst)+" /dev/zero | tr '\\0' a; exit 3"))
 		sink.waitOutput(t, "burst", "ready\n")
 		pid = waitHostPids(t, tok, 1)[0]
 		w2, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", pid), os.O_WRONLY, 0)
@@ -1004,7 +1033,7 @@ func TestSandboxExitedNotHeldByOutsideWriter(t *testing.T) {
 				before.Write(ev.Data)
 			}
 		}
-		if got, want := before.String(), "ready\n"+strings.Repeat("a", 1000000); got != want {
+		if got, want := before.String(), "ready\n"+strings.Repeat("a", burst); got != want {
 			t.Fatalf("burst: %d bytes before exited, want %d", len(got), len(want))
 		}
 		w2.Close()
