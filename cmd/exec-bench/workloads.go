@@ -330,6 +330,7 @@ func fsFile(cfg *config, name string, n int) (string, []byte, error) {
 // fs-readFile: a whole file through fs/readFile. MB/s.
 func runReadFile(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
+	pm := newProcMeter().named("fs-readFile", tr)
 	path, data, err := fsFile(cfg, "read.bin", cfg.fsFileBytes)
 	if err != nil {
 		return []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, errStats(sides, err))}
@@ -342,6 +343,7 @@ func runReadFile(cfg *config, sides []side, tr transportKind) []*row {
 		return &runner{take: func(n int) ([]float64, error) {
 			var xs []float64
 			for range n {
+				p0 := pm.snap(srv.pid())
 				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
 				got, err := c.ReadFile(timeout(time.Minute), path)
@@ -354,20 +356,22 @@ func runReadFile(cfg *config, sides []side, tr transportKind) []*row {
 				}
 				xs = append(xs, float64(len(data))/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(len(data)))
+				pm.add(sideIndex(sd), p0, pm.snap(srv.pid()), float64(len(data)))
 			}
 			return xs, nil
 		}, close: srv.close}, nil
 	})
 	cr := cm.row("fs-readFile", tr, sides)
 	rows := []*row{mkrow("fs-readFile", "rate", "MB/s", true, tr, st), cr}
-	return append(rows, floorRows("fs-readFile", tr, "read", int64(len(data)), path, cfg.fsRuns, cr, nil)...)
+	rows = append(rows, floorRows("fs-readFile", tr, "read", int64(len(data)), path, cfg.fsRuns, cr, nil)...)
+	return append(rows, pm.rows("fs-readFile", tr, sides)...)
 }
 
 // fs-writeFile: a whole file through one fs/writeFile (Client.WriteFile,
 // which sends files up to 16 MiB in one message). MB/s.
 func runWriteFile(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
-	pm := newProcMeter()
+	pm := newProcMeter().named("fs-writeFile", tr)
 	data := make([]byte, cfg.fsWriteBytes)
 	_, _ = rand.Read(data)
 	path := filepath.Join(cfg.dir, "write.bin")
@@ -456,6 +460,7 @@ func readBlocksOneAtATime(ctx context.Context, c *client.Client, path string, bu
 // file in blocks, as the rows named name.
 func readBlockRows(cfg *config, sides []side, tr transportKind, name string, read func(ctx context.Context, c *client.Client, path string, buf []byte, over func() bool) (int64, error)) []*row {
 	cm := &cpuMeter{}
+	pm := newProcMeter().named(name, tr)
 	path, data, err := fsFile(cfg, "blocks-src.bin", cfg.fsFileBytes)
 	if err != nil {
 		return []*row{mkrow(name, "rate", "MB/s", true, tr, errStats(sides, err))}
@@ -471,6 +476,7 @@ func readBlockRows(cfg *config, sides []side, tr transportKind, name string, rea
 			buf := make([]byte, blockLen)
 			for range n {
 				ctx := timeout(2 * time.Minute)
+				p0 := pm.snap(srv.pid())
 				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
 				total, err := read(ctx, c, path, buf, func() bool { return time.Since(t0) > cfg.budget })
@@ -483,11 +489,13 @@ func readBlockRows(cfg *config, sides []side, tr transportKind, name string, rea
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(total))
+				pm.add(sideIndex(sd), p0, pm.snap(srv.pid()), float64(total))
 			}
 			return xs, nil
 		}, close: srv.close}, nil
 	})
-	return []*row{mkrow(name, "rate", "MB/s", true, tr, st), cm.row(name, tr, sides)}
+	rows := []*row{mkrow(name, "rate", "MB/s", true, tr, st), cm.row(name, tr, sides)}
+	return append(rows, pm.rows(name, tr, sides)...)
 }
 
 // fs-writeBlock: fs/open replace + 1 MiB fs/writeBlock calls making a file
@@ -498,7 +506,7 @@ func readBlockRows(cfg *config, sides []side, tr transportKind, name string, rea
 // s/GB against writeFile's ~0.3.) MB/s.
 func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 	cm := &cpuMeter{}
-	pm := newProcMeter()
+	pm := newProcMeter().named("fs-writeBlock", tr)
 	path := filepath.Join(cfg.dir, "blocks-dst.bin")
 	chunk := make([]byte, blockLen)
 	_, _ = rand.Read(chunk)
