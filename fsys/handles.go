@@ -130,9 +130,10 @@ func (f *FS) open(ctx context.Context, h *Handles, raw json.RawMessage) (any, er
 		if err = f.deny.create(path); err != nil {
 			break
 		}
-		file, _, err = openRegular(path, os.O_WRONLY|os.O_CREATE)
+		var st os.FileInfo
+		file, st, err = openRegular(path, os.O_WRONLY|os.O_CREATE)
 		if err == nil {
-			if err = file.Truncate(0); err != nil {
+			if err = emptyForReplace(file, st); err != nil {
 				file.Close()
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/execgo/exec-server/protocol"
 )
@@ -210,4 +211,43 @@ func FuzzBlockOffsets(f *testing.F) {
 			t.Fatalf("writeBlock(%d,%d): %v", woff, wlen, e)
 		}
 	})
+}
+
+// TestOpenReplaceEmpties: fs/open replace leaves the file empty with its
+// modification time moved, as the reference's O_TRUNC does, whether the
+// file is new, had bytes, or was empty already. An empty file is not
+// truncated (ext4 would write it back at close, in the server's CPU), so
+// its time is moved explicitly: the empty case fails without that.
+func TestOpenReplaceEmpties(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
+	writeTestFile(t, dir+"/full", pattern(5000))
+	writeTestFile(t, dir+"/empty", nil)
+	for _, name := range []string{"full", "empty"} {
+		if err := os.Chtimes(dir+"/"+name, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := New(Options{})
+	h := f.NewHandles()
+	defer h.CloseAll()
+	for _, name := range []string{"new", "full", "empty"} {
+		p := dir + "/" + name
+		mustCall(t, f, h, protocol.MethodFsOpen, obj("handleId", name, "path", uri(p), "mode", "replace"))
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if st.Size() != 0 {
+			t.Errorf("%s: %d bytes after fs/open replace, want 0", name, st.Size())
+		}
+		if !st.ModTime().After(old.Add(time.Hour)) {
+			t.Errorf("%s: modification time %v not moved by fs/open replace (was %v)", name, st.ModTime(), old)
+		}
+		mustCall(t, f, h, protocol.MethodFsWriteBlock, protocol.FsWriteBlockParams{HandleID: name, Offset: 0, Chunk: []byte("ab")})
+		mustCall(t, f, h, protocol.MethodFsClose, obj("handleId", name))
+		if got, _ := os.ReadFile(p); string(got) != "ab" {
+			t.Errorf("%s: %q after a block, want \"ab\"", name, got)
+		}
+	}
 }

@@ -75,7 +75,7 @@ func run() int {
 	only := flag.String("only", "", "comma-separated workload names to run (default: all)")
 	transports := flag.String("transports", "ws,stdio", "transports to measure")
 	jsonOut := flag.String("json", "", "also write the JSON line to this file")
-	flag.BoolVar(&procStats, "proc-stats", false, "add per-MiB rows to fs-writeFile and fs-writeBlock: read calls, bytes per read, minor faults and context switches of each server (the floor's in the machine column; /proc counts read(2) only, not the reference's recvfrom(2))")
+	flag.BoolVar(&procStats, "proc-stats", false, "add per-MiB rows to the fs rows (readFile, writeFile, readBlock, download, writeBlock): read calls, bytes per read, minor faults, context switches, user and system CPU and threads of each server (the floor's in the machine column; /proc counts read(2) only, not the reference's recvfrom(2))")
 	flag.StringVar(&serverProfileDir, "server-pprof", "", "write CPU and allocation profiles of each of our servers to `DIR`/WORKLOAD-TRANSPORT-N/{cpu,allocs}.pprof (through its --debug-profile)")
 	streamMiB := flag.Int("stream-mib", 0, "stream workload size in MiB (default 512, 128 with --quick)")
 	readMiB := flag.Int("read-mib", 0, "fs-readFile size in MiB (default 64, 16 with --quick)")

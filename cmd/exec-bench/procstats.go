@@ -9,8 +9,10 @@ import (
 	"sync"
 )
 
-// procStats (--proc-stats) adds rows per MiB moved to the workloads that
-// measure server CPU per byte (fs-writeFile so far): read system calls and
+// procStats (--proc-stats) adds rows per MiB moved to the fs workloads that
+// measure server CPU per byte (readFile, writeFile, readBlock, writeBlock):
+// user and system CPU (utime and stime, summed over the samples: one
+// sample is a few 10 ms ticks), threads, read system calls and
 // bytes per read (/proc/PID/io: read(2) only, so not the reference's
 // recvfrom(2) socket reads), minor page faults (/proc/PID/stat) and
 // context switches (every live thread's, /proc/PID/task/*/status), taken
@@ -22,6 +24,9 @@ var procStats bool
 // procSnap is one reading of a process's counters.
 type procSnap struct {
 	syscr, rchar, minflt, ctxsw float64
+	utime, stime, threads       float64 // clock ticks; threads now
+	cpu                         float64 // seconds, the precise clock (cpuSeconds)
+	nvcsw                       float64 // of ctxsw, the involuntary ones (preempted)
 }
 
 func readProc(pid int) procSnap {
@@ -29,6 +34,7 @@ func readProc(pid int) procSnap {
 	if pid <= 0 {
 		return s
 	}
+	s.cpu = cpuSeconds(pid)
 	dir := fmt.Sprintf("/proc/%d", pid)
 	if b, err := os.ReadFile(dir + "/io"); err == nil {
 		for _, line := range bytes.Split(b, []byte("\n")) {
@@ -48,10 +54,14 @@ func readProc(pid int) procSnap {
 	if b, err := os.ReadFile(dir + "/stat"); err == nil {
 		// minflt is field 10 of the line, the 8th after the command
 		// name's closing parenthesis.
+		// utime, stime and num_threads are fields 14, 15 and 20.
 		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
 			f := bytes.Fields(b[i+1:])
-			if len(f) > 7 {
+			if len(f) > 17 {
 				s.minflt, _ = strconv.ParseFloat(string(f[7]), 64)
+				s.utime, _ = strconv.ParseFloat(string(f[11]), 64)
+				s.stime, _ = strconv.ParseFloat(string(f[12]), 64)
+				s.threads, _ = strconv.ParseFloat(string(f[17]), 64)
 			}
 		}
 	}
@@ -65,6 +75,9 @@ func readProc(pid int) procSnap {
 			if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.HasSuffix(k, []byte("ctxt_switches")) {
 				n, _ := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
 				s.ctxsw += n
+				if bytes.HasPrefix(k, []byte("nonvoluntary")) {
+					s.nvcsw += n
+				}
 			}
 		}
 	}
@@ -76,6 +89,20 @@ func readProc(pid int) procSnap {
 type procMeter struct {
 	mu   sync.Mutex
 	runs [3][4][]float64 // side, metric: reads/MiB, KiB/read, minflt/MiB, ctxsw/MiB
+	// Sums over the samples per side: utime and stime ticks, bytes; and
+	// the threads after each sample.
+	ut, stt, by [3]float64
+	threads     [3][]float64
+	label       string // workload and transport, for the per-sample lines
+	seq         [3]int
+}
+
+// named sets the label of m's per-sample lines on stderr.
+func (m *procMeter) named(w string, tr transportKind) *procMeter {
+	if m != nil {
+		m.label = fmt.Sprintf("%s %s", w, tr)
+	}
+	return m
 }
 
 func (m *procMeter) add(i int, a, b procSnap, bytes float64) {
@@ -92,6 +119,16 @@ func (m *procMeter) add(i int, a, b procSnap, bytes float64) {
 	}
 	r[2] = append(r[2], (b.minflt-a.minflt)/mib)
 	r[3] = append(r[3], (b.ctxsw-a.ctxsw)/mib)
+	m.ut[i] += b.utime - a.utime
+	m.stt[i] += b.stime - a.stime
+	m.by[i] += bytes
+	m.threads[i] = append(m.threads[i], b.threads)
+	// One line per sample: the medians hide a row whose samples differ
+	// (a first sample that grows the heap, a sample that pays a GC).
+	m.seq[i]++
+	fmt.Fprintf(os.Stderr, "exec-bench: sample %s side %d #%d: cpu %.3f s/GB (user %.0f sys %.0f ticks), minflt %.1f/MiB, ctxsw %.1f/MiB (%.1f involuntary), reads %.1f/MiB, threads %.0f\n",
+		m.label, i, m.seq[i], (b.cpu-a.cpu)/(bytes/1e9), b.utime-a.utime, b.stime-a.stime,
+		(b.minflt-a.minflt)/mib, (b.ctxsw-a.ctxsw)/mib, (b.nvcsw-a.nvcsw)/mib, (b.syscr-a.syscr)/mib, b.threads)
 }
 
 func (m *procMeter) rows(w string, tr transportKind, sides []side) []*row {
@@ -113,6 +150,24 @@ func (m *procMeter) rows(w string, tr transportKind, sides []side) []*row {
 			r.Limit = &v
 		}
 		out = append(out, r)
+	}
+	// User and system CPU per GB over all the samples (ticks of 10 ms);
+	// threads after a sample. Ours and the reference; no floor.
+	for k, nm := range [3][2]string{{"cpu-user", "s/GB"}, {"cpu-sys", "s/GB"}, {"threads", "n"}} {
+		var st []*stats
+		for i := range min(len(sides), 2) {
+			var xs []float64
+			switch {
+			case k == 2:
+				xs = m.threads[i]
+			case m.by[i] > 0 && k == 0:
+				xs = []float64{m.ut[i] / 100 / (m.by[i] / 1e9)}
+			case m.by[i] > 0:
+				xs = []float64{m.stt[i] / 100 / (m.by[i] / 1e9)}
+			}
+			st = append(st, summarize(xs, nil))
+		}
+		out = append(out, mkrow(w, nm[0], nm[1], false, tr, st))
 	}
 	return out
 }
