@@ -322,6 +322,7 @@ var workloads = []workload{
 	{name: "fs-readBlock", metric: "rate", run: runReadBlocks, limit: limitReadBlocks},
 	{name: "fs-download", metric: "rate", run: runDownload},
 	{name: "fs-writeBlock", metric: "rate", run: runWriteBlocks, limit: limitWriteBlocks},
+	{name: "fs-upload", metric: "rate", run: runUpload},
 	{name: "idle-conns", metric: "rss-per-c", wsOnly: true, run: runIdle},
 	{name: "stall", metric: "rss-growth", wsOnly: true, run: runStall},
 	{name: "sandbox-writeFile", metric: "latency", run: runSandboxWriteFile},

@@ -526,8 +526,67 @@ func readBlockRows(cfg *config, sides []side, tr transportKind, name string, rea
 // fifth round it wrote 1 GiB once, whose page-cache cost alone was ~1.7
 // s/GB against writeFile's ~0.3.) MB/s.
 func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
+	return writeBlockRows(cfg, sides, tr, "fs-writeBlock", writeBlocksOneAtATime)
+}
+
+// fs-upload: the same file written with the SDK's Upload, 1 MiB
+// fs/writeBlock calls with 4 in flight (client.Upload's window): what a
+// client moving a large file does, where fs-writeBlock is its worst case
+// (the server idle between every two blocks; docs/performance.md,
+// "Thirteenth round"). MB/s.
+func runUpload(cfg *config, sides []side, tr transportKind) []*row {
+	return writeBlockRows(cfg, sides, tr, "fs-upload", func(ctx context.Context, c *client.Client, path string, chunk []byte, size int64, _ func() bool) (int64, error) {
+		return c.Upload(ctx, path, &repeatReader{chunk: chunk, left: size}, nil)
+	})
+}
+
+// writeBlocksOneAtATime makes path, size bytes of chunk over and over, with
+// fs/open, 1 MiB fs/writeBlock calls one at a time (the SDK's File.WriteAt)
+// and fs/close, or fewer bytes when over (budget spent).
+func writeBlocksOneAtATime(ctx context.Context, c *client.Client, path string, chunk []byte, size int64, over func() bool) (int64, error) {
+	f, err := c.Create(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for off := int64(0); off < size; off += blockLen {
+		if _, err := f.WriteAtContext(ctx, chunk, off); err != nil {
+			f.Close()
+			return total, err
+		}
+		total += blockLen
+		if over() {
+			break
+		}
+	}
+	return total, f.Close()
+}
+
+// repeatReader reads chunk over and over, left bytes in all.
+type repeatReader struct {
+	chunk []byte
+	off   int
+	left  int64
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n := copy(p, r.chunk[r.off:])
+	r.off = (r.off + n) % len(r.chunk)
+	r.left -= int64(n)
+	return n, nil
+}
+
+// writeBlockRows measures write, which makes the file at path (size bytes
+// of chunk), as the row name.
+func writeBlockRows(cfg *config, sides []side, tr transportKind, name string, write func(ctx context.Context, c *client.Client, path string, chunk []byte, size int64, over func() bool) (int64, error)) []*row {
 	cm := &cpuMeter{}
-	pm := newProcMeter().named("fs-writeBlock", tr)
+	pm := newProcMeter().named(name, tr)
 	path := filepath.Join(cfg.dir, "blocks-dst.bin")
 	chunk := make([]byte, blockLen)
 	_, _ = rand.Read(chunk)
@@ -537,27 +596,11 @@ func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 		if err != nil {
 			return nil, err
 		}
-		// write makes the file with fs/open, the blocks and fs/close.
-		write := func(ctx context.Context, t0 time.Time) (int64, error) {
-			f, err := c.Create(ctx, path)
-			if err != nil {
-				return 0, err
-			}
-			var total int64
-			for off := int64(0); off < size; off += blockLen {
-				if _, err := f.WriteAtContext(ctx, chunk, off); err != nil {
-					f.Close()
-					return total, err
-				}
-				total += blockLen
-				if time.Since(t0) > cfg.budget {
-					break
-				}
-			}
-			return total, f.Close()
+		once := func(ctx context.Context, t0 time.Time) (int64, error) {
+			return write(ctx, c, path, chunk, size, func() bool { return time.Since(t0) > cfg.budget })
 		}
 		_ = os.Remove(path)
-		if _, err := write(timeout(2*time.Minute), time.Now()); err != nil { // warm-up
+		if _, err := once(timeout(2*time.Minute), time.Now()); err != nil { // warm-up
 			srv.close()
 			return nil, err
 		}
@@ -569,13 +612,13 @@ func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 				p0 := pm.snap(srv.pid())
 				c0 := cpuSeconds(srv.pid())
 				t0 := time.Now()
-				total, err := write(ctx, t0)
+				total, err := once(ctx, t0)
 				if err != nil {
 					return xs, err
 				}
 				el := time.Since(t0)
 				if fi, err := os.Stat(path); err != nil || fi.Size() != total {
-					return xs, fmt.Errorf("fs/writeBlock: file on disk: %v (want %d bytes)", err, total)
+					return xs, fmt.Errorf("%s: file on disk: %v (want %d bytes)", name, err, total)
 				}
 				xs = append(xs, float64(total)/el.Seconds()/1e6)
 				cm.add(sd, cpuSeconds(srv.pid())-c0, float64(total))
@@ -584,8 +627,8 @@ func runWriteBlocks(cfg *config, sides []side, tr transportKind) []*row {
 			return xs, nil
 		}, close: func() { srv.close(); _ = os.Remove(path) }}, nil
 	})
-	rows := []*row{mkrow("fs-writeBlock", "rate", "MB/s", true, tr, st), cm.row("fs-writeBlock", tr, sides)}
-	return append(rows, pm.rows("fs-writeBlock", tr, sides)...)
+	rows := []*row{mkrow(name, "rate", "MB/s", true, tr, st), cm.row(name, tr, sides)}
+	return append(rows, pm.rows(name, tr, sides)...)
 }
 
 func writeZeros(path string, n int64) error {
