@@ -18,6 +18,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -301,6 +304,75 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, rcs []*gatherConn, si
 	return round3(float64(n) / el), n * int64(size), nil
 }
 
+// rawProcCPU is procCPU with the single-node relay.
+func (b *fleetBench) rawProcCPU() map[string]float64 {
+	out := b.procCPU()
+	if b.single != nil {
+		out["single"] = pidCPU(b.single.cmd.Process.Pid)
+	}
+	return out
+}
+
+// procCounts sums, over procs' live processes: read and write syscalls
+// (/proc/PID/io) and voluntary and involuntary context switches of all
+// their threads (/proc/PID/task/*/status).
+func procCounts(procs []*fleetProc) [4]int64 {
+	var c [4]int64
+	for _, n := range procs {
+		if n == nil || n.dead.Load() {
+			continue
+		}
+		pid := n.cmd.Process.Pid
+		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
+			c[0] += procField(string(data), "syscr:")
+			c[1] += procField(string(data), "syscw:")
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+			if err != nil {
+				continue
+			}
+			c[2] += procField(string(data), "voluntary_ctxt_switches:")
+			c[3] += procField(string(data), "nonvoluntary_ctxt_switches:")
+		}
+	}
+	return c
+}
+
+// procField is the number after the line starting with key.
+func procField(s, key string) int64 {
+	for line := range strings.Lines(s) {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// machineBusy is the host's non-idle CPU seconds so far (/proc/stat).
+func machineBusy() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest is in user
+			continue
+		}
+		x, _ := strconv.ParseFloat(v, 64)
+		busy += x
+	}
+	return busy / 100 // USER_HZ
+}
+
 // sumCPU is the CPU seconds (utime + stime) of the live processes so far.
 func sumCPU(procs []*fleetProc) float64 {
 	var total float64
@@ -367,9 +439,37 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		}
 		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50, p99
 		cpu0, cpuN := sumCPU(p.procs), sumCPU(p.withNATS)
+		pc0, busy0, t0 := b.rawProcCPU(), machineBusy(), time.Now()
+		sc0 := procCounts(p.procs)
 		fps, _, err := rawPump(ctx, conns, rcs, 1024, 64, d)
 		if err != nil {
 			return fmt.Errorf("raw %s frames: %w", p.name, err)
+		}
+		// What bounds the row: the cores each process used while it ran
+		// ("bench" is this process, whose raw clients both send and
+		// echo; "machine" is every process on the host, others' too).
+		el := time.Since(t0).Seconds()
+		sc1 := procCounts(p.procs)
+		machine := (machineBusy() - busy0) / el
+		cores := map[string]float64{"machine": round3(machine)}
+		ours := 0.0
+		for name, v := range b.rawProcCPU() {
+			cores[name] = round3((v - pc0[name]) / el)
+			ours += (v - pc0[name]) / el
+		}
+		// Everything else on the host: other engineers' work, kernel
+		// threads.
+		cores["others"] = round3(machine - ours)
+		out["raw_cores_during_frames_"+p.name] = cores
+		// The relays' syscalls and thread switches per frame carried
+		// (each way counted, as the CPU per frame).
+		if carried := fps * el * 2; carried > 0 {
+			per := map[string]float64{}
+			for i, k := range []string{"read_syscalls", "write_syscalls", "voluntary_switches", "involuntary_switches"} {
+				per[k] = round3(float64(sc1[i]-sc0[i]) / carried)
+			}
+			out["raw_relay_per_1k_frame_"+p.name] = per
+			out["raw_client_cpu_us_per_1k_frame_"+p.name] = round3(cores["bench"] * el / carried * 1e6)
 		}
 		out[fmt.Sprintf("raw_1k_frames_per_s_each_way_%d_streams_%s", k, p.name)] = fps
 		out["raw_relay_cpu_us_per_1k_frame_"+p.name] = round3((sumCPU(p.procs) - cpu0) / (fps * d.Seconds() * 2) * 1e6)
