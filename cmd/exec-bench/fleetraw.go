@@ -126,10 +126,16 @@ func (c *gatherConn) Read(p []byte) (int, error) {
 	return c.br.Read(p)
 }
 
-func rawDial(ctx context.Context, url string) (*websocket.Conn, *gatherConn, error) {
+// rawDial dials url's websocket; at ("host:port"), if set, is dialled
+// instead of url's host (a node directly, not the balancer: the URL's
+// signature does not cover its host).
+func rawDial(ctx context.Context, url, at string) (*websocket.Conn, *gatherConn, error) {
 	var rc *gatherConn
 	var d net.Dialer
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if at != "" {
+			addr = at
+		}
 		conn, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -146,15 +152,15 @@ func rawDial(ctx context.Context, url string) (*websocket.Conn, *gatherConn, err
 	return c, rc, nil
 }
 
-// rawExecutor registers env at base, dials its socket and echoes every
-// frame until ctx ends.
-func (b *fleetBench) rawExecutor(ctx context.Context, base, env string) error {
+// rawExecutor registers env at base, dials its socket (at at, if set:
+// rawDial) and echoes every frame until ctx ends.
+func (b *fleetBench) rawExecutor(ctx context.Context, base, env, at string) error {
 	url, _, err := b.rawPost(ctx, base, env, "register", fleetExecToken,
 		map[string]any{"security_profile": rawProfile, "executor_public_key": rawKey()})
 	if err != nil {
 		return err
 	}
-	c, _, err := rawDial(ctx, url)
+	c, _, err := rawDial(ctx, url, at)
 	if err != nil {
 		return err
 	}
@@ -179,14 +185,14 @@ func (b *fleetBench) rawExecutor(ctx context.Context, base, env string) error {
 }
 
 // rawHarness connects to env through base (retrying while its home is
-// not known yet) and dials the harness socket.
-func (b *fleetBench) rawHarness(ctx context.Context, base, env string) (*websocket.Conn, *gatherConn, error) {
+// not known yet) and dials the harness socket (at at, if set: rawDial).
+func (b *fleetBench) rawHarness(ctx context.Context, base, env, at string) (*websocket.Conn, *gatherConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		url, _, err := b.rawPost(dctx, base, env, "connect", fleetHarnessToken, map[string]any{"harness_public_key": rawKey()})
 		if err == nil {
-			c, rc, derr := rawDial(dctx, url)
+			c, rc, derr := rawDial(dctx, url, at)
 			if derr == nil {
 				return c, rc, nil
 			}
@@ -398,11 +404,20 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		// withNATS: procs and the NATS process (with external NATS; an
 		// embedded server's CPU is already in its node's).
 		withNATS []*fleetProc
+		// direct: the harness sockets are dialled at the node the
+		// balancer would pick (port connPort), not through the balancer,
+		// which is this process's code on the same two cores. The raw
+		// executors' sockets are dialled so on every path (the fleet's
+		// registry holds 1 024: no second set of environments).
+		direct   bool
+		connPort int
 	}
 	paths := []path{
 		{name: "single", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-"},
 		{name: "local", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-"},
 		{name: "cross", regBase: b.lb.url(0), connBase: b.lb.url(1), procs: b.nodes, envPrefix: "rawfleet-"},
+		{name: "local_direct", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-", direct: true},
+		{name: "cross_direct", regBase: b.lb.url(0), connBase: b.lb.url(1), procs: b.nodes, envPrefix: "rawfleet-", direct: true, connPort: 1},
 	}
 	for i := range paths {
 		paths[i].withNATS = paths[i].procs
@@ -417,7 +432,11 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		}
 		registered[p.envPrefix] = true
 		for i := range k {
-			if err := b.rawExecutor(ctx, p.regBase, fmt.Sprint(p.envPrefix, i)); err != nil {
+			env, at := fmt.Sprint(p.envPrefix, i), ""
+			if p.regBase != b.single.base {
+				at = b.lb.nodeAddr(env, 0)
+			}
+			if err := b.rawExecutor(ctx, p.regBase, env, at); err != nil {
 				return fmt.Errorf("raw executor: %w", err)
 			}
 		}
@@ -426,7 +445,11 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		var conns []*websocket.Conn
 		var rcs []*gatherConn
 		for i := range k {
-			c, rc, err := b.rawHarness(ctx, p.connBase, fmt.Sprint(p.envPrefix, i))
+			env, at := fmt.Sprint(p.envPrefix, i), ""
+			if p.direct {
+				at = b.lb.nodeAddr(env, p.connPort)
+			}
+			c, rc, err := b.rawHarness(ctx, p.connBase, env, at)
 			if err != nil {
 				return fmt.Errorf("raw %s harness: %w", p.name, err)
 			}
@@ -497,10 +520,15 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 	}
 	ratio("raw_stream_MBps_", "cross", "local")
 	ratio("raw_stream_MBps_", "cross", "single")
+	ratio("raw_stream_MBps_", "cross_direct", "local_direct")
 	if x, ok := out["raw_rtt_1k_p50_us_cross"].(float64); ok {
 		out["raw_added_rtt_p50_us_cross_vs_local"] = round3(x - out["raw_rtt_1k_p50_us_local"].(float64))
 		out["raw_added_rtt_p50_us_cross_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
 	}
-	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); the clients gather their writes (the frames/s and stream rows write every frame the window allows in one syscall, executors echo what they read in one write; the round-trip rows write one frame at a time), the relay's work per frame being the same; relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
+	if x, ok := out["raw_rtt_1k_p50_us_cross_direct"].(float64); ok {
+		out["raw_added_rtt_p50_us_cross_direct_vs_local_direct"] = round3(x - out["raw_rtt_1k_p50_us_local_direct"].(float64))
+		out["raw_added_rtt_p50_us_cross_direct_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
+	}
+	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); the clients gather their writes (the frames/s and stream rows write every frame the window allows in one syscall, executors echo what they read in one write; the round-trip rows write one frame at a time), the relay's work per frame being the same; the raw executors' sockets are dialled at the node the balancer would pick (not through the balancer, which is this process's code); the harnesses' of local and cross go through the balancer (each frame crosses it once more each way), those of local_direct and cross_direct to the node directly, as single's; relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
 	return nil
 }
