@@ -981,6 +981,15 @@ func (b *fleetLB) close() {
 	}
 }
 
+// nodeAddr is the address ("host:port") of the node port would send env
+// to while every node lives (proxy's choice).
+func (b *fleetLB) nodeAddr(env string, port int) string {
+	h := fnv.New32a()
+	h.Write([]byte(env))
+	n := (int(h.Sum32()%uint32(len(b.nodes))) + port) % len(b.nodes)
+	return strings.TrimPrefix(b.nodes[n].base, "http://")
+}
+
 func (b *fleetLB) url(port int) string { return "http://" + b.lns[port].Addr().String() }
 
 func (b *fleetLB) markDead(i int) { b.dead.Store(i, true) }

@@ -18,6 +18,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,10 +126,16 @@ func (c *gatherConn) Read(p []byte) (int, error) {
 	return c.br.Read(p)
 }
 
-func rawDial(ctx context.Context, url string) (*websocket.Conn, *gatherConn, error) {
+// rawDial dials url's websocket; at ("host:port"), if set, is dialled
+// instead of url's host (a node directly, not the balancer: the URL's
+// signature does not cover its host).
+func rawDial(ctx context.Context, url, at string) (*websocket.Conn, *gatherConn, error) {
 	var rc *gatherConn
 	var d net.Dialer
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if at != "" {
+			addr = at
+		}
 		conn, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -143,15 +152,15 @@ func rawDial(ctx context.Context, url string) (*websocket.Conn, *gatherConn, err
 	return c, rc, nil
 }
 
-// rawExecutor registers env at base, dials its socket and echoes every
-// frame until ctx ends.
-func (b *fleetBench) rawExecutor(ctx context.Context, base, env string) error {
+// rawExecutor registers env at base, dials its socket (at at, if set:
+// rawDial) and echoes every frame until ctx ends.
+func (b *fleetBench) rawExecutor(ctx context.Context, base, env, at string) error {
 	url, _, err := b.rawPost(ctx, base, env, "register", fleetExecToken,
 		map[string]any{"security_profile": rawProfile, "executor_public_key": rawKey()})
 	if err != nil {
 		return err
 	}
-	c, _, err := rawDial(ctx, url)
+	c, _, err := rawDial(ctx, url, at)
 	if err != nil {
 		return err
 	}
@@ -176,14 +185,14 @@ func (b *fleetBench) rawExecutor(ctx context.Context, base, env string) error {
 }
 
 // rawHarness connects to env through base (retrying while its home is
-// not known yet) and dials the harness socket.
-func (b *fleetBench) rawHarness(ctx context.Context, base, env string) (*websocket.Conn, *gatherConn, error) {
+// not known yet) and dials the harness socket (at at, if set: rawDial).
+func (b *fleetBench) rawHarness(ctx context.Context, base, env, at string) (*websocket.Conn, *gatherConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		url, _, err := b.rawPost(dctx, base, env, "connect", fleetHarnessToken, map[string]any{"harness_public_key": rawKey()})
 		if err == nil {
-			c, rc, derr := rawDial(dctx, url)
+			c, rc, derr := rawDial(dctx, url, at)
 			if derr == nil {
 				return c, rc, nil
 			}
@@ -301,6 +310,75 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, rcs []*gatherConn, si
 	return round3(float64(n) / el), n * int64(size), nil
 }
 
+// rawProcCPU is procCPU with the single-node relay.
+func (b *fleetBench) rawProcCPU() map[string]float64 {
+	out := b.procCPU()
+	if b.single != nil {
+		out["single"] = pidCPU(b.single.cmd.Process.Pid)
+	}
+	return out
+}
+
+// procCounts sums, over procs' live processes: read and write syscalls
+// (/proc/PID/io) and voluntary and involuntary context switches of all
+// their threads (/proc/PID/task/*/status).
+func procCounts(procs []*fleetProc) [4]int64 {
+	var c [4]int64
+	for _, n := range procs {
+		if n == nil || n.dead.Load() {
+			continue
+		}
+		pid := n.cmd.Process.Pid
+		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
+			c[0] += procField(string(data), "syscr:")
+			c[1] += procField(string(data), "syscw:")
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+			if err != nil {
+				continue
+			}
+			c[2] += procField(string(data), "voluntary_ctxt_switches:")
+			c[3] += procField(string(data), "nonvoluntary_ctxt_switches:")
+		}
+	}
+	return c
+}
+
+// procField is the number after the line starting with key.
+func procField(s, key string) int64 {
+	for line := range strings.Lines(s) {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// machineBusy is the host's non-idle CPU seconds so far (/proc/stat).
+func machineBusy() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest is in user
+			continue
+		}
+		x, _ := strconv.ParseFloat(v, 64)
+		busy += x
+	}
+	return busy / 100 // USER_HZ
+}
+
 // sumCPU is the CPU seconds (utime + stime) of the live processes so far.
 func sumCPU(procs []*fleetProc) float64 {
 	var total float64
@@ -326,11 +404,20 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		// withNATS: procs and the NATS process (with external NATS; an
 		// embedded server's CPU is already in its node's).
 		withNATS []*fleetProc
+		// direct: the harness sockets are dialled at the node the
+		// balancer would pick (port connPort), not through the balancer,
+		// which is this process's code on the same two cores. The raw
+		// executors' sockets are dialled so on every path (the fleet's
+		// registry holds 1 024: no second set of environments).
+		direct   bool
+		connPort int
 	}
 	paths := []path{
 		{name: "single", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-"},
 		{name: "local", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-"},
 		{name: "cross", regBase: b.lb.url(0), connBase: b.lb.url(1), procs: b.nodes, envPrefix: "rawfleet-"},
+		{name: "local_direct", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-", direct: true},
+		{name: "cross_direct", regBase: b.lb.url(0), connBase: b.lb.url(1), procs: b.nodes, envPrefix: "rawfleet-", direct: true, connPort: 1},
 	}
 	for i := range paths {
 		paths[i].withNATS = paths[i].procs
@@ -345,7 +432,11 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		}
 		registered[p.envPrefix] = true
 		for i := range k {
-			if err := b.rawExecutor(ctx, p.regBase, fmt.Sprint(p.envPrefix, i)); err != nil {
+			env, at := fmt.Sprint(p.envPrefix, i), ""
+			if p.regBase != b.single.base {
+				at = b.lb.nodeAddr(env, 0)
+			}
+			if err := b.rawExecutor(ctx, p.regBase, env, at); err != nil {
 				return fmt.Errorf("raw executor: %w", err)
 			}
 		}
@@ -354,7 +445,11 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		var conns []*websocket.Conn
 		var rcs []*gatherConn
 		for i := range k {
-			c, rc, err := b.rawHarness(ctx, p.connBase, fmt.Sprint(p.envPrefix, i))
+			env, at := fmt.Sprint(p.envPrefix, i), ""
+			if p.direct {
+				at = b.lb.nodeAddr(env, p.connPort)
+			}
+			c, rc, err := b.rawHarness(ctx, p.connBase, env, at)
 			if err != nil {
 				return fmt.Errorf("raw %s harness: %w", p.name, err)
 			}
@@ -367,9 +462,37 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		}
 		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50, p99
 		cpu0, cpuN := sumCPU(p.procs), sumCPU(p.withNATS)
+		pc0, busy0, t0 := b.rawProcCPU(), machineBusy(), time.Now()
+		sc0 := procCounts(p.procs)
 		fps, _, err := rawPump(ctx, conns, rcs, 1024, 64, d)
 		if err != nil {
 			return fmt.Errorf("raw %s frames: %w", p.name, err)
+		}
+		// What bounds the row: the cores each process used while it ran
+		// ("bench" is this process, whose raw clients both send and
+		// echo; "machine" is every process on the host, others' too).
+		el := time.Since(t0).Seconds()
+		sc1 := procCounts(p.procs)
+		machine := (machineBusy() - busy0) / el
+		cores := map[string]float64{"machine": round3(machine)}
+		ours := 0.0
+		for name, v := range b.rawProcCPU() {
+			cores[name] = round3((v - pc0[name]) / el)
+			ours += (v - pc0[name]) / el
+		}
+		// Everything else on the host: other engineers' work, kernel
+		// threads.
+		cores["others"] = round3(machine - ours)
+		out["raw_cores_during_frames_"+p.name] = cores
+		// The relays' syscalls and thread switches per frame carried
+		// (each way counted, as the CPU per frame).
+		if carried := fps * el * 2; carried > 0 {
+			per := map[string]float64{}
+			for i, k := range []string{"read_syscalls", "write_syscalls", "voluntary_switches", "involuntary_switches"} {
+				per[k] = round3(float64(sc1[i]-sc0[i]) / carried)
+			}
+			out["raw_relay_per_1k_frame_"+p.name] = per
+			out["raw_client_cpu_us_per_1k_frame_"+p.name] = round3(cores["bench"] * el / carried * 1e6)
 		}
 		out[fmt.Sprintf("raw_1k_frames_per_s_each_way_%d_streams_%s", k, p.name)] = fps
 		out["raw_relay_cpu_us_per_1k_frame_"+p.name] = round3((sumCPU(p.procs) - cpu0) / (fps * d.Seconds() * 2) * 1e6)
@@ -397,10 +520,15 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 	}
 	ratio("raw_stream_MBps_", "cross", "local")
 	ratio("raw_stream_MBps_", "cross", "single")
+	ratio("raw_stream_MBps_", "cross_direct", "local_direct")
 	if x, ok := out["raw_rtt_1k_p50_us_cross"].(float64); ok {
 		out["raw_added_rtt_p50_us_cross_vs_local"] = round3(x - out["raw_rtt_1k_p50_us_local"].(float64))
 		out["raw_added_rtt_p50_us_cross_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
 	}
-	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); the clients gather their writes (the frames/s and stream rows write every frame the window allows in one syscall, executors echo what they read in one write; the round-trip rows write one frame at a time), the relay's work per frame being the same; relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
+	if x, ok := out["raw_rtt_1k_p50_us_cross_direct"].(float64); ok {
+		out["raw_added_rtt_p50_us_cross_direct_vs_local_direct"] = round3(x - out["raw_rtt_1k_p50_us_local_direct"].(float64))
+		out["raw_added_rtt_p50_us_cross_direct_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
+	}
+	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); the clients gather their writes (the frames/s and stream rows write every frame the window allows in one syscall, executors echo what they read in one write; the round-trip rows write one frame at a time), the relay's work per frame being the same; the raw executors' sockets are dialled at the node the balancer would pick (not through the balancer, which is this process's code); the harnesses' of local and cross go through the balancer (each frame crosses it once more each way), those of local_direct and cross_direct to the node directly, as single's; relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
 	return nil
 }
