@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -60,11 +61,15 @@ const largeKeepMax = 96 << 20
 // SDK's Download keeps 4) otherwise had a fresh frame allocated and cleared
 // for all but one of them, 23-60 page faults per MiB and ~25 % more server
 // CPU than one block at a time (docs/performance.md, "Tenth round").
-// Bounded: at most blockSpares frames of at most blockKeepMax, dropped
-// with the latest.
+// Incoming block messages take them too (TakeLargeBuffer): with Upload's 4
+// fs/writeBlock calls in flight, a fifth message is read while the four
+// before it are still being written, so five spares beside the latest
+// (three left ~20 page faults per MiB in some runs). Bounded: at most
+// blockSpares frames of at most blockKeepMax (~10 MiB), dropped with the
+// latest.
 const (
 	blockKeepMax = 2 << 20
-	blockSpares  = 3
+	blockSpares  = 5
 )
 
 var large struct {
@@ -142,20 +147,7 @@ func GetLargeBuffer(n, c int) []byte {
 		large.Unlock()
 		return b[:n]
 	}
-	// Best fit among the spares: a smaller request must not take a
-	// block-sized frame another block needs.
-	best := -1
-	for i, b := range large.spares {
-		if cap(b) >= c && (best < 0 || cap(b) < cap(large.spares[best])) {
-			best = i
-		}
-	}
-	if i := best; i >= 0 {
-		b := large.spares[i]
-		last := len(large.spares) - 1
-		large.spares[i] = large.spares[last]
-		large.spares[last] = nil
-		large.spares = large.spares[:last]
+	if b := takeSpare(c, math.MaxInt); b != nil {
 		large.Unlock()
 		return b[:n]
 	}
@@ -177,6 +169,12 @@ const largeHeadroom = 64 << 10
 // message, which must not hold (and count in its budget) a buffer far
 // larger than the message; it gives the buffer back with PutBuffer once
 // the message is done with (jsonrpc.Recycler).
+//
+// The spares serve it too: a client with several fs/writeBlock calls in
+// flight (the SDK's Upload keeps 4) has that many block messages held at
+// once, and all but one were allocated afresh for every block (36-50 page
+// faults per MiB, ~1.6x fs/writeBlock's server CPU one at a time;
+// docs/performance.md, "The lead's runs after the thirteenth round").
 func TakeLargeBuffer(n, c, limit int) []byte {
 	large.Lock()
 	defer large.Unlock()
@@ -184,7 +182,31 @@ func TakeLargeBuffer(n, c, limit int) []byte {
 		large.buf = nil
 		return b[:n]
 	}
+	if b := takeSpare(c, limit); b != nil {
+		return b[:n]
+	}
 	return nil
+}
+
+// takeSpare removes and returns the smallest spare whose capacity is in
+// [c, limit], or nil: best fit, so a smaller request does not take a
+// block-sized frame another block needs. large is locked.
+func takeSpare(c, limit int) []byte {
+	best := -1
+	for i, b := range large.spares {
+		if cap(b) >= c && cap(b) <= limit && (best < 0 || cap(b) < cap(large.spares[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	b := large.spares[best]
+	last := len(large.spares) - 1
+	large.spares[best] = large.spares[last]
+	large.spares[last] = nil
+	large.spares = large.spares[:last]
+	return b
 }
 
 // AppendResponse appends {"id":ID,"result":RESULT}.

@@ -205,3 +205,40 @@ func TestBlockFramesKeptInFlight(t *testing.T) {
 		t.Fatalf("%d spare frames kept after the drop", kept)
 	}
 }
+
+// TestBlockMessagesKeptInFlight: incoming block messages taken with
+// TakeLargeBuffer, several held at once (the SDK's Upload keeps 4 fs/writeBlock
+// calls in flight), are all handed out again once recycled, from the
+// spares as well as the latest; a spare over the limit is not taken.
+func TestBlockMessagesKeptInFlight(t *testing.T) {
+	dropLarge()
+	t.Cleanup(dropLarge)
+	const want, inFlight = 1400<<10 + 1, 4
+	ends := map[*byte]bool{}
+	for round := range 20 {
+		var bufs [][]byte
+		for range inFlight {
+			b := TakeLargeBuffer(0, want, 2*want)
+			if b == nil {
+				if round > 0 {
+					t.Fatalf("round %d: no kept buffer for a message in flight", round)
+				}
+				b = make([]byte, 0, want)
+			}
+			ends[&b[:cap(b)][cap(b)-1]] = true
+			bufs = append(bufs, b)
+		}
+		for _, b := range bufs {
+			PutBuffer(b[:0])
+		}
+	}
+	if len(ends) != inFlight {
+		t.Fatalf("%d distinct buffers for %d in flight", len(ends), inFlight)
+	}
+	// The kept ones are all over a smaller message's limit.
+	for range inFlight {
+		if b := TakeLargeBuffer(0, 300<<10, 600<<10); b != nil {
+			t.Fatalf("a buffer of %d bytes taken for a limit of %d", cap(b), 600<<10)
+		}
+	}
+}
