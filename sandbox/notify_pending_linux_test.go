@@ -175,9 +175,9 @@ func TestPendingRoomCountsConnects(t *testing.T) {
 	if !s.pendingRoom() || !s.connectRoom() {
 		t.Fatalf("no room with nothing held (%d descriptors open, limit %d)", s.baseFDs, rl.Cur)
 	}
-	s.connecting.Store(int64(rl.Cur) - int64(s.baseFDs+fdReserve))
+	inFlight(s, int(rl.Cur)-(s.baseFDs+fdReserve))
 	if s.pendingRoom() {
-		t.Errorf("room for a pending open with %d connects in flight (limit %d)", s.connecting.Load(), rl.Cur)
+		t.Errorf("room for a pending open with %d connects in flight (limit %d)", len(s.connects), rl.Cur)
 	}
 	// Only the descriptors decide here: a base that leaves room for
 	// maxConnects-1 connects and no more, with that many in flight.
@@ -185,16 +185,24 @@ func TestPendingRoomCountsConnects(t *testing.T) {
 		t.Skipf("RLIMIT_NOFILE %d: under maxConnects' room", rl.Cur)
 	}
 	s = &supervisor{baseFDs: int(rl.Cur) - fdReserve - maxConnects}
-	s.connecting.Store(maxConnects - 1)
+	inFlight(s, maxConnects-1)
 	if !s.connectRoom() {
-		t.Errorf("no room for a connect with %d in flight and one descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
+		t.Errorf("no room for a connect with %d in flight and one descriptor left (limit %d)", len(s.connects), rl.Cur)
 	}
 	s.baseFDs++
 	if s.connectRoom() {
-		t.Errorf("room for a connect with %d in flight and no descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
+		t.Errorf("room for a connect with %d in flight and no descriptor left (limit %d)", len(s.connects), rl.Cur)
 	}
-	s.connecting.Store(maxConnects)
+	inFlight(s, maxConnects)
 	if s.connectRoom() {
 		t.Errorf("room for a connect past maxConnects")
+	}
+}
+
+// inFlight makes s hold n connects in flight (placeholders: no socket).
+func inFlight(s *supervisor, n int) {
+	s.connects = map[int]*pendingConnect{}
+	for i := range n {
+		s.connects[1<<20+i] = &pendingConnect{}
 	}
 }
