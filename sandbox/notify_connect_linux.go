@@ -17,7 +17,8 @@ import (
 
 // pendingConnect is a connect the supervisor started for a caller whose
 // socket blocks: answered when the socket is connected or has failed
-// (connectReady) or when its SO_SNDTIMEO passes (connectTimers).
+// (connectReady), when its SO_SNDTIMEO passes (connectTimers), or dropped
+// unanswered when the caller is gone (reapConnects).
 type pendingConnect struct {
 	id   uint64
 	sock int    // the supervisor's copy of the caller's socket
@@ -29,6 +30,13 @@ type pendingConnect struct {
 	deadline  time.Time
 	onTimeout unix.Errno
 }
+
+// connectReap is how often the connects in flight are checked for a
+// caller gone (killed: only a fatal signal ends its wait, WAIT_KILLABLE_RECV),
+// whose socket would otherwise stay in a slot until the kernel gives up
+// on it (minutes for a SYN nobody answers). A connect refused for room
+// checks them at once first.
+const connectReap = time.Second
 
 // connectInet connects sock, the caller's socket of a family other than
 // AF_UNIX, to addr for notification id, and owns sock. A socket that
@@ -45,12 +53,15 @@ func (s *supervisor) connectInet(id uint64, sock int, addr []byte) {
 		s.answer(id, noFD, errno)
 	}
 	if !s.connectRoom() {
-		// Each holds a descriptor of the supervisor's: they must not
-		// run it out of them. ENOBUFS, not EAGAIN: a caller reads
-		// EAGAIN from connect as "in progress" (asyncio, curl) and
-		// would wait on a socket that never connects.
-		done(unix.ENOBUFS)
-		return
+		s.reapConnects()
+		if !s.connectRoom() {
+			// Each holds a descriptor of the supervisor's: they must
+			// not run it out of them. ENOBUFS, not EAGAIN: a caller
+			// reads EAGAIN from connect as "in progress" (asyncio,
+			// curl) and would wait on a socket that never connects.
+			done(unix.ENOBUFS)
+			return
+		}
 	}
 	if !s.idValid(id) {
 		unix.Close(sock)
@@ -137,7 +148,8 @@ func (s *supervisor) connectReady(c *pendingConnect) {
 	s.endConnect(c, errno)
 }
 
-// connectTimers answers the connects whose SO_SNDTIMEO has passed by now.
+// connectTimers answers the connects whose SO_SNDTIMEO has passed by now
+// and, every connectReap, drops those whose caller is gone.
 func (s *supervisor) connectTimers(now time.Time) {
 	if len(s.connects) == 0 {
 		return
@@ -152,18 +164,22 @@ func (s *supervisor) connectTimers(now time.Time) {
 		}
 		s.endConnect(c, errno)
 	}
+	if now.Sub(s.reaped) >= connectReap {
+		s.reapConnects()
+		s.reaped = now
+	}
 }
 
 // connectWake lowers timeout (ms, -1: none) to the next connectTimers due.
 func (s *supervisor) connectWake(now time.Time, timeout int) int {
-	var next time.Time
+	if len(s.connects) == 0 {
+		return timeout
+	}
+	next := s.reaped.Add(connectReap)
 	for _, c := range s.connects {
-		if !c.deadline.IsZero() && (next.IsZero() || c.deadline.Before(next)) {
+		if !c.deadline.IsZero() && c.deadline.Before(next) {
 			next = c.deadline
 		}
-	}
-	if next.IsZero() {
-		return timeout
 	}
 	ms := int((next.Sub(now) + time.Millisecond - 1) / time.Millisecond)
 	ms = max(ms, 0)
@@ -171,6 +187,16 @@ func (s *supervisor) connectWake(now time.Time, timeout int) int {
 		return ms
 	}
 	return timeout
+}
+
+// reapConnects drops, unanswered, the connects whose notification no
+// longer stands (the caller was killed), freeing their slots.
+func (s *supervisor) reapConnects() {
+	for _, c := range s.connects {
+		if !s.idValid(c.id) {
+			s.dropConnect(c)
+		}
+	}
 }
 
 // endConnect answers c's caller with errno and drops c.

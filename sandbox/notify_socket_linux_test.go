@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -204,5 +205,74 @@ func TestCommandConnectSemantics(t *testing.T) {
 		"udp ok"
 	if code != 0 || strings.TrimSpace(out) != want {
 		t.Errorf("exit %d:\n%s\nwant exit 0:\n%s", code, head(out), want)
+	}
+}
+
+// maxConnectsEnv, in a command's environment, sets maxConnects in its
+// init (the test binary, which unwraps its command's environment here):
+// TestCommandConnectCallerKilled needs a bound of 1.
+const maxConnectsEnv = "SANDBOX_TEST_MAX_CONNECTS"
+
+func init() {
+	for _, e := range unwrapEnv(os.Environ()) {
+		if v, ok := strings.CutPrefix(e, maxConnectsEnv+"="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				maxConnects = n
+			}
+		}
+	}
+}
+
+// pyConnectCallerKilled, with one connect slot: a child's blocking
+// connect to a full listener takes it (retried until it does), which the
+// parent sees as its own connects failing with ENOBUFS; the child is
+// killed and reaped, and the parent connects again.
+const pyConnectCallerKilled = `
+import errno, os, signal, socket, sys, time
+fp, cp = int(sys.argv[1]), int(sys.argv[2])
+def conn(port):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    finally:
+        s.close()
+pid = os.fork()
+if pid == 0:
+    while conn(fp) == "ENOBUFS":
+        time.sleep(0.001)
+    os._exit(0)
+seen = set()
+for i in range(100000):
+    r = conn(cp)
+    if r == "ENOBUFS":
+        break
+    seen.add(r)
+    time.sleep(0.001)
+else:
+    print("the child never held the slot:", seen)
+    sys.exit(1)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+print("before", " ".join(sorted(seen)), "after", conn(cp))
+`
+
+// TestCommandConnectCallerKilled: a connect whose caller was killed gives
+// its slot back (reapConnects) when another connect needs it. It kept it
+// until the kernel gave up on the connection (minutes for a SYN nobody
+// answers): every connect meanwhile failed with ENOBUFS.
+func TestCommandConnectCallerKilled(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	code, out := runShEnvHook(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectCallerKilled+"' "+
+		strconv.Itoa(fullListener(t))+" "+strconv.Itoa(closedPort(t)), []string{maxConnectsEnv + "=1"}, nil)
+	// Before: the parent's connects that came before the child's
+	// (refused), or none.
+	got := strings.TrimSpace(out)
+	if code != 0 || (got != "before ECONNREFUSED after ECONNREFUSED" && got != "before after ECONNREFUSED") {
+		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "before ECONNREFUSED after ECONNREFUSED")
 	}
 }

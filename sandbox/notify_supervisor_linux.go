@@ -49,6 +49,7 @@ type supervisor struct {
 	// supervisor's socket, each holding it: counted in pendingRoom and
 	// bounded (connectRoom).
 	connects map[int]*pendingConnect
+	reaped   time.Time // the last reapConnects by connectTimers
 	// ep is the epoll instance serve waits on (the listener and the
 	// connects' sockets), -1 when it waits with poll.
 	ep    int
@@ -58,8 +59,8 @@ type supervisor struct {
 
 // maxConnects bounds the connects in flight in one supervisor (each a
 // descriptor): past it a connect fails with ENOBUFS (connectInet says
-// why not EAGAIN).
-const maxConnects = 1024
+// why not EAGAIN). A variable for the tests only.
+var maxConnects = 1024
 
 // pendingRoom reports whether another open may wait here. Besides
 // maxPendingOpens, the pending opens' descriptors, the in-flight
@@ -221,6 +222,10 @@ func (s *supervisor) serve() {
 			continue
 		}
 		room := s.pendingRoom()
+		if !room && len(s.connects) > 0 {
+			s.reapConnects() // slots of callers gone
+			room = s.pendingRoom()
+		}
 		r := s.handle(&req, room)
 		if r.pending != nil && !room {
 			// Each holds a descriptor of the supervisor's: a command
