@@ -206,3 +206,47 @@ func inFlight(s *supervisor, n int) {
 		s.connects[1<<20+i] = &pendingConnect{}
 	}
 }
+
+// TestFDRoomCountsNearLimit: descriptors opened after baseFDs was counted
+// (here 8, in the test process) count once the room gets tight: fdRoom
+// counts the table within fdSlack of the limit. Reckoned from baseFDs
+// alone, a limit that left fdReserve+4 over the base let another
+// descriptor be held where only 4 of the reserve were left.
+func TestFDRoomCountsNearLimit(t *testing.T) {
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	s := &supervisor{baseFDs: countFDs()}
+	const later = 8
+	if old.Max < uint64(s.baseFDs+later+fdReserve+fdSlack) {
+		t.Skipf("hard RLIMIT_NOFILE %d: no room for the test's descriptors", old.Max)
+	}
+	for range later {
+		fd, err := unix.Dup(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+	}
+	// Prlimit, not Setrlimit (TestAttemptFullNoDescriptor says why).
+	roomAt := func(cur int) bool {
+		if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(cur), Max: old.Max}, nil); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		return s.fdRoom()
+	}
+	if roomAt(s.baseFDs + fdReserve + later/2) {
+		t.Errorf("room for another descriptor with %d open (%d counted at start), a reserve of %d, under a limit of %d",
+			s.baseFDs+later, s.baseFDs, fdReserve, s.baseFDs+fdReserve+later/2)
+	}
+	if !roomAt(s.baseFDs + later + fdReserve + 2) {
+		t.Errorf("no room for another descriptor with %d open, a reserve of %d, under a limit of %d",
+			s.baseFDs+later, fdReserve, s.baseFDs+later+fdReserve+2)
+	}
+}

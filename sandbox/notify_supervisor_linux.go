@@ -43,7 +43,7 @@ type supervisor struct {
 	// lock is the creation lock (creationLock), -1 without deny globs.
 	lock int
 	// baseFDs is how many descriptors the init had open when it began
-	// to serve (pendingRoom).
+	// to serve (pendingRoom; fdRoom counts again near the limit).
 	baseFDs int
 	// connects are the TCP connects in flight (pendingConnect), by the
 	// supervisor's socket, each holding it: counted in pendingRoom and
@@ -61,6 +61,15 @@ type supervisor struct {
 // descriptor): past it a connect fails with ENOBUFS (connectInet says
 // why not EAGAIN). A variable for the tests only.
 var maxConnects = 1024
+
+// fdSlack is how far below the RLIMIT_NOFILE fdRoom trusts its reckoning
+// (baseFDs and what it holds) without counting the table. The init opens
+// no descriptor of its own for long after it began to serve (the Go
+// runtime's poller and its cgroup files for GOMAXPROCS are open before;
+// 13 descriptors at start and seconds later, with supervised creations, a
+// bind and a connect between), so the reckoning is exact today; the count
+// keeps the reserve whole should that change.
+const fdSlack = 32
 
 // pendingRoom reports whether another open may wait here. Besides
 // maxPendingOpens, the pending opens' descriptors, the in-flight
@@ -81,13 +90,20 @@ func (s *supervisor) connectRoom() bool {
 
 // fdRoom reports whether one more descriptor held for long (a pending
 // open's, an in-flight connect's) leaves fdReserve free under the
-// RLIMIT_NOFILE as it is now.
+// RLIMIT_NOFILE as it is now. The descriptors are reckoned from baseFDs,
+// counted once at start; within fdSlack of the limit they are counted
+// (those of the call at hand with them, which errs on the safe side), so
+// descriptors the init opened since cannot take the reserve's place.
 func (s *supervisor) fdRoom() bool {
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
 		return false
 	}
 	held := s.baseFDs + len(s.pending) + len(s.connects)
+	if uint64(held+fdReserve+fdSlack) < rl.Cur {
+		return true
+	}
+	held = max(held, countFDs())
 	return uint64(held+fdReserve) < rl.Cur
 }
 
