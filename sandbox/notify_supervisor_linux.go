@@ -154,9 +154,10 @@ func (s *supervisor) wait(timeout int) (revents int16, err error) {
 // serve handles notifications until the listener fails (every command
 // process gone). It runs on the init's locked thread.
 func (s *supervisor) serve() {
-	// What the pending opens hold (a reader's descriptor keeps its FIFO
-	// open for reading) goes with the supervisor, not with the init.
 	s.connects, s.ep = map[int]*pendingConnect{}, -1
+	// What the pending opens and connects hold (a reader's descriptor
+	// keeps its FIFO open for reading) goes with the supervisor, not with
+	// the init.
 	defer func() {
 		for _, po := range s.pending {
 			po.close()
