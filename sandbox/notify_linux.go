@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -242,9 +244,48 @@ func startSupervised(p *policy.Plan, path string, argv []string) (int, int, erro
 	return pid, lfd, nil
 }
 
+// The init counts in the sandbox's process bound, so once the command
+// has filled it the init's Go runtime cannot start a thread, and it
+// aborts when it needs one (runtime/cgo: pthread_create failed), ending
+// the sandbox. The supervisor's calls need none of their own (a blocking
+// connect waits in its epoll: notify_connect_linux.go), but the runtime
+// starts one whenever a goroutine is runnable while every thread it has
+// is busy or blocked in a call (the supervisor's, the reaper's wait4, the
+// signal loop's), the garbage collector's workers included. So the init
+// runs on initProcs Ps, and starts initThreads threads before the command
+// exists, which the runtime keeps idle for later (it never ends an idle
+// thread): more than it can use at once (a P each, the three blocked
+// goroutines, sysmon).
+const (
+	initProcs   = 2
+	initThreads = 8
+)
+
+// reserveThreads caps GOMAXPROCS at initProcs (on a machine with many
+// CPUs the collector could want a thread for each) and makes the runtime
+// start initThreads threads: each goroutine wires the thread it runs on
+// and waits, so the next needs a new one; all then let theirs go idle.
+func reserveThreads() {
+	runtime.GOMAXPROCS(initProcs)
+	var wired sync.WaitGroup
+	release := make(chan struct{})
+	for range initThreads {
+		wired.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			wired.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	wired.Wait()
+	close(release)
+}
+
 // superviseInit runs the command under the supervisor: it never returns
 // (the init exits with the command's status).
 func superviseInit(p *policy.Plan, lock int, path string, argv []string) {
+	reserveThreads()
 	pid, lfd, err := startSupervised(p, path, argv)
 	if err != nil {
 		initFail(err)

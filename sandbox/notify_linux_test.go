@@ -46,7 +46,13 @@ func runSh(t *testing.T, p *policy.Plan, dir, script string) (int, string) {
 // runShHook does, and must return once the command is gone (done closed).
 func runShHook(t *testing.T, p *policy.Plan, dir, script string, hook func(init int, done <-chan struct{})) (int, string) {
 	t.Helper()
-	spec, err := Command(p, "/bin/sh", []string{"sh", "-c", script}, []string{"PATH=/usr/bin:/bin"}, dir)
+	return runShEnvHook(t, p, dir, script, nil, hook)
+}
+
+// runShEnvHook is runShHook with env added to the command's environment.
+func runShEnvHook(t *testing.T, p *policy.Plan, dir, script string, env []string, hook func(init int, done <-chan struct{})) (int, string) {
+	t.Helper()
+	spec, err := Command(p, "/bin/sh", []string{"sh", "-c", script}, append([]string{"PATH=/usr/bin:/bin"}, env...), dir)
 	if err != nil {
 		t.Fatalf("Command: %v", err)
 	}

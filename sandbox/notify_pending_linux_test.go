@@ -175,9 +175,9 @@ func TestPendingRoomCountsConnects(t *testing.T) {
 	if !s.pendingRoom() || !s.connectRoom() {
 		t.Fatalf("no room with nothing held (%d descriptors open, limit %d)", s.baseFDs, rl.Cur)
 	}
-	s.connecting.Store(int64(rl.Cur) - int64(s.baseFDs+fdReserve))
+	inFlight(s, int(rl.Cur)-(s.baseFDs+fdReserve))
 	if s.pendingRoom() {
-		t.Errorf("room for a pending open with %d connects in flight (limit %d)", s.connecting.Load(), rl.Cur)
+		t.Errorf("room for a pending open with %d connects in flight (limit %d)", len(s.connects), rl.Cur)
 	}
 	// Only the descriptors decide here: a base that leaves room for
 	// maxConnects-1 connects and no more, with that many in flight.
@@ -185,16 +185,68 @@ func TestPendingRoomCountsConnects(t *testing.T) {
 		t.Skipf("RLIMIT_NOFILE %d: under maxConnects' room", rl.Cur)
 	}
 	s = &supervisor{baseFDs: int(rl.Cur) - fdReserve - maxConnects}
-	s.connecting.Store(maxConnects - 1)
+	inFlight(s, maxConnects-1)
 	if !s.connectRoom() {
-		t.Errorf("no room for a connect with %d in flight and one descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
+		t.Errorf("no room for a connect with %d in flight and one descriptor left (limit %d)", len(s.connects), rl.Cur)
 	}
 	s.baseFDs++
 	if s.connectRoom() {
-		t.Errorf("room for a connect with %d in flight and no descriptor left (limit %d)", s.connecting.Load(), rl.Cur)
+		t.Errorf("room for a connect with %d in flight and no descriptor left (limit %d)", len(s.connects), rl.Cur)
 	}
-	s.connecting.Store(maxConnects)
+	inFlight(s, maxConnects)
 	if s.connectRoom() {
 		t.Errorf("room for a connect past maxConnects")
+	}
+}
+
+// inFlight makes s hold n connects in flight (placeholders: no socket).
+func inFlight(s *supervisor, n int) {
+	s.connects = map[int]*pendingConnect{}
+	for i := range n {
+		s.connects[1<<20+i] = &pendingConnect{}
+	}
+}
+
+// TestFDRoomCountsNearLimit: descriptors opened after baseFDs was counted
+// (here 8, in the test process) count once the room gets tight: fdRoom
+// counts the table within fdSlack of the limit. Reckoned from baseFDs
+// alone, a limit that left fdReserve+4 over the base let another
+// descriptor be held where only 4 of the reserve were left.
+func TestFDRoomCountsNearLimit(t *testing.T) {
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	s := &supervisor{baseFDs: countFDs()}
+	const later = 8
+	if old.Max < uint64(s.baseFDs+later+fdReserve+fdSlack) {
+		t.Skipf("hard RLIMIT_NOFILE %d: no room for the test's descriptors", old.Max)
+	}
+	for range later {
+		fd, err := unix.Dup(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+	}
+	// Prlimit, not Setrlimit (TestAttemptFullNoDescriptor says why).
+	roomAt := func(cur int) bool {
+		if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(cur), Max: old.Max}, nil); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		return s.fdRoom()
+	}
+	if roomAt(s.baseFDs + fdReserve + later/2) {
+		t.Errorf("room for another descriptor with %d open (%d counted at start), a reserve of %d, under a limit of %d",
+			s.baseFDs+later, s.baseFDs, fdReserve, s.baseFDs+fdReserve+later/2)
+	}
+	if !roomAt(s.baseFDs + later + fdReserve + 2) {
+		t.Errorf("no room for another descriptor with %d open, a reserve of %d, under a limit of %d",
+			s.baseFDs+later, fdReserve, s.baseFDs+later+fdReserve+2)
 	}
 }

@@ -128,8 +128,7 @@ func (t *target) socket(fd int) (int, unix.Errno) {
 // inode (/proc/self/fd/N), so a name swapped meanwhile changes nothing.
 // Abstract and unnamed unix addresses are connected on this thread (in
 // the command's Landlock domain, which scopes abstract sockets); the other
-// families on a goroutine, since a blocking TCP connect may take minutes
-// and other notifications must not wait for it.
+// families by connectInet.
 func (s *supervisor) connect(req *seccompNotif) {
 	c := call{sock: int(int32(uint32(req.Args[0]))), addr: req.Args[1], addrLen: int(int32(uint32(req.Args[2])))}
 	fail := func(errno unix.Errno) { s.answer(req.ID, noFD, errno) }
@@ -160,27 +159,7 @@ func (s *supervisor) connect(req *seccompNotif) {
 		family = int(binary.NativeEndian.Uint16(addr))
 	}
 	if family != unix.AF_UNIX {
-		if !s.connectRoom() {
-			// Each holds a descriptor of the supervisor's (and a
-			// thread): they must not run it out of them. ENOBUFS,
-			// not EAGAIN: a caller reads EAGAIN from connect as
-			// "in progress" (asyncio, curl) and would wait on a
-			// socket that never connects.
-			unix.Close(sock)
-			fail(unix.ENOBUFS)
-			return
-		}
-		if !s.idValid(req.ID) {
-			unix.Close(sock)
-			return
-		}
-		s.connecting.Add(1)
-		go func() {
-			errno := rawConnect(sock, addr)
-			unix.Close(sock)
-			s.connecting.Add(-1)
-			s.answer(req.ID, noFD, errno)
-		}()
+		s.connectInet(req.ID, sock, addr)
 		return
 	}
 	defer unix.Close(sock)

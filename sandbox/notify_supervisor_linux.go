@@ -3,7 +3,6 @@ package sandbox
 import (
 	"errors"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,18 +43,33 @@ type supervisor struct {
 	// lock is the creation lock (creationLock), -1 without deny globs.
 	lock int
 	// baseFDs is how many descriptors the init had open when it began
-	// to serve (pendingRoom).
+	// to serve (pendingRoom; fdRoom counts again near the limit).
 	baseFDs int
-	// connecting counts the TCP (and other non-unix) connects in flight
-	// on their goroutines (connect), each holding a socket of the
-	// supervisor's: counted in pendingRoom and bounded (connectRoom).
-	connecting atomic.Int64
+	// connects are the TCP connects in flight (pendingConnect), by the
+	// supervisor's socket, each holding it: counted in pendingRoom and
+	// bounded (connectRoom).
+	connects map[int]*pendingConnect
+	reaped   time.Time // the last reapConnects by connectTimers
+	// ep is the epoll instance serve waits on (the listener and the
+	// connects' sockets), -1 when it waits with poll.
+	ep    int
+	evs   [64]unix.EpollEvent
+	ready []int // the connects' sockets the last wait found ready
 }
 
 // maxConnects bounds the connects in flight in one supervisor (each a
-// descriptor and a thread blocked in connect): past it a connect fails
-// with ENOBUFS (connect, in notify_socket_linux.go, says why not EAGAIN).
-const maxConnects = 1024
+// descriptor): past it a connect fails with ENOBUFS (connectInet says
+// why not EAGAIN). A variable for the tests only.
+var maxConnects = 1024
+
+// fdSlack is how far below the RLIMIT_NOFILE fdRoom trusts its reckoning
+// (baseFDs and what it holds) without counting the table. The init opens
+// no descriptor of its own for long after it began to serve (the Go
+// runtime's poller and its cgroup files for GOMAXPROCS are open before;
+// 13 descriptors at start and seconds later, with supervised creations, a
+// bind and a connect between), so the reckoning is exact today; the count
+// keeps the reserve whole should that change.
+const fdSlack = 32
 
 // pendingRoom reports whether another open may wait here. Besides
 // maxPendingOpens, the pending opens' descriptors, the in-flight
@@ -71,18 +85,25 @@ func (s *supervisor) pendingRoom() bool {
 // below maxConnects, and its socket fits as a pending open's descriptor
 // would (fdRoom).
 func (s *supervisor) connectRoom() bool {
-	return s.connecting.Load() < maxConnects && s.fdRoom()
+	return len(s.connects) < maxConnects && s.fdRoom()
 }
 
 // fdRoom reports whether one more descriptor held for long (a pending
 // open's, an in-flight connect's) leaves fdReserve free under the
-// RLIMIT_NOFILE as it is now.
+// RLIMIT_NOFILE as it is now. The descriptors are reckoned from baseFDs,
+// counted once at start; within fdSlack of the limit they are counted
+// (those of the call at hand with them, which errs on the safe side), so
+// descriptors the init opened since cannot take the reserve's place.
 func (s *supervisor) fdRoom() bool {
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
 		return false
 	}
-	held := s.baseFDs + len(s.pending) + int(s.connecting.Load())
+	held := s.baseFDs + len(s.pending) + len(s.connects)
+	if uint64(held+fdReserve+fdSlack) < rl.Cur {
+		return true
+	}
+	held = max(held, countFDs())
 	return uint64(held+fdReserve) < rl.Cur
 }
 
@@ -96,34 +117,58 @@ func countFDs() int {
 	return len(names) - 1 // the directory read itself
 }
 
-// wait waits up to timeout ms (-1: for ever) for the listener, on the
-// epoll instance ep, or with poll where ep < 0. revents are poll's bits
-// (EPOLLIN, EPOLLERR and EPOLLHUP have POLLIN's, POLLERR's and POLLHUP's
-// values).
-func (s *supervisor) wait(ep, timeout int) (n int, revents int16, err error) {
-	if ep < 0 {
-		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
-		n, err = unix.Poll(fds, timeout)
-		return n, fds[0].Revents, err
+// wait waits up to timeout ms (-1: for ever) for the listener and the
+// connects' sockets, on the epoll instance s.ep, or with poll where
+// s.ep < 0. revents are the listener's, in poll's bits (EPOLLIN,
+// EPOLLERR and EPOLLHUP have POLLIN's, POLLERR's and POLLHUP's values);
+// the connects' sockets with an event are in s.ready.
+func (s *supervisor) wait(timeout int) (revents int16, err error) {
+	s.ready = s.ready[:0]
+	if s.ep < 0 {
+		fds := make([]unix.PollFd, 1, 1+len(s.connects))
+		fds[0] = unix.PollFd{Fd: int32(s.listener), Events: unix.POLLIN}
+		for sock := range s.connects {
+			fds = append(fds, unix.PollFd{Fd: int32(sock), Events: unix.POLLOUT})
+		}
+		if _, err = unix.Poll(fds, timeout); err != nil {
+			return 0, err
+		}
+		for _, f := range fds[1:] {
+			if f.Revents != 0 {
+				s.ready = append(s.ready, int(f.Fd))
+			}
+		}
+		return fds[0].Revents, nil
 	}
-	var evs [1]unix.EpollEvent
-	n, err = unix.EpollWait(ep, evs[:], timeout)
-	if n > 0 {
-		revents = int16(evs[0].Events)
+	n, err := unix.EpollWait(s.ep, s.evs[:], timeout)
+	for _, ev := range s.evs[:max(n, 0)] {
+		if int(ev.Fd) == s.listener {
+			revents = int16(ev.Events)
+		} else {
+			s.ready = append(s.ready, int(ev.Fd))
+		}
 	}
-	return n, revents, err
+	return revents, err
 }
 
 // serve handles notifications until the listener fails (every command
 // process gone). It runs on the init's locked thread.
 func (s *supervisor) serve() {
-	// What the pending opens hold (a reader's descriptor keeps its FIFO
-	// open for reading) goes with the supervisor, not with the init.
+	s.connects, s.ep = map[int]*pendingConnect{}, -1
+	// What the pending opens and connects hold (a reader's descriptor
+	// keeps its FIFO open for reading) goes with the supervisor, not with
+	// the init.
 	defer func() {
 		for _, po := range s.pending {
 			po.close()
 		}
 		s.pending = nil
+		for _, c := range s.connects {
+			s.dropConnect(c)
+		}
+		if s.ep >= 0 {
+			unix.Close(s.ep)
+		}
 	}()
 	// The pending opens are looked at every 5 ms (each backs off or
 	// waits for its scan: retryPending), also while notifications
@@ -140,28 +185,30 @@ func (s *supervisor) serve() {
 		if unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.listener, &ev) != nil {
 			unix.Close(ep)
 			ep = -1
-		} else {
-			defer unix.Close(ep)
 		}
 	} else {
 		ep = -1
 	}
+	s.ep = ep
 	s.baseFDs = countFDs()
 	for {
+		now := time.Now()
+		s.connectTimers(now)
 		timeout := -1
 		if len(s.pending) > 0 {
 			timeout = 5
-			if time.Since(retried) >= 5*time.Millisecond {
+			if now.Sub(retried) >= 5*time.Millisecond {
 				s.retryPending()
 				retried = time.Now()
 				continue
 			}
 		}
-		n, revents, err := s.wait(ep, timeout)
+		timeout = s.connectWake(now, timeout)
+		revents, err := s.wait(timeout)
 		if err == unix.EINTR {
 			continue
 		}
-		if err == unix.EINVAL && ep < 0 {
+		if err == unix.EINVAL && s.ep < 0 {
 			// poll over the soft RLIMIT_NOFILE: wait for it to rise.
 			time.Sleep(5 * time.Millisecond)
 			continue
@@ -169,8 +216,13 @@ func (s *supervisor) serve() {
 		if err != nil {
 			return
 		}
-		if n == 0 {
-			continue // the retry is due
+		for _, sock := range s.ready {
+			if c := s.connects[sock]; c != nil {
+				s.connectReady(c)
+			}
+		}
+		if revents == 0 {
+			continue // a connect's event, or a retry or timer due
 		}
 		if revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 && revents&unix.POLLIN == 0 {
 			return
@@ -187,6 +239,10 @@ func (s *supervisor) serve() {
 			continue
 		}
 		room := s.pendingRoom()
+		if !room && len(s.connects) > 0 {
+			s.reapConnects() // slots of callers gone
+			room = s.pendingRoom()
+		}
 		r := s.handle(&req, room)
 		if r.pending != nil && !room {
 			// Each holds a descriptor of the supervisor's: a command

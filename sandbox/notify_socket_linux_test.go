@@ -1,0 +1,278 @@
+package sandbox
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/execgo/exec-server/sandbox/policy"
+)
+
+// fullListener listens on 127.0.0.1 with a backlog of 0 and fills its
+// accept queue with one connection it never accepts: the kernel drops
+// every later SYN while the queue is full, so a connect to it waits in
+// SYN_SENT (until its SO_SNDTIMEO, or the kernel's SYN retries give up
+// after minutes). It returns the port.
+func fullListener(t *testing.T) int {
+	t.Helper()
+	l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(l) })
+	if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := sa.(*unix.SockaddrInet4).Port
+	c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)) // the one the queue holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return port
+}
+
+// closedPort is a 127.0.0.1 port nothing listens on (bound, never
+// listened: no other test can take it meanwhile).
+func closedPort(t *testing.T) int {
+	t.Helper()
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(s) })
+	if err := unix.Bind(s, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa.(*unix.SockaddrInet4).Port
+}
+
+func networkPlan(ws string) *policy.Plan {
+	p := workspaceWrite(ws)
+	p.Network = policy.NetworkEnabled
+	return p
+}
+
+// pyConnectsAtPidsMax: 16 threads wait, the process then forks until the
+// process bound refuses (EAGAIN), and only then do the threads connect,
+// blocking (SO_SNDTIMEO 2 s), to a listener whose queue is full: 16
+// connects wait in the supervisor at once while nothing in the sandbox
+// can make a thread.
+const pyConnectsAtPidsMax = `
+import errno, os, socket, struct, sys, threading
+port, n = int(sys.argv[1]), 16
+go, lock, res = threading.Event(), threading.Lock(), []
+def run():
+    go.wait()
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 2, 0))
+    try:
+        s.connect(("127.0.0.1", port))
+        r = "ok"
+    except OSError as e:
+        r = errno.errorcode.get(e.errno, str(e.errno))
+    with lock:
+        res.append(r)
+ths = [threading.Thread(target=run) for _ in range(n)]
+for t in ths:
+    t.start()
+r, w = os.pipe()
+kids = []
+while True:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        fill = errno.errorcode.get(e.errno, str(e.errno))
+        break
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    kids.append(pid)
+go.set()
+for t in ths:
+    t.join()
+os.close(w)
+for k in kids:
+    os.waitpid(k, 0)
+print("fill", fill, "connects", " ".join(sorted(set(res))), len(res))
+`
+
+// TestCommandConnectsAtPidsMax: blocking TCP connects made while the
+// sandbox is at its process bound are waited for without a thread each in
+// the init. When each was a goroutine blocked in connect(2), the init's Go
+// runtime had to start a thread per connect, failed to (the init is in the
+// sandbox's pids cgroup), and died of it, taking the command with it.
+func TestCommandConnectsAtPidsMax(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	t.Setenv(PidsMaxEnv, "64")
+	port := fullListener(t)
+	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectsAtPidsMax+"' "+strconv.Itoa(port))
+	if code != 0 || strings.TrimSpace(out) != "fill EAGAIN connects EINPROGRESS 16" {
+		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "fill EAGAIN connects EINPROGRESS 16")
+	}
+}
+
+// head is the start of a command's output (a dying init's is its stacks).
+func head(out string) string {
+	if len(out) > 600 {
+		return out[:600] + "..."
+	}
+	return out
+}
+
+// pyConnectSemantics: what connect says, as the kernel's own would, for
+// a blocking socket (connected, then EISCONN; refused, with SO_ERROR
+// consumed; SO_SNDTIMEO passed: EINPROGRESS, then EALREADY), with the
+// socket left blocking; a non-blocking socket (EINPROGRESS, the error
+// in SO_ERROR); a UDP socket.
+const pyConnectSemantics = `
+import errno, fcntl, os, select, socket, struct, sys
+op, cp, fp = map(int, sys.argv[1:4])
+def name(e):
+    return errno.errorcode.get(e, str(e))
+def conn(s, port):
+    try:
+        s.connect(("127.0.0.1", port))
+        return "ok"
+    except OSError as e:
+        return name(e.errno)
+def mode(s):
+    return "nonblocking" if fcntl.fcntl(s, fcntl.F_GETFL) & os.O_NONBLOCK else "blocking"
+def soerr(s):
+    return name(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+s = socket.socket()
+print("open", conn(s, op), conn(s, op), mode(s), s.getpeername()[1] == op)
+s = socket.socket()
+print("closed", conn(s, cp), soerr(s), mode(s), conn(s, cp))
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 200000))
+print("full", conn(s, fp), conn(s, fp), mode(s))
+s = socket.socket()
+s.setblocking(False)
+r = conn(s, cp)
+select.select([], [s], [], 60)
+print("nonblocking", r, soerr(s), mode(s))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print("udp", conn(u, cp))
+`
+
+// TestCommandConnectSemantics: a supervised TCP connect answers what the
+// kernel's would (pyConnectSemantics), the blocking ones waited for by
+// the supervisor without a thread (connectInet).
+func TestCommandConnectSemantics(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	open := l.Addr().(*net.TCPAddr).Port
+	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectSemantics+"' "+
+		strconv.Itoa(open)+" "+strconv.Itoa(closedPort(t))+" "+strconv.Itoa(fullListener(t)))
+	want := "open ok EISCONN blocking True\n" +
+		"closed ECONNREFUSED 0 blocking ECONNREFUSED\n" +
+		"full EINPROGRESS EALREADY blocking\n" +
+		"nonblocking EINPROGRESS ECONNREFUSED nonblocking\n" +
+		"udp ok"
+	if code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("exit %d:\n%s\nwant exit 0:\n%s", code, head(out), want)
+	}
+}
+
+// maxConnectsEnv, in a command's environment, sets maxConnects in its
+// init (the test binary, which unwraps its command's environment here):
+// TestCommandConnectCallerKilled needs a bound of 1.
+const maxConnectsEnv = "SANDBOX_TEST_MAX_CONNECTS"
+
+func init() {
+	for _, e := range unwrapEnv(os.Environ()) {
+		if v, ok := strings.CutPrefix(e, maxConnectsEnv+"="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				maxConnects = n
+			}
+		}
+	}
+}
+
+// pyConnectCallerKilled, with one connect slot: a child's blocking
+// connect to a full listener takes it (retried until it does), which the
+// parent sees as its own connects failing with ENOBUFS; the child is
+// killed and reaped, and the parent connects again.
+const pyConnectCallerKilled = `
+import errno, os, signal, socket, sys, time
+fp, cp = int(sys.argv[1]), int(sys.argv[2])
+def conn(port):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    finally:
+        s.close()
+pid = os.fork()
+if pid == 0:
+    while conn(fp) == "ENOBUFS":
+        time.sleep(0.001)
+    os._exit(0)
+seen = set()
+for i in range(100000):
+    r = conn(cp)
+    if r == "ENOBUFS":
+        break
+    seen.add(r)
+    time.sleep(0.001)
+else:
+    print("the child never held the slot:", seen)
+    sys.exit(1)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+print("before", " ".join(sorted(seen)), "after", conn(cp))
+`
+
+// TestCommandConnectCallerKilled: a connect whose caller was killed gives
+// its slot back (reapConnects) when another connect needs it. It kept it
+// until the kernel gave up on the connection (minutes for a SYN nobody
+// answers): every connect meanwhile failed with ENOBUFS.
+func TestCommandConnectCallerKilled(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	code, out := runShEnvHook(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectCallerKilled+"' "+
+		strconv.Itoa(fullListener(t))+" "+strconv.Itoa(closedPort(t)), []string{maxConnectsEnv + "=1"}, nil)
+	// Before: the parent's connects that came before the child's
+	// (refused), or none.
+	got := strings.Join(strings.Fields(out), " ")
+	if code != 0 || (got != "before ECONNREFUSED after ECONNREFUSED" && got != "before after ECONNREFUSED") {
+		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "before ECONNREFUSED after ECONNREFUSED")
+	}
+}
