@@ -20,10 +20,12 @@ const (
 	piece = 4096
 	// maxHeld bounds what is held back (the relay's frames are smaller).
 	maxHeld = 1 << 20
-	// holdFor flushes a message that happened to end on a piece
-	// boundary: the only case that waits.
-	holdFor = 500 * time.Microsecond
 )
+
+// holdFor flushes a message that happened to end on a piece boundary: the
+// only case that waits. A variable for the tests, which count writes and
+// must not have a preempted test goroutine's pieces flushed by the timer.
+var holdFor = 500 * time.Microsecond
 
 // Client returns hc with its transport wrapped so that the websocket
 // connections it upgrades coalesce their writes; other requests are

@@ -41,6 +41,12 @@ func (r *recorder) get() [][]byte {
 func pieceOf(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 
 func TestWrites(t *testing.T) {
+	// Only the writes decide what is coalesced here: a loaded machine can
+	// stop this goroutine between two writes for longer than holdFor, and
+	// the timer would then send the held piece alone (TestHeldFlush covers
+	// the timer).
+	defer func(d time.Duration) { holdFor = d }(holdFor)
+	holdFor = time.Hour
 	cases := []struct {
 		name   string
 		writes [][]byte
