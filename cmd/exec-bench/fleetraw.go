@@ -321,40 +321,20 @@ func (b *fleetBench) rawProcCPU() map[string]float64 {
 
 // procCounts sums, over procs' live processes: read and write syscalls
 // (/proc/PID/io) and voluntary and involuntary context switches of all
-// their threads (/proc/PID/task/*/status).
+// their threads (readProc).
 func procCounts(procs []*fleetProc) [4]int64 {
 	var c [4]int64
 	for _, n := range procs {
 		if n == nil || n.dead.Load() {
 			continue
 		}
-		pid := n.cmd.Process.Pid
-		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
-			c[0] += procField(string(data), "syscr:")
-			c[1] += procField(string(data), "syscw:")
-		}
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		for _, t := range tasks {
-			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-			if err != nil {
-				continue
-			}
-			c[2] += procField(string(data), "voluntary_ctxt_switches:")
-			c[3] += procField(string(data), "nonvoluntary_ctxt_switches:")
-		}
+		s := readProc(n.cmd.Process.Pid)
+		c[0] += int64(s.syscr)
+		c[1] += int64(s.syscw)
+		c[2] += int64(s.ctxsw - s.nvcsw)
+		c[3] += int64(s.nvcsw)
 	}
 	return c
-}
-
-// procField is the number after the line starting with key.
-func procField(s, key string) int64 {
-	for line := range strings.Lines(s) {
-		if v, ok := strings.CutPrefix(line, key); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // machineBusy is the host's non-idle CPU seconds so far (/proc/stat).

@@ -12,19 +12,6 @@ func selfCmd() *exec.Cmd {
 	return &exec.Cmd{Process: p}
 }
 
-func TestProcField(t *testing.T) {
-	s := "voluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n"
-	if got := procField(s, "voluntary_ctxt_switches:"); got != 12 {
-		t.Fatalf("voluntary = %d, want 12", got)
-	}
-	if got := procField(s, "nonvoluntary_ctxt_switches:"); got != 3 {
-		t.Fatalf("nonvoluntary = %d, want 3", got)
-	}
-	if got := procField(s, "syscr:"); got != 0 {
-		t.Fatalf("missing key = %d, want 0", got)
-	}
-}
-
 // The counters read this process's own /proc files: they must move.
 func TestProcCountsAndMachineBusy(t *testing.T) {
 	if _, err := os.Stat("/proc/self/io"); err != nil {

@@ -23,10 +23,10 @@ var procStats bool
 
 // procSnap is one reading of a process's counters.
 type procSnap struct {
-	syscr, rchar, minflt, ctxsw float64
-	utime, stime, threads       float64 // clock ticks; threads now
-	cpu                         float64 // seconds, the precise clock (cpuSeconds)
-	nvcsw                       float64 // of ctxsw, the involuntary ones (preempted)
+	syscr, syscw, rchar, minflt, ctxsw float64
+	utime, stime, threads              float64 // clock ticks; threads now
+	cpu                                float64 // seconds, the precise clock (cpuSeconds)
+	nvcsw                              float64 // of ctxsw, the involuntary ones (preempted)
 }
 
 func readProc(pid int) procSnap {
@@ -46,6 +46,8 @@ func readProc(pid int) procSnap {
 			switch string(k) {
 			case "syscr":
 				s.syscr = n
+			case "syscw":
+				s.syscw = n
 			case "rchar":
 				s.rchar = n
 			}
