@@ -136,17 +136,54 @@ func connectNonblock(sock int, addr []byte) unix.Errno {
 	return errno
 }
 
-// connectReady finishes c once its socket reported an event: connecting
-// again gives the connect's result, as the caller's blocking connect
-// would have had it (0, or the error, taken off the socket: SO_ERROR is
-// then 0, as after a blocking connect); EALREADY: not finished yet.
+// connectReady finishes c once its socket reported an event
+// (connectResult); EALREADY: not finished yet.
 func (s *supervisor) connectReady(c *pendingConnect) {
-	errno := connectNonblock(c.sock, c.addr)
+	if connectSettle > 0 {
+		time.Sleep(connectSettle)
+	}
+	errno := connectResult(c.sock, c.addr)
 	if errno == unix.EALREADY || errno == unix.EINPROGRESS {
 		return
 	}
 	s.endConnect(c, errno)
 }
+
+// connectSettle, set by tests only, is how long serve waits before it
+// looks at a connect that reported an event: the time a loaded machine
+// may take to run it, in which the peer can already have reset the
+// connection (TestCommandConnectResetAfterAccept).
+var connectSettle time.Duration
+
+// connectResult is what the caller's blocking connect returns by now.
+// Connecting again gives it (0, or the error, taken off the socket:
+// SO_ERROR is then 0, as after a blocking connect), with one exception:
+// a connection made and then reset by the peer (a proxy that refuses
+// after its accept, netproxy's reset) before serve came to it. The
+// kernel woke the caller's own connect when the connection was made, and
+// it returned 0; the reset is for its first read or write. Connecting
+// again would report the reset (ECONNRESET) as the connect's failure, so
+// such a socket is answered 0 and left as it is, its error pending.
+// What tells it from a connect refused (the RST answering the SYN, also
+// TCP_CLOSE): the SYN-ACK came first, two segments in at least.
+func connectResult(sock int, addr []byte) unix.Errno {
+	if ti, err := unix.GetsockoptTCPInfo(sock, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil &&
+		ti.State == tcpClose && ti.Segs_in >= 2 {
+		return 0
+	}
+	errno := connectNonblock(sock, addr)
+	if errno == unix.ECONNRESET || errno == unix.EPIPE {
+		// Reset between the look above and the connect: only a
+		// connection that was made is reset (tcp_reset answers a SYN
+		// with ECONNREFUSED). The caller's read finds no error left
+		// (ENOTCONN) rather than ECONNRESET; it still fails.
+		return 0
+	}
+	return errno
+}
+
+// tcpClose is TCP_CLOSE, the state of struct tcp_info's tcpi_state.
+const tcpClose = 7
 
 // connectTimers answers the connects whose SO_SNDTIMEO has passed by now
 // and, every connectReap, drops those whose caller is gone.
@@ -158,7 +195,7 @@ func (s *supervisor) connectTimers(now time.Time) {
 		if c.deadline.IsZero() || now.Before(c.deadline) {
 			continue
 		}
-		errno := connectNonblock(c.sock, c.addr)
+		errno := connectResult(c.sock, c.addr)
 		if errno == unix.EALREADY || errno == unix.EINPROGRESS {
 			errno = c.onTimeout
 		}

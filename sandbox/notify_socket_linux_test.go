@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -213,6 +214,11 @@ func TestCommandConnectSemantics(t *testing.T) {
 // TestCommandConnectCallerKilled needs a bound of 1.
 const maxConnectsEnv = "SANDBOX_TEST_MAX_CONNECTS"
 
+// connectSettleEnv, in a command's environment, sets connectSettle in its
+// init: TestCommandConnectResetAfterAccept has serve come late to every
+// finished connect.
+const connectSettleEnv = "SANDBOX_TEST_CONNECT_SETTLE"
+
 func init() {
 	for _, e := range unwrapEnv(os.Environ()) {
 		if v, ok := strings.CutPrefix(e, maxConnectsEnv+"="); ok {
@@ -220,6 +226,78 @@ func init() {
 				maxConnects = n
 			}
 		}
+		if v, ok := strings.CutPrefix(e, connectSettleEnv+"="); ok {
+			if d, err := time.ParseDuration(v); err == nil {
+				connectSettle = d
+			}
+		}
+	}
+}
+
+// resetListener is a 127.0.0.1 port whose connections are accepted and
+// reset at once, as netproxy refuses a transparent connection.
+func resetListener(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// pyConnectReset: a blocking connect to a port that accepts and resets,
+// then a read; a blocking connect to a closed port.
+const pyConnectReset = `
+import errno, socket, sys
+rp, cp = int(sys.argv[1]), int(sys.argv[2])
+def name(e):
+    return errno.errorcode.get(e, str(e))
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", rp))
+    try:
+        r = "read " + repr(s.recv(10))
+    except OSError as e:
+        r = "read " + name(e.errno)
+    print("reset ok", r)
+except OSError as e:
+    print("reset", name(e.errno))
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", cp))
+    print("closed ok")
+except OSError as e:
+    print("closed", name(e.errno))
+`
+
+// TestCommandConnectResetAfterAccept: a connection made and reset by the
+// peer before serve looks at it (here serve waits 300 ms first, as a
+// loaded machine may make it) is connected for the caller, the reset
+// left for its read, as the kernel's own blocking connect has it; a
+// refused connect still fails. Connecting again to learn the result
+// reported the reset as the connect's failure: the transparent proxy's
+// refusals (TestTransparentTCP, in server) read "connect failed" under
+// load in CI.
+func TestCommandConnectResetAfterAccept(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	code, out := runShEnvHook(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectReset+"' "+
+		strconv.Itoa(resetListener(t))+" "+strconv.Itoa(closedPort(t)), []string{connectSettleEnv + "=300ms"}, nil)
+	want := "reset ok read ECONNRESET\nclosed ECONNREFUSED"
+	if code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("exit %d:\n%s\nwant exit 0:\n%s", code, head(out), want)
 	}
 }
 
