@@ -29,7 +29,16 @@ type pendingConnect struct {
 	// on without the caller.
 	deadline  time.Time
 	onTimeout unix.Errno
+	// quietUntil, where serve waits with poll (s.ep < 0): an event
+	// that did not end the connect (POLLERR from an error queue while
+	// it goes on, which poll reports for as long as it lasts) leaves
+	// the socket out of the poll until then, so serve does not spin.
+	quietUntil time.Time
 }
+
+// connectQuiet is how long a connect whose event did not end it stays
+// out of serve's poll.
+const connectQuiet = 10 * time.Millisecond
 
 // connectReap is how often the connects in flight are checked for a
 // caller gone (killed: only a fatal signal ends its wait, WAIT_KILLABLE_RECV),
@@ -72,8 +81,20 @@ func (s *supervisor) connectInet(id uint64, sock int, addr []byte) {
 		done(toErrno(err))
 		return
 	}
-	if fl&unix.O_NONBLOCK != 0 || !tcpStream(sock) {
+	if fl&unix.O_NONBLOCK != 0 {
 		done(rawConnect(sock, addr))
+		return
+	}
+	if !tcpStream(sock) {
+		// Datagram, raw, netlink and packet sockets connect without
+		// waiting. A connection-oriented socket of another protocol
+		// is none a sandboxed command could open (the filter refuses
+		// them, seccomp_linux.go): one handed in from outside is
+		// started without waiting, its caller told EINPROGRESS as
+		// when a blocking connect's SO_SNDTIMEO passes, rather than
+		// hold serve's thread (and every other call of the sandbox)
+		// for as long as the peer does not answer.
+		done(connectNonblock(sock, addr))
 		return
 	}
 	c := &pendingConnect{id: id, sock: sock, addr: addr}
@@ -113,11 +134,13 @@ func tcpStream(sock int) bool {
 
 // connectNonblock is connect(2) on sock without waiting. The open file is
 // the caller's (pidfd_getfd), whose blocking mode connect takes from its
-// flags: O_NONBLOCK is set for this call only and cleared right after,
-// keeping any other change made to the flags meanwhile. Another process
-// or thread of the command using the socket in that instant sees it
-// non-blocking (a read of it then fails with EAGAIN where it would wait);
-// the caller itself is stopped in the call.
+// flags: O_NONBLOCK is set for this call only and cleared right after if
+// the flags are still the ones set. Another process or thread of the
+// command using the socket in that instant sees it non-blocking (a read
+// of it then fails with EAGAIN where it would wait), and one that changes
+// the flags in that instant keeps what it set, O_NONBLOCK included (its
+// F_SETFL may have been made from flags read with ours on: the socket
+// then stays non-blocking); the caller itself is stopped in the call.
 func connectNonblock(sock int, addr []byte) unix.Errno {
 	fl, err := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0)
 	if err != nil {
@@ -130,8 +153,8 @@ func connectNonblock(sock int, addr []byte) unix.Errno {
 		return toErrno(err)
 	}
 	errno := rawConnect(sock, addr)
-	if now, err := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0); err == nil {
-		_, _ = unix.FcntlInt(uintptr(sock), unix.F_SETFL, now&^unix.O_NONBLOCK)
+	if now, err := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0); err == nil && now == fl|unix.O_NONBLOCK {
+		_, _ = unix.FcntlInt(uintptr(sock), unix.F_SETFL, fl)
 	}
 	return errno
 }
@@ -144,6 +167,9 @@ func (s *supervisor) connectReady(c *pendingConnect) {
 	}
 	errno := connectResult(c.sock, c.addr)
 	if errno == unix.EALREADY || errno == unix.EINPROGRESS {
+		if s.ep < 0 {
+			c.quietUntil = time.Now().Add(connectQuiet)
+		}
 		return
 	}
 	s.endConnect(c, errno)
@@ -172,6 +198,13 @@ func connectResult(sock int, addr []byte) unix.Errno {
 		return 0
 	}
 	errno := connectNonblock(sock, addr)
+	if errno == unix.EISCONN {
+		// Another connect on the socket (a second caller's, waiting
+		// beside this one, or the command's own) finished it first:
+		// connected, which a blocking connect waiting on it returns
+		// as 0 too (__inet_stream_connect).
+		return 0
+	}
 	if errno == unix.ECONNRESET || errno == unix.EPIPE {
 		// Reset between the look above and the connect: only a
 		// connection that was made is reset (tcp_reset answers a SYN
@@ -216,6 +249,9 @@ func (s *supervisor) connectWake(now time.Time, timeout int) int {
 	for _, c := range s.connects {
 		if !c.deadline.IsZero() && c.deadline.Before(next) {
 			next = c.deadline
+		}
+		if s.ep < 0 && c.quietUntil.After(now) && c.quietUntil.Before(next) {
+			next = c.quietUntil
 		}
 	}
 	ms := int((next.Sub(now) + time.Millisecond - 1) / time.Millisecond)

@@ -250,3 +250,61 @@ func TestFDRoomCountsNearLimit(t *testing.T) {
 			s.baseFDs+later, fdReserve, s.baseFDs+later+fdReserve+2)
 	}
 }
+
+// TestPollQuietConnect: where serve waits with poll (no epoll), a
+// connect whose event did not end it is left out of the poll for
+// connectQuiet and looked at again then: poll reports an error queue
+// (POLLERR) for as long as it lasts, and polling such a socket while it
+// still connects made serve spin.
+func TestPollQuietConnect(t *testing.T) {
+	port := fullListener(t)
+	sock, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			unix.Close(sock)
+		}
+	}()
+	addr := make([]byte, unix.SizeofSockaddrInet4)
+	addr[0] = unix.AF_INET // little-endian sa_family
+	addr[2], addr[3] = byte(port>>8), byte(port)
+	addr[4], addr[7] = 127, 1
+	if errno := connectNonblock(sock, addr); errno != unix.EINPROGRESS {
+		t.Fatalf("connect to a full listener: %v, want EINPROGRESS", errno)
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	now := time.Now()
+	c := &pendingConnect{sock: sock, addr: addr}
+	s := &supervisor{ep: -1, listener: p[0], connects: map[int]*pendingConnect{sock: c}, reaped: now}
+	// An event that did not end it (as a POLLERR would bring).
+	s.connectReady(c)
+	if s.connects[sock] == nil {
+		t.Fatal("the connect ended")
+	}
+	if !c.quietUntil.After(now) {
+		t.Fatalf("quietUntil %v: not after the event", c.quietUntil)
+	}
+	if ms := s.connectWake(now, -1); ms < 0 || ms > int(connectQuiet/time.Millisecond)+1 {
+		t.Errorf("connectWake = %d ms, want the quiet end (≤ %v)", ms, connectQuiet)
+	}
+	// Its socket is not polled meanwhile: make it pollable by anything
+	// (POLLNVAL if it were in the set: a closed descriptor number) and
+	// the wait must not report it.
+	unix.Close(sock)
+	closed = true
+	if _, err := s.wait(0); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.ready) != 0 {
+		t.Errorf("wait reported %v: a quiet connect was polled", s.ready)
+	}
+	delete(s.connects, sock)
+}

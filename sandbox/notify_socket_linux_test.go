@@ -354,3 +354,76 @@ func TestCommandConnectCallerKilled(t *testing.T) {
 		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "before ECONNREFUSED after ECONNREFUSED")
 	}
 }
+
+// pyConnectTwoCallers: two threads connect one blocking socket to the
+// command's own listener while its accept queue is full (the SYN dropped:
+// both wait); the queue is emptied and the SYN's retransmission connects
+// the socket. Both connects return 0, as two blocking connects waiting on
+// one socket do in the kernel.
+const pyConnectTwoCallers = `
+import errno, socket, threading, time
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(0)
+q = socket.create_connection(l.getsockname())
+s = socket.socket()
+res = []
+def conn():
+    try:
+        s.connect(l.getsockname())
+        res.append("ok")
+    except OSError as e:
+        res.append(errno.errorcode.get(e.errno, str(e.errno)))
+ths = [threading.Thread(target=conn) for _ in range(2)]
+for t in ths:
+    t.start()
+time.sleep(0.3)
+l.accept()[0].close()
+for t in ths:
+    t.join()
+print(" ".join(sorted(res)))
+`
+
+// TestCommandConnectTwoCallers: a second caller's blocking connect on a
+// socket already connecting waits beside the first and gets 0 when it
+// connects (connectResult); it got EISCONN from connecting again after
+// the first had.
+func TestCommandConnectTwoCallers(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectTwoCallers+"'")
+	if code != 0 || strings.TrimSpace(out) != "ok ok" {
+		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "ok ok")
+	}
+}
+
+// pySocketFamilies opens a socket of each kind and prints what socket()
+// said.
+const pySocketFamilies = `
+import errno, socket
+for name, args in [("tcp", (socket.AF_INET, socket.SOCK_STREAM, 0)), ("udp6", (socket.AF_INET6, socket.SOCK_DGRAM, 0)),
+        ("netlink", (socket.AF_NETLINK, socket.SOCK_RAW, 0)), ("vsock", (40, socket.SOCK_STREAM, 0)),
+        ("sctp", (socket.AF_INET, socket.SOCK_STREAM, 132)), ("seqpacket", (socket.AF_INET, socket.SOCK_SEQPACKET, 0))]:
+    try:
+        socket.socket(*args).close()
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, str(e.errno)))
+`
+
+// TestCommandSocketFamilies: with the network on, a command opens TCP,
+// UDP and netlink sockets, and the connection-oriented protocols whose
+// connect the supervisor cannot wait for are answered as absent
+// (seccompProgram; TestSeccompProgramTable has every row). vsock is the
+// one this test's kernel may have: without the rule it opens.
+func TestCommandSocketFamilies(t *testing.T) {
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pySocketFamilies+"'")
+	want := "tcp ok\nudp6 ok\nnetlink ok\nvsock EAFNOSUPPORT\nsctp EPROTONOSUPPORT\nseqpacket ESOCKTNOSUPPORT"
+	if code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("exit %d:\n%s\nwant exit 0:\n%s", code, head(out), want)
+	}
+}

@@ -127,7 +127,11 @@ func (s *supervisor) wait(timeout int) (revents int16, err error) {
 	if s.ep < 0 {
 		fds := make([]unix.PollFd, 1, 1+len(s.connects))
 		fds[0] = unix.PollFd{Fd: int32(s.listener), Events: unix.POLLIN}
-		for sock := range s.connects {
+		now := time.Now()
+		for sock, c := range s.connects {
+			if c.quietUntil.After(now) {
+				continue // connectReady: its last event did not end it
+			}
 			fds = append(fds, unix.PollFd{Fd: int32(sock), Events: unix.POLLOUT})
 		}
 		if _, err = unix.Poll(fds, timeout); err != nil {

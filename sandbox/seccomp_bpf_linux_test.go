@@ -104,7 +104,11 @@ func TestSeccompProgramTable(t *testing.T) {
 		eperm  = retEPERM
 		enosys = retNOSYS
 		eacces = retEACCES
-		kill   = retKill
+
+		eafnosupport    = retEAFNOSUPPORT
+		esocktnosupport = retESOCKTNOSUPPORT
+		eprotonosupport = retEPROTONOSUPPORT
+		kill            = retKill
 	)
 	type row struct {
 		name                string
@@ -156,7 +160,19 @@ func TestSeccompProgramTable(t *testing.T) {
 		{name: "socket inet", call: sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM), restricted: eperm, enabled: allow},
 		{name: "socket inet6 dgram", call: sys(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM), restricted: eperm, enabled: allow},
 		{name: "socket netlink", call: sys(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW), restricted: eperm, enabled: allow},
-		same("socket vsock", sys(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM), eperm),
+		{name: "socket vsock", call: sys(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM), restricted: eperm, enabled: eafnosupport},
+		{name: "socket inet tcp", call: sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, unix.IPPROTO_TCP), restricted: eperm, enabled: allow},
+		{name: "socket inet6 mptcp", call: sys(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP), restricted: eperm, enabled: allow},
+		{name: "socket inet icmp", call: sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP), restricted: eperm, enabled: allow},
+		{name: "socket inet raw", call: sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP), restricted: eperm, enabled: allow},
+		{name: "socket packet", call: sys(unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_DGRAM), restricted: eperm, enabled: allow},
+		{name: "socket inet sctp stream", call: sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP), restricted: eperm, enabled: eprotonosupport},
+		{name: "socket inet6 smc", call: sys(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_STREAM, 256), restricted: eperm, enabled: eprotonosupport},
+		{name: "socket inet sctp seqpacket", call: sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC), restricted: eperm, enabled: esocktnosupport},
+		{name: "socket inet6 dccp", call: sys(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DCCP), restricted: eperm, enabled: esocktnosupport},
+		{name: "socket tipc", call: sys(unix.SYS_SOCKET, unix.AF_TIPC, unix.SOCK_STREAM), restricted: eperm, enabled: eafnosupport},
+		{name: "socket smc", call: sys(unix.SYS_SOCKET, unix.AF_SMC, unix.SOCK_STREAM), restricted: eperm, enabled: eafnosupport},
+		{name: "socket alg", call: sys(unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET), restricted: eperm, enabled: eafnosupport},
 		same("socket unix stream", sys(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC), allow),
 		same("socket unix seqpacket", sys(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_SEQPACKET), allow),
 		{name: "socket unix dgram", call: sys(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), restricted: eacces, enabled: eacces, dgram: allow},

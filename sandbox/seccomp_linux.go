@@ -121,12 +121,16 @@ const (
 	retEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	retNOSYS  = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
 	retEACCES = unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
-	retKill   = unix.SECCOMP_RET_KILL_PROCESS
-	ldW       = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-	jeqK      = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-	jgeK      = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-	jsetK     = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-	retK      = unix.BPF_RET | unix.BPF_K
+
+	retEAFNOSUPPORT    = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
+	retESOCKTNOSUPPORT = unix.SECCOMP_RET_ERRNO | uint32(unix.ESOCKTNOSUPPORT)
+	retEPROTONOSUPPORT = unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)
+	retKill            = unix.SECCOMP_RET_KILL_PROCESS
+	ldW                = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	jeqK               = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	jgeK               = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	jsetK              = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	retK               = unix.BPF_RET | unix.BPF_K
 )
 
 // seccompProgram builds the filter for a network mode. unixDgram allows
@@ -239,11 +243,36 @@ func seccompProgram(network policy.Network, unixDgram bool) []unix.SockFilter {
 			bpfStmt(retK, retEPERM),
 		}
 	} else {
+		// With the network on, the families and protocols a command may
+		// open are the ones whose connect the supervisor answers without
+		// holding its thread (notify_connect_linux.go): TCP and MPTCP
+		// streams (waited for in its epoll), datagram and raw sockets,
+		// netlink and packet sockets (no connect that waits), AF_UNIX.
+		// The rest (SCTP, DCCP, SMC, TIPC, RDS, vsock, Bluetooth, …) is
+		// answered as a kernel without them would, so a program takes
+		// them for absent: a blocking SCTP connect nobody answered held
+		// every other supervised call of the sandbox for minutes. They
+		// are also kernel attack surface a command does not need.
 		sock = []unix.SockFilter{
 			bpfStmt(ldW, offArg0),
-			bpfJump(jeqK, unix.AF_VSOCK, 0, 1),
-			bpfStmt(retK, retEPERM),
-			bpfJump(jeqK, unix.AF_UNIX, 1, 0),
+			bpfJump(jeqK, unix.AF_UNIX, 17, 0), // → unixSock
+			bpfJump(jeqK, unix.AF_INET, 4, 0),  // → inet
+			bpfJump(jeqK, unix.AF_INET6, 3, 0), // → inet
+			bpfJump(jeqK, unix.AF_NETLINK, 13, 0),
+			bpfJump(jeqK, unix.AF_PACKET, 12, 0),
+			bpfStmt(retK, retEAFNOSUPPORT),
+			// inet: the socket type, then a stream's protocol.
+			bpfStmt(ldW, offArg1),
+			bpfStmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, 0xf), // SOCK_TYPE_MASK
+			bpfJump(jeqK, unix.SOCK_DGRAM, 8, 0),
+			bpfJump(jeqK, unix.SOCK_RAW, 7, 0),
+			bpfJump(jeqK, unix.SOCK_STREAM, 1, 0),
+			bpfStmt(retK, retESOCKTNOSUPPORT), // SEQPACKET (SCTP), DCCP
+			bpfStmt(ldW, offArg2),
+			bpfJump(jeqK, 0, 3, 0),
+			bpfJump(jeqK, unix.IPPROTO_TCP, 2, 0),
+			bpfJump(jeqK, unix.IPPROTO_MPTCP, 1, 0),
+			bpfStmt(retK, retEPROTONOSUPPORT), // SCTP, SMC
 			bpfStmt(retK, retAllow),
 		}
 	}
