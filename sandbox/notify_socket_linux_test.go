@@ -361,23 +361,36 @@ func TestCommandConnectCallerKilled(t *testing.T) {
 // the socket. Both connects return 0, as two blocking connects waiting on
 // one socket do in the kernel.
 const pyConnectTwoCallers = `
-import errno, socket, threading, time
+import errno, socket, sys, threading, time
+nr = sys.argv[1]
 l = socket.socket()
 l.bind(("127.0.0.1", 0))
 l.listen(0)
 q = socket.create_connection(l.getsockname())
 s = socket.socket()
-res = []
+res, tids = [], []
 def conn():
+    tids.append(threading.get_native_id())
     try:
         s.connect(l.getsockname())
         res.append("ok")
     except OSError as e:
         res.append(errno.errorcode.get(e.errno, str(e.errno)))
+def in_connect(tid):
+    try:
+        with open("/proc/self/task/%d/syscall" % tid) as f:
+            return f.read().split()[0] == nr
+    except OSError:
+        return False
 ths = [threading.Thread(target=conn) for _ in range(2)]
 for t in ths:
     t.start()
-time.sleep(0.3)
+# Both in connect before the queue is emptied (a connect made after
+# the socket connected is EISCONN in the kernel too).
+end = time.time() + 60
+while time.time() < end and not (len(tids) == 2 and all(in_connect(t) for t in tids)):
+    time.sleep(0.01)
+time.sleep(0.05)
 l.accept()[0].close()
 for t in ths:
     t.join()
@@ -392,7 +405,7 @@ func TestCommandConnectTwoCallers(t *testing.T) {
 	needSandbox(t)
 	needPython(t)
 	ws, _ := fixture(t)
-	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectTwoCallers+"'")
+	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectTwoCallers+"' "+strconv.Itoa(unix.SYS_CONNECT))
 	if code != 0 || strings.TrimSpace(out) != "ok ok" {
 		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "ok ok")
 	}
