@@ -120,15 +120,26 @@ print("fill", fill, "connects", " ".join(sorted(set(res))), len(res))
 // runtime had to start a thread per connect, failed to (the init is in the
 // sandbox's pids cgroup), and died of it, taking the command with it.
 func TestCommandConnectsAtPidsMax(t *testing.T) {
-	needSandbox(t)
-	needPython(t)
-	ws, _ := fixture(t)
 	t.Setenv(PidsMaxEnv, "64")
-	port := fullListener(t)
-	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectsAtPidsMax+"' "+strconv.Itoa(port))
+	code, out := runPyNet(t, pyConnectsAtPidsMax, nil, fullListener(t))
 	if code != 0 || strings.TrimSpace(out) != "fill EAGAIN connects EINPROGRESS 16" {
 		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "fill EAGAIN connects EINPROGRESS 16")
 	}
+}
+
+// runPyNet runs python3 -c script with args in a sandbox with the network
+// on (networkPlan), env added to its environment; it skips where there is
+// no sandbox or no python3.
+func runPyNet(t *testing.T, script string, env []string, args ...int) (int, string) {
+	t.Helper()
+	needSandbox(t)
+	needPython(t)
+	ws, _ := fixture(t)
+	cmd := "exec /usr/bin/python3 -c '" + script + "'"
+	for _, a := range args {
+		cmd += " " + strconv.Itoa(a)
+	}
+	return runShEnvHook(t, networkPlan(ws), ws, cmd, env, nil)
 }
 
 // head is the start of a command's output (a dying init's is its stacks).
@@ -179,9 +190,6 @@ print("udp", conn(u, cp))
 // kernel's would (pyConnectSemantics), the blocking ones waited for by
 // the supervisor without a thread (connectInet).
 func TestCommandConnectSemantics(t *testing.T) {
-	needSandbox(t)
-	needPython(t)
-	ws, _ := fixture(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -197,8 +205,7 @@ func TestCommandConnectSemantics(t *testing.T) {
 		}
 	}()
 	open := l.Addr().(*net.TCPAddr).Port
-	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectSemantics+"' "+
-		strconv.Itoa(open)+" "+strconv.Itoa(closedPort(t))+" "+strconv.Itoa(fullListener(t)))
+	code, out := runPyNet(t, pyConnectSemantics, nil, open, closedPort(t), fullListener(t))
 	want := "open ok EISCONN blocking True\n" +
 		"closed ECONNREFUSED 0 blocking ECONNREFUSED\n" +
 		"full EINPROGRESS EALREADY blocking\n" +
@@ -290,11 +297,7 @@ except OSError as e:
 // refusals (TestTransparentTCP, in server) read "connect failed" under
 // load in CI.
 func TestCommandConnectResetAfterAccept(t *testing.T) {
-	needSandbox(t)
-	needPython(t)
-	ws, _ := fixture(t)
-	code, out := runShEnvHook(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectReset+"' "+
-		strconv.Itoa(resetListener(t))+" "+strconv.Itoa(closedPort(t)), []string{connectSettleEnv + "=300ms"}, nil)
+	code, out := runPyNet(t, pyConnectReset, []string{connectSettleEnv + "=300ms"}, resetListener(t), closedPort(t))
 	want := "reset ok read ECONNRESET\nclosed ECONNREFUSED"
 	if code != 0 || strings.TrimSpace(out) != want {
 		t.Errorf("exit %d:\n%s\nwant exit 0:\n%s", code, head(out), want)
@@ -342,11 +345,7 @@ print("before", " ".join(sorted(seen)), "after", conn(cp))
 // until the kernel gave up on the connection (minutes for a SYN nobody
 // answers): every connect meanwhile failed with ENOBUFS.
 func TestCommandConnectCallerKilled(t *testing.T) {
-	needSandbox(t)
-	needPython(t)
-	ws, _ := fixture(t)
-	code, out := runShEnvHook(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectCallerKilled+"' "+
-		strconv.Itoa(fullListener(t))+" "+strconv.Itoa(closedPort(t)), []string{maxConnectsEnv + "=1"}, nil)
+	code, out := runPyNet(t, pyConnectCallerKilled, []string{maxConnectsEnv + "=1"}, fullListener(t), closedPort(t))
 	// Before: the parent's connects that came before the child's
 	// (refused), or none.
 	got := strings.Join(strings.Fields(out), " ")
@@ -402,10 +401,7 @@ print(" ".join(sorted(res)))
 // connects (connectResult); it got EISCONN from connecting again after
 // the first had.
 func TestCommandConnectTwoCallers(t *testing.T) {
-	needSandbox(t)
-	needPython(t)
-	ws, _ := fixture(t)
-	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pyConnectTwoCallers+"' "+strconv.Itoa(unix.SYS_CONNECT))
+	code, out := runPyNet(t, pyConnectTwoCallers, nil, unix.SYS_CONNECT)
 	if code != 0 || strings.TrimSpace(out) != "ok ok" {
 		t.Errorf("exit %d, %q; want 0, %q", code, head(out), "ok ok")
 	}
@@ -431,10 +427,7 @@ for name, args in [("tcp", (socket.AF_INET, socket.SOCK_STREAM, 0)), ("udp6", (s
 // (seccompProgram; TestSeccompProgramTable has every row). vsock is the
 // one this test's kernel may have: without the rule it opens.
 func TestCommandSocketFamilies(t *testing.T) {
-	needSandbox(t)
-	needPython(t)
-	ws, _ := fixture(t)
-	code, out := runSh(t, networkPlan(ws), ws, "exec /usr/bin/python3 -c '"+pySocketFamilies+"'")
+	code, out := runPyNet(t, pySocketFamilies, nil)
 	want := "tcp ok\nudp6 ok\nnetlink ok\nvsock EAFNOSUPPORT\nsctp EPROTONOSUPPORT\nseqpacket ESOCKTNOSUPPORT"
 	if code != 0 || strings.TrimSpace(out) != want {
 		t.Errorf("exit %d:\n%s\nwant exit 0:\n%s", code, head(out), want)
