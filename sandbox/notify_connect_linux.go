@@ -191,10 +191,12 @@ var connectSettle time.Duration
 // again would report the reset (ECONNRESET) as the connect's failure, so
 // such a socket is answered 0 and left as it is, its error pending.
 // What tells it from a connect refused (the RST answering the SYN, also
-// TCP_CLOSE): the SYN-ACK came first, two segments in at least.
+// TCP_CLOSE): the SYN-ACK was taken, which acknowledged the SYN
+// (tcpi_bytes_acked counts it; a segment the kernel rejected while it
+// waited does not, where tcpi_segs_in would).
 func connectResult(sock int, addr []byte) unix.Errno {
 	if ti, err := unix.GetsockoptTCPInfo(sock, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil &&
-		ti.State == tcpClose && ti.Segs_in >= 2 {
+		ti.State == tcpClose && ti.Bytes_acked >= 1 {
 		return 0
 	}
 	errno := connectNonblock(sock, addr)
