@@ -117,6 +117,10 @@ func TestCodexHarness(t *testing.T) {
 }
 
 func codexRun(t *testing.T, codex, impl string, faults relay.Faults) {
+	if impl == "reference" {
+		// Its workspace-write sandbox writes /tmp (codexref.HoldSlashTmp).
+		t.Cleanup(codexref.HoldSlashTmp(t))
+	}
 	r := startRig(t, impl, faults, nil)
 	r.waitAttached()
 	root := codexref.Scratch(t, "exec-server-executor-test", "codex-")

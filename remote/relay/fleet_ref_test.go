@@ -182,6 +182,8 @@ func TestFleetCodexHarness(t *testing.T) {
 			b := startNode(t, url, "b", "", nil)
 			env := "E-" + impl
 			if impl == "reference" {
+				// Its workspace-write sandbox writes /tmp (codexref.HoldSlashTmp).
+				t.Cleanup(codexref.HoldSlashTmp(t))
 				startReference(t, a.base, env, execToken)
 			} else {
 				srv := server.New(server.Config{})

@@ -78,60 +78,6 @@ type codexScenario struct {
 // two sandboxes racing on one host.
 var slashTmpMu sync.Mutex
 
-// slashTmpHold is the sandbox of holdSlashTmp's command: codex's
-// workspace-write, /tmp writable (slash_tmp).
-const slashTmpHold = `{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[
-   {"path":{"type":"special","value":{"kind":"root"}},"access":"read"},
-   {"path":{"type":"special","value":{"kind":"project_roots"}},"access":"write"},
-   {"path":{"type":"special","value":{"kind":"slash_tmp"}},"access":"write"}]},
-  "network":"restricted"},
- "cwd":"WORK","workspaceRoots":["WORK"],"windowsSandboxLevel":"disabled",
- "windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`
-
-// holdSlashTmp has our server hold the mount points of /tmp's missing
-// protected paths (/tmp/.git, …) while the reference runs a slash_tmp
-// scenario, with a sandboxed sleep whose policy writes /tmp; it returns
-// what ends it. The reference then finds them made and neither makes nor
-// removes them: it removed them from under the sandboxes of the other test
-// processes of the host (packages run in parallel), which failed closed
-// (hostile's 27_bounded in CI: "mount /tmp/.git: protected path missing
-// and its mount point could not be made"). Ours share them among
-// themselves (sandbox/protected_linux.go).
-func holdSlashTmp(t *testing.T, base string) func() {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := StartServer(ctx, oursTarget().spec(), Stdio)
-	if err != nil {
-		t.Fatalf("holding /tmp's mount points: %v", err)
-	}
-	c, err := srv.Dial(ctx)
-	if err == nil {
-		_, err = c.Initialize(ctx)
-	}
-	if err == nil {
-		ws := mkScratch(t, base, "hold-")
-		err = c.Call(ctx, "process/start", map[string]any{
-			"processId": "hold",
-			"argv":      []string{"sleep", "3600"},
-			"cwd":       FileURI(ws),
-			"env":       map[string]string{"PATH": "/usr/bin:/bin"},
-			"tty":       false,
-			"sandbox":   json.RawMessage(strings.ReplaceAll(slashTmpHold, "WORK", FileURI(ws))),
-		}, nil)
-	}
-	if err != nil {
-		srv.Close()
-		t.Fatalf("holding /tmp's mount points: %v", err)
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Call(ctx, "process/terminate", map[string]any{"processId": "hold"}, nil)
-		srv.Close()
-	}
-}
-
 // codexRun is what a scenario's check looks at.
 type codexRun struct {
 	t       *testing.T
@@ -159,7 +105,7 @@ func runCodexScenario(t *testing.T, codex, base string, tg *target, sc codexScen
 		slashTmpMu.Lock()
 		defer slashTmpMu.Unlock()
 		if tg.ref {
-			defer holdSlashTmp(t, base)()
+			defer codexref.HoldSlashTmp(t)()
 		}
 	}
 	for attempt := 1; ; attempt++ {
