@@ -94,7 +94,12 @@ func (s *supervisor) connectInet(id uint64, sock int, addr []byte) {
 		// when a blocking connect's SO_SNDTIMEO passes, rather than
 		// hold serve's thread (and every other call of the sandbox)
 		// for as long as the peer does not answer.
-		done(connectNonblock(sock, addr))
+		if typ, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); err == nil &&
+			(typ == unix.SOCK_DGRAM || typ == unix.SOCK_RAW) {
+			done(rawConnect(sock, addr))
+		} else {
+			done(connectNonblock(sock, addr))
+		}
 		return
 	}
 	c := &pendingConnect{id: id, sock: sock, addr: addr}
