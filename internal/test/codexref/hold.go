@@ -2,29 +2,17 @@ package codexref
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/execgo/exec-server/internal/test/plantest"
 	"github.com/execgo/exec-server/internal/test/testbin"
 )
-
-// slashTmpHold is the sandbox of HoldSlashTmp's command: codex's
-// workspace-write, /tmp writable (slash_tmp).
-const slashTmpHold = `{"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[
-   {"path":{"type":"special","value":{"kind":"root"}},"access":"read"},
-   {"path":{"type":"special","value":{"kind":"project_roots"}},"access":"write"},
-   {"path":{"type":"special","value":{"kind":"slash_tmp"}},"access":"write"}]},
-  "network":"restricted"},
- "cwd":"WORK","workspaceRoots":["WORK"],"windowsSandboxLevel":"disabled",
- "windowsSandboxProxySettingsMode":"reconcile","useLegacyLandlock":false}`
 
 // HoldSlashTmp has this project's exec-server hold the host's mount points
 // of /tmp's missing protected paths (/tmp/.git, …), with a sandboxed sleep
@@ -66,7 +54,11 @@ func HoldSlashTmp(t testing.TB) (release func()) {
 	started := make(chan error, 1)
 	go func() {
 		defer close(exited)
-		started <- holdStart(in, out, strings.ReplaceAll(slashTmpHold, "WORK", (&url.URL{Scheme: "file", Path: ws}).String()), ws)
+		// codex's workspace-write, /tmp writable (slash_tmp).
+		sandbox := plantest.Context([]string{
+			plantest.Special("root", "read"), plantest.Special("project_roots", "write"), plantest.Special("slash_tmp", "write"),
+		}, `,"cwd":"`+plantest.URI(ws)+`","workspaceRoots":["`+plantest.URI(ws)+`"]`)
+		started <- holdStart(in, out, sandbox, ws)
 		_, _ = io.Copy(io.Discard, out)
 		_ = cmd.Wait()
 	}()
@@ -94,16 +86,11 @@ func HoldSlashTmp(t testing.TB) (release func()) {
 // holdStart initializes the server on in/out and starts the sandboxed
 // sleep; it returns when process/start is answered.
 func holdStart(in io.Writer, out io.Reader, sandbox, ws string) error {
-	var sb bytes.Buffer // one line: stdio is newline-delimited JSON
-	if err := json.Compact(&sb, []byte(sandbox)); err != nil {
-		return err
-	}
-	sandbox = sb.String()
 	for _, m := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientName":"exec-server-hold"}}`,
 		`{"jsonrpc":"2.0","method":"initialized","params":{}}`,
 		`{"jsonrpc":"2.0","id":2,"method":"process/start","params":{"processId":"hold","argv":["sleep","3600"],` +
-			`"cwd":"` + (&url.URL{Scheme: "file", Path: ws}).String() + `","env":{"PATH":"/usr/bin:/bin"},"tty":false,"sandbox":` + sandbox + `}}`,
+			`"cwd":"` + plantest.URI(ws) + `","env":{"PATH":"/usr/bin:/bin"},"tty":false,"sandbox":` + sandbox + `}}`,
 	} {
 		if _, err := io.WriteString(in, m+"\n"); err != nil {
 			return err
