@@ -67,6 +67,9 @@ func init() {
 	if len(os.Args) > 1 && os.Args[1] == "fleet-client" {
 		os.Exit(fleetClientMain(os.Args[2:]))
 	}
+	if len(os.Args) > 2 && os.Args[1] == "fleet-forward" {
+		os.Exit(fleetForward(os.Args[2]))
+	}
 	if len(os.Args) > 2 && os.Args[1] == "fleet-nats" {
 		os.Exit(fleetNATS(os.Args[2]))
 	}
@@ -114,6 +117,7 @@ type fleetBench struct {
 	nodes     []*fleetProc
 	lb        *fleetLB
 	single    *fleetProc
+	forwarder *fleetProc // the raw rows' bare forwarder (fleetfwd.go)
 	client    *http.Client
 
 	// The node kill's figures (kill_timeline).

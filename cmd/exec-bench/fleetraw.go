@@ -208,24 +208,39 @@ func (b *fleetBench) rawHarness(ctx context.Context, base, env, at string) (*web
 // rawSID is stream i's id (a UUID, as harnesses use).
 func rawSID(i int) string { return fmt.Sprintf("0f8b1d2e-aaaa-4bbb-8ccc-%012d", i) }
 
-// rawRTT echoes n frames of size payload bytes one at a time: p50, p99
-// in µs. Each frame is its own write (the read that waits for its echo
-// flushes it).
-func rawRTT(ctx context.Context, c *websocket.Conn, size, n int) (float64, float64, error) {
-	msg := frame.Data(rawSID(0), 1, bytes.Repeat([]byte("r"), size)).Marshal()
-	var s []float64
-	for range n {
-		t0 := time.Now()
-		if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
-			return 0, 0, err
-		}
-		if _, _, err := c.Read(ctx); err != nil {
-			return 0, 0, err
-		}
-		s = append(s, float64(time.Since(t0).Nanoseconds())/1000)
+// rawRTT echoes n frames of size payload bytes one at a time on each of
+// conns, taking the sockets in turn (one frame on each, then again), so
+// that every path's samples are taken over the same moments of a shared
+// machine and their differences are not the machine's drift between rows:
+// p50 and p99 in µs for each. Each frame is its own write (the read that
+// waits for its echo flushes it). Socket j sends on stream rawSID(rttSID+j)
+// (the frames/s rows' streams are 0..k-1).
+func rawRTT(ctx context.Context, conns []*websocket.Conn, size, n int) (p50, p99 []float64, err error) {
+	msgs := make([][]byte, len(conns))
+	for j := range conns {
+		msgs[j] = frame.Data(rawSID(rttSID+j), 1, bytes.Repeat([]byte("r"), size)).Marshal()
 	}
-	return pct(s, 50), pct(s, 99), nil
+	s := make([][]float64, len(conns))
+	for range n {
+		for j, c := range conns {
+			t0 := time.Now()
+			if err := c.Write(ctx, websocket.MessageBinary, msgs[j]); err != nil {
+				return nil, nil, err
+			}
+			if _, _, err := c.Read(ctx); err != nil {
+				return nil, nil, err
+			}
+			s[j] = append(s[j], float64(time.Since(t0).Nanoseconds())/1000)
+		}
+	}
+	for j := range conns {
+		p50, p99 = append(p50, pct(s[j], 50)), append(p99, pct(s[j], 99))
+	}
+	return p50, p99, nil
 }
+
+// rttSID: the round-trip rows' first stream id.
+const rttSID = 1 << 20
 
 // rawPump sends frames of size payload bytes on every socket for d, at
 // most window in flight on each, and reads the echoes: frames per second
@@ -316,6 +331,9 @@ func (b *fleetBench) rawProcCPU() map[string]float64 {
 	if b.single != nil {
 		out["single"] = pidCPU(b.single.cmd.Process.Pid)
 	}
+	if b.forwarder != nil {
+		out["forwarder"] = pidCPU(b.forwarder.cmd.Process.Pid)
+	}
 	return out
 }
 
@@ -391,9 +409,21 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 		// registry holds 1 024: no second set of environments).
 		direct   bool
 		connPort int
+		// at: the harness sockets are dialled here (the forwarder).
+		at string
 	}
+	fwd, fwdAddr, stopFwd, err := startForwarder(b.single.base)
+	if err != nil {
+		return err
+	}
+	defer stopFwd()
+	b.forwarder = fwd
 	paths := []path{
 		{name: "single", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-"},
+		// The harness sockets through a bare forwarding process
+		// (fleetfwd.go): the floor of one more process on the path. Its
+		// relay CPU rows are the single node's alone.
+		{name: "single_forwarded", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-", at: fwdAddr},
 		{name: "local", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-"},
 		{name: "cross", regBase: b.lb.url(0), connBase: b.lb.url(1), procs: b.nodes, envPrefix: "rawfleet-"},
 		{name: "local_direct", regBase: b.lb.url(0), connBase: b.lb.url(0), procs: b.nodes, envPrefix: "rawfleet-", direct: true},
@@ -421,26 +451,46 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 			}
 		}
 	}
+	// The harness socket of environment i on path p.
+	harness := func(p path, i int) (*websocket.Conn, *gatherConn, error) {
+		env, at := fmt.Sprint(p.envPrefix, i), ""
+		if p.direct {
+			at = b.lb.nodeAddr(env, p.connPort)
+		}
+		if p.at != "" {
+			at = p.at
+		}
+		return b.rawHarness(ctx, p.connBase, env, at)
+	}
+	// The round trips of every path in one loop (rawRTT).
+	var rttConns []*websocket.Conn
+	for _, p := range paths {
+		c, _, err := harness(p, 0)
+		if err != nil {
+			return fmt.Errorf("raw %s harness: %w", p.name, err)
+		}
+		defer c.CloseNow()
+		rttConns = append(rttConns, c)
+	}
+	p50s, p99s, err := rawRTT(ctx, rttConns, 1024, 2000)
+	if err != nil {
+		return fmt.Errorf("raw rtt: %w", err)
+	}
+	for j, p := range paths {
+		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50s[j], p99s[j]
+		rttConns[j].CloseNow()
+	}
 	for _, p := range paths {
 		var conns []*websocket.Conn
 		var rcs []*gatherConn
 		for i := range k {
-			env, at := fmt.Sprint(p.envPrefix, i), ""
-			if p.direct {
-				at = b.lb.nodeAddr(env, p.connPort)
-			}
-			c, rc, err := b.rawHarness(ctx, p.connBase, env, at)
+			c, rc, err := harness(p, i)
 			if err != nil {
 				return fmt.Errorf("raw %s harness: %w", p.name, err)
 			}
 			conns = append(conns, c)
 			rcs = append(rcs, rc)
 		}
-		p50, p99, err := rawRTT(ctx, conns[0], 1024, 2000)
-		if err != nil {
-			return fmt.Errorf("raw %s rtt: %w", p.name, err)
-		}
-		out["raw_rtt_1k_p50_us_"+p.name], out["raw_rtt_1k_p99_us_"+p.name] = p50, p99
 		cpu0, cpuN := sumCPU(p.procs), sumCPU(p.withNATS)
 		pc0, busy0, t0 := b.rawProcCPU(), machineBusy(), time.Now()
 		sc0 := procCounts(p.procs)
@@ -501,14 +551,18 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 	ratio("raw_stream_MBps_", "cross", "local")
 	ratio("raw_stream_MBps_", "cross", "single")
 	ratio("raw_stream_MBps_", "cross_direct", "local_direct")
+	ratio("raw_stream_MBps_", "single_forwarded", "single")
 	if x, ok := out["raw_rtt_1k_p50_us_cross"].(float64); ok {
 		out["raw_added_rtt_p50_us_cross_vs_local"] = round3(x - out["raw_rtt_1k_p50_us_local"].(float64))
 		out["raw_added_rtt_p50_us_cross_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
+	}
+	if x, ok := out["raw_rtt_1k_p50_us_single_forwarded"].(float64); ok {
+		out["raw_added_rtt_p50_us_single_forwarded_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
 	}
 	if x, ok := out["raw_rtt_1k_p50_us_cross_direct"].(float64); ok {
 		out["raw_added_rtt_p50_us_cross_direct_vs_local_direct"] = round3(x - out["raw_rtt_1k_p50_us_local_direct"].(float64))
 		out["raw_added_rtt_p50_us_cross_direct_vs_single"] = round3(x - out["raw_rtt_1k_p50_us_single"].(float64))
 	}
-	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); the clients gather their writes (the frames/s and stream rows write every frame the window allows in one syscall, executors echo what they read in one write; the round-trip rows write one frame at a time), the relay's work per frame being the same; the raw executors' sockets are dialled at the node the balancer would pick (not through the balancer, which is this process's code); the harnesses' of local and cross go through the balancer (each frame crosses it once more each way), those of local_direct and cross_direct to the node directly, as single's; relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
+	out["raw_note"] = "raw_*: clients speak the relay frame protocol with opaque payloads (the relay never decrypts); the clients gather their writes (the frames/s and stream rows write every frame the window allows in one syscall, executors echo what they read in one write; the round-trip rows write one frame at a time, one socket per path taken in turn, so every path's round trips are sampled over the same moments), the relay's work per frame being the same; the raw executors' sockets are dialled at the node the balancer would pick (not through the balancer, which is this process's code); the harnesses' of local and cross go through the balancer (each frame crosses it once more each way), those of local_direct and cross_direct to the node directly, as single's; single_forwarded is single with the harnesses' sockets through a bare forwarding process (reads and writes bytes, nothing else: the floor of one more process on the path, as a cross-node frame crosses one more relay than a node-local one); relay CPU is the relay processes' utime+stime, both directions counted; raw_relay_nats_*: the same plus the NATS process's (external NATS; an embedded server's CPU is its node's)"
 	return nil
 }
