@@ -431,7 +431,7 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 	}
 	for i := range paths {
 		paths[i].withNATS = paths[i].procs
-		if paths[i].name != "single" && b.natsProc != nil {
+		if paths[i].procs[0] != b.single && b.natsProc != nil {
 			paths[i].withNATS = append(append([]*fleetProc{}, b.nodes...), b.natsProc)
 		}
 	}
