@@ -433,3 +433,34 @@ func TestCommandSocketFamilies(t *testing.T) {
 		t.Errorf("exit %d:\n%s\nwant exit 0:\n%s", code, head(out), want)
 	}
 }
+
+// pyDatagramFlags connects a UDP socket again and again while another
+// thread reads its file status flags: the supervisor must not make the
+// open file (which the command shares) non-blocking while it connects.
+const pyDatagramFlags = `
+import fcntl, os, socket, sys, threading
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+seen, stop = [0, 0], [False]
+def watch():
+    while not stop[0]:
+        seen[1] += 1
+        if fcntl.fcntl(u.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK:
+            seen[0] += 1
+t = threading.Thread(target=watch)
+t.start()
+for i in range(300):
+    u.connect(("127.0.0.1", int(sys.argv[1]) + i % 2))
+stop[0] = True
+t.join()
+print("nonblocking seen", seen[0], "looks", "many" if seen[1] > 30 else seen[1])
+`
+
+// TestCommandDatagramConnectKeepsFlags: a datagram socket's supervised
+// connect leaves its flags alone throughout (rawConnect), where a
+// connection-oriented one's is started non-blocking (connectNonblock).
+func TestCommandDatagramConnectKeepsFlags(t *testing.T) {
+	code, out := runPyNet(t, pyDatagramFlags, nil, closedPort(t))
+	if want := "nonblocking seen 0 looks many"; code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("exit %d, %q; want 0, %q", code, head(out), want)
+	}
+}
