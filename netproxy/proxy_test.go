@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/test/tcptest"
 )
 
 // testProxy serves a proxy on host loopback listeners; it returns the
@@ -90,25 +92,6 @@ func helloServer(t testing.TB) string {
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
-}
-
-func echoServer(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
 	return ln.Addr().String()
 }
 
@@ -210,7 +193,7 @@ func TestHTTPProxy(t *testing.T) {
 }
 
 func TestCONNECTAndSOCKS(t *testing.T) {
-	echo := echoServer(t)
+	echo := tcptest.Echo(t)
 	host, portStr, _ := net.SplitHostPort(echo)
 	var port uint16
 	fmt.Sscan(portStr, &port)
@@ -256,7 +239,7 @@ func TestCONNECTAndSOCKS(t *testing.T) {
 // private is refused at dial time (DNS rebinding), unless allowlisted as
 // local.
 func TestDialRefusesLocal(t *testing.T) {
-	echo := echoServer(t)
+	echo := tcptest.Echo(t)
 	_, portStr, _ := net.SplitHostPort(echo)
 	var port uint16
 	fmt.Sscan(portStr, &port)
@@ -358,7 +341,7 @@ func TestHeadTooLarge(t *testing.T) {
 // no goroutine.
 func TestCloseEndsEverything(t *testing.T) {
 	before := runtime.NumGoroutine()
-	echo := echoServer(t)
+	echo := tcptest.Echo(t)
 	pol, _ := NewPolicy(map[string]string{"127.0.0.1": "allow"}, nil, false, false)
 	p := New(Config{Policy: pol, SOCKS: true})
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -442,7 +425,7 @@ func benchGet(b *testing.B, cl *http.Client, u string) {
 }
 
 func BenchmarkTCPDirect(b *testing.B) {
-	echo := echoServer(b)
+	echo := tcptest.Echo(b)
 	buf := make([]byte, 4)
 	for b.Loop() {
 		c, err := net.Dial("tcp", echo)
@@ -454,7 +437,7 @@ func BenchmarkTCPDirect(b *testing.B) {
 }
 
 func BenchmarkTCPSOCKS5(b *testing.B) {
-	echo := echoServer(b)
+	echo := tcptest.Echo(b)
 	host, portStr, _ := net.SplitHostPort(echo)
 	var port uint16
 	fmt.Sscan(portStr, &port)

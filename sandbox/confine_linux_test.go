@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/execgo/exec-server/internal/test/asnobody"
+	"github.com/execgo/exec-server/internal/test/tcptest"
 	"github.com/execgo/exec-server/internal/test/testbin"
 	"github.com/execgo/exec-server/sandbox/policy"
 )
@@ -718,20 +719,7 @@ func TestCommandConfined(t *testing.T) {
 func TestCommandNetworkEnabled(t *testing.T) {
 	needSandbox(t)
 	ws, _ := fixture(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := tcptest.Serve(t, "tcp", "127.0.0.1:0", tcptest.Close)
 	p := workspaceWrite(ws)
 	p.Network = policy.NetworkEnabled
 	got := runProbes(t, p, ws, "connect:"+ln.Addr().String(), "socket:udp")

@@ -12,27 +12,14 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/internal/test/tcptest"
 	"github.com/execgo/exec-server/remote/frame"
 )
 
 // The forwarder (a process of its own: this test binary run as
 // "fleet-forward") carries both directions byte-exact, and stop ends it.
 func TestFleetForwarderCarriesBothWays(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	p, addr, stop, err := startForwarder("http://" + ln.Addr().String())
+	p, addr, stop, err := startForwarder("http://" + tcptest.Echo(t))
 	if err != nil {
 		t.Fatal(err)
 	}
