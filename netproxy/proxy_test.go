@@ -270,28 +270,15 @@ func TestUpstreamProxy(t *testing.T) {
 	var connects atomic.Int32
 	up := startProxy(t, map[string]string{"127.0.0.1": "allow"}, Config{})
 	// A counting front for the upstream proxy.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			connects.Add(1)
-			go func() {
-				u, err := net.Dial("tcp", up.httpAddr)
-				if err != nil {
-					c.Close()
-					return
-				}
-				pipe(c, u)
-			}()
+	ln := tcptest.Serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		connects.Add(1)
+		u, err := net.Dial("tcp", up.httpAddr)
+		if err != nil {
+			c.Close()
+			return
 		}
-	}()
+		pipe(c, u)
+	})
 	tp := startProxy(t, map[string]string{"127.0.0.1": "allow"}, Config{Upstream: ln.Addr().String()})
 	resp, err := proxyClient(tp.httpAddr).Get("http://" + hello + "/up")
 	if err != nil {

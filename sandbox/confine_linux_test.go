@@ -1223,26 +1223,13 @@ func unixListener(t *testing.T, network, path string) *atomic.Int64 {
 		}()
 		return &n
 	}
-	ln, err := net.Listen(network, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				if m, _ := c.Read(make([]byte, 1)); m > 0 {
-					n.Add(1)
-				}
-			}()
+	tcptest.Serve(t, network, path, func(c net.Conn) {
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if m, _ := c.Read(make([]byte, 1)); m > 0 {
+			n.Add(1)
 		}
-	}()
+	})
 	return &n
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/execgo/exec-server/internal/test/tcptest"
 	"github.com/execgo/exec-server/sandbox/policy"
 )
 
@@ -190,20 +191,11 @@ print("udp", conn(u, cp))
 // kernel's would (pyConnectSemantics), the blocking ones waited for by
 // the supervisor without a thread (connectInet).
 func TestCommandConnectSemantics(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	// Connections stay open until the test ends.
+	l := tcptest.Serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		<-t.Context().Done()
+		c.Close()
+	})
 	open := l.Addr().(*net.TCPAddr).Port
 	code, out := runPyNet(t, pyConnectSemantics, nil, open, closedPort(t), fullListener(t))
 	want := "open ok EISCONN blocking True\n" +
@@ -245,21 +237,10 @@ func init() {
 // reset at once, as netproxy refuses a transparent connection.
 func resetListener(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*net.TCPConn).SetLinger(0)
-			c.Close()
-		}
-	}()
+	l := tcptest.Serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		_ = c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	})
 	return l.Addr().(*net.TCPAddr).Port
 }
 
