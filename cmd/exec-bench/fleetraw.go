@@ -167,12 +167,14 @@ func (b *fleetBench) rawExecutor(ctx context.Context, base, env, at string) erro
 	// Echoes gather until the socket has nothing more to read (gatherConn).
 	go func() {
 		defer c.CloseNow()
+		ioctx, stop := rawIOContext(ctx, c)
+		defer stop()
 		for {
-			typ, r, err := c.Reader(ctx)
+			typ, r, err := c.Reader(ioctx)
 			if err != nil {
 				return
 			}
-			w, err := c.Writer(ctx, typ)
+			w, err := c.Writer(ioctx, typ)
 			if err != nil {
 				return
 			}
@@ -205,6 +207,16 @@ func (b *fleetBench) rawHarness(ctx context.Context, base, env, at string) (*web
 	}
 }
 
+// rawIOContext is the context the raw clients pass to each read and
+// write of c: one that never ends, so the library does not register a
+// cancellation for every message (context.AfterFunc, an allocation and
+// the parent's lock each time: the clients share the two cores with the
+// relays they measure), with c closed instead when ctx ends; stop ends
+// that watch.
+func rawIOContext(ctx context.Context, c *websocket.Conn) (context.Context, func() bool) {
+	return context.WithoutCancel(ctx), context.AfterFunc(ctx, func() { c.CloseNow() })
+}
+
 // rawSID is stream i's id (a UUID, as harnesses use).
 func rawSID(i int) string { return fmt.Sprintf("0f8b1d2e-aaaa-4bbb-8ccc-%012d", i) }
 
@@ -221,13 +233,18 @@ func rawRTT(ctx context.Context, conns []*websocket.Conn, size, n int) (p50, p99
 		msgs[j] = frame.Data(rawSID(rttSID+j), 1, bytes.Repeat([]byte("r"), size)).Marshal()
 	}
 	s := make([][]float64, len(conns))
+	ioctx := context.WithoutCancel(ctx)
+	for _, c := range conns {
+		_, stop := rawIOContext(ctx, c)
+		defer stop()
+	}
 	for range n {
 		for j, c := range conns {
 			t0 := time.Now()
-			if err := c.Write(ctx, websocket.MessageBinary, msgs[j]); err != nil {
+			if err := c.Write(ioctx, websocket.MessageBinary, msgs[j]); err != nil {
 				return nil, nil, err
 			}
-			if _, _, err := c.Read(ctx); err != nil {
+			if _, _, err := c.Read(ioctx); err != nil {
 				return nil, nil, err
 			}
 			s[j] = append(s[j], float64(time.Since(t0).Nanoseconds())/1000)
@@ -258,6 +275,8 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, rcs []*gatherConn, si
 		last := frame.Data(rawSID(i), 2, nil).Marshal()
 		inflight := make(chan struct{}, window)
 		rc := rcs[i]
+		ioctx, stopIO := rawIOContext(ctx, c)
+		defer stopIO()
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -270,7 +289,7 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, rcs []*gatherConn, si
 				// write for all of them.
 				inflight <- struct{}{}
 				for more := true; more; {
-					if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
+					if err := c.Write(ioctx, websocket.MessageBinary, msg); err != nil {
 						fail(err)
 						return
 					}
@@ -285,7 +304,7 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, rcs []*gatherConn, si
 					return
 				}
 			}
-			if err := c.Write(ctx, websocket.MessageBinary, last); err != nil {
+			if err := c.Write(ioctx, websocket.MessageBinary, last); err != nil {
 				fail(err)
 				return
 			}
@@ -296,7 +315,7 @@ func rawPump(ctx context.Context, conns []*websocket.Conn, rcs []*gatherConn, si
 		go func() {
 			defer wg.Done()
 			for {
-				_, r, err := c.Reader(ctx)
+				_, r, err := c.Reader(ioctx)
 				if err != nil {
 					errc <- err
 					return
