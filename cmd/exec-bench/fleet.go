@@ -311,6 +311,13 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 		{"local", b.lb.url(0), "env-0"},
 		{"cross", b.lb.url(1), "env-0"},
 	}
+	// The nodes' upkeep with nothing carried (the executors' sockets,
+	// heartbeats, NATS): the relay CPU per GB rows below count every
+	// node's CPU over their 2 s, so the _net_of_idle ones take this out.
+	idle0, idleT := b.relayCPU(), time.Now()
+	time.Sleep(2 * time.Second)
+	idleCores := (b.relayCPU() - idle0) / time.Since(idleT).Seconds()
+	out["relay_idle_cores"] = round3(idleCores)
 	cpuBefore := b.relayCPU()
 	for _, p := range paths {
 		ch, err := b.dial(ctx, p.base, p.env)
@@ -322,14 +329,16 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 			return nil, fmt.Errorf("%s rtt: %w", p.name, err)
 		}
 		out["rtt_1k_p50_us_"+p.name], out["rtt_1k_p99_us_"+p.name] = p50, p99
-		cpu0 := b.relayCPU()
+		cpu0, t0 := b.relayCPU(), time.Now()
 		mbps, bytes, err := fleetThroughput(ctx, ch, 60<<10, 2*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("%s throughput: %w", p.name, err)
 		}
 		out["stream_MBps_"+p.name] = mbps
 		if p.name != "single" && bytes > 0 {
-			out["relay_cpu_s_per_GB_"+p.name] = round3((b.relayCPU() - cpu0) / (float64(bytes) * 2 / 1e9))
+			cpu, gb := b.relayCPU()-cpu0, float64(bytes)*2/1e9
+			out["relay_cpu_s_per_GB_"+p.name] = round3(cpu / gb)
+			out["relay_cpu_s_per_GB_net_of_idle_"+p.name] = round3(max(0, cpu-idleCores*time.Since(t0).Seconds()) / gb)
 		}
 		ch.Close()
 	}
