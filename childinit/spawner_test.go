@@ -81,7 +81,10 @@ func TestSpawnerKillTreeAndClose(t *testing.T) {
 	if err := s.KillTree(pids[2]); err != nil {
 		t.Fatal(err)
 	}
-	if got := waitCount(mark, func(n int) bool { return n <= treeProcs-2 }, 3*time.Second); len(got) != treeProcs-2 {
+	// Exactly: a process caught in exec (its environment may be unreadable for a
+	// moment) is missed by one look, so the first count at or under the
+	// mark may be one short on a loaded machine.
+	if got := waitCount(mark, func(n int) bool { return n == treeProcs-2 }, 3*time.Second); len(got) != treeProcs-2 {
 		t.Fatalf("after KillTree of one tree: %d left, want %d", len(got), treeProcs-2)
 	}
 	// A child that exits leaving a setsid daemon: its status comes at once.
