@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 )
 
 // The floor of one more process on a frame's path. A cross-node frame
@@ -75,7 +76,7 @@ func copyPlain(dst, src net.Conn) {
 
 // startForwarder starts fleetForward in a process of its own, in front of
 // the relay at base (an http URL): the process, the address it listens
-// on, and stop, which ends it.
+// on, and stop, which ends it (once; later calls do nothing).
 func startForwarder(base string) (p *fleetProc, addr string, stop func(), err error) {
 	u, err := url.Parse(base)
 	if err != nil {
@@ -98,7 +99,7 @@ func startForwarder(base string) (p *fleetProc, addr string, stop func(), err er
 	if err := cmd.Start(); err != nil {
 		return nil, "", nil, err
 	}
-	stop = func() { stdin.Close(); cmd.Wait() }
+	stop = sync.OnceFunc(func() { stdin.Close(); cmd.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		cmd.Process.Kill()

@@ -23,12 +23,7 @@ func TestFleetForwarderCarriesBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
+	defer stop()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +41,6 @@ func TestFleetForwarderCarriesBothWays(t *testing.T) {
 		t.Fatal("the echo through the forwarder differs from what was sent")
 	}
 	stop()
-	stopped = true
 	if p.cmd.ProcessState == nil || !p.cmd.ProcessState.Exited() {
 		t.Fatalf("forwarder not ended by stop: %v", p.cmd.ProcessState)
 	}
@@ -55,7 +49,8 @@ func TestFleetForwarderCarriesBothWays(t *testing.T) {
 // rawRTT takes the sockets in turn, each on its own stream, and gives
 // each its own figures: a socket whose echo is slow has the larger p50.
 func TestRawRTTInterleavesSockets(t *testing.T) {
-	delays := []time.Duration{0, 3 * time.Millisecond}
+	const slow = 20 * time.Millisecond
+	delays := []time.Duration{0, slow}
 	var conns []*websocket.Conn
 	seen := make(chan string, 100)
 	for _, d := range delays {
@@ -97,7 +92,7 @@ func TestRawRTTInterleavesSockets(t *testing.T) {
 	if len(p50) != 2 || len(p99) != 2 {
 		t.Fatalf("figures for %d, %d sockets, want 2", len(p50), len(p99))
 	}
-	if p50[0] >= 3000 || p50[1] < 3000 {
+	if p50[1] < float64(slow.Microseconds()) || p50[0] >= p50[1] {
 		t.Fatalf("p50 %v µs: the slow socket's figure is not its own", p50)
 	}
 	ids := map[string]bool{}

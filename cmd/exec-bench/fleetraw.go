@@ -233,9 +233,10 @@ func rawRTT(ctx context.Context, conns []*websocket.Conn, size, n int) (p50, p99
 		msgs[j] = frame.Data(rawSID(rttSID+j), 1, bytes.Repeat([]byte("r"), size)).Marshal()
 	}
 	s := make([][]float64, len(conns))
-	ioctx := context.WithoutCancel(ctx)
+	var ioctx context.Context
 	for _, c := range conns {
-		_, stop := rawIOContext(ctx, c)
+		var stop func() bool
+		ioctx, stop = rawIOContext(ctx, c)
 		defer stop()
 	}
 	for range n {
@@ -435,8 +436,8 @@ func (b *fleetBench) rawRows(ctx context.Context, out map[string]any, k int, d t
 	if err != nil {
 		return err
 	}
-	defer stopFwd()
 	b.forwarder = fwd
+	defer func() { stopFwd(); b.forwarder = nil }()
 	paths := []path{
 		{name: "single", regBase: b.single.base, connBase: b.single.base, procs: []*fleetProc{b.single}, envPrefix: "rawsingle-"},
 		// The harness sockets through a bare forwarding process
