@@ -38,6 +38,19 @@ type corkConn struct {
 	// writes counts the writes that reached the socket (tests: messages
 	// per syscall).
 	writes atomic.Uint64
+	// beforeRead runs before each read from the socket (the leg's
+	// releaseHeld: what its reader gathered toward another socket goes
+	// before the reader may wait). Set once, before the first read.
+	beforeRead func()
+}
+
+// Read reads from the socket, after beforeRead. The library reads the
+// socket only once its buffer holds no more whole frames.
+func (c *corkConn) Read(p []byte) (int, error) {
+	if c.beforeRead != nil {
+		c.beforeRead()
+	}
+	return c.Conn.Read(p)
 }
 
 // Write gathers p while corked, else writes it. Close does not take mu:

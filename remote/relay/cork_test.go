@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,5 +219,90 @@ func TestLegBatchPooledBuffers(t *testing.T) {
 				t.Fatalf("busy %v: frame %d differs (%d bytes, want %d)", busy, i, len(got), len(w))
 			}
 		}
+	}
+}
+
+// heldConn is a client socket whose writes wait in a buffer while held,
+// so that several frames reach the relay in one TCP write.
+type heldConn struct {
+	net.Conn
+	mu   sync.Mutex
+	hold bool
+	buf  []byte
+}
+
+func (c *heldConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hold {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// release writes what was held, in one write, and stops holding.
+func (c *heldConn) release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hold = false
+	_, err := c.Conn.Write(c.buf)
+	c.buf = nil
+	return err
+}
+
+// Frames a harness socket's one read brings, all toward the executor, go
+// out in one write (leg.sendFrom gathers them, releaseHeld writes them
+// before the reader reads again), byte-exact and in order; without the
+// gathering each was its own write.
+func TestReaderGathersTowardOneSocket(t *testing.T) {
+	p := newPair(t, Options{})
+	l := legOf(t, p.r, roleEnvironment, "E")
+	if l.cc == nil {
+		t.Fatal("the executor's socket is not a corkConn")
+	}
+	var hc *heldConn
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n := len(p.r.rec.all())
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		hc = &heldConn{Conn: c}
+		return hc, nil
+	}}
+	h, _, err := websocket.Dial(ctx, p.bundle["url"].(string), &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.CloseNow()
+	p.r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Role == roleHarness })
+
+	// 12 frames of 200 bytes: one read of the relay's 4 KiB buffer.
+	const frames = 12
+	var want [][]byte
+	hc.mu.Lock()
+	hc.hold = true
+	hc.mu.Unlock()
+	for i := range frames {
+		b := dataFrame("0f8b1d2e-aaaa-4bbb-8ccc-123456789abc", uint32(i+1), bytes.Repeat([]byte{byte(i)}, 200))
+		want = append(want, b)
+		if err := h.Write(ctx, websocket.MessageBinary, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := l.cc.writes.Load()
+	if err := hc.release(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		if got := read(t, p.exec); !bytes.Equal(got, w) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	if n := l.cc.writes.Load() - before; n != 1 {
+		t.Fatalf("%d frames read at once took %d writes to the executor, want 1", frames, n)
 	}
 }

@@ -54,6 +54,13 @@ type leg struct {
 	writerOnce sync.Once
 	writerDone chan struct{} // closed when the writer has ended
 
+	// held: the leg this leg's reader goroutine holds corked (its wmu
+	// taken), gathering the frames it reads toward it for one write
+	// (sendFrom); nil: none. reading: the reader goroutine is in read,
+	// where only its own socket reads release held (releaseHeld).
+	held    atomic.Pointer[leg]
+	reading atomic.Bool
+
 	pingMu   sync.Mutex
 	pingT    *time.Timer    // starts the next ping
 	pingStop bool           // the socket is gone: arm no more
@@ -79,7 +86,76 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn, cc *corkConn) *leg 
 	}
 	l.wdog = time.AfterFunc(time.Hour, l.watchdog)
 	l.wdog.Stop()
+	if cc != nil {
+		cc.beforeRead = func() {
+			if l.reading.Load() {
+				l.releaseHeld()
+			}
+		}
+	}
 	return l
+}
+
+// sendFrom is Send of a frame read by src's reader goroutine (b is its
+// read buffer, borrowed). Frames a reader takes from one socket read
+// usually go to one socket: the first finding it idle corks it and keeps
+// it (src.held, l.wmu taken), the next ones gather behind it, and the
+// whole goes in one write before src's reader next reads its socket
+// (corkConn.beforeRead), or before it sends anywhere else. Held, l's
+// other senders queue (their frames go after these, each source's order
+// kept), for no longer than src's reader takes to route what one read
+// brought.
+func (l *leg) sendFrom(src *leg, b []byte) bool {
+	if src.held.Load() == l {
+		if l.ending() {
+			src.releaseHeld()
+			return false
+		}
+		l.arm(l.writeLimit())
+		err := l.conn.Write(l.ioctx, websocket.MessageBinary, b)
+		l.disarm()
+		if err != nil {
+			src.releaseHeld()
+			l.writeFailed()
+			return false
+		}
+		return true
+	}
+	src.releaseHeld()
+	if src.cc == nil || l.cc == nil || !l.lockIfIdle() {
+		return l.Send(b)
+	}
+	if l.ending() {
+		l.wmu.Unlock()
+		return false
+	}
+	l.cc.cork()
+	l.arm(l.writeLimit())
+	err := l.conn.Write(l.ioctx, websocket.MessageBinary, b)
+	l.disarm()
+	src.held.Store(l)
+	if err != nil {
+		src.releaseHeld()
+		l.writeFailed()
+		return false
+	}
+	return true
+}
+
+// releaseHeld writes what l's reader gathered toward another socket and
+// lets that socket go.
+func (l *leg) releaseHeld() {
+	h := l.held.Swap(nil)
+	if h == nil {
+		return
+	}
+	h.arm(h.writeLimit())
+	err := h.cc.uncork()
+	h.disarm()
+	h.wmu.Unlock()
+	if err != nil {
+		h.writeFailed()
+	}
 }
 
 // write writes one message, cutting the socket if the write has not
@@ -561,6 +637,8 @@ func (l *leg) stopPings() {
 // node holding 660 executors after a takeover.
 func (l *leg) read() (websocket.MessageType, []byte, error) {
 	l.releaseRead()
+	l.reading.Store(true)
+	defer l.reading.Store(false)
 	typ, r, err := l.conn.Reader(l.ioctx)
 	if err != nil {
 		return 0, nil, err
@@ -861,8 +939,9 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 				// Both ends are here again: the stream resumed.
 				s.recov.resumed(l.env, stream, time.Now())
 			}
-			s.forward(false, h, stream, kind, b, false)
+			s.forward(l, false, h, stream, kind, b, false)
 		} else if kind == KindResume && !s.router.Known(l.env, stream) {
+			l.releaseHeld()
 			// An executor resuming a stream whose harness went while the
 			// executor was away: it would wait for nobody.
 			if wait := time.Until(graceUntil); wait > 0 {
@@ -881,6 +960,7 @@ func (s *Server) serveExecutor(l *leg, reg string) {
 			s.router.Unbind(l.env, stream, nil)
 		}
 	}
+	l.releaseHeld()
 	reset, closing, waiting := s.router.DetachExecutor(l.env, l)
 	for h, streams := range reset {
 		for _, st := range streams {
@@ -934,6 +1014,7 @@ func (s *Server) serveHarness(l *leg, reg string) {
 			break
 		}
 	}
+	l.releaseHeld()
 	s.harnessDetached(l)
 	l.Close("closed")
 	s.event(Event{Kind: "detach", Role: roleHarness, Env: l.env, Reg: reg})
@@ -958,6 +1039,9 @@ func (s *Server) harnessFrameTo(h Leg, b []byte, owned bool, bt *legBatch) bool 
 	stream, kind := f.StreamID, f.Kind
 	switch err := s.router.Bind(env, stream, h, kind == KindResume); {
 	case errors.Is(err, ErrTooMany):
+		if src, ok := h.(*leg); ok {
+			src.releaseHeld()
+		}
 		h.Send(resetFrame(stream, "too_many_streams"))
 		return true
 	case err != nil:
@@ -985,7 +1069,8 @@ func (s *Server) harnessFrameTo(h Leg, b []byte, owned bool, bt *legBatch) bool 
 		if bt != nil {
 			bt.flush() // order: what was gathered goes first
 		}
-		s.forward(true, exec, stream, kind, b, owned)
+		src, _ := h.(*leg)
+		s.forward(src, true, exec, stream, kind, b, owned)
 	}
 	if kind == KindReset {
 		s.router.Unbind(env, stream, h)
@@ -1026,15 +1111,29 @@ func (s *Server) harnessGone(env, stream string) {
 
 // forward sends one frame, through the fault shaper when frame faults are
 // switched on (tests); the production path takes no fault lock.
-func (s *Server) forward(toExecutor bool, to Leg, stream string, kind Kind, b []byte, owned bool) {
+//
+// src: the leg whose reader goroutine read b (nil: none), which may
+// gather frames toward a socket here (leg.sendFrom); anything else it
+// sends goes after what it gathered.
+func (s *Server) forward(src *leg, toExecutor bool, to Leg, stream string, kind Kind, b []byte, owned bool) {
 	s.routed.Add(1)
 	if !s.faults.framesOn.Load() {
+		if l, ok := to.(*leg); ok && src != nil && !owned {
+			l.sendFrom(src, b)
+			return
+		}
+		if src != nil {
+			src.releaseHeld()
+		}
 		if owned {
 			to.sendOwned(b)
 		} else {
 			to.Send(b)
 		}
 		return
+	}
+	if src != nil {
+		src.releaseHeld()
 	}
 	s.forwardShaped(toExecutor, to, stream, kind, b)
 }
