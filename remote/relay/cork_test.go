@@ -251,6 +251,29 @@ func (c *heldConn) release() error {
 	return err
 }
 
+// dialHeld dials url's websocket through a heldConn.
+func dialHeld(t *testing.T, url string) (*websocket.Conn, *heldConn) {
+	t.Helper()
+	var hc *heldConn
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		hc = &heldConn{Conn: c}
+		return hc, nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(1 << 20)
+	t.Cleanup(func() { c.CloseNow() })
+	return c, hc
+}
+
 // Frames a harness socket's one read brings, all toward the executor, go
 // out in one write (leg.sendFrom gathers them, releaseHeld writes them
 // before the reader reads again), byte-exact and in order; without the
@@ -261,24 +284,11 @@ func TestReaderGathersTowardOneSocket(t *testing.T) {
 	if l.cc == nil {
 		t.Fatal("the executor's socket is not a corkConn")
 	}
-	var hc *heldConn
+	n := len(p.r.rec.all())
+	h, hc := dialHeld(t, p.bundle["url"].(string))
+	p.r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Role == roleHarness })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n := len(p.r.rec.all())
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		hc = &heldConn{Conn: c}
-		return hc, nil
-	}}
-	h, _, err := websocket.Dial(ctx, p.bundle["url"].(string), &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.CloseNow()
-	p.r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Role == roleHarness })
 
 	// 12 frames of 200 bytes: one read of the relay's 4 KiB buffer.
 	const frames = 12
@@ -304,5 +314,83 @@ func TestReaderGathersTowardOneSocket(t *testing.T) {
 	}
 	if n := l.cc.writes.Load() - before; n != 1 {
 		t.Fatalf("%d frames read at once took %d writes to the executor, want 1", frames, n)
+	}
+}
+
+// Frames of one executor read for two harness sockets, interleaved: each
+// run of frames toward one socket goes in one write, and every frame
+// reaches its socket byte-exact and in order (switching sockets writes
+// and lets go of the one gathered for first).
+func TestReaderGathersPerSocket(t *testing.T) {
+	r := startRelay(t, Options{})
+	r.attach(t, "E")
+	reg := r.register(t, "E", randomKey())
+	n := len(r.rec.all())
+	exec, hc := dialHeld(t, reg["url"].(string))
+	r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Env == "E" })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	sids := []string{"0f8b1d2e-aaaa-4bbb-8ccc-00000000000a", "0f8b1d2e-aaaa-4bbb-8ccc-00000000000b"}
+	var hs []*websocket.Conn
+	var legs []*leg
+	for i, sid := range sids {
+		n := len(r.rec.all())
+		h := dial(t, r.connect(t, "E", randomKey())["url"].(string))
+		r.rec.wait(t, n, 5*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Role == roleHarness })
+		// The stream's first frame binds it to this socket.
+		first := dataFrame(sid, 1, []byte("open"))
+		if err := h.Write(ctx, websocket.MessageBinary, first); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, exec); !bytes.Equal(got, first) {
+			t.Fatalf("stream %d's first frame differs", i)
+		}
+		hs = append(hs, h)
+	}
+	r.mu.Lock()
+	for l := range r.legs {
+		if l.role == roleHarness {
+			legs = append(legs, l)
+		}
+	}
+	r.mu.Unlock()
+	if len(legs) != 2 || legs[0].cc == nil || legs[1].cc == nil {
+		t.Fatalf("%d harness legs, want 2 on corkConns", len(legs))
+	}
+	var before uint64
+	for _, l := range legs {
+		before += l.cc.writes.Load()
+	}
+
+	// Runs toward A, B: [A A] [B B] [A] [B] [A A] = 5 writes.
+	order := []int{0, 0, 1, 1, 0, 1, 0, 0}
+	want := make([][][]byte, 2)
+	hc.mu.Lock()
+	hc.hold = true
+	hc.mu.Unlock()
+	for i, to := range order {
+		b := dataFrame(sids[to], uint32(i+2), bytes.Repeat([]byte{byte(i)}, 200))
+		want[to] = append(want[to], b)
+		if err := exec.Write(ctx, websocket.MessageBinary, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := hc.release(); err != nil {
+		t.Fatal(err)
+	}
+	for to, h := range hs {
+		for i, w := range want[to] {
+			if got := read(t, h); !bytes.Equal(got, w) {
+				t.Fatalf("socket %d's frame %d differs", to, i)
+			}
+		}
+	}
+	var after uint64
+	for _, l := range legs {
+		after += l.cc.writes.Load()
+	}
+	if n := after - before; n != 5 {
+		t.Fatalf("5 runs of frames toward two sockets took %d writes, want 5", n)
 	}
 }
