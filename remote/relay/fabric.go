@@ -124,6 +124,9 @@ type fabric struct {
 	fwd    map[string]*fwdLeg
 	peers  map[string]time.Time // last heartbeat
 	mem    membership           // suspicion and confirmation of silent nodes (membership.go)
+	// reclaim returns the heap once a burst of takeovers has settled
+	// (reclaim.go).
+	reclaim *reclaimer
 	// hbPaused stops this node's heartbeats (tests: a live node late).
 	hbPaused atomic.Bool
 	pools    map[string]*credit  // budget toward each peer node
@@ -179,6 +182,8 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 		links:    make(map[string]*peerLink),
 		dialing:  make(map[string]bool),
 		nextDial: make(map[string]time.Time),
+
+		reclaim: newReclaimer(takeoverReclaimDelay, nil),
 	}
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
@@ -273,6 +278,7 @@ func (f *fabric) unsubscribeAll() {
 // close ends the fabric with the server: its subscriptions go, so other
 // nodes see no responders for this node's environments.
 func (f *fabric) close() {
+	f.reclaim.stop()
 	f.unsubscribeAll()
 	f.closeLinks()
 	f.mu.Lock()
@@ -443,6 +449,7 @@ func (f *fabric) previousHomeSeen(env string, now time.Time) (time.Time, bool) {
 	}
 	delete(f.homeOf, env)
 	f.st.takeovers.Add(1)
+	f.reclaim.note()
 	seen, ok := f.peers[prev.node]
 	if !ok || seen.Before(prev.at) {
 		seen = prev.at
