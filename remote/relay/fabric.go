@@ -118,8 +118,12 @@ type fabric struct {
 	seq  atomic.Uint64
 	st   fabStats
 
-	mu     sync.Mutex
-	homes  map[string]*nats.Subscription // env → its request subscription
+	mu    sync.Mutex
+	homes map[string]*nats.Subscription // env → its request subscription
+	// reqEnv: env by its request subject's token; reqs: the request
+	// dispatchers' channels (requests.go).
+	reqEnv map[string]string
+	reqs   [fabReqWorkers]chan *nats.Msg
 	remote map[string]*remoteLeg
 	fwd    map[string]*fwdLeg
 	peers  map[string]time.Time // last heartbeat
@@ -233,6 +237,7 @@ func newFabric(s *Server, nc *nats.Conn, node string) (*fabric, error) {
 			return nil, err
 		}
 	}
+	f.startRequests()
 	s.wg.Add(1)
 	go f.heartbeats()
 	return f, nil
@@ -269,6 +274,7 @@ func (f *fabric) unsubscribeAll() {
 		subs = append(subs, h)
 	}
 	f.homes = map[string]*nats.Subscription{}
+	clear(f.reqEnv)
 	f.mu.Unlock()
 	for _, sub := range subs {
 		sub.Unsubscribe()
@@ -374,7 +380,7 @@ func (f *fabric) request(ctx context.Context, env string, req fabRequest) (fabRe
 	b, _ := json.Marshal(req)
 	ctx, cancel := context.WithTimeout(ctx, fabRequestWait)
 	defer cancel()
-	m, err := f.nc.RequestWithContext(ctx, "rly.req."+envToken(env), b)
+	m, err := f.nc.RequestWithContext(ctx, reqPrefix+envToken(env), b)
 	if err != nil {
 		return fabReply{}, err
 	}
@@ -397,7 +403,7 @@ func (f *fabric) becomeHome(env, reg string) {
 	f.mu.Lock()
 	_, already := f.homes[env]
 	if !already {
-		sub, err := f.nc.Subscribe("rly.req."+envToken(env), func(m *nats.Msg) { f.onRequest(env, m) })
+		sub, err := f.subscribeRequests(env)
 		if err != nil {
 			f.mu.Unlock()
 			f.s.log.Warn("fleet: cannot serve requests for an environment", "env", env, "err", err)
@@ -467,10 +473,7 @@ func (f *fabric) resign(env string) {
 	if _, _, ok := f.s.router.Executor(env); ok {
 		return
 	}
-	if sub := f.homes[env]; sub != nil {
-		sub.Unsubscribe()
-		delete(f.homes, env)
-	}
+	f.unsubscribeRequests(env)
 }
 
 func (f *fabric) reply(m *nats.Msg, rep fabReply) {
@@ -1407,10 +1410,7 @@ func (f *fabric) onHome(m *nats.Msg) {
 func (f *fabric) abandon(env string) {
 	f.st.abandoned.Add(1)
 	f.mu.Lock()
-	if sub := f.homes[env]; sub != nil {
-		sub.Unsubscribe()
-		delete(f.homes, env)
-	}
+	f.unsubscribeRequests(env)
 	f.mu.Unlock()
 	exec, harness := f.s.router.Drop(env)
 	if exec != nil {
