@@ -306,15 +306,23 @@ func TestFleetConnectAndReadyz(t *testing.T) {
 	}
 }
 
+// twoNodesExecutorOnA starts two nodes, a and b, on a NATS server of the
+// test's, and attaches an executor for env to a (a's is env's home).
+func twoNodesExecutorOnA(t *testing.T, env string) (a, b *fleetNode) {
+	t.Helper()
+	url := startNATS(t)
+	a = startNode(t, url, "a", "", nil)
+	b = startNode(t, url, "b", "", nil)
+	reg := a.register(t, env, randomKey())
+	dial(t, reg["url"].(string))
+	a.executorOn(t, env, 10*time.Second)
+	return a, b
+}
+
 // An authorization minted by one node is single-use across all of them:
 // of many validations racing on two nodes exactly one wins.
 func TestFleetAuthorizationSingleUse(t *testing.T) {
-	url := startNATS(t)
-	a := startNode(t, url, "a", "", nil)
-	b := startNode(t, url, "b", "", nil)
-	reg := a.register(t, "E", randomKey())
-	dial(t, reg["url"].(string))
-	a.executorOn(t, "E", 10*time.Second)
+	a, b := twoNodesExecutorOnA(t, "E")
 	for round := range 3 {
 		hk := randomKey()
 		bundle := b.connect(t, "E", hk)

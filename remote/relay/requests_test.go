@@ -14,12 +14,7 @@ import (
 // reaches its environment's home (ping), and none reaches a node that
 // resigned it.
 func TestFleetRequestsShareDispatchers(t *testing.T) {
-	url := startNATS(t)
-	a := startNode(t, url, "a", "", nil)
-	b := startNode(t, url, "b", "", nil)
-	reg := a.register(t, "E", randomKey())
-	dial(t, reg["url"].(string))
-	a.executorOn(t, "E", 10*time.Second)
+	a, b := twoNodesExecutorOnA(t, "E")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
