@@ -21,8 +21,9 @@ import (
 // (it flushes to NATS without a peer link) holds only the environments
 // that share its dispatcher. nats.go delivers into a channel without
 // blocking: a full one drops the message and counts a slow consumer
-// (fabStats.slow), the requester times out and retries, as when a node
-// is slow to answer.
+// (fabStats.slow); the request then fails after fabRequestWait, and its
+// caller answers as for a home that does not answer (a /connect says the
+// environment is offline, a harness socket's attach route_unavailable).
 
 const (
 	// fabReqWorkers: dispatchers of the environments' requests.
