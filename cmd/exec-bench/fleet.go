@@ -318,7 +318,6 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 	time.Sleep(2 * time.Second)
 	idleCores := (b.relayCPU() - idle0) / time.Since(idleT).Seconds()
 	out["relay_idle_cores"] = round3(idleCores)
-	cpuBefore := b.relayCPU()
 	for _, p := range paths {
 		ch, err := b.dial(ctx, p.base, p.env)
 		if err != nil {
@@ -342,7 +341,6 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 		}
 		ch.Close()
 	}
-	_ = cpuBefore
 	out["added_rtt_p50_us_cross_vs_local"] = round3(out["rtt_1k_p50_us_cross"].(float64) - out["rtt_1k_p50_us_local"].(float64))
 	out["added_rtt_p50_us_cross_vs_single"] = round3(out["rtt_1k_p50_us_cross"].(float64) - out["rtt_1k_p50_us_single"].(float64))
 	if l := out["stream_MBps_local"].(float64); l > 0 {

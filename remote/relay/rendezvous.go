@@ -106,34 +106,21 @@ func (s *Server) newLeg(role, env string, c *websocket.Conn, cc *corkConn) *leg 
 // kept), for no longer than src's reader takes to route what one read
 // brought.
 func (l *leg) sendFrom(src *leg, b []byte) bool {
-	if src.held.Load() == l {
-		if l.ending() {
-			src.releaseHeld()
-			return false
+	if src.held.Load() != l {
+		src.releaseHeld()
+		if src.cc == nil || l.cc == nil || !l.lockIfIdle() {
+			return l.Send(b)
 		}
-		l.arm(l.writeLimit())
-		err := l.conn.Write(l.ioctx, websocket.MessageBinary, b)
-		l.disarm()
-		if err != nil {
-			src.releaseHeld()
-			l.writeFailed()
-			return false
-		}
-		return true
-	}
-	src.releaseHeld()
-	if src.cc == nil || l.cc == nil || !l.lockIfIdle() {
-		return l.Send(b)
+		l.cc.cork()
+		src.held.Store(l)
 	}
 	if l.ending() {
-		l.wmu.Unlock()
+		src.releaseHeld()
 		return false
 	}
-	l.cc.cork()
 	l.arm(l.writeLimit())
 	err := l.conn.Write(l.ioctx, websocket.MessageBinary, b)
 	l.disarm()
-	src.held.Store(l)
 	if err != nil {
 		src.releaseHeld()
 		l.writeFailed()
@@ -1117,25 +1104,22 @@ func (s *Server) harnessGone(env, stream string) {
 // sends goes after what it gathered.
 func (s *Server) forward(src *leg, toExecutor bool, to Leg, stream string, kind Kind, b []byte, owned bool) {
 	s.routed.Add(1)
-	if !s.faults.framesOn.Load() {
-		if l, ok := to.(*leg); ok && src != nil && !owned {
-			l.sendFrom(src, b)
-			return
-		}
-		if src != nil {
-			src.releaseHeld()
-		}
-		if owned {
-			to.sendOwned(b)
-		} else {
-			to.Send(b)
-		}
+	shaped := s.faults.framesOn.Load()
+	if l, ok := to.(*leg); ok && src != nil && !owned && !shaped {
+		l.sendFrom(src, b)
 		return
 	}
 	if src != nil {
 		src.releaseHeld()
 	}
-	s.forwardShaped(toExecutor, to, stream, kind, b)
+	switch {
+	case shaped:
+		s.forwardShaped(toExecutor, to, stream, kind, b)
+	case owned:
+		to.sendOwned(b)
+	default:
+		to.Send(b)
+	}
 }
 
 func (s *Server) forwardShaped(toExecutor bool, to Leg, stream string, kind Kind, b []byte) {
