@@ -2,11 +2,15 @@ package relay
 
 import (
 	"bufio"
+	"encoding/binary"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Writing several websocket messages in one syscall.
@@ -42,6 +46,12 @@ type corkConn struct {
 	// releaseHeld: what its reader gathered toward another socket goes
 	// before the reader may wait). Set once, before the first read.
 	beforeRead func()
+	// rc writes without waiting (tryWritev); nil when the connection
+	// has no file descriptor (TLS).
+	rc syscall.RawConn
+	// carry: the part of a message tryWritev's write left; every write
+	// sends it first.
+	carry []byte
 }
 
 // Read reads from the socket, after beforeRead. The library reads the
@@ -58,6 +68,9 @@ func (c *corkConn) Read(p []byte) (int, error) {
 func (c *corkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.flushCarryLocked(); err != nil {
+		return 0, err
+	}
 	if !c.corked {
 		c.writes.Add(1)
 		return c.Conn.Write(p)
@@ -83,8 +96,9 @@ func (c *corkConn) Write(p []byte) (int, error) {
 // blocked in mu is the watchdog's case: the socket is closed under it.
 func (c *corkConn) Close() error {
 	if !c.abort.Load() && c.mu.TryLock() {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = c.flushCarryLocked()
 		if c.corked && len(*c.buf) > 0 {
-			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 			c.writes.Add(1)
 			_, _ = c.Conn.Write(*c.buf)
 			*c.buf = (*c.buf)[:0]
@@ -122,6 +136,111 @@ func (c *corkConn) uncork() error {
 	return err
 }
 
+// wsBinaryHeader is the header of an unmasked, final binary websocket
+// frame of n bytes (a server's), in the fewest bytes, as RFC 6455 asks.
+func wsBinaryHeader(dst *[10]byte, n int) []byte {
+	dst[0] = 0x82
+	switch {
+	case n < 126:
+		dst[1] = byte(n)
+		return dst[:2]
+	case n <= 0xffff:
+		dst[1] = 126
+		binary.BigEndian.PutUint16(dst[2:], uint16(n))
+		return dst[:4]
+	default:
+		dst[1] = 127
+		binary.BigEndian.PutUint64(dst[2:], uint64(n))
+		return dst[:10]
+	}
+}
+
+// tryWritev writes iov (whole websocket messages, the leg's: the caller
+// holds its wmu, so none of its messages is half written) with one
+// writev(2) that never waits. rest is nil when all went, else a copy of
+// what is left for finish to write on another goroutine (the caller's
+// record is reused). When the kernel took part, the remainder is also
+// c.carry, which any other write sends first: the library's own messages
+// (pings, pongs, close, each one Write under c.mu) go at a message
+// boundary. When nothing could be tried (c.mu taken by such a write, or
+// the socket cut), rest is the whole.
+func (c *corkConn) tryWritev(iov [][]byte) (rest []byte, carried bool, err error) {
+	if !c.mu.TryLock() {
+		return concat(iov, 0), false, nil
+	}
+	defer c.mu.Unlock()
+	if c.corked || len(c.carry) > 0 || c.abort.Load() {
+		return concat(iov, 0), false, nil
+	}
+	var n int
+	var werr error
+	err = c.rc.Write(func(fd uintptr) bool {
+		n, werr = unix.Writev(int(fd), iov)
+		if werr == unix.EAGAIN || werr == unix.EINTR {
+			n, werr = 0, nil
+		}
+		n = max(n, 0)
+		return true // one try: never wait for the socket
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	c.writes.Add(1)
+	c.carry = concat(iov, n)
+	return c.carry, c.carry != nil, nil
+}
+
+// concat copies iov from its nth byte on; nil when nothing is left.
+func concat(iov [][]byte, n int) []byte {
+	total := 0
+	for _, b := range iov {
+		total += len(b)
+	}
+	if n >= total {
+		return nil
+	}
+	out := make([]byte, 0, total-n)
+	for _, b := range iov {
+		if n >= len(b) {
+			n -= len(b)
+			continue
+		}
+		out = append(out, b[n:]...)
+		n = 0
+	}
+	return out
+}
+
+// finish writes what tryWritev left, waiting for the socket (the leg's
+// watchdog bounds it): the carry (unless another write sent it first),
+// or rest whole when nothing was written.
+func (c *corkConn) finish(rest []byte, carried bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if carried {
+		return c.flushCarryLocked()
+	}
+	if err := c.flushCarryLocked(); err != nil {
+		return err
+	}
+	c.writes.Add(1)
+	_, err := c.Conn.Write(rest)
+	return err
+}
+
+func (c *corkConn) flushCarryLocked() error {
+	if len(c.carry) == 0 {
+		return nil
+	}
+	c.writes.Add(1)
+	_, err := c.Conn.Write(c.carry)
+	c.carry = nil
+	return err
+}
+
 // corkWriter is the ResponseWriter a rendezvous upgrade hands to
 // websocket.Accept: its Hijack returns the connection wrapped in a
 // corkConn (and the buffered writer retargeted to it).
@@ -142,6 +261,11 @@ func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		}
 	}
 	w.cc = &corkConn{Conn: conn}
+	if sc, ok := conn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			w.cc.rc = rc
+		}
+	}
 	brw.Writer.Reset(w.cc)
 	return w.cc, brw, nil
 }

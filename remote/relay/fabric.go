@@ -94,6 +94,7 @@ type FleetStats struct {
 	LinkFramesIn, LinkBytesIn   uint64
 	LinkUps, LinkDowns          uint64
 	LinkBatches, LinkMessages   uint64 // writes, and messages they carried
+	LinkInline                  uint64 // frames a link's reader wrote to their socket itself
 	LinkRefused, LinkDialFails  uint64 // handshakes refused here, dials that failed
 	Links                       int64  // up now
 	LinkLegs                    int64  // legs riding a link now
@@ -109,6 +110,7 @@ type fabStats struct {
 	linkFramesIn, linkBytesIn              atomic.Uint64
 	linkUps, linkDowns, linkBatches        atomic.Uint64
 	linkMsgs, linkRefused, linkDialFails   atomic.Uint64
+	linkInline                             atomic.Uint64
 }
 
 type fabric struct {
@@ -350,6 +352,7 @@ func (f *fabric) stats() FleetStats {
 	st.LinkFramesIn, st.LinkBytesIn = f.st.linkFramesIn.Load(), f.st.linkBytesIn.Load()
 	st.LinkUps, st.LinkDowns = f.st.linkUps.Load(), f.st.linkDowns.Load()
 	st.LinkBatches, st.LinkMessages = f.st.linkBatches.Load(), f.st.linkMsgs.Load()
+	st.LinkInline = f.st.linkInline.Load()
 	st.LinkRefused, st.LinkDialFails = f.st.linkRefused.Load(), f.st.linkDialFails.Load()
 	return st
 }
@@ -1077,12 +1080,11 @@ func (fl *fwdLeg) toHome(kind byte, b []byte) error {
 	return fl.f.nc.Publish("rly.up."+fl.key+".f", b)
 }
 
-// fromLink: a message from the home on a link. Handled on the leg's
-// goroutine, never on the link's reader (the harness's socket may wait).
-func (fl *fwdLeg) fromLink(pl *peerLink, kind byte, b []byte, lb *linkBuf) {
-	if fl.offered[pl.node] != pl.id {
-		return
-	}
+// fromLink: a message from the home on a link (the link the leg chose).
+// Handled on the leg's goroutine, never on the link's reader (the
+// harness's socket may wait), unless the reader could write it at once
+// (linkGather).
+func (fl *fwdLeg) fromLink(kind byte, b []byte, lb *linkBuf) {
 	fl.in.start(fl.f, fl.up.quit, fl.fromInbox, fl.flush)
 	fl.in.push(inMsg{kind: kind, b: b, buf: lb})
 }

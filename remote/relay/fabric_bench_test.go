@@ -142,6 +142,8 @@ func BenchmarkFleetRoundTrip(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			sa, sb := fe.a.FleetStats(), fe.b.FleetStats()
+			b.ReportMetric(float64(sa.LinkInline+sb.LinkInline)/float64(b.N), "inline/op")
 		})
 	}
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
@@ -15,6 +16,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,9 +40,9 @@ import (
 // the link's order; otherwise both use NATS as before. The same credits
 // bound what a leg has in flight (fabric.go), so a link's queue holds at
 // most the peer budgets plus control messages, and a receiver never waits
-// on one leg with the link's reader: frames toward a harness socket go to
-// its queue (which the window always fits), frames toward an executor to
-// the leg's own delivery goroutine (inbox).
+// on one leg with the link's reader: it writes a record's frames to an
+// idle socket itself, in one write that does not wait (linkGather), and
+// hands anything else to the leg's own delivery goroutine (inbox).
 //
 // A link's loss ends its legs the way a node's loss does: the home drops
 // its remote legs (reliable streams wait for the harness to resume), the
@@ -169,16 +171,10 @@ func validLinkKind(k byte) bool {
 }
 
 // parseLinkMsg decodes one message from the front of b (a record's
-// plaintext) and returns the rest. The payload is freshly allocated (the
-// receiver keeps it: it is queued to a socket); the key points into b.
+// plaintext) and returns the rest. The key and payload point into b:
+// valid until the record's buffer is reused (own copies the payload out).
 // maxPayload bounds the payload.
 func parseLinkMsg(b []byte, maxPayload int) (linkMsg, []byte, error) {
-	return parseLinkMsgTo(b, maxPayload, false)
-}
-
-// parseLinkMsgTo is parseLinkMsg; with pooled a frame's payload is in a
-// pooled buffer (m.buf) when one fits.
-func parseLinkMsgTo(b []byte, maxPayload int, pooled bool) (linkMsg, []byte, error) {
 	if len(b) < linkHeader {
 		return linkMsg{}, nil, fmt.Errorf("peer link: a message header cut at %d bytes", len(b))
 	}
@@ -199,17 +195,25 @@ func parseLinkMsgTo(b []byte, maxPayload int, pooled bool) (linkMsg, []byte, err
 		return linkMsg{}, nil, fmt.Errorf("peer link: a message of %d bytes cut at %d", kl+int(n), len(b))
 	}
 	m.key = b[:kl]
-	if n > 0 && pooled && (m.kind == linkUpFrame || m.kind == linkDownFrame) {
-		m.buf = getLinkBuf(int(n))
-	}
-	if m.buf != nil {
-		m.payload = m.buf.b[:n:n]
-		copy(m.payload, b[kl:])
-	} else if n > 0 {
-		m.payload = make([]byte, n)
-		copy(m.payload, b[kl:])
+	if n > 0 {
+		m.payload = b[kl : kl+int(n) : kl+int(n)]
 	}
 	return m, b[kl+int(n):], nil
+}
+
+// own copies the payload out of the record, into a pooled buffer (m.buf)
+// when one fits: the message is kept past the record (queued).
+func (m *linkMsg) own() {
+	if len(m.payload) == 0 {
+		return
+	}
+	if m.buf = getLinkBuf(len(m.payload)); m.buf != nil {
+		p := m.buf.b[:len(m.payload):len(m.payload)]
+		copy(p, m.payload)
+		m.payload = p
+		return
+	}
+	m.payload = bytes.Clone(m.payload)
 }
 
 // appendLinkMsg encodes one message onto b.
@@ -543,6 +547,8 @@ func (pl *peerLink) reader(br *bufio.Reader) {
 // record that does not open, a message that does not parse or a peer
 // past a leg's window all end the link.
 func (pl *peerLink) read(rr *recordReader, maxPayload int) error {
+	var g linkGather
+	defer g.flush()
 	for {
 		pt, err := rr.next()
 		if err != nil {
@@ -550,18 +556,21 @@ func (pl *peerLink) read(rr *recordReader, maxPayload int) error {
 		}
 		for len(pt) > 0 {
 			var m linkMsg
-			m, pt, err = parseLinkMsgTo(pt, maxPayload, true)
+			m, pt, err = parseLinkMsg(pt, maxPayload)
 			if err != nil {
 				return err
 			}
-			if err := pl.dispatch(m, maxPayload); err != nil {
+			if err := pl.dispatch(m, maxPayload, &g); err != nil {
 				return err
 			}
 		}
+		// The gathered frames point into the record: written (or
+		// copied) before the next one is read.
+		g.flush()
 	}
 }
 
-func (pl *peerLink) dispatch(m linkMsg, maxPayload int) error {
+func (pl *peerLink) dispatch(m linkMsg, maxPayload int, g *linkGather) error {
 	f := pl.f
 	switch m.kind {
 	case linkCredit:
@@ -586,13 +595,19 @@ func (pl *peerLink) dispatch(m linkMsg, maxPayload int) error {
 		}
 		if m.kind == linkUpFrame {
 			f.countLinkIn(len(m.payload))
+			if g.addUp(rl, m.payload) {
+				f.st.linkInline.Add(1)
+				return nil
+			}
 		}
+		g.flushFor(&rl.in)
+		m.own()
 		rl.in.push(inMsg{kind: m.kind, b: m.payload, buf: m.buf})
 	default:
 		f.mu.Lock()
 		fl := f.fwd[string(m.key)]
 		f.mu.Unlock()
-		if fl == nil {
+		if fl == nil || fl.offered[pl.node] != pl.id {
 			return nil
 		}
 		if !fl.in.fits(len(m.payload), maxPayload) {
@@ -600,10 +615,140 @@ func (pl *peerLink) dispatch(m linkMsg, maxPayload int) error {
 		}
 		if m.kind == linkDownFrame {
 			f.countLinkIn(len(m.payload))
+			if g.addDown(fl, m.payload) {
+				f.st.linkInline.Add(1)
+				return nil
+			}
 		}
-		fl.fromLink(pl, m.kind, m.payload, m.buf)
+		g.flushFor(&fl.in)
+		m.own()
+		fl.fromLink(m.kind, m.payload, m.buf)
 	}
 	return nil
+}
+
+// linkGather is what a link's reader delivers itself: the frames of one
+// record toward one socket, written in one write(2) that does not wait
+// (corkConn.tryWritev) once the record is done or the next frame goes
+// elsewhere. Handing each frame to its leg's inbox goroutine cost a
+// wake-up on another core per frame on the cross-node path. The reader
+// takes a frame only when nothing can make it wait: the leg's inbox idle
+// (claimed: the leg's later frames queue behind these), the socket idle
+// (its wmu taken), its frames bound and routed (Server.harnessTarget).
+// Anything else goes to the inbox as before, after what was gathered for
+// that leg. What the kernel does not take is written by a goroutine of
+// the socket's, which holds the socket until then.
+type linkGather struct {
+	to    *leg
+	ins   []*inbox   // claimed
+	owed  []linkOwed // credit returned once written
+	iov   [][]byte   // headers and frames
+	hdrs  [][10]byte // the frames' websocket headers
+	bytes int
+}
+
+type linkOwed struct {
+	r *returned
+	n int
+}
+
+// linkGatherBytes bounds what one write gathers.
+const linkGatherBytes = 1 << 20
+
+// addUp takes a frame from a harness on the link's node toward the
+// environment's executor socket here.
+func (g *linkGather) addUp(rl *remoteLeg, b []byte) bool {
+	if rl.gone.Load() {
+		return false
+	}
+	s := rl.f.s
+	l := s.harnessTarget(rl, b)
+	if l == nil || !g.take(l, &rl.in) {
+		return false
+	}
+	s.routed.Add(1)
+	g.add(b, &rl.back)
+	return true
+}
+
+// addDown takes a frame from the home toward the harness socket here.
+func (g *linkGather) addDown(fl *fwdLeg, b []byte) bool {
+	select {
+	case <-fl.ready:
+	default:
+		return false
+	}
+	if fl.l == nil || !g.take(fl.l, &fl.in) {
+		return false
+	}
+	fl.initBack() // the inbox's, which the claim holds
+	g.add(b, &fl.back)
+	return true
+}
+
+// take makes l the gather's socket, in's leg claimed; false: neither.
+func (g *linkGather) take(l *leg, in *inbox) bool {
+	if g.to != l || len(g.hdrs) >= corkFrames || g.bytes >= linkGatherBytes {
+		g.flush()
+	}
+	claimed := slices.Contains(g.ins, in)
+	if !claimed && !in.claim() {
+		return false
+	}
+	if g.to == nil {
+		if l.cc == nil || l.cc.rc == nil || !l.lockIfIdle() {
+			if !claimed {
+				in.unclaim()
+			}
+			return false
+		}
+		if l.ending() {
+			l.wmu.Unlock()
+			if !claimed {
+				in.unclaim()
+			}
+			return false
+		}
+		g.to = l
+	}
+	if !claimed {
+		g.ins = append(g.ins, in)
+	}
+	return true
+}
+
+func (g *linkGather) add(b []byte, r *returned) {
+	g.hdrs = append(g.hdrs, [10]byte{})
+	h := wsBinaryHeader(&g.hdrs[len(g.hdrs)-1], len(b))
+	g.iov = append(g.iov, h, b)
+	g.bytes += len(b)
+	g.owed = append(g.owed, linkOwed{r, len(b)})
+}
+
+// flushFor flushes if in's leg has frames gathered: its next message goes
+// after them.
+func (g *linkGather) flushFor(in *inbox) {
+	if slices.Contains(g.ins, in) {
+		g.flush()
+	}
+}
+
+// flush writes what was gathered and lets the socket and the legs go.
+func (g *linkGather) flush() {
+	if l := g.to; l != nil {
+		l.writeGathered(g.iov)
+		g.to = nil
+	}
+	for _, in := range g.ins {
+		in.unclaim()
+	}
+	for _, o := range g.owed {
+		o.r.add(o.n)
+	}
+	clear(g.iov)
+	clear(g.ins)
+	clear(g.owed)
+	g.iov, g.ins, g.owed, g.hdrs, g.bytes = g.iov[:0], g.ins[:0], g.owed[:0], g.hdrs[:0], 0
 }
 
 // attach puts a leg on the link; false if the link has gone.
@@ -1020,10 +1165,10 @@ func (f *fabric) closeLinks() {
 
 // --- a remote leg's inbound frames -------------------------------------------
 
-// inbox hands a remote leg's frames from the link's reader to the leg's
-// own goroutine: writing to the executor socket may wait (its queue is
-// shared by every leg of the environment), and the reader must not. The
-// leg's window bounds it.
+// inbox hands a leg's messages from the link's reader to the leg's own
+// goroutine, when the reader cannot write them itself without waiting
+// (linkGather): the socket busy, or more to do than a write. The leg's
+// window bounds it.
 type inMsg struct {
 	kind byte
 	b    []byte
@@ -1031,10 +1176,13 @@ type inMsg struct {
 }
 
 type inbox struct {
-	mu      sync.Mutex
-	q       []inMsg
-	bytes   int // in q
-	spare   []inMsg
+	mu    sync.Mutex
+	q     []inMsg
+	bytes int // in q
+	spare []inMsg
+	// busy: a batch is being handled (by the inbox's goroutine), or the
+	// link's reader claimed the leg to write its frames itself (claim).
+	busy    bool
 	wake    chan struct{}
 	running atomic.Bool
 }
@@ -1064,10 +1212,34 @@ func (in *inbox) fits(n, maxPayload int) bool {
 	return len(in.q) < fabWindowFrames+linkInboxSlack && in.bytes+n <= fabWindowBytes+maxPayload
 }
 
-// take returns what is queued (nil if nothing), swapping buffers.
+// claim gives the link's reader the leg's delivery, for frames it writes
+// itself (linkGather), when nothing is queued or being handled: the
+// leg's frames stay in order. unclaim gives it back; until then the
+// reader pushes nothing (it is the one pusher).
+func (in *inbox) claim() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.q) > 0 || in.busy {
+		return false
+	}
+	in.busy = true
+	return true
+}
+
+func (in *inbox) unclaim() {
+	in.mu.Lock()
+	in.busy = false
+	in.mu.Unlock()
+}
+
+// take returns what is queued (nil if nothing), swapping buffers; busy
+// until recycle.
 func (in *inbox) take() []inMsg {
 	in.mu.Lock()
 	q := in.q
+	if len(q) > 0 {
+		in.busy = true
+	}
 	in.q = in.spare[:0]
 	in.spare = nil
 	in.bytes = 0
@@ -1160,6 +1332,9 @@ func (bt *legBatch) flush() {
 func (in *inbox) recycle(q []inMsg) {
 	clear(q)
 	in.mu.Lock()
+	if len(q) > 0 {
+		in.busy = false
+	}
 	if in.spare == nil && cap(q) <= 4*fabWindowFrames {
 		in.spare = q[:0]
 	}

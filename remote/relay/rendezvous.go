@@ -292,6 +292,37 @@ func (l *leg) sendBatch(bs []outFrame) (ok, kept bool) {
 	return true, true
 }
 
+// writeGathered writes frames a peer link's reader gathered (iov: each
+// frame's websocket header and the frame, pointing into the link's
+// record), with one write(2) that does not wait. The caller holds l.wmu;
+// it is let go here, or by a goroutine of the leg's that writes what the
+// kernel did not take (a copy: the record is reused), the watchdog
+// bounding it as any write. A failed write cuts the socket.
+func (l *leg) writeGathered(iov [][]byte) {
+	rest, carried, err := l.cc.tryWritev(iov)
+	switch {
+	case err != nil:
+		l.wmu.Unlock()
+		l.writeFailed()
+		return
+	case rest == nil:
+		l.wmu.Unlock()
+		return
+	}
+	l.s.carries.Add(1)
+	l.s.wg.Add(1)
+	go func() {
+		defer l.s.wg.Done()
+		l.arm(l.writeLimit())
+		err := l.cc.finish(rest, carried)
+		l.disarm()
+		l.wmu.Unlock()
+		if err != nil {
+			l.writeFailed()
+		}
+	}()
+}
+
 // writeNowBatch is writeNow of several frames; l.wmu is held.
 func (l *leg) writeNowBatch(bs []outFrame) bool {
 	if l.ending() {
@@ -1063,6 +1094,36 @@ func (s *Server) harnessFrameTo(h Leg, b []byte, owned bool, bt *legBatch) bool 
 		s.router.Unbind(env, stream, h)
 	}
 	return true
+}
+
+// harnessTarget routes a frame a peer link's reader would write itself
+// (linkGather): the executor's socket, or nil when the frame needs more
+// than a write (a resume, a reset, a stream it may not bind, the fault
+// shaper). It does nothing that harnessFrameTo of the same frame, on the
+// leg's goroutine, would not do again alike (binding a stream bound to
+// h, marking it advertised), so that the reader may still hand the frame
+// over when the socket is busy.
+func (s *Server) harnessTarget(h Leg, b []byte) *leg {
+	if s.faults.framesOn.Load() {
+		return nil
+	}
+	f, err := peekFrame(b)
+	if err != nil || f.Kind == KindResume || f.Kind == KindReset {
+		return nil
+	}
+	env := h.Env()
+	if s.router.Bind(env, f.StreamID, h, false) != nil {
+		return nil
+	}
+	exec, _, ok := s.router.Executor(env)
+	l, isLeg := exec.(*leg)
+	if !ok || !isLeg {
+		return nil
+	}
+	if reliableSignal(f) {
+		s.router.Advertised(env, f.StreamID, true)
+	}
+	return l
 }
 
 // harnessDetached runs once harness leg h has gone: its plain streams end,

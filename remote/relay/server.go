@@ -126,7 +126,11 @@ type Server struct {
 	faults faultState
 	fab    *fabric       // nil: one node
 	routed atomic.Uint64 // frames routed (by the node holding the executor socket)
-	recov  recoveries
+	// carries: writes of frames gathered by a peer link's reader
+	// (leg.writeGathered) the kernel took in part or not at all, the rest
+	// left to a goroutine of the leg's.
+	carries atomic.Uint64
+	recov   recoveries
 
 	readBufs     [3]sync.Pool // of *readBuf: frames being read (rendezvous.go)
 	readBufsHeld atomic.Int64 // of readBufs, out of their pools
@@ -734,6 +738,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Unlock()
 	fmt.Fprintf(w, "# TYPE exec_relay_sockets gauge\nexec_relay_sockets{role=\"environment\"} %d\nexec_relay_sockets{role=\"harness\"} %d\n", execs, harness)
 	fmt.Fprintf(w, "# HELP exec_relay_frames_routed_total frames routed by this node (the home of their environment)\n# TYPE exec_relay_frames_routed_total counter\nexec_relay_frames_routed_total %d\n", s.routed.Load())
+	fmt.Fprintf(w, "# HELP exec_relay_write_carries_total writes of a peer link's reader to a socket that the kernel took in part or not at all (the rest written by the socket's own goroutine)\n# TYPE exec_relay_write_carries_total counter\nexec_relay_write_carries_total %d\n", s.carries.Load())
 	fmt.Fprintf(w, "# HELP exec_relay_read_buffers_held pooled frame read buffers out of their pools (one per socket in the middle of a frame; one that stays up on an idle node is a leak)\n# TYPE exec_relay_read_buffers_held gauge\nexec_relay_read_buffers_held %d\n", s.readBufsHeld.Load())
 	s.recov.hist.write(w, "exec_relay_stream_recovery_seconds", "how long a reliable stream was stalled by a lost socket or node until it resumed (docs/remote.md)")
 	writeMemMetrics(w)
@@ -778,6 +783,7 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		{"exec_relay_fleet_link_downs_total", "counter", "peer links lost (their legs ended as with a lost node)", st.LinkDowns},
 		{"exec_relay_fleet_link_writes_total", "counter", "writes on peer links (each carries every message queued meanwhile)", st.LinkBatches},
 		{"exec_relay_fleet_link_messages_total", "counter", "messages (frames, closes, credits) written on peer links", st.LinkMessages},
+		{"exec_relay_fleet_link_frames_inline_total", "counter", "frames from peer links written to their socket by the link's reader (no hand-off to the leg's goroutine)", st.LinkInline},
 		{"exec_relay_fleet_link_refused_total", "counter", "peer link handshakes refused by this node (bad proof or not a peer)", st.LinkRefused},
 		{"exec_relay_fleet_link_dial_failures_total", "counter", "peer link dials that failed (legs to that node use NATS)", st.LinkDialFails},
 	} {

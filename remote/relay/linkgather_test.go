@@ -1,0 +1,152 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestWSBinaryHeader: the header a link's reader writes ahead of a frame
+// is the one RFC 6455 gives (final, binary, unmasked, the length in the
+// fewest bytes); coder/websocket reading each size back is in
+// TestLinkReaderWritesFrames.
+func TestWSBinaryHeader(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want []byte
+	}{
+		{0, []byte{0x82, 0}},
+		{125, []byte{0x82, 125}},
+		{126, []byte{0x82, 126, 0, 126}},
+		{65535, []byte{0x82, 126, 0xff, 0xff}},
+		{65536, []byte{0x82, 127, 0, 0, 0, 0, 0, 1, 0, 0}},
+		{200 << 10, []byte{0x82, 127, 0, 0, 0, 0, 0, 3, 0x20, 0}},
+	} {
+		var b [10]byte
+		if got := wsBinaryHeader(&b, tc.n); !bytes.Equal(got, tc.want) {
+			t.Errorf("%d bytes: header % x, want % x", tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestLinkReaderWritesFrames: frames crossing a peer link are written to
+// their socket by the link's reader (no hand-off to the leg's goroutine),
+// byte-exact and in order both ways, at every header size; and when a
+// harness does not read, what its socket's buffer does not take is
+// written later by the socket's own goroutine (a carry), still in order,
+// while the link goes on carrying others' frames.
+func TestLinkReaderWritesFrames(t *testing.T) {
+	url := startNATS(t)
+	opts := withLinks(func(o *Options) { o.SlowHarness = time.Minute })
+	a := startNode(t, url, "a", "", opts)
+	b := startNode(t, url, "b", "", opts)
+	waitLinks(t, 10*time.Second, a, b)
+	reg := a.register(t, "E1", randomKey())
+	exec := dial(t, reg["url"].(string))
+	a.executorOn(t, "E1", 10*time.Second)
+	// The harness's receive buffer is small (and not grown by the
+	// kernel), so a burst it does not read overflows the relay's socket.
+	h := dialRcvBuf(t, b.connect(t, "E1", randomKey())["url"].(string), 8<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	readExact := func(c *websocket.Conn, want []byte, what string) {
+		t.Helper()
+		typ, got, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if typ != websocket.MessageBinary || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %v message of %d bytes, want the %d sent", what, typ, len(got), len(want))
+		}
+	}
+	payload := func(n, seed int) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(i*7 + seed)
+		}
+		return p
+	}
+
+	// Every header size, one frame at a time, both ways.
+	seq := uint32(0)
+	for _, n := range []int{1, 60, 125, 126, 1000, 65000, 65535, 65536, 70000, 200 << 10} {
+		up := dataFrame(benchSID, seq, payload(n, 1))
+		write(t, h, up)
+		readExact(exec, up, fmt.Sprintf("up, %d-byte payload", n))
+		down := dataFrame(benchSID, seq, payload(n, 2))
+		write(t, exec, down)
+		readExact(h, down, fmt.Sprintf("down, %d-byte payload", n))
+		seq++
+	}
+	inline := a.FleetStats().LinkInline + b.FleetStats().LinkInline
+	if inline < 10 {
+		t.Fatalf("%d of 20 frames written by the links' readers; want most", inline)
+	}
+
+	// The harness stops reading; the executor sends more than the
+	// relay's socket buffer (grown by the kernel up to 4 MiB here) holds.
+	var sent [][]byte
+	for i := range 100 {
+		sent = append(sent, dataFrame(benchSID, seq, payload(60<<10, i)))
+		seq++
+	}
+	burst := make(chan error, 1)
+	go func() {
+		for _, f := range sent {
+			if err := exec.Write(ctx, websocket.MessageBinary, f); err != nil {
+				burst <- err
+				return
+			}
+		}
+		burst <- nil
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for b.carries.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no write left a carry with the harness not reading")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Meanwhile the link carries the other direction.
+	up := dataFrame(benchSID, seq, payload(100, 3))
+	write(t, h, up)
+	readExact(exec, up, "up while the harness is not reading")
+	for i, f := range sent {
+		readExact(h, f, fmt.Sprintf("down, frame %d of the burst", i))
+	}
+	if err := <-burst; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dialRcvBuf dials url's websocket with the socket's receive buffer set
+// to n bytes before it connects.
+func dialRcvBuf(t *testing.T, url string, n int) *websocket.Conn {
+	t.Helper()
+	d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(1 << 20)
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
