@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Writing several websocket messages in one syscall.
@@ -172,19 +170,7 @@ func (c *corkConn) tryWritev(iov [][]byte) (rest []byte, carried bool, err error
 	if c.corked || len(c.carry) > 0 || c.abort.Load() {
 		return concat(iov, 0), false, nil
 	}
-	var n int
-	var werr error
-	err = c.rc.Write(func(fd uintptr) bool {
-		n, werr = unix.Writev(int(fd), iov)
-		if werr == unix.EAGAIN || werr == unix.EINTR {
-			n, werr = 0, nil
-		}
-		n = max(n, 0)
-		return true // one try: never wait for the socket
-	})
-	if err == nil {
-		err = werr
-	}
+	n, err := writevOnce(c.rc, iov)
 	if err != nil {
 		return nil, false, err
 	}
@@ -260,12 +246,7 @@ func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	w.cc = &corkConn{Conn: conn}
-	if sc, ok := conn.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			w.cc.rc = rc
-		}
-	}
+	w.cc = &corkConn{Conn: conn, rc: rawConn(conn)}
 	brw.Writer.Reset(w.cc)
 	return w.cc, brw, nil
 }
