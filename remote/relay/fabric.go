@@ -95,6 +95,8 @@ type FleetStats struct {
 	LinkUps, LinkDowns          uint64
 	LinkBatches, LinkMessages   uint64 // writes, and messages they carried
 	LinkInline                  uint64 // frames a link's reader wrote to their socket itself
+	LinkSenderWrites            uint64 // messages written on an idle link by their sender
+	LinkCarries                 uint64 // of those, writes the kernel took in part or not at all
 	LinkRefused, LinkDialFails  uint64 // handshakes refused here, dials that failed
 	Links                       int64  // up now
 	LinkLegs                    int64  // legs riding a link now
@@ -110,7 +112,8 @@ type fabStats struct {
 	linkFramesIn, linkBytesIn              atomic.Uint64
 	linkUps, linkDowns, linkBatches        atomic.Uint64
 	linkMsgs, linkRefused, linkDialFails   atomic.Uint64
-	linkInline                             atomic.Uint64
+	linkInline, linkSenderWrites           atomic.Uint64
+	linkCarries                            atomic.Uint64
 }
 
 type fabric struct {
@@ -353,6 +356,7 @@ func (f *fabric) stats() FleetStats {
 	st.LinkUps, st.LinkDowns = f.st.linkUps.Load(), f.st.linkDowns.Load()
 	st.LinkBatches, st.LinkMessages = f.st.linkBatches.Load(), f.st.linkMsgs.Load()
 	st.LinkInline = f.st.linkInline.Load()
+	st.LinkSenderWrites, st.LinkCarries = f.st.linkSenderWrites.Load(), f.st.linkCarries.Load()
 	st.LinkRefused, st.LinkDialFails = f.st.linkRefused.Load(), f.st.linkDialFails.Load()
 	return st
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"syscall"
@@ -149,4 +150,118 @@ func dialRcvBuf(t *testing.T, url string, n int) *websocket.Conn {
 	c.SetReadLimit(1 << 20)
 	t.Cleanup(func() { c.CloseNow() })
 	return c
+}
+
+// loopbackPair is a connected TCP pair on 127.0.0.1, mine's send buffer
+// and theirs's receive buffer set to the given sizes before they connect
+// (0: the kernel's).
+func loopbackPair(t *testing.T, sndbuf, rcvbuf int) (mine, theirs net.Conn) {
+	t.Helper()
+	setBuf := func(opt, n int) func(string, string, syscall.RawConn) error {
+		return func(_, _ string, rc syscall.RawConn) error {
+			if n == 0 {
+				return nil
+			}
+			var serr error
+			if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, opt, n) }); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	lc := net.ListenConfig{Control: setBuf(syscall.SO_RCVBUF, rcvbuf)}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	d := net.Dialer{Control: setBuf(syscall.SO_SNDBUF, sndbuf)}
+	mine, err = d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs = <-accepted
+	if theirs == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { mine.Close(); theirs.Close() })
+	return mine, theirs
+}
+
+// TestPeerLinkSenderWritesIdleLink: a message on an idle link is sealed
+// and written by its sender (no hand-off to the link's writer); when the
+// kernel takes only part, the writer sends the rest before anything
+// queued meanwhile, so the peer opens every record, in order.
+func TestPeerLinkSenderWritesIdleLink(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), stop: make(chan struct{})}
+	s.opts.FleetNodeBytes = 64 << 20
+	f := &fabric{s: s, links: map[string]*peerLink{}}
+	// Small buffers: the first large message overflows them.
+	mine, theirs := loopbackPair(t, 16<<10, 8<<10)
+	dialer, acceptor := testSeals(t)
+	pl := f.newLink("z", "id", mine, acceptor[0], acceptor[1])
+	if pl.rc == nil {
+		t.Fatal("a TCP link has no descriptor to write without waiting")
+	}
+	t.Cleanup(func() {
+		pl.close()
+		s.wg.Wait()
+	})
+	rr := recordReader{r: theirs, ls: dialer[1], max: linkMaxRecord(1 << 20)}
+	theirs.SetDeadline(time.Now().Add(30 * time.Second))
+	var pt []byte // what is left of the record being read
+	readMsg := func(i int, want []byte) {
+		t.Helper()
+		var err error
+		if len(pt) == 0 {
+			if pt, err = rr.next(); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		var m linkMsg
+		if m, pt, err = parseLinkMsg(pt, 1<<20); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if string(m.key) != fmt.Sprint("z-", i) || !bytes.Equal(m.payload, want) {
+			t.Fatalf("message %d: key %q, %d bytes; want %d bytes", i, m.key, len(m.payload), len(want))
+		}
+	}
+
+	// One small message on the idle link: its sender writes it.
+	if err := pl.send(linkDownFrame, "z-0", []byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	readMsg(0, []byte("ping"))
+	if n := f.st.linkSenderWrites.Load(); n != 1 {
+		t.Fatalf("sender writes %d, want 1", n)
+	}
+
+	// Large messages, the link idle before each, the peer not reading,
+	// the writer not started yet: the kernel takes part of one, and the
+	// ones after it wait for the writer, which sends the rest first.
+	var want [][]byte
+	for i := 1; i <= 40; i++ {
+		p := make([]byte, 60<<10)
+		for j := range p {
+			p[j] = byte(i*131 + j)
+		}
+		want = append(want, p)
+		time.Sleep(2 * linkIdleGap)
+		if err := pl.send(linkDownFrame, fmt.Sprint("z-", i), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.st.linkCarries.Load() == 0 {
+		t.Fatalf("no carry in %d sender writes with the peer not reading", f.st.linkSenderWrites.Load())
+	}
+	s.wg.Add(1)
+	go pl.writer()
+	for i, p := range want {
+		readMsg(i+1, p)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -372,11 +373,22 @@ type peerLink struct {
 	tx   *linkSeal // the writer's
 	rx   *linkSeal // the reader's
 	out  []byte    // the writer's sealed records, reused
+	// rc writes without waiting (writeNow); nil: every message goes
+	// through the writer.
+	rc  syscall.RawConn
+	one []byte // writeNow's record, reused (the writing token's)
 
-	mu      sync.Mutex
-	pend    []byte // encoded messages waiting for the writer
-	count   int    // messages in pend
-	spare   []byte
+	mu    sync.Mutex
+	pend  []byte // encoded messages waiting for the writer
+	count int    // messages in pend
+	spare []byte
+	// writing: the writer or a sender (writeNow) is sealing and writing:
+	// the token for tx and the socket's write side. carry: what
+	// writeNow's write left, written by the writer before anything else.
+	// last: when the last message was sent (unix ns).
+	writing bool
+	carry   []byte
+	last    int64
 	legs    map[string]linkLeg // legs using the link, by key
 	closed  bool
 	wake    chan struct{} // cap 1: pend became non-empty
@@ -388,17 +400,20 @@ type peerLink struct {
 type linkLeg interface{ linkLost() }
 
 func (f *fabric) newLink(node, id string, conn net.Conn, tx, rx *linkSeal) *peerLink {
-	return &peerLink{
+	pl := &peerLink{
 		f: f, node: node, id: id, conn: conn, tx: tx, rx: rx,
 		legs:    make(map[string]linkLeg),
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		maxPend: f.s.opts.FleetNodeBytes + linkQueueSlack,
 	}
+	pl.rc = rawConn(conn)
+	return pl
 }
 
-// send queues one message; errLinkDown once the link has gone. The
-// payload is copied: the caller may reuse it.
+// send queues one message, or writes it when the link is idle
+// (writeNow); errLinkDown once the link has gone. The payload is copied:
+// the caller may reuse it.
 func (pl *peerLink) send(kind byte, key string, payload []byte) error {
 	pl.mu.Lock()
 	if pl.closed {
@@ -423,6 +438,15 @@ func (pl *peerLink) send(kind byte, key string, payload []byte) error {
 		return errLinkDown
 	}
 	wasEmpty := len(pl.pend) == 0
+	now := time.Now().UnixNano()
+	idle := now-pl.last > int64(linkIdleGap)
+	pl.last = now
+	if wasEmpty && idle && !pl.writing && len(pl.carry) == 0 && pl.rc != nil {
+		pl.writing = true
+		pl.mu.Unlock()
+		pl.writeNow(kind, key, payload)
+		return nil
+	}
 	if wasEmpty {
 		// Room for the record's length: a batch that is one record
 		// is sealed where it lies (sealBatch).
@@ -436,6 +460,58 @@ func (pl *peerLink) send(kind byte, key string, payload []byte) error {
 	}
 	return nil
 }
+
+// linkIdleGap: a message sent this long after the link's last one finds
+// it idle, and is written by its sender (writeNow); closer ones go through
+// the writer, which gathers what comes while it writes.
+const linkIdleGap = 100 * time.Microsecond
+
+// writeNow seals one message and writes it with one write(2) that does
+// not wait, on the sender's goroutine: an idle link's message is not
+// handed to the writer goroutine, a wake-up on another core. What the
+// kernel does not take now is the writer's to write (carry), before
+// anything queued meanwhile. The caller took the writing token.
+func (pl *peerLink) writeNow(kind byte, key string, payload []byte) {
+	buf := appendLinkMsg(append(pl.one[:0], 0, 0, 0, 0), kind, key, payload)
+	out, err := pl.sealBatch(buf)
+	n := 0
+	if err == nil {
+		n, err = writevOnce(pl.rc, [][]byte{out})
+	}
+	pl.mu.Lock()
+	if err == nil && n < len(out) {
+		pl.carry = append(pl.carry[:0], out[n:]...)
+		pl.f.st.linkCarries.Add(1)
+	}
+	if cap(out) <= linkKeepOne && len(out) > 0 && &out[0] == &buf[0] {
+		pl.one = out[:0]
+	}
+	pl.writing = false
+	kick := len(pl.pend) > 0 || len(pl.carry) > 0
+	pl.mu.Unlock()
+	if err != nil {
+		pl.f.s.log.Warn("fleet: peer link write failed", "node", pl.node, "err", err)
+		// The sender may hold a leg's locks: its legs are told on a
+		// goroutine of their own (as send's full queue).
+		if legs, ok := pl.shut(); ok {
+			pl.f.s.wg.Add(1)
+			go func() {
+				defer pl.f.s.wg.Done()
+				tellLost(legs)
+			}()
+		}
+		return
+	}
+	pl.f.st.linkBatches.Add(1)
+	pl.f.st.linkMsgs.Add(1)
+	pl.f.st.linkSenderWrites.Add(1)
+	if kick {
+		pl.kick()
+	}
+}
+
+// linkKeepOne: the largest record buffer writeNow keeps for the next.
+const linkKeepOne = 128 << 10
 
 func (pl *peerLink) kick() {
 	select {
@@ -455,17 +531,53 @@ func (pl *peerLink) writer() {
 			return
 		}
 		pl.mu.Lock()
-		buf, n := pl.pend, pl.count
-		pl.pend, pl.count = pl.spare[:0], 0
-		pl.spare = nil
-		pl.mu.Unlock()
-		if len(buf) == 0 {
+		if pl.writing {
+			// writeNow kicks again once it is done.
+			pl.mu.Unlock()
 			continue
 		}
-		out, err := pl.sealBatch(buf)
-		if err == nil {
+		var buf []byte
+		n := pl.count
+		if len(pl.pend) > 0 {
+			buf = pl.pend
+			pl.pend, pl.count = pl.spare[:0], 0
+			pl.spare = nil
+		}
+		carry := pl.carry
+		pl.carry = nil
+		if len(buf) == 0 && len(carry) == 0 {
+			pl.mu.Unlock()
+			continue
+		}
+		pl.writing = true
+		pl.mu.Unlock()
+		var err error
+		if len(carry) > 0 {
 			pl.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-			_, err = pl.conn.Write(out)
+			_, err = pl.conn.Write(carry)
+		}
+		var out []byte
+		if err == nil && len(buf) > 0 {
+			out, err = pl.sealBatch(buf)
+			if err == nil {
+				pl.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+				_, err = pl.conn.Write(out)
+			}
+		}
+		pl.mu.Lock()
+		pl.writing = false
+		if pl.carry == nil && cap(carry) <= linkKeepOne {
+			pl.carry = carry[:0]
+		}
+		pl.mu.Unlock()
+		if len(buf) == 0 {
+			if err != nil {
+				pl.f.s.log.Warn("fleet: peer link write failed", "node", pl.node, "err", err)
+				pl.close()
+				return
+			}
+			pl.kick() // what was queued while the carry went
+			continue
 		}
 		if len(out) > 0 && &out[0] == &buf[0] {
 			buf = out // sealed in place: the tag may have grown it

@@ -783,6 +783,8 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		{"exec_relay_fleet_link_downs_total", "counter", "peer links lost (their legs ended as with a lost node)", st.LinkDowns},
 		{"exec_relay_fleet_link_writes_total", "counter", "writes on peer links (each carries every message queued meanwhile)", st.LinkBatches},
 		{"exec_relay_fleet_link_messages_total", "counter", "messages (frames, closes, credits) written on peer links", st.LinkMessages},
+		{"exec_relay_fleet_link_sender_writes_total", "counter", "messages written on an idle peer link by their sender (no hand-off to the link's writer)", st.LinkSenderWrites},
+		{"exec_relay_fleet_link_carries_total", "counter", "of those, writes the kernel took in part or not at all (the rest written by the link's writer first)", st.LinkCarries},
 		{"exec_relay_fleet_link_frames_inline_total", "counter", "frames from peer links written to their socket by the link's reader (no hand-off to the leg's goroutine)", st.LinkInline},
 		{"exec_relay_fleet_link_refused_total", "counter", "peer link handshakes refused by this node (bad proof or not a peer)", st.LinkRefused},
 		{"exec_relay_fleet_link_dial_failures_total", "counter", "peer link dials that failed (legs to that node use NATS)", st.LinkDialFails},
