@@ -131,16 +131,7 @@ func TestLinkReaderWritesFrames(t *testing.T) {
 // to n bytes before it connects.
 func dialRcvBuf(t *testing.T, url string, n int) *websocket.Conn {
 	t.Helper()
-	d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
+	d := &net.Dialer{Control: sockBuf(syscall.SO_RCVBUF, n)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}})
@@ -157,19 +148,7 @@ func dialRcvBuf(t *testing.T, url string, n int) *websocket.Conn {
 // (0: the kernel's).
 func loopbackPair(t *testing.T, sndbuf, rcvbuf int) (mine, theirs net.Conn) {
 	t.Helper()
-	setBuf := func(opt, n int) func(string, string, syscall.RawConn) error {
-		return func(_, _ string, rc syscall.RawConn) error {
-			if n == 0 {
-				return nil
-			}
-			var serr error
-			if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, opt, n) }); err != nil {
-				return err
-			}
-			return serr
-		}
-	}
-	lc := net.ListenConfig{Control: setBuf(syscall.SO_RCVBUF, rcvbuf)}
+	lc := net.ListenConfig{Control: sockBuf(syscall.SO_RCVBUF, rcvbuf)}
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +159,7 @@ func loopbackPair(t *testing.T, sndbuf, rcvbuf int) (mine, theirs net.Conn) {
 		c, _ := ln.Accept()
 		accepted <- c
 	}()
-	d := net.Dialer{Control: setBuf(syscall.SO_SNDBUF, sndbuf)}
+	d := net.Dialer{Control: sockBuf(syscall.SO_SNDBUF, sndbuf)}
 	mine, err = d.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -263,5 +242,20 @@ func TestPeerLinkSenderWritesIdleLink(t *testing.T) {
 	go pl.writer()
 	for i, p := range want {
 		readMsg(i+1, p)
+	}
+}
+
+// sockBuf is a dialer's or listener's Control setting socket option opt
+// (a buffer size) to n before the socket connects; n 0 leaves it.
+func sockBuf(opt, n int) func(string, string, syscall.RawConn) error {
+	return func(_, _ string, rc syscall.RawConn) error {
+		if n == 0 {
+			return nil
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, opt, n) }); err != nil {
+			return err
+		}
+		return serr
 	}
 }
