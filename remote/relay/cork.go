@@ -206,10 +206,7 @@ func concat(iov [][]byte, n int) []byte {
 func (c *corkConn) finish(rest []byte, carried bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if carried {
-		return c.flushCarryLocked()
-	}
-	if err := c.flushCarryLocked(); err != nil {
+	if err := c.flushCarryLocked(); err != nil || carried {
 		return err
 	}
 	c.writes.Add(1)

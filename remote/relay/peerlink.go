@@ -564,35 +564,26 @@ func (pl *peerLink) writer() {
 				_, err = pl.conn.Write(out)
 			}
 		}
-		pl.mu.Lock()
-		pl.writing = false
-		if pl.carry == nil && cap(carry) <= linkKeepOne {
-			pl.carry = carry[:0]
-		}
-		pl.mu.Unlock()
-		if len(buf) == 0 {
-			if err != nil {
-				pl.f.s.log.Warn("fleet: peer link write failed", "node", pl.node, "err", err)
-				pl.close()
-				return
-			}
-			pl.kick() // what was queued while the carry went
-			continue
-		}
-		if len(out) > 0 && &out[0] == &buf[0] {
+		switch {
+		case len(out) > 0 && &out[0] == &buf[0]:
 			buf = out // sealed in place: the tag may have grown it
-		} else if cap(out) <= linkKeepBuf {
+		case out == nil: // nothing sealed: pl.out is as it was
+		case cap(out) <= linkKeepBuf:
 			pl.out = out[:0]
-		} else {
+		default:
 			pl.out = nil
 		}
 		pl.mu.Lock()
+		pl.writing = false
 		more := len(pl.pend) > 0
+		if pl.carry == nil && cap(carry) <= linkKeepOne {
+			pl.carry = carry[:0]
+		}
 		// A batch of a few 60 KiB frames grows past 1 MiB: the
 		// buffer is kept up to linkKeepBuf, else every batch that size
 		// grew a new one (growslice was 8 % of a cross-node stream's
 		// CPU in BenchmarkFleetThroughput).
-		if cap(buf) <= linkKeepBuf && pl.spare == nil && !pl.closed {
+		if buf != nil && cap(buf) <= linkKeepBuf && pl.spare == nil && !pl.closed {
 			pl.spare = buf[:0]
 		}
 		pl.mu.Unlock()
@@ -601,8 +592,10 @@ func (pl *peerLink) writer() {
 			pl.close()
 			return
 		}
-		pl.f.st.linkBatches.Add(1)
-		pl.f.st.linkMsgs.Add(uint64(n))
+		if len(buf) > 0 {
+			pl.f.st.linkBatches.Add(1)
+			pl.f.st.linkMsgs.Add(uint64(n))
+		}
 		if more {
 			pl.kick()
 		}
