@@ -79,12 +79,21 @@ func (c *corkConn) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	c.writes.Add(1)
-	bufs := net.Buffers{b, p}
-	n, err := bufs.WriteTo(c.Conn)
+	n, err := writeBoth(c.Conn, b, p)
 	*c.buf = b[:0]
-	if n -= int64(len(b)); n < 0 {
+	if n -= len(b); n < 0 {
 		n = 0
 	}
+	return n, err
+}
+
+// writeBoth writes b then p, in one writev when c can.
+func writeBoth(c net.Conn, b, p []byte) (int, error) {
+	if v, ok := c.(interface{ writev([][]byte) (int, error) }); ok {
+		return v.writev([][]byte{b, p})
+	}
+	bufs := net.Buffers{b, p}
+	n, err := bufs.WriteTo(c)
 	return int(n), err
 }
 
@@ -243,6 +252,7 @@ func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
+	conn = wrapSock(conn)
 	w.cc = &corkConn{Conn: conn, rc: rawConn(conn)}
 	brw.Writer.Reset(w.cc)
 	return w.cc, brw, nil

@@ -33,7 +33,7 @@ func slowReadingHarness(t *testing.T, p *pair) *leg {
 	c.SetReadLimit(1 << 20)
 	p.r.rec.wait(t, n, 10*time.Second, func(e Event) bool { return e.Kind == "attach" && e.Role == roleHarness })
 	l := legOf(t, p.r, roleHarness, "E")
-	if err := l.cc.Conn.(*net.TCPConn).SetWriteBuffer(32 << 10); err != nil {
+	if err := tcpOf(t, l.cc.Conn).SetWriteBuffer(32 << 10); err != nil {
 		t.Fatal(err)
 	}
 	go func() {

@@ -977,6 +977,7 @@ func (f *fabric) dialLink(node, addr string) (*peerLink, *bufio.Reader, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	conn = wrapSock(conn)
 	conn.SetDeadline(time.Now().Add(linkHSWait))
 	nd := make([]byte, linkNonce)
 	rand.Read(nd)
@@ -1022,6 +1023,7 @@ func (f *fabric) dialLink(node, addr string) (*peerLink, *bufio.Reader, error) {
 
 // acceptLink runs the acceptor's half of the handshake.
 func (f *fabric) acceptLink(conn net.Conn) (*peerLink, *bufio.Reader, error) {
+	conn = wrapSock(conn)
 	// The greeting comes at once from a real peer; an idle connection
 	// gives its slot back after linkHSFirst.
 	conn.SetDeadline(time.Now().Add(linkHSFirst))
