@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+
+	"github.com/execgo/exec-server/internal/rawsock"
 )
 
 // The floor of one more process on a frame's path. A cross-node frame
@@ -22,7 +24,9 @@ import (
 // other side, nothing else (no websocket, no frame, no sealing), so what
 // it adds is a lower bound on what any separate process on the path adds.
 // It copies through user space, as a relay must to read its frames (a
-// splice would keep the bytes in the kernel).
+// splice would keep the bytes in the kernel), with the relay's raw socket
+// reads and writes (internal/rawsock), so that what it adds is not the Go
+// runtime's sysmon waking with every message.
 
 // fleetForward listens on loopback, prints its address, and forwards each
 // connection to target until stdin closes.
@@ -44,11 +48,13 @@ func fleetForward(target string) int {
 		}
 		go func() {
 			defer c.Close()
+			c := rawsock.Wrap(c)
 			d, err := net.Dial("tcp", target)
 			if err != nil {
 				return
 			}
 			defer d.Close()
+			d = rawsock.Wrap(d)
 			done := make(chan struct{}, 2)
 			go func() { copyPlain(d, c); done <- struct{}{} }()
 			go func() { copyPlain(c, d); done <- struct{}{} }()

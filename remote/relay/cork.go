@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/execgo/exec-server/internal/rawsock"
 )
 
 // Writing several websocket messages in one syscall.
@@ -89,8 +91,8 @@ func (c *corkConn) Write(p []byte) (int, error) {
 
 // writeBoth writes b then p, in one writev when c can.
 func writeBoth(c net.Conn, b, p []byte) (int, error) {
-	if v, ok := c.(interface{ writev([][]byte) (int, error) }); ok {
-		return v.writev([][]byte{b, p})
+	if v, ok := c.(interface{ Writev([][]byte) (int, error) }); ok {
+		return v.Writev([][]byte{b, p})
 	}
 	bufs := net.Buffers{b, p}
 	n, err := bufs.WriteTo(c)
@@ -179,7 +181,7 @@ func (c *corkConn) tryWritev(iov [][]byte) (rest []byte, carried bool, err error
 	if c.corked || len(c.carry) > 0 || c.abort.Load() {
 		return concat(iov, 0), false, nil
 	}
-	n, err := writevOnce(c.rc, iov)
+	n, err := rawsock.WritevOnce(c.rc, iov)
 	if err != nil {
 		return nil, false, err
 	}
@@ -252,8 +254,8 @@ func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	conn = wrapSock(conn)
-	w.cc = &corkConn{Conn: conn, rc: rawConn(conn)}
+	conn = rawsock.Wrap(conn)
+	w.cc = &corkConn{Conn: conn, rc: rawsock.RawConn(conn)}
 	brw.Writer.Reset(w.cc)
 	return w.cc, brw, nil
 }

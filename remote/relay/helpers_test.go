@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/internal/rawsock"
 	"github.com/execgo/exec-server/remote/noise"
 )
 
@@ -320,4 +322,17 @@ func write(t *testing.T, c *websocket.Conn, b []byte) {
 	if err := c.Write(ctx, websocket.MessageBinary, b); err != nil {
 		t.Fatalf("write: %v", err)
 	}
+}
+
+// tcpOf is the TCP connection under c (a rawsock.Conn's).
+func tcpOf(t *testing.T, c net.Conn) *net.TCPConn {
+	t.Helper()
+	if s, ok := c.(*rawsock.Conn); ok {
+		c = s.Conn
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		t.Fatalf("%T is not a TCP connection", c)
+	}
+	return tc
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/execgo/exec-server/internal/rawsock"
+	"github.com/execgo/exec-server/internal/test/tcptest"
 )
 
 // TestWSBinaryHeader: the header a link's reader writes ahead of a frame
@@ -131,7 +133,7 @@ func TestLinkReaderWritesFrames(t *testing.T) {
 // to n bytes before it connects.
 func dialRcvBuf(t *testing.T, url string, n int) *websocket.Conn {
 	t.Helper()
-	d := &net.Dialer{Control: sockBuf(syscall.SO_RCVBUF, n)}
+	d := &net.Dialer{Control: tcptest.BufControl(syscall.SO_RCVBUF, n)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}})
@@ -143,35 +145,6 @@ func dialRcvBuf(t *testing.T, url string, n int) *websocket.Conn {
 	return c
 }
 
-// loopbackPair is a connected TCP pair on 127.0.0.1, mine's send buffer
-// and theirs's receive buffer set to the given sizes before they connect
-// (0: the kernel's).
-func loopbackPair(t *testing.T, sndbuf, rcvbuf int) (mine, theirs net.Conn) {
-	t.Helper()
-	lc := net.ListenConfig{Control: sockBuf(syscall.SO_RCVBUF, rcvbuf)}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	d := net.Dialer{Control: sockBuf(syscall.SO_SNDBUF, sndbuf)}
-	mine, err = d.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs = <-accepted
-	if theirs == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { mine.Close(); theirs.Close() })
-	return mine, theirs
-}
-
 // TestPeerLinkSenderWritesIdleLink: a message on an idle link is sealed
 // and written by its sender (no hand-off to the link's writer); when the
 // kernel takes only part, the writer sends the rest before anything
@@ -181,7 +154,7 @@ func TestPeerLinkSenderWritesIdleLink(t *testing.T) {
 	s.opts.FleetNodeBytes = 64 << 20
 	f := &fabric{s: s, links: map[string]*peerLink{}}
 	// Small buffers: the first large message overflows them.
-	mine, theirs := loopbackPair(t, 16<<10, 8<<10)
+	mine, theirs := tcptest.Pair(t, 16<<10, 8<<10)
 	dialer, acceptor := testSeals(t)
 	pl := f.newLink("z", "id", mine, acceptor[0], acceptor[1])
 	if pl.rc == nil {
@@ -245,17 +218,11 @@ func TestPeerLinkSenderWritesIdleLink(t *testing.T) {
 	}
 }
 
-// sockBuf is a dialer's or listener's Control setting socket option opt
-// (a buffer size) to n before the socket connects; n 0 leaves it.
-func sockBuf(opt, n int) func(string, string, syscall.RawConn) error {
-	return func(_, _ string, rc syscall.RawConn) error {
-		if n == 0 {
-			return nil
-		}
-		var serr error
-		if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, opt, n) }); err != nil {
-			return err
-		}
-		return serr
+// TestGatherFitsOneWrite: a link's whole gather (a header and a payload
+// per frame) is one writev; past rawsock.MaxIov the rest would be carried
+// and written by another goroutine.
+func TestGatherFitsOneWrite(t *testing.T) {
+	if 2*corkFrames > rawsock.MaxIov {
+		t.Fatalf("a gather of %d frames is %d slices, one writev takes %d", corkFrames, 2*corkFrames, rawsock.MaxIov)
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/execgo/exec-server/internal/rawsock"
 )
 
 // Peer links: the data plane between two relay nodes without NATS.
@@ -407,7 +409,7 @@ func (f *fabric) newLink(node, id string, conn net.Conn, tx, rx *linkSeal) *peer
 		done:    make(chan struct{}),
 		maxPend: f.s.opts.FleetNodeBytes + linkQueueSlack,
 	}
-	pl.rc = rawConn(conn)
+	pl.rc = rawsock.RawConn(conn)
 	return pl
 }
 
@@ -476,7 +478,7 @@ func (pl *peerLink) writeNow(kind byte, key string, payload []byte) {
 	out, err := pl.sealBatch(buf)
 	n := 0
 	if err == nil {
-		n, err = writevOnce(pl.rc, [][]byte{out})
+		n, err = rawsock.WritevOnce(pl.rc, [][]byte{out})
 	}
 	pl.mu.Lock()
 	if err == nil && n < len(out) {
@@ -977,7 +979,7 @@ func (f *fabric) dialLink(node, addr string) (*peerLink, *bufio.Reader, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	conn = wrapSock(conn)
+	conn = rawsock.Wrap(conn)
 	conn.SetDeadline(time.Now().Add(linkHSWait))
 	nd := make([]byte, linkNonce)
 	rand.Read(nd)
@@ -1023,7 +1025,7 @@ func (f *fabric) dialLink(node, addr string) (*peerLink, *bufio.Reader, error) {
 
 // acceptLink runs the acceptor's half of the handshake.
 func (f *fabric) acceptLink(conn net.Conn) (*peerLink, *bufio.Reader, error) {
-	conn = wrapSock(conn)
+	conn = rawsock.Wrap(conn)
 	// The greeting comes at once from a real peer; an idle connection
 	// gives its slot back after linkHSFirst.
 	conn.SetDeadline(time.Now().Add(linkHSFirst))

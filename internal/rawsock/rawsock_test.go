@@ -1,4 +1,6 @@
-package relay
+//go:build linux
+
+package rawsock
 
 import (
 	"bytes"
@@ -9,41 +11,30 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/execgo/exec-server/internal/test/tcptest"
 )
 
-// tcpOf is the TCP connection under c (a sockConn's).
-func tcpOf(t *testing.T, c net.Conn) *net.TCPConn {
-	t.Helper()
-	if s, ok := c.(*sockConn); ok {
-		c = s.Conn
-	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		t.Fatalf("%T is not a TCP connection", c)
-	}
-	return tc
-}
-
-// TestSockConn: raw reads and writes move every byte, in order, through
+// TestConn: raw reads and writes move every byte, in order, through
 // full socket buffers (the writer waits for the socket, the reader for
 // data), and end as the net package's do: io.EOF at the peer's close,
 // timeouts and closed sockets classified by type.
-func TestSockConn(t *testing.T) {
-	mine, theirs := loopbackPair(t, 16<<10, 16<<10)
-	w, ok := wrapSock(mine).(*sockConn)
+func TestConn(t *testing.T) {
+	mine, theirs := tcptest.Pair(t, 16<<10, 16<<10)
+	w, ok := Wrap(mine).(*Conn)
 	if !ok {
-		t.Fatalf("wrapSock gave %T", wrapSock(mine))
+		t.Fatalf("Wrap gave %T", Wrap(mine))
 	}
-	r := wrapSock(theirs)
-	if rawConn(w) != w.rc {
-		t.Fatal("rawConn of a sockConn is not its descriptor")
+	r := Wrap(theirs)
+	if RawConn(w) != w.rc {
+		t.Fatal("RawConn of a Conn is not its descriptor")
 	}
 
 	// Far more than both buffers hold, in slices of every size around
 	// the buffers', some empty, more slices than one writev takes.
 	var iov [][]byte
 	var want []byte
-	for i := range 3 * maxIov {
+	for i := range 3 * MaxIov {
 		b := bytes.Repeat([]byte{byte(i)}, (i*7919)%(40<<10))
 		iov = append(iov, b)
 		want = append(want, b...)
@@ -64,7 +55,7 @@ func TestSockConn(t *testing.T) {
 			}
 		}
 	}()
-	n, err := w.writev(iov)
+	n, err := w.Writev(iov)
 	if err != nil || n != len(want) {
 		t.Fatalf("writev: %d of %d bytes, %v", n, len(want), err)
 	}
@@ -85,15 +76,15 @@ func TestSockConn(t *testing.T) {
 	}
 
 	// A read waiting for data ends at its deadline.
-	a, b := loopbackPair(t, 0, 0)
-	ra := wrapSock(a)
+	a, b := tcptest.Pair(t, 0, 0)
+	ra := Wrap(a)
 	ra.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	var ne net.Error
 	if _, err := ra.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("read past its deadline: %v", err)
 	}
 	// A write that cannot go waits for the socket, until its deadline.
-	wb := wrapSock(b)
+	wb := Wrap(b)
 	wb.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	if _, err := wb.Write(make([]byte, 64<<20)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("write past its deadline: %v", err)
@@ -110,17 +101,17 @@ func TestSockConn(t *testing.T) {
 // TestWritevOnce: one write that never waits takes what the kernel
 // takes, and 0 with no error when the socket is full.
 func TestWritevOnce(t *testing.T) {
-	mine, theirs := loopbackPair(t, 16<<10, 16<<10)
-	rc := rawConn(mine)
+	mine, theirs := tcptest.Pair(t, 16<<10, 16<<10)
+	rc := RawConn(mine)
 	big := make([]byte, 8<<20)
-	n, err := writevOnce(rc, [][]byte{big[:1], big[1:]})
+	n, err := WritevOnce(rc, [][]byte{big[:1], big[1:]})
 	if err != nil || n <= 0 || n >= len(big) {
 		t.Fatalf("first write: %d of %d, %v", n, len(big), err)
 	}
 	// The kernel takes a little more as the peer's buffer fills; then
 	// nothing, and no error.
 	for i := 0; ; i++ {
-		n, err := writevOnce(rc, [][]byte{big})
+		n, err := WritevOnce(rc, [][]byte{big})
 		if err != nil || n >= len(big) || i == 1000 {
 			t.Fatalf("write %d to a filling socket: %d, %v", i, n, err)
 		}
@@ -130,12 +121,12 @@ func TestWritevOnce(t *testing.T) {
 	}
 	theirs.Close()
 	mine.Close()
-	if _, err := writevOnce(rc, [][]byte{big}); !errors.Is(err, net.ErrClosed) {
+	if _, err := WritevOnce(rc, [][]byte{big}); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("write to a closed socket: %v", err)
 	}
 }
 
-func TestConsumeIov(t *testing.T) {
+func TestConsume(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		want []string
@@ -147,11 +138,11 @@ func TestConsumeIov(t *testing.T) {
 		{5, []string{}},
 	} {
 		got := []string{}
-		for _, b := range consumeIov([][]byte{[]byte("ab"), {}, []byte("cde")}, tc.n) {
+		for _, b := range consume([][]byte{[]byte("ab"), {}, []byte("cde")}, tc.n) {
 			got = append(got, string(b))
 		}
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("consumeIov(%d) = %q, want %q", tc.n, got, tc.want)
+			t.Errorf("consume(%d) = %q, want %q", tc.n, got, tc.want)
 		}
 	}
 }
