@@ -5,16 +5,26 @@ package rawsock
 import (
 	"errors"
 	"net"
-	"syscall"
 )
+
+// Conn is not built here: Wrap returns connections as they are and Of
+// gives nil.
+type Conn struct{ net.Conn }
 
 // Wrap returns c.
 func Wrap(c net.Conn) net.Conn { return c }
 
-// RawConn is nil: no raw writes here.
-func RawConn(net.Conn) syscall.RawConn { return nil }
+// Of is nil.
+func Of(net.Conn) *Conn { return nil }
 
-// WritevOnce needs Linux.
-func WritevOnce(syscall.RawConn, [][]byte) (int, error) {
+// Writev writes iov whole.
+func (c *Conn) Writev(iov [][]byte) (int, error) {
+	b := net.Buffers(iov)
+	n, err := b.WriteTo(c.Conn)
+	return int(n), err
+}
+
+// TryWritev needs Linux.
+func (c *Conn) TryWritev([][]byte) (int, error) {
 	return 0, errors.New("rawsock: writes that do not wait need Linux")
 }

@@ -26,8 +26,8 @@ func TestConn(t *testing.T) {
 		t.Fatalf("Wrap gave %T", Wrap(mine))
 	}
 	r := Wrap(theirs)
-	if RawConn(w) != w.rc {
-		t.Fatal("RawConn of a Conn is not its descriptor")
+	if Of(w) != w || Of(mine) != nil {
+		t.Fatal("Of does not tell a Conn")
 	}
 
 	// Far more than both buffers hold, in slices of every size around
@@ -98,20 +98,20 @@ func TestConn(t *testing.T) {
 	}
 }
 
-// TestWritevOnce: one write that never waits takes what the kernel
+// TestTryWritev: one write that never waits takes what the kernel
 // takes, and 0 with no error when the socket is full.
-func TestWritevOnce(t *testing.T) {
+func TestTryWritev(t *testing.T) {
 	mine, theirs := tcptest.Pair(t, 16<<10, 16<<10)
-	rc := RawConn(mine)
+	c := Of(Wrap(mine))
 	big := make([]byte, 8<<20)
-	n, err := WritevOnce(rc, [][]byte{big[:1], big[1:]})
+	n, err := c.TryWritev([][]byte{big[:1], big[1:]})
 	if err != nil || n <= 0 || n >= len(big) {
 		t.Fatalf("first write: %d of %d, %v", n, len(big), err)
 	}
 	// The kernel takes a little more as the peer's buffer fills; then
 	// nothing, and no error.
 	for i := 0; ; i++ {
-		n, err := WritevOnce(rc, [][]byte{big})
+		n, err := c.TryWritev([][]byte{big})
 		if err != nil || n >= len(big) || i == 1000 {
 			t.Fatalf("write %d to a filling socket: %d, %v", i, n, err)
 		}
@@ -121,8 +121,79 @@ func TestWritevOnce(t *testing.T) {
 	}
 	theirs.Close()
 	mine.Close()
-	if _, err := WritevOnce(rc, [][]byte{big}); !errors.Is(err, net.ErrClosed) {
+	if _, err := c.TryWritev([][]byte{big}); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("write to a closed socket: %v", err)
+	}
+}
+
+// TestNoAllocs: a read, a write and a write that does not wait allocate
+// nothing (the net package's do not either).
+func TestNoAllocs(t *testing.T) {
+	a, b := tcptest.Pair(t, 0, 0)
+	wa, wb := Of(Wrap(a)), Wrap(b)
+	buf := make([]byte, 64)
+	for name, op := range map[string]func(){
+		"write":     func() { wa.Write(buf) },
+		"writev":    func() { wa.Writev([][]byte{buf[:10], buf[10:]}) },
+		"trywritev": func() { wa.TryWritev([][]byte{buf[:10], buf[10:]}) },
+	} {
+		if n := testing.AllocsPerRun(200, func() {
+			op()
+			if _, err := io.ReadFull(wb, buf); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s and a read: %v allocations", name, n)
+		}
+	}
+}
+
+// TestConcurrentWrites: writes from several goroutines at once through a
+// socket that keeps filling stay whole, none interleaved with another,
+// and every byte arrives (run with -race).
+func TestConcurrentWrites(t *testing.T) {
+	a, b := tcptest.Pair(t, 16<<10, 16<<10)
+	wa, wb := Wrap(a), Wrap(b)
+	const writers, each, size = 4, 200, 30000
+	done := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			msg := bytes.Repeat([]byte{byte('a' + w)}, size)
+			for range each {
+				if _, err := wa.Write(msg); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	got := make(chan map[byte]int, 1)
+	go func() {
+		m := map[byte]int{}
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(wb, buf); err != nil {
+				got <- m
+				return
+			}
+			if i := bytes.IndexFunc(buf, func(r rune) bool { return byte(r) != buf[0] }); i >= 0 {
+				t.Errorf("a message of %c has %c at %d", buf[0], buf[i], i)
+			}
+			m[buf[0]]++
+		}
+	}()
+	for range writers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	wa.Close()
+	m := <-got
+	for w := range writers {
+		if m[byte('a'+w)] != each {
+			t.Errorf("writer %c: %d messages read, %d written", 'a'+w, m[byte('a'+w)], each)
+		}
 	}
 }
 

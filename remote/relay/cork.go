@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/execgo/exec-server/internal/rawsock"
@@ -46,9 +45,9 @@ type corkConn struct {
 	// releaseHeld: what its reader gathered toward another socket goes
 	// before the reader may wait). Set once, before the first read.
 	beforeRead func()
-	// rc writes without waiting (tryWritev); nil when the connection
+	// rs writes without waiting (tryWritev); nil when the connection
 	// has no file descriptor (TLS).
-	rc syscall.RawConn
+	rs *rawsock.Conn
 	// carry: the part of a message tryWritev's write left; every write
 	// sends it first.
 	carry []byte
@@ -91,8 +90,8 @@ func (c *corkConn) Write(p []byte) (int, error) {
 
 // writeBoth writes b then p, in one writev when c can.
 func writeBoth(c net.Conn, b, p []byte) (int, error) {
-	if v, ok := c.(interface{ Writev([][]byte) (int, error) }); ok {
-		return v.Writev([][]byte{b, p})
+	if r := rawsock.Of(c); r != nil {
+		return r.Writev([][]byte{b, p})
 	}
 	bufs := net.Buffers{b, p}
 	n, err := bufs.WriteTo(c)
@@ -181,7 +180,7 @@ func (c *corkConn) tryWritev(iov [][]byte) (rest []byte, carried bool, err error
 	if c.corked || len(c.carry) > 0 || c.abort.Load() {
 		return concat(iov, 0), false, nil
 	}
-	n, err := rawsock.WritevOnce(c.rc, iov)
+	n, err := c.rs.TryWritev(iov)
 	if err != nil {
 		return nil, false, err
 	}
@@ -255,7 +254,7 @@ func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		}
 	}
 	conn = rawsock.Wrap(conn)
-	w.cc = &corkConn{Conn: conn, rc: rawsock.RawConn(conn)}
+	w.cc = &corkConn{Conn: conn, rs: rawsock.Of(conn)}
 	brw.Writer.Reset(w.cc)
 	return w.cc, brw, nil
 }

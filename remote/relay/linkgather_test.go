@@ -156,8 +156,8 @@ func TestPeerLinkSenderWritesIdleLink(t *testing.T) {
 	// Small buffers: the first large message overflows them.
 	mine, theirs := tcptest.Pair(t, 16<<10, 8<<10)
 	dialer, acceptor := testSeals(t)
-	pl := f.newLink("z", "id", mine, acceptor[0], acceptor[1])
-	if pl.rc == nil {
+	pl := f.newLink("z", "id", rawsock.Wrap(mine), acceptor[0], acceptor[1]) // as dialLink and acceptLink do
+	if pl.rs == nil {
 		t.Fatal("a TCP link has no descriptor to write without waiting")
 	}
 	t.Cleanup(func() {

@@ -19,7 +19,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/execgo/exec-server/internal/rawsock"
@@ -375,9 +374,9 @@ type peerLink struct {
 	tx   *linkSeal // the writer's
 	rx   *linkSeal // the reader's
 	out  []byte    // the writer's sealed records, reused
-	// rc writes without waiting (writeNow); nil: every message goes
+	// rs writes without waiting (writeNow); nil: every message goes
 	// through the writer.
-	rc  syscall.RawConn
+	rs  *rawsock.Conn
 	one []byte // writeNow's record, reused (the writing token's)
 
 	mu    sync.Mutex
@@ -409,7 +408,7 @@ func (f *fabric) newLink(node, id string, conn net.Conn, tx, rx *linkSeal) *peer
 		done:    make(chan struct{}),
 		maxPend: f.s.opts.FleetNodeBytes + linkQueueSlack,
 	}
-	pl.rc = rawsock.RawConn(conn)
+	pl.rs = rawsock.Of(conn)
 	return pl
 }
 
@@ -443,7 +442,7 @@ func (pl *peerLink) send(kind byte, key string, payload []byte) error {
 	now := time.Now().UnixNano()
 	idle := now-pl.last > int64(linkIdleGap)
 	pl.last = now
-	if wasEmpty && idle && !pl.writing && len(pl.carry) == 0 && pl.rc != nil {
+	if wasEmpty && idle && !pl.writing && len(pl.carry) == 0 && pl.rs != nil {
 		pl.writing = true
 		pl.mu.Unlock()
 		pl.writeNow(kind, key, payload)
@@ -478,7 +477,7 @@ func (pl *peerLink) writeNow(kind byte, key string, payload []byte) {
 	out, err := pl.sealBatch(buf)
 	n := 0
 	if err == nil {
-		n, err = rawsock.WritevOnce(pl.rc, [][]byte{out})
+		n, err = pl.rs.TryWritev([][]byte{out})
 	}
 	pl.mu.Lock()
 	if err == nil && n < len(out) {
@@ -803,7 +802,7 @@ func (g *linkGather) take(l *leg, in *inbox) bool {
 		return false
 	}
 	if g.to == nil {
-		if l.cc == nil || l.cc.rc == nil || !l.lockIfIdle() {
+		if l.cc == nil || l.cc.rs == nil || !l.lockIfIdle() {
 			if !claimed {
 				in.unclaim()
 			}
