@@ -164,6 +164,9 @@ func (c *Conn) write(fd uintptr) bool {
 		if c.wv = consume(c.wv, n); len(c.wv) == 0 || c.wonce {
 			return true
 		}
+		if n == 0 {
+			return false // the kernel took nothing: wait rather than spin
+		}
 	}
 }
 
