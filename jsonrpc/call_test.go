@@ -336,6 +336,7 @@ func TestGoDetachedFromWork(t *testing.T) {
 	c := NewConn(s, Options{})
 	release := make(chan struct{})
 	finished := make(chan struct{})
+	detached := make(chan struct{})
 	wait := runConn(c, context.Background(), func(m *Message) Action {
 		id := append(json.RawMessage(nil), m.ID...)
 		return Concurrent(func() {
@@ -346,10 +347,15 @@ func TestGoDetachedFromWork(t *testing.T) {
 			}) {
 				t.Error("GoDetached refused while the connection runs")
 			}
+			close(detached)
 		})
 	})
 	s.send(`{"id":1,"method":"stream"}`)
 	s.next(t)
+	// The peer goes once the work has detached: ending the stream
+	// between the reply and GoDetached ends the connection first, and
+	// GoDetached then rightly refuses (a loaded machine did this).
+	<-detached
 	close(s.in)
 	ended := make(chan error, 1)
 	go func() { ended <- wait() }()
