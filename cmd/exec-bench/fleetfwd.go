@@ -48,7 +48,7 @@ func fleetForward(target string) int {
 		}
 		go func() {
 			defer c.Close()
-			c := rawsock.Wrap(c)
+			c = rawsock.Wrap(c)
 			d, err := net.Dial("tcp", target)
 			if err != nil {
 				return

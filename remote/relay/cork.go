@@ -80,7 +80,7 @@ func (c *corkConn) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	c.writes.Add(1)
-	n, err := writeBoth(c.Conn, b, p)
+	n, err := c.writeBoth(b, p)
 	*c.buf = b[:0]
 	if n -= len(b); n < 0 {
 		n = 0
@@ -88,13 +88,13 @@ func (c *corkConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeBoth writes b then p, in one writev when c can.
-func writeBoth(c net.Conn, b, p []byte) (int, error) {
-	if r := rawsock.Of(c); r != nil {
-		return r.Writev([][]byte{b, p})
+// writeBoth writes b then p, in one writev when the socket is raw.
+func (c *corkConn) writeBoth(b, p []byte) (int, error) {
+	if c.rs != nil {
+		return c.rs.Writev([][]byte{b, p})
 	}
 	bufs := net.Buffers{b, p}
-	n, err := bufs.WriteTo(c)
+	n, err := bufs.WriteTo(c.Conn)
 	return int(n), err
 }
 
