@@ -178,10 +178,11 @@ func TestConnLargeFrameNotStarved(t *testing.T) {
 	if pos < 0 || pos > 50 {
 		t.Fatalf("the large frame was written at position %d of %d: starved by the small ones", pos, frames+1)
 	}
-	if err := <-bigSent; err != nil {
-		t.Fatal(err)
-	}
-	go func() { // let the rest through
+	// Let the rest through before waiting for the large frame's Send: a
+	// sender that wrote its frame may go on to write the frames queued
+	// meanwhile (send's help), and each of those needs a token (a loaded
+	// machine hung here).
+	go func() {
 		for {
 			select {
 			case s.tokens <- struct{}{}:
@@ -190,6 +191,9 @@ func TestConnLargeFrameNotStarved(t *testing.T) {
 			}
 		}
 	}()
+	if err := <-bigSent; err != nil {
+		t.Fatal(err)
+	}
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
