@@ -158,6 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log: cfg.Logger.With("environment_id", cfg.EnvironmentID),
 		reg: &registry{base: base, env: cfg.EnvironmentID, token: cfg.Token, account: cfg.AccountID, client: cfg.HTTPClient, authorize: cfg.Authorize},
 		key: kp,
+		ws:  coalesce.Client(cfg.HTTPClient),
 	}
 	return e.run(ctx)
 }
@@ -167,6 +168,7 @@ type executor struct {
 	log *slog.Logger
 	reg *registry
 	key *noise.Keypair
+	ws  *http.Client // cfg.HTTPClient for the rendezvous sockets (coalesce.Client)
 
 	streams sync.WaitGroup // ServeStream goroutines
 
@@ -304,7 +306,7 @@ func (e *executor) run(ctx context.Context) error {
 		}
 		dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
 		c, resp, err := websocket.Dial(dctx, reg.URL, &websocket.DialOptions{
-			HTTPClient:      coalesce.Client(e.cfg.HTTPClient),
+			HTTPClient:      e.ws,
 			HTTPHeader:      hdr,
 			CompressionMode: websocket.CompressionDisabled,
 		})

@@ -125,6 +125,7 @@ type Dialer struct {
 	opts               Options
 	id                 *noise.Keypair
 	log                *slog.Logger
+	ws                 *http.Client // opts.HTTPClient for the rendezvous sockets (coalesce.Client)
 }
 
 // NewDialer prepares a dialer for the registry at registryURL (a trailing
@@ -166,6 +167,7 @@ func NewDialer(registryURL, environmentID, token string, opts Options) (*Dialer,
 		opts:  opts,
 		id:    id,
 		log:   opts.Logger,
+		ws:    coalesce.Client(opts.HTTPClient),
 	}, nil
 }
 
@@ -241,7 +243,7 @@ func (d *Dialer) Dial(ctx context.Context) (*channel.Channel, error) {
 func (d *Dialer) DialBundle(ctx context.Context, b *Bundle) (*channel.Channel, error) {
 	dctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(dctx, b.URL, &websocket.DialOptions{HTTPClient: coalesce.Client(d.opts.HTTPClient)})
+	ws, _, err := websocket.Dial(dctx, b.URL, &websocket.DialOptions{HTTPClient: d.ws})
 	if err != nil {
 		return nil, fmt.Errorf("remote executor: rendezvous: %w", err)
 	}
@@ -439,7 +441,7 @@ func (d *Dialer) redial(ctx context.Context, b *Bundle) (*websocket.Conn, error)
 	delay := 100 * time.Millisecond
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, ConnectTimeout)
-		ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: coalesce.Client(d.opts.HTTPClient)})
+		ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: d.ws})
 		dcancel()
 		if err == nil {
 			ws.SetReadLimit(ReadLimit)

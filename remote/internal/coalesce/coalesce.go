@@ -5,13 +5,22 @@
 // wake-ups for the relay reading it. Servers do not mask and write
 // large messages whole; this puts clients (the executor and the harness
 // dial the rendezvous) on the same footing.
+//
+// The sockets it dials also read and write with raw syscalls
+// (internal/rawsock), as the relay's own do: an executor or harness that
+// goes idle between frames then does not keep the Go runtime's sysmon
+// thread awake.
 package coalesce
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/execgo/exec-server/internal/rawsock"
 )
 
 const (
@@ -29,15 +38,43 @@ var holdFor = 500 * time.Microsecond
 
 // Client returns hc with its transport wrapped so that the websocket
 // connections it upgrades coalesce their writes; other requests are
-// untouched. hc is not modified.
+// untouched. When the transport is an *http.Transport (nil is
+// http.DefaultTransport), the result has a clone of it whose dials are
+// raw sockets (rawDial). hc is not modified. Each call clones: call it
+// once per client, not per dial.
 func Client(hc *http.Client) *http.Client {
 	c := *hc
 	base := hc.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	if t, ok := base.(*http.Transport); ok {
+		base = rawDial(t)
+	}
 	c.Transport = roundTripper{base}
 	return &c
+}
+
+// rawDial is a clone of t whose plain dials (to the server, or to a proxy)
+// are wrapped by rawsock; TLS then runs over the raw socket. A transport
+// dialing with the deprecated Dial, or none, is returned as it is.
+func rawDial(t *http.Transport) *http.Transport {
+	dial := t.DialContext
+	if dial == nil {
+		if t.Dial != nil {
+			return t
+		}
+		dial = (&net.Dialer{}).DialContext
+	}
+	t = t.Clone()
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return rawsock.Wrap(c), nil
+	}
+	return t
 }
 
 type roundTripper struct{ base http.RoundTripper }

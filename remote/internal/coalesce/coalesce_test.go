@@ -4,13 +4,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/execgo/exec-server/internal/rawsock"
 )
 
 // recorder is the stream under a Conn: it records each write.
@@ -123,11 +130,18 @@ func TestHeldFlush(t *testing.T) {
 }
 
 // Through Client, a websocket client's messages of every size (piece
-// multiples included) arrive whole at a server.
+// multiples included) arrive whole at a server, over plain TCP and TLS,
+// both on raw sockets.
 func TestWebSocket(t *testing.T) {
+	for _, tlsOn := range []bool{false, true} {
+		t.Run(fmt.Sprint("tls=", tlsOn), func(t *testing.T) { testWebSocket(t, tlsOn) })
+	}
+}
+
+func testWebSocket(t *testing.T, tlsOn bool) {
 	sizes := []int{1, piece - 20, piece, 3 * piece, 60 << 10, 61440 + 90, 200 << 10}
 	got := make(chan []byte, len(sizes))
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
@@ -142,15 +156,37 @@ func TestWebSocket(t *testing.T) {
 			}
 			got <- b
 		}
-	}))
+	})
+	hs := httptest.NewUnstartedServer(h)
+	scheme := "ws"
+	if tlsOn {
+		hs.StartTLS()
+		scheme = "wss"
+	} else {
+		hs.Start()
+	}
 	defer hs.Close()
+	hc := hs.Client()
+	tr := hc.Transport.(*http.Transport)
+	var dialled atomic.Int32
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialled.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	wc := Client(hc)
+	if wc.Transport.(roundTripper).base == http.RoundTripper(tr) {
+		t.Fatal("Client kept the caller's transport; want its clone that dials raw sockets")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws"+hs.URL[len("http"):], &websocket.DialOptions{HTTPClient: Client(http.DefaultClient)})
+	c, _, err := websocket.Dial(ctx, scheme+hs.URL[strings.Index(hs.URL, ":"):], &websocket.DialOptions{HTTPClient: wc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.CloseNow()
+	if dialled.Load() != 1 {
+		t.Fatalf("the client's own dial ran %d times, want 1 (under the raw socket)", dialled.Load())
+	}
 	for i, n := range sizes {
 		msg := make([]byte, n)
 		for j := range msg {
@@ -167,5 +203,58 @@ func TestWebSocket(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("message %d (%d bytes) did not arrive", i, n)
 		}
+	}
+}
+
+// rawDial wraps what the transport's own dial returns; a transport it
+// cannot wrap is left as it is, and the caller's is never modified.
+func TestRawDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		tr   *http.Transport
+		same bool // returned as it is
+	}{
+		{"default", http.DefaultTransport.(*http.Transport), false},
+		{"no dialer", &http.Transport{}, false},
+		{"own DialContext", &http.Transport{DialContext: (&net.Dialer{}).DialContext}, false},
+		{"deprecated Dial", &http.Transport{Dial: net.Dial}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.tr.DialContext
+			got := rawDial(tc.tr)
+			if (got == tc.tr) != tc.same {
+				t.Fatalf("returned the transport itself: %v, want %v", got == tc.tr, tc.same)
+			}
+			if fmt.Sprintf("%p", tc.tr.DialContext) != fmt.Sprintf("%p", before) {
+				t.Fatal("the caller's transport was modified")
+			}
+			if tc.same {
+				return
+			}
+			c, err := got.DialContext(ctx, "tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if runtime.GOOS == "linux" && rawsock.Of(c) == nil {
+				t.Fatalf("dialled %T, want a raw socket", c)
+			}
+		})
 	}
 }
