@@ -165,6 +165,37 @@ func TestTLSListener(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("readyz over TLS: %d", resp.StatusCode)
 	}
+
+	// A stream through the TLS listener (raw sockets under TLS on both
+	// sides: rawsock.Listener here, the executor's and harness's dials):
+	// messages of every size come back byte for byte.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go executor.Run(ctx, executor.Config{RegistryURL: base, EnvironmentID: "T", Token: "t", Server: echo{},
+		HTTPClient: executor.DefaultHTTPClient(pool), ReconnectMin: 200 * time.Millisecond})
+	d, err := harness.NewDialer(base, "T", "t", harness.Options{HTTPClient: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := d.Dial(ctx)
+	for err != nil && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond) // the executor is still registering
+		ch, err = d.Dial(ctx)
+	}
+	if err != nil {
+		t.Fatalf("dial over TLS: %v", err)
+	}
+	defer ch.Close()
+	for _, n := range []int{1, 1000, 16 << 10, 60 << 10, 200 << 10} {
+		m := []byte(`{"jsonrpc":"2.0","method":"m","params":"` + strings.Repeat("x", n) + `"}`)
+		if err := ch.Write(ctx, m, false); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ch.Read(ctx)
+		if err != nil || !bytes.Equal(got, m) {
+			t.Fatalf("%d-byte message over TLS: got %d bytes, %v", n, len(got), err)
+		}
+	}
 }
 
 func must[T any](v T, err error) T {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/execgo/exec-server/internal/rawsock"
 	"github.com/execgo/exec-server/remote/relay"
 )
 
@@ -195,7 +196,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	base := "http://" + l.Addr().String()
 	if tlsConf != nil {
-		l = tls.NewListener(l, tlsConf)
+		// Raw sockets under TLS, as the relay's plain sockets get at
+		// the hijack (internal/rawsock).
+		l = tls.NewListener(rawsock.Listener(l), tlsConf)
 		base = "https://" + strings.TrimPrefix(base, "http://")
 	}
 	fmt.Fprintln(stdout, base)

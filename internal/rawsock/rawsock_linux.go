@@ -1,6 +1,7 @@
 package rawsock
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -50,6 +51,16 @@ func Wrap(c net.Conn) net.Conn {
 func Of(c net.Conn) *Conn {
 	r, _ := c.(*Conn)
 	return r
+}
+
+// CloseWrite shuts the sending side down, as *net.TCPConn's does (net/http
+// half-closes a connection it ends).
+func (c *Conn) CloseWrite() error {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return &net.OpError{Op: "close", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errors.ErrUnsupported}
+	}
+	return cw.CloseWrite()
 }
 
 // Read is net.Conn's: io.EOF at the peer's close; a closed socket's or a

@@ -4,11 +4,16 @@ package rawsock
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,5 +223,59 @@ func TestConsume(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("consume(%d) = %q, want %q", tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestListenerUnderTLS: under a TLS listener, Listener's connections are
+// raw sockets, and an HTTPS exchange over them is byte-exact both ways.
+func TestListenerUnderTLS(t *testing.T) {
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, r.Body)
+	}))
+	hs.Listener = Listener(hs.Listener)
+	var raw, conns atomic.Int32
+	hs.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		conns.Add(1)
+		if tc, ok := c.(*tls.Conn); ok && Of(tc.NetConn()) != nil {
+			raw.Add(1)
+		}
+		return ctx
+	}
+	hs.StartTLS()
+	defer hs.Close()
+	body := make([]byte, 1<<20)
+	for i := range body {
+		body[i] = byte(i * 31 >> 3)
+	}
+	resp, err := hs.Client().Post(hs.URL, "application/octet-stream", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("echo: %d of %d bytes, equal %v, %v", len(got), len(body), bytes.Equal(got, body), err)
+	}
+	if conns.Load() != 1 || raw.Load() != 1 {
+		t.Fatalf("%d connections, %d of them TLS over a raw socket; want 1 and 1", conns.Load(), raw.Load())
+	}
+}
+
+// CloseWrite half-closes: the peer reads EOF, and can still write back.
+func TestCloseWrite(t *testing.T) {
+	a, b := tcptest.Pair(t, 0, 0)
+	w := Wrap(a).(*Conn)
+	if err := w.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("peer read after CloseWrite: %d, %v; want 0, EOF", n, err)
+	}
+	if _, err := b.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	if _, err := io.ReadFull(w, buf); err != nil || buf[0] != 'x' {
+		t.Fatalf("read after CloseWrite: %q, %v", buf, err)
 	}
 }
