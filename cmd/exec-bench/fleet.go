@@ -323,17 +323,23 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 		if err != nil {
 			return nil, fmt.Errorf("%s stream: %w", p.name, err)
 		}
+		rcl0 := b.noiseClientCPU()
 		p50, p99, err := fleetRTT(ctx, ch, 1024, 2000)
 		if err != nil {
 			return nil, fmt.Errorf("%s rtt: %w", p.name, err)
 		}
+		out["client_cpu_us_per_rtt_"+p.name] = round3((b.noiseClientCPU() - rcl0) / 2000 * 1e6)
 		out["rtt_1k_p50_us_"+p.name], out["rtt_1k_p99_us_"+p.name] = p50, p99
 		cpu0, t0 := b.relayCPU(), time.Now()
+		cl0 := b.noiseClientCPU()
 		mbps, bytes, err := fleetThroughput(ctx, ch, 60<<10, 2*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("%s throughput: %w", p.name, err)
 		}
 		out["stream_MBps_"+p.name] = mbps
+		if bytes > 0 {
+			out["client_cpu_s_per_GB_"+p.name] = round3((b.noiseClientCPU() - cl0) / (float64(bytes) * 2 / 1e9))
+		}
 		if p.name != "single" && bytes > 0 {
 			cpu, gb := b.relayCPU()-cpu0, float64(bytes)*2/1e9
 			out["relay_cpu_s_per_GB_"+p.name] = round3(cpu / gb)
@@ -341,6 +347,7 @@ func (b *fleetBench) run(relayBin string, nNodes, nExec, nStreams, rawK, procs i
 		}
 		ch.Close()
 	}
+	out["client_note"] = "client_cpu_s_per_GB_*, client_cpu_us_per_rtt_*: the Noise rows' clients, both directions counted: this process (the harness; for local and cross also the balancer) and the executors' worker processes (all 1 000 executors' upkeep included)"
 	out["added_rtt_p50_us_cross_vs_local"] = round3(out["rtt_1k_p50_us_cross"].(float64) - out["rtt_1k_p50_us_local"].(float64))
 	out["added_rtt_p50_us_cross_vs_single"] = round3(out["rtt_1k_p50_us_cross"].(float64) - out["rtt_1k_p50_us_single"].(float64))
 	if l := out["stream_MBps_local"].(float64); l > 0 {

@@ -278,3 +278,10 @@ func (b *fleetBench) clientCPU() (execs, streams float64) {
 	}
 	return execs, streams
 }
+
+// noiseClientCPU is the CPU seconds so far of this process and the
+// executors' workers: the clients of the Noise rows.
+func (b *fleetBench) noiseClientCPU() float64 {
+	execs, _ := b.clientCPU()
+	return pidCPU(os.Getpid()) + execs
+}

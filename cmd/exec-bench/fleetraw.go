@@ -27,6 +27,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/execgo/exec-server/internal/rawsock"
 	"github.com/execgo/exec-server/remote/frame"
 	"github.com/execgo/exec-server/remote/noise"
 )
@@ -140,6 +141,9 @@ func rawDial(ctx context.Context, url, at string) (*websocket.Conn, *gatherConn,
 		if err != nil {
 			return nil, err
 		}
+		// Raw syscalls, as the relay's and the forwarder's sockets:
+		// the clients share the two cores with the relays.
+		conn = rawsock.Wrap(conn)
 		rc = &gatherConn{Conn: conn, br: bufio.NewReaderSize(conn, 64<<10)}
 		return rc, nil
 	}}
