@@ -66,6 +66,8 @@ const (
 	hbInterval      = time.Second
 	hbDead          = 3 * time.Second // default of Options.FleetNodeDeadAfter
 	fabRequestWait  = 3 * time.Second
+	pingTry         = time.Second
+	pingAgain       = 100 * time.Millisecond
 )
 
 // FleetStats are the fleet counters of one node (cumulative).
@@ -397,12 +399,33 @@ func (f *fabric) request(ctx context.Context, env string, req fabRequest) (fabRe
 }
 
 // ping asks env's home for its executor: reg and whether its socket is up.
+// A request routed to a NATS server that died as it went is lost without
+// an answer, and the home, on that server, is connecting to another: so a
+// try that gets no answer within pingTry is made again, for fabRequestWait
+// in all. "No responders" (no node holds env, or its home is between two
+// servers) is asked once more after pingAgain.
 func (f *fabric) ping(ctx context.Context, env string) (reg string, attached, ok bool) {
-	rep, err := f.request(ctx, env, fabRequest{Op: "ping"})
-	if err != nil {
-		return "", false, false
+	ctx, cancel := context.WithTimeout(ctx, fabRequestWait)
+	defer cancel()
+	for asked := false; ; {
+		tctx, tcancel := context.WithTimeout(ctx, pingTry)
+		rep, err := f.request(tctx, env, fabRequest{Op: "ping"})
+		tcancel()
+		if err == nil {
+			return rep.Reg, rep.Attached, true
+		}
+		if errors.Is(err, nats.ErrNoResponders) {
+			if asked {
+				return "", false, false
+			}
+			asked = true
+		}
+		select {
+		case <-ctx.Done():
+			return "", false, false
+		case <-time.After(pingAgain):
+		}
 	}
-	return rep.Reg, rep.Attached, true
 }
 
 // becomeHome makes this node env's home once its executor socket attached.

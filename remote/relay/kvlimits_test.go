@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -126,5 +127,65 @@ func TestKVStoreFailureBelowBoundIsNotFull(t *testing.T) {
 	err = k.PutAuthorization(ctx, "tok-1", a)
 	if err == nil || errors.Is(err, ErrStoreFull) {
 		t.Fatalf("authorization refused by a byte bound: %v, want a store failure, not ErrStoreFull", err)
+	}
+}
+
+// What the store tries again (KVStore.retry): what a new leader or a
+// reconnection ends, not an answer.
+func TestStoreTransient(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("get: %w", context.DeadlineExceeded), true},
+		{nats.ErrTimeout, true},
+		{nats.ErrNoResponders, true},
+		{jetstream.ErrNoStreamResponse, true},
+		{nats.ErrConnectionReconnecting, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: jsErrClusterNotAvail}, true},
+		{jetstream.ErrKeyNotFound, false},
+		{jetstream.ErrKeyExists, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, false},
+		{&jetstream.APIError{Code: 503, ErrorCode: jsErrStoreFailed}, false},
+		{ErrStoreFull, false},
+		{context.Canceled, false},
+		{nats.ErrConnectionClosed, false},
+	} {
+		if got := storeTransient(tc.err); got != tc.want {
+			t.Errorf("storeTransient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// An authorization put again with the same record (an earlier try stored
+// with its answer lost) is stored; another record under the same token
+// is refused, and the first stays.
+func TestKVPutAuthorizationTwice(t *testing.T) {
+	nc := natsConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := NewKVStore(ctx, nc, KVStoreOptions{Memory: true, Prefix: "twice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := Authorization{Env: "E", RegID: "reg_1", HarnessKey: randomKey(), Expires: time.Now().Add(time.Minute)}
+	if err := k.PutAuthorization(ctx, "hka_1", a); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.PutAuthorization(ctx, "hka_1", a); err != nil {
+		t.Fatalf("the same record again: %v", err)
+	}
+	b := a
+	b.Env = "F"
+	if err := k.PutAuthorization(ctx, "hka_1", b); err == nil {
+		t.Fatal("another record under the same token was stored")
+	}
+	got, ok, err := k.TakeAuthorization(ctx, "hka_1")
+	if err != nil || !ok || got.Env != "E" {
+		t.Fatalf("take: %+v %v %v", got, ok, err)
+	}
+	if _, ok, err := k.TakeAuthorization(ctx, "hka_1"); err != nil || ok {
+		t.Fatalf("taken twice: %v %v", ok, err)
 	}
 }

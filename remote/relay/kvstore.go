@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -24,7 +25,8 @@ import (
 type KVStore struct {
 	regs, auth jetstream.KeyValue
 	maxValue   int
-	mirror     *regMirror // kvmirror.go
+	wait       time.Duration // KVStoreOptions.Wait
+	mirror     *regMirror    // kvmirror.go
 }
 
 // KVStoreOptions configure the buckets.
@@ -54,6 +56,11 @@ type KVStoreOptions struct {
 	// KiB, most of it the ML-KEM public key); a larger one is refused
 	// with ErrValueTooLarge.
 	MaxValueSize int
+	// Wait bounds how long an operation whose context has no deadline
+	// waits for the store, through a leader election (default 8 s: under
+	// the reference clients' 10 s timeouts on /connect and /validate,
+	// ../shared/spec/remote.md section 12, so that they get the answer).
+	Wait time.Duration
 }
 
 // ErrValueTooLarge is returned for a record over KVStoreOptions.MaxValueSize.
@@ -82,6 +89,9 @@ func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore,
 	if o.MaxValueSize <= 0 {
 		o.MaxValueSize = 4 << 10
 	}
+	if o.Wait <= 0 {
+		o.Wait = 8 * time.Second
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -105,7 +115,7 @@ func NewKVStore(ctx context.Context, nc *nats.Conn, o KVStoreOptions) (*KVStore,
 	if err != nil {
 		return nil, fmt.Errorf("relay: authorization bucket: %w", err)
 	}
-	return &KVStore{regs: regs, auth: auth, maxValue: o.MaxValueSize,
+	return &KVStore{regs: regs, auth: auth, maxValue: o.MaxValueSize, wait: o.Wait,
 		mirror: watchRegistrations(regs, o.RegistrationTTL, o.MaxRegistrations)}, nil
 }
 
@@ -226,6 +236,62 @@ func atRecordBound(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
 	return info.Config.MaxMsgs > 0 && info.State.Msgs >= uint64(info.Config.MaxMsgs), nil
 }
 
+// A KV operation needs its bucket's stream leader. When the NATS server
+// holding it dies, the others elect another only after their RAFT
+// election timeout (4 to 9 s in nats-server), and until then a put finds
+// no responder and a get gets no answer, which jetstream reports only
+// after its request timeout (5 s when ctx has none). So one try is bounded
+// by storeTry and tried again, while ctx lasts or, when ctx has no
+// deadline, for KVStoreOptions.Wait: the operation completes within storeTry of the
+// new leader's election, rather than failing after 5 s and leaving the
+// client to come back (the reference's executor exits on a plain 503 at
+// registration).
+const (
+	storeTry   = time.Second
+	storePause = 100 * time.Millisecond
+)
+
+// jsErrClusterNotAvail is JetStream's JSClusterNotAvailErr ("JetStream
+// system temporarily unavailable"), answered while the cluster has no
+// leader for the request; nats.go names no constant for it.
+const jsErrClusterNotAvail jetstream.ErrorCode = 10008
+
+// retry runs op with each try bounded by storeTry, again while its error
+// is one that a new leader ends (storeTransient).
+func (k *KVStore) retry(ctx context.Context, op func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, k.wait)
+		defer cancel()
+	}
+	for {
+		tctx, cancel := context.WithTimeout(ctx, storeTry)
+		err := op(tctx)
+		cancel()
+		if err == nil || !storeTransient(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(storePause):
+		}
+	}
+}
+
+// storeTransient: no answer, no responder, a connection between servers,
+// or a cluster without a leader; not an answer (not found, a lost race, a
+// bound).
+func storeTransient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jsErrClusterNotAvail
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
 func regKey(env string) string { return base64.RawURLEncoding.EncodeToString([]byte(env)) }
 
 func authKey(token string) string {
@@ -254,12 +320,19 @@ func (k *KVStore) PutRegistration(ctx context.Context, env string, r Registratio
 	if len(b) > k.maxValue {
 		return fmt.Errorf("%w: registration of %d bytes (bound %d)", ErrValueTooLarge, len(b), k.maxValue)
 	}
-	_, err = k.regs.Put(ctx, regKey(env), b)
+	err = k.retry(ctx, func(ctx context.Context) error {
+		_, err := k.regs.Put(ctx, regKey(env), b)
+		return err
+	})
 	return storeErr(ctx, k.regs, err)
 }
 
 func (k *KVStore) get(ctx context.Context, env string) (Registration, uint64, bool, error) {
-	e, err := k.regs.Get(ctx, regKey(env))
+	var e jetstream.KeyValueEntry
+	err := k.retry(ctx, func(ctx context.Context) (err error) {
+		e, err = k.regs.Get(ctx, regKey(env))
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Registration{}, 0, false, nil
 	}
@@ -289,9 +362,12 @@ func (k *KVStore) TouchRegistration(ctx context.Context, env, reg string) error 
 	if err != nil {
 		return err
 	}
-	_, err = k.regs.Update(ctx, regKey(env), b, rev)
+	err = k.retry(ctx, func(ctx context.Context) error {
+		_, err := k.regs.Update(ctx, regKey(env), b, rev)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return nil // registered again meanwhile
+		return nil // registered again meanwhile (or an earlier try was applied)
 	}
 	return err
 }
@@ -304,13 +380,29 @@ func (k *KVStore) PutAuthorization(ctx context.Context, token string, a Authoriz
 	if len(b) > k.maxValue {
 		return fmt.Errorf("%w: authorization of %d bytes (bound %d)", ErrValueTooLarge, len(b), k.maxValue)
 	}
-	_, err = k.auth.Create(ctx, authKey(token), b)
+	key := authKey(token)
+	err = k.retry(ctx, func(ctx context.Context) error {
+		_, err := k.auth.Create(ctx, key, b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// The key is the hash of a fresh random token: present
+			// with this very record, it is an earlier try's, stored
+			// with its answer lost.
+			if e, gerr := k.auth.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), b) {
+				return nil
+			}
+		}
+		return err
+	})
 	return storeErr(ctx, k.auth, err)
 }
 
 func (k *KVStore) TakeAuthorization(ctx context.Context, token string) (Authorization, bool, error) {
 	key := authKey(token)
-	e, err := k.auth.Get(ctx, key)
+	var e jetstream.KeyValueEntry
+	err := k.retry(ctx, func(ctx context.Context) (err error) {
+		e, err = k.auth.Get(ctx, key)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Authorization{}, false, nil
 	}
@@ -318,8 +410,12 @@ func (k *KVStore) TakeAuthorization(ctx context.Context, token string) (Authoriz
 		return Authorization{}, false, err
 	}
 	// Compare-and-delete: only the taker that deletes the revision it
-	// read wins.
-	if err := k.auth.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+	// read wins. A try whose delete was applied but whose answer was
+	// lost makes the next try fail as a lost race: the authorization is
+	// then refused (the harness connects again), never taken twice.
+	if err := k.retry(ctx, func(ctx context.Context) error {
+		return k.auth.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	}); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return Authorization{}, false, nil
 		}
