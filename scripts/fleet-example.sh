@@ -74,6 +74,8 @@ backend relay_nodes
     balance hash var(txn.env)
     hash-type consistent
     option httpchk GET /readyz
+    option redispatch 1
+    retries 2
     timeout tunnel 1h
     server relay_1 127.0.0.1:8711 check inter 500 fall 2 rise 2
     server relay_2 127.0.0.1:8712 check inter 500 fall 2 rise 2
