@@ -414,11 +414,14 @@ func (f *fabric) ping(ctx context.Context, env string) (reg string, attached, ok
 		if err == nil {
 			return rep.Reg, rep.Attached, true
 		}
-		if errors.Is(err, nats.ErrNoResponders) {
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
 			if asked {
 				return "", false, false
 			}
 			asked = true
+		case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout):
+			return "", false, false // a closed connection, a bad answer
 		}
 		select {
 		case <-ctx.Done():

@@ -240,12 +240,12 @@ func atRecordBound(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
 // holding it dies, the others elect another only after their RAFT
 // election timeout (4 to 9 s in nats-server), and until then a put finds
 // no responder and a get gets no answer, which jetstream reports only
-// after its request timeout (5 s when ctx has none). So one try is bounded
-// by storeTry and tried again, while ctx lasts or, when ctx has no
-// deadline, for KVStoreOptions.Wait: the operation completes within storeTry of the
-// new leader's election, rather than failing after 5 s and leaving the
-// client to come back (the reference's executor exits on a plain 503 at
-// registration).
+// after its request timeout (5 s when ctx has none). So one try is
+// bounded by storeTry and tried again, while ctx lasts or, when ctx has
+// no deadline, for KVStoreOptions.Wait: the operation completes within
+// storeTry of the new leader's election, rather than failing after 5 s
+// and leaving the client to come back (the reference's executor exits on
+// a plain 503 at registration).
 const (
 	storeTry   = time.Second
 	storePause = 100 * time.Millisecond
