@@ -10,6 +10,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/execgo/exec-server/remote/channel"
 	"github.com/execgo/exec-server/remote/harness"
 )
 
@@ -89,19 +90,7 @@ func TestFleetNATSServerLoss(t *testing.T) {
 			others = append(others, ns.ClientURL())
 		}
 	}
-	// a on the leader first, b on another server (nats.DontRandomize in
-	// startNodeOpts keeps the order).
-	a := startNodeWith(t, leader.ClientURL()+","+strings.Join(others, ","), "a", KVStoreOptions{Replicas: 3})
-	b := startNodeWith(t, strings.Join(others, ",")+","+leader.ClientURL(), "b", KVStoreOptions{Replicas: 3})
-	if a.nc.ConnectedUrl() != leader.ClientURL() {
-		t.Fatalf("node a on %s, not on the leader %s", a.nc.ConnectedUrl(), leader.ClientURL())
-	}
-	startExecutor(t, a.base, "E")
-	a.executorOn(t, "E", 30*time.Second)
-	ch := dialStream(ctx, t, b.base, "E", harness.Options{})
-	if err := exchange(ctx, ch, 0, 50); err != nil {
-		t.Fatal(err)
-	}
+	a, b, ch := nodesAroundLeader(ctx, t, leader.ClientURL(), others, KVStoreOptions{Replicas: 3})
 	killed := time.Now()
 	leader.Shutdown()
 	if err := exchange(ctx, ch, 50, 200); err != nil {
@@ -141,4 +130,24 @@ func TestFleetNATSServerLoss(t *testing.T) {
 			t.Fatalf("node %s took a live node for dead: %+v", n.name, st)
 		}
 	}
+}
+
+// nodesAroundLeader starts relay node a connected to the NATS server at
+// leader first and node b to the others first (nats.DontRandomize in
+// startNodeOpts keeps the order), env E's executor on a, and a stream
+// from b that has carried 50 messages.
+func nodesAroundLeader(ctx context.Context, t *testing.T, leader string, others []string, kvo KVStoreOptions) (a, b *fleetNode, ch *channel.Channel) {
+	t.Helper()
+	a = startNodeWith(t, leader+","+strings.Join(others, ","), "a", kvo)
+	b = startNodeWith(t, strings.Join(others, ",")+","+leader, "b", kvo)
+	if a.nc.ConnectedUrl() != leader {
+		t.Fatalf("node a on %s, not on the leader %s", a.nc.ConnectedUrl(), leader)
+	}
+	startExecutor(t, a.base, "E")
+	a.executorOn(t, "E", 30*time.Second)
+	ch = dialStream(ctx, t, b.base, "E", harness.Options{})
+	if err := exchange(ctx, ch, 0, 50); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, ch
 }

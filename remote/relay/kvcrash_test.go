@@ -142,18 +142,7 @@ func TestFleetNATSLeaderCrash(t *testing.T) {
 			others = append(others, u)
 		}
 	}
-	a := startNodeWith(t, urls[leader]+","+strings.Join(others, ","), "a", kvo)
-	b := startNodeWith(t, strings.Join(others, ",")+","+urls[leader], "b", kvo)
-	if a.nc.ConnectedUrl() != urls[leader] {
-		t.Fatalf("node a on %s, not on the leader %s", a.nc.ConnectedUrl(), urls[leader])
-	}
-	startExecutor(t, a.base, "E")
-	a.executorOn(t, "E", 30*time.Second)
-	ch := dialStream(ctx, t, b.base, "E", harness.Options{})
-	if err := exchange(ctx, ch, 0, 50); err != nil {
-		t.Fatal(err)
-	}
-
+	a, b, ch := nodesAroundLeader(ctx, t, urls[leader], others, kvo)
 	killed := time.Now()
 	if err := procs[leader].Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func Client(hc *http.Client) *http.Client {
 func rawDial(t *http.Transport) *http.Transport {
 	dial := t.DialContext
 	if dial == nil {
+		//lint:ignore SA1019 a caller's deprecated Dial is read to be kept: a DialContext set here would replace it
 		if t.Dial != nil {
 			return t
 		}

@@ -232,6 +232,7 @@ func TestRawDial(t *testing.T) {
 		{"default", http.DefaultTransport.(*http.Transport), false},
 		{"no dialer", &http.Transport{}, false},
 		{"own DialContext", &http.Transport{DialContext: (&net.Dialer{}).DialContext}, false},
+		//lint:ignore SA1019 the deprecated field is what this case is about
 		{"deprecated Dial", &http.Transport{Dial: net.Dial}, true},
 	}
 	for _, tc := range cases {
