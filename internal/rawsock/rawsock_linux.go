@@ -182,7 +182,7 @@ func (c *Conn) write(fd uintptr) bool {
 }
 
 func (c *Conn) opError(op string, errno syscall.Errno) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
 }
 
 // writev is one writev(2) of iov (at most MaxIov slices), as a raw
